@@ -1,0 +1,199 @@
+//! Time sources: a monotonic [`Clock`] trait, the [`SystemClock`] default, and a [`ManualClock`]
+//! that tests advance by hand.
+//!
+//! Liveness is decided on monotonic time only. The wall clock is read for display (`started_at`,
+//! `last_heartbeat` in a snapshot), so a wall-clock jump (NTP step, manual change, leap smear) never
+//! declares a worker dead nor keeps a dead one alive.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// A monotonic time source, as governor's `Clock`: the registry asks it for "now" and nothing else.
+///
+/// `now()` is the time elapsed since an arbitrary origin fixed when the clock was made; it never goes
+/// backwards. `wall()` is used only to label snapshots for humans.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use worker_registry::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let t0 = clock.now();
+/// clock.advance(Duration::from_secs(30));
+/// assert_eq!(clock.now() - t0, Duration::from_secs(30));
+/// ```
+pub trait Clock: Send + Sync + 'static {
+    /// Monotonic time since this clock's origin.
+    fn now(&self) -> Duration;
+
+    /// Wall-clock time now (display only, never used for liveness).
+    fn wall(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> Duration {
+        (**self).now()
+    }
+    fn wall(&self) -> SystemTime {
+        (**self).wall()
+    }
+}
+
+/// The real clock: `std::time::Instant` for liveness, `SystemTime` for display.
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::{Clock, SystemClock};
+///
+/// let clock = SystemClock::new();
+/// let a = clock.now();
+/// assert!(clock.now() >= a);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct SystemClock {
+    origin: Instant,
+}
+
+impl SystemClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
+/// A clock that only moves when told to: the fake clock for tests (like governor's `FakeRelativeClock`).
+///
+/// Cloning shares the same time, so a test keeps one clone and hands another to the registry.
+/// Its wall clock is a fixed instant plus the elapsed manual time, so snapshots are reproducible.
+///
+/// It uses `std` atomics even under loom: time is an input the models set, not a subject of them.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use worker_registry::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let shared = clock.clone();
+/// clock.advance(Duration::from_millis(1500));
+/// assert_eq!(shared.now(), Duration::from_millis(1500));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    nanos: Arc<AtomicU64>,
+}
+
+/// The wall-clock time a [`ManualClock`] reports at its origin: 2026-01-01T00:00:00Z.
+pub const MANUAL_CLOCK_WALL_ORIGIN_SECS: u64 = 1_767_225_600;
+
+impl ManualClock {
+    /// A clock at time zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves time forward by `by` (saturating at about 584 years).
+    pub fn advance(&self, by: Duration) {
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        // SeqCst: tests advance time from one thread and expect every other thread's next read to
+        // see it; this is test infrastructure, so the strongest ordering costs nothing that matters.
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_add(by))
+            });
+    }
+
+    /// Sets the time to `to` if that is later than now (time never goes backwards).
+    pub fn set(&self, to: Duration) {
+        let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
+        // SeqCst: as in `advance`.
+        self.nanos.fetch_max(to, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> Duration {
+        // SeqCst: pairs with `advance`; see there.
+        Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
+    }
+
+    fn wall(&self) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(MANUAL_CLOCK_WALL_ORIGIN_SECS) + self.now()
+    }
+}
+
+/// A clock driven by tokio's time, so `tokio::time::pause()` and `advance()` move it: the clock to use
+/// when testing the [`Sweeper`](crate::Sweeper) with paused time.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use worker_registry::{Clock, TokioClock};
+///
+/// let clock = TokioClock::new();
+/// tokio::time::advance(Duration::from_secs(5)).await;
+/// assert!(clock.now() >= Duration::from_secs(5));
+/// # }
+/// ```
+#[cfg(feature = "tokio")]
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock whose origin is tokio's now (call from inside a runtime when time is paused).
+    pub fn new() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
+/// Milliseconds since the clock's origin, the unit stored in a worker's state word.
+#[inline]
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,297 @@
+//! [`RegistryConfig`]: every timing and limit, with named `DEFAULT_*` values and a validating builder.
+
+use std::fmt;
+use std::time::Duration;
+
+/// How often a worker heartbeats (the worker-pool document: every 30 s).
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
+/// How many consecutive intervals a worker may miss before it is dead: 4 x 30 s = 2 min, the pool's
+/// stale threshold.
+pub const DEFAULT_MISSED_HEARTBEATS: u32 = 4;
+/// How often the maintenance task sweeps (and so the most a `status()` snapshot can lag).
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+/// How many non-dead workers may exist at once (draining ones count).
+pub const DEFAULT_MAX_WORKERS: usize = 64;
+/// How long a completed claim is remembered, so a late redelivery is still recognised. GitHub lets a
+/// delivery be redelivered for three days.
+pub const DEFAULT_CLAIM_RETENTION: Duration = Duration::from_secs(3 * 24 * 60 * 60);
+/// How many completed claims are remembered at most (oldest evicted first).
+pub const DEFAULT_MAX_RETAINED_CLAIMS: usize = 100_000;
+/// How long a dead worker's record stays visible in `status()` before it is purged.
+pub const DEFAULT_DEAD_RETENTION: Duration = Duration::from_secs(10 * 60);
+/// Extra time a new worker gets for its first heartbeat (container start-up).
+pub const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(30);
+/// The mass-staleness brake engages when a sweep would kill more than this fraction of live workers...
+pub const DEFAULT_BRAKE_FRACTION: f64 = 0.5;
+/// ...and there are at least this many live workers (as Kubernetes' unhealthy-zone rule).
+pub const DEFAULT_BRAKE_MIN_WORKERS: usize = 3;
+/// How long a worker may stay suspect (silent while the brake is engaged) before it is dead after all.
+pub const DEFAULT_SUSPECT_GRACE: Duration = Duration::from_secs(2 * 60);
+/// Shards per map (a power of two; more shards, less contention, more memory).
+pub const DEFAULT_SHARDS: usize = 64;
+
+/// Every timing and limit of a registry. Build one with [`RegistryConfig::builder`]; the defaults
+/// follow the worker-pool document.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use worker_registry::{RegistryConfig, DEFAULT_MISSED_HEARTBEATS};
+///
+/// let config = RegistryConfig::builder()
+///     .heartbeat_interval(Duration::from_secs(10))
+///     .max_workers(8)
+///     .build()
+///     .unwrap();
+/// assert_eq!(config.heartbeat_timeout(), Duration::from_secs(10) * DEFAULT_MISSED_HEARTBEATS);
+///
+/// let err = RegistryConfig::builder().missed_heartbeats(1).build().unwrap_err();
+/// assert!(err.to_string().contains("missed_heartbeats"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RegistryConfig {
+    /// How often workers are expected to heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Consecutive missed intervals after which a worker is dead (at least 2).
+    pub missed_heartbeats: u32,
+    /// How often the maintenance task sweeps.
+    pub sweep_interval: Duration,
+    /// Non-dead workers allowed at once.
+    pub max_workers: usize,
+    /// How long completed claims are retained.
+    pub claim_retention: Duration,
+    /// How many completed claims are retained at most.
+    pub max_retained_claims: usize,
+    /// How long dead records stay visible.
+    pub dead_retention: Duration,
+    /// Extra time before a new worker's first heartbeat is due.
+    pub startup_grace: Duration,
+    /// Fraction of live workers that, dying in one sweep, engages the brake (0 < f <= 1; 1 disables).
+    pub brake_fraction: f64,
+    /// The brake only engages with at least this many live workers.
+    pub brake_min_workers: usize,
+    /// How long a suspect may stay silent before it is dead.
+    pub suspect_grace: Duration,
+    /// Shards per map.
+    pub shards: usize,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            missed_heartbeats: DEFAULT_MISSED_HEARTBEATS,
+            sweep_interval: DEFAULT_SWEEP_INTERVAL,
+            max_workers: DEFAULT_MAX_WORKERS,
+            claim_retention: DEFAULT_CLAIM_RETENTION,
+            max_retained_claims: DEFAULT_MAX_RETAINED_CLAIMS,
+            dead_retention: DEFAULT_DEAD_RETENTION,
+            startup_grace: DEFAULT_STARTUP_GRACE,
+            brake_fraction: DEFAULT_BRAKE_FRACTION,
+            brake_min_workers: DEFAULT_BRAKE_MIN_WORKERS,
+            suspect_grace: DEFAULT_SUSPECT_GRACE,
+            shards: DEFAULT_SHARDS,
+        }
+    }
+}
+
+impl RegistryConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> RegistryConfigBuilder {
+        RegistryConfigBuilder {
+            config: Self::default(),
+        }
+    }
+
+    /// `heartbeat_interval x missed_heartbeats`: silence longer than this kills a worker.
+    pub fn heartbeat_timeout(&self) -> Duration {
+        self.heartbeat_interval.saturating_mul(self.missed_heartbeats)
+    }
+
+    /// Checks every constraint; [`RegistryConfigBuilder::build`] calls this.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field: &'static str, found: String, expected: &'static str| {
+            Err(ConfigError::Invalid {
+                field,
+                found,
+                expected,
+            })
+        };
+        if self.heartbeat_interval < Duration::from_millis(1) {
+            return bad(
+                "heartbeat_interval",
+                format!("{:?}", self.heartbeat_interval),
+                "at least 1 ms",
+            );
+        }
+        if self.missed_heartbeats < 2 {
+            return bad(
+                "missed_heartbeats",
+                self.missed_heartbeats.to_string(),
+                "at least 2 (one late heartbeat must not kill a worker)",
+            );
+        }
+        if self.sweep_interval < Duration::from_millis(1) {
+            return bad(
+                "sweep_interval",
+                format!("{:?}", self.sweep_interval),
+                "at least 1 ms",
+            );
+        }
+        if self.sweep_interval > self.heartbeat_timeout() {
+            return bad(
+                "sweep_interval",
+                format!("{:?}", self.sweep_interval),
+                "at most heartbeat_interval x missed_heartbeats",
+            );
+        }
+        if self.max_workers == 0 || self.max_workers as u64 > crate::WorkerId::MAX {
+            return bad(
+                "max_workers",
+                self.max_workers.to_string(),
+                "between 1 and 2^32 - 1",
+            );
+        }
+        if self.claim_retention < self.sweep_interval {
+            return bad(
+                "claim_retention",
+                format!("{:?}", self.claim_retention),
+                "at least sweep_interval",
+            );
+        }
+        if self.max_retained_claims == 0 {
+            return bad("max_retained_claims", "0".into(), "at least 1");
+        }
+        if self.dead_retention < self.sweep_interval {
+            return bad(
+                "dead_retention",
+                format!("{:?}", self.dead_retention),
+                "at least sweep_interval",
+            );
+        }
+        if !(self.brake_fraction > 0.0 && self.brake_fraction <= 1.0) {
+            return bad(
+                "brake_fraction",
+                self.brake_fraction.to_string(),
+                "greater than 0 and at most 1",
+            );
+        }
+        if self.brake_min_workers == 0 {
+            return bad("brake_min_workers", "0".into(), "at least 1");
+        }
+        if self.suspect_grace < self.sweep_interval {
+            return bad(
+                "suspect_grace",
+                format!("{:?}", self.suspect_grace),
+                "at least sweep_interval",
+            );
+        }
+        if !self.shards.is_power_of_two() || self.shards < 2 || self.shards > 4096 {
+            return bad(
+                "shards",
+                self.shards.to_string(),
+                "a power of two from 2 to 4096",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`RegistryConfig`] and validates it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use worker_registry::RegistryConfig;
+///
+/// let c = RegistryConfig::builder()
+///     .heartbeat_interval(Duration::from_millis(200))
+///     .missed_heartbeats(3)
+///     .sweep_interval(Duration::from_millis(100))
+///     .build()
+///     .unwrap();
+/// assert_eq!(c.heartbeat_timeout(), Duration::from_millis(600));
+/// ```
+#[derive(Debug, Clone)]
+pub struct RegistryConfigBuilder {
+    config: RegistryConfig,
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.config.$name = value;
+                self
+            }
+        )*
+    };
+}
+
+impl RegistryConfigBuilder {
+    setters! {
+        /// Sets [`RegistryConfig::heartbeat_interval`].
+        heartbeat_interval: Duration,
+        /// Sets [`RegistryConfig::missed_heartbeats`].
+        missed_heartbeats: u32,
+        /// Sets [`RegistryConfig::sweep_interval`].
+        sweep_interval: Duration,
+        /// Sets [`RegistryConfig::max_workers`].
+        max_workers: usize,
+        /// Sets [`RegistryConfig::claim_retention`].
+        claim_retention: Duration,
+        /// Sets [`RegistryConfig::max_retained_claims`].
+        max_retained_claims: usize,
+        /// Sets [`RegistryConfig::dead_retention`].
+        dead_retention: Duration,
+        /// Sets [`RegistryConfig::startup_grace`].
+        startup_grace: Duration,
+        /// Sets [`RegistryConfig::brake_fraction`].
+        brake_fraction: f64,
+        /// Sets [`RegistryConfig::brake_min_workers`].
+        brake_min_workers: usize,
+        /// Sets [`RegistryConfig::suspect_grace`].
+        suspect_grace: Duration,
+        /// Sets [`RegistryConfig::shards`].
+        shards: usize,
+    }
+
+    /// Validates and returns the configuration.
+    pub fn build(self) -> Result<RegistryConfig, ConfigError> {
+        self.config.validate()?;
+        Ok(self.config)
+    }
+}
+
+/// A configuration value outside its allowed range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `field` was `found`, but must be `expected`.
+    Invalid {
+        /// The field's name.
+        field: &'static str,
+        /// The value given.
+        found: String,
+        /// The constraint.
+        expected: &'static str,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Invalid {
+                field,
+                found,
+                expected,
+            } => write!(f, "invalid {field}: {found}; expected {expected}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

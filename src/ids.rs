@@ -1,0 +1,414 @@
+//! Identities: [`WorkerId`], [`Target`] (repository + PR/issue number), [`EventId`] (delivery id) and
+//! the [`Generation`] fencing token. Everything that comes from the network is validated here, once,
+//! with a typed error that says what was seen.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// A worker's identity, assigned by the registry and never reused within one registry.
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::WorkerId;
+///
+/// let id: WorkerId = "42".parse().unwrap();
+/// assert_eq!(id.get(), 42);
+/// assert!("x".parse::<WorkerId>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkerId(u64);
+
+impl WorkerId {
+    /// The largest id a registry hands out (ids fill the high half of a [`Generation`]).
+    pub const MAX: u64 = u32::MAX as u64;
+
+    /// Wraps a raw id (for looking up a worker by an id received over the network).
+    pub const fn new(raw: u64) -> Self {
+        Self(raw)
+    }
+
+    /// The raw id.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for WorkerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for WorkerId {
+    type Err = WorkerIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse::<u64>().map(WorkerId).map_err(|_| WorkerIdError {
+            input: truncate(s, 64),
+        })
+    }
+}
+
+/// A worker id that was not a decimal `u64`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerIdError {
+    /// What was received (at most 64 bytes of it).
+    pub input: String,
+}
+
+impl fmt::Display for WorkerIdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "worker id {:?} is not a non-negative integer", self.input)
+    }
+}
+
+impl std::error::Error for WorkerIdError {}
+
+/// A fencing token: increases with every assignment, and across workers of the same target.
+///
+/// The high 32 bits are the worker id (ids increase and are never reused, so a target's next worker
+/// always has larger tokens than its previous one); the low 32 bits count the assignments that worker
+/// has received (saturating). A lease manager or the worker itself can reject work carrying a token
+/// lower than the highest it has seen.
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::{Generation, WorkerId};
+///
+/// let g = Generation::new(WorkerId::new(3), 7);
+/// assert_eq!(g.worker(), WorkerId::new(3));
+/// assert_eq!(g.seq(), 7);
+/// assert!(Generation::new(WorkerId::new(4), 1) > g);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Generation(u64);
+
+impl Generation {
+    /// The token for the `seq`-th assignment of `worker`.
+    pub const fn new(worker: WorkerId, seq: u64) -> Self {
+        let seq = if seq > u32::MAX as u64 {
+            u32::MAX as u64
+        } else {
+            seq
+        };
+        Self((worker.0 << 32) | seq)
+    }
+
+    /// The token as one integer (what the HTTP API shows).
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The worker this token was issued to.
+    pub const fn worker(self) -> WorkerId {
+        WorkerId(self.0 >> 32)
+    }
+
+    /// Which assignment of that worker it was (1 for the first).
+    pub const fn seq(self) -> u64 {
+        self.0 & u32::MAX as u64
+    }
+}
+
+impl fmt::Display for Generation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The longest GitHub owner (user or organisation) name.
+pub const MAX_OWNER_LEN: usize = 39;
+/// The longest GitHub repository name.
+pub const MAX_REPO_NAME_LEN: usize = 100;
+/// The longest delivery id accepted.
+pub const MAX_EVENT_ID_LEN: usize = 255;
+
+/// What a worker works on: one pull request (or issue) of one repository.
+///
+/// Validated on construction: `owner/name` with GitHub's character set and length limits, and a
+/// number of at least 1. GitHub treats names case-insensitively, so the name is stored lower-cased
+/// and `Octo/Repo#1` and `octo/repo#1` are the same target. Cloning is cheap (the name is shared).
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::Target;
+///
+/// let t = Target::new("Octo-Org/my.repo", 17).unwrap();
+/// assert_eq!(t.to_string(), "octo-org/my.repo#17");
+/// assert_eq!(t, "octo-org/my.repo#17".parse().unwrap());
+/// assert!(Target::new("no-slash", 1).is_err());
+/// assert!(Target::new("a/b", 0).is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Target {
+    repo: Arc<str>,
+    number: u64,
+}
+
+impl Target {
+    /// Validates and builds a target from a repository full name and a PR/issue number.
+    pub fn new(repo_full_name: &str, number: u64) -> Result<Self, TargetError> {
+        validate_repo(repo_full_name)?;
+        if number == 0 {
+            return Err(TargetError::ZeroNumber);
+        }
+        Ok(Self {
+            repo: Arc::from(repo_full_name.to_ascii_lowercase()),
+            number,
+        })
+    }
+
+    /// The repository full name, `owner/name`, lower-cased.
+    pub fn repo(&self) -> &str {
+        &self.repo
+    }
+
+    /// The pull request or issue number.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+}
+
+fn validate_repo(full: &str) -> Result<(), TargetError> {
+    let Some((owner, name)) = full.split_once('/') else {
+        return Err(TargetError::NotOwnerSlashName {
+            input: truncate(full, 160),
+        });
+    };
+    if owner.is_empty() || name.is_empty() || name.contains('/') {
+        return Err(TargetError::NotOwnerSlashName {
+            input: truncate(full, 160),
+        });
+    }
+    if owner.len() > MAX_OWNER_LEN {
+        return Err(TargetError::TooLong {
+            part: "owner",
+            len: owner.len(),
+            max: MAX_OWNER_LEN,
+        });
+    }
+    if name.len() > MAX_REPO_NAME_LEN {
+        return Err(TargetError::TooLong {
+            part: "repository name",
+            len: name.len(),
+            max: MAX_REPO_NAME_LEN,
+        });
+    }
+    if let Some(c) = owner
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-'))
+    {
+        return Err(TargetError::BadCharacter {
+            part: "owner",
+            found: c,
+        });
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(TargetError::BadCharacter {
+            part: "repository name",
+            found: c,
+        });
+    }
+    if name == "." || name == ".." {
+        return Err(TargetError::NotOwnerSlashName {
+            input: full.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.repo, self.number)
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Target({self})")
+    }
+}
+
+impl FromStr for Target {
+    type Err = TargetError;
+    /// Parses `owner/name#number`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let Some((repo, num)) = s.rsplit_once('#') else {
+            return Err(TargetError::MissingNumber {
+                input: truncate(s, 160),
+            });
+        };
+        let number = num.parse::<u64>().map_err(|_| TargetError::MissingNumber {
+            input: truncate(s, 160),
+        })?;
+        Target::new(repo, number)
+    }
+}
+
+/// Why a [`Target`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TargetError {
+    /// Not of the form `owner/name`.
+    NotOwnerSlashName {
+        /// What was received (at most 160 bytes of it).
+        input: String,
+    },
+    /// A part is longer than GitHub allows.
+    TooLong {
+        /// Which part: "owner" or "repository name".
+        part: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A character GitHub does not allow in that part.
+    BadCharacter {
+        /// Which part.
+        part: &'static str,
+        /// The first offending character.
+        found: char,
+    },
+    /// PR/issue numbers start at 1.
+    ZeroNumber,
+    /// `owner/name#number` without a valid `#number`.
+    MissingNumber {
+        /// What was received (at most 160 bytes of it).
+        input: String,
+    },
+}
+
+impl fmt::Display for TargetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotOwnerSlashName { input } => {
+                write!(f, "target repository {input:?} is not of the form owner/name")
+            }
+            Self::TooLong { part, len, max } => {
+                write!(f, "target {part} is {len} bytes long; the limit is {max}")
+            }
+            Self::BadCharacter { part, found } => {
+                write!(f, "target {part} contains {found:?}, which GitHub does not allow")
+            }
+            Self::ZeroNumber => write!(f, "target number must be at least 1"),
+            Self::MissingNumber { input } => {
+                write!(f, "target {input:?} is not of the form owner/name#number")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TargetError {}
+
+/// A webhook delivery id (GitHub's `X-GitHub-Delivery`): non-empty, at most 255 bytes of visible ASCII.
+///
+/// A redelivery carries the same id, which is what makes deduplication possible. Cloning is cheap.
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::EventId;
+///
+/// let e = EventId::new("72d3162e-cc78-11e3-81ab-4c9367dc0958").unwrap();
+/// assert_eq!(e.as_str().len(), 36);
+/// assert!(EventId::new("").is_err());
+/// assert!(EventId::new("has space").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(Arc<str>);
+
+impl EventId {
+    /// Validates and wraps a delivery id.
+    pub fn new(id: &str) -> Result<Self, EventIdError> {
+        if id.is_empty() {
+            return Err(EventIdError::Empty);
+        }
+        if id.len() > MAX_EVENT_ID_LEN {
+            return Err(EventIdError::TooLong {
+                len: id.len(),
+                max: MAX_EVENT_ID_LEN,
+            });
+        }
+        if let Some(b) = id.bytes().find(|b| !b.is_ascii_graphic()) {
+            return Err(EventIdError::BadByte { found: b });
+        }
+        Ok(Self(Arc::from(id)))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EventId({})", &self.0)
+    }
+}
+
+impl FromStr for EventId {
+    type Err = EventIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EventId::new(s)
+    }
+}
+
+/// Why an [`EventId`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventIdError {
+    /// The id was empty.
+    Empty,
+    /// The id was longer than the limit.
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A byte that is not visible ASCII (space, control, non-ASCII).
+    BadByte {
+        /// The first offending byte.
+        found: u8,
+    },
+}
+
+impl fmt::Display for EventIdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => write!(f, "event id is empty"),
+            Self::TooLong { len, max } => {
+                write!(f, "event id is {len} bytes long; the limit is {max}")
+            }
+            Self::BadByte { found } => {
+                write!(f, "event id contains byte 0x{found:02x}; only visible ASCII is allowed")
+            }
+        }
+    }
+}
+
+impl std::error::Error for EventIdError {}
+
+/// At most `max` bytes of `s`, cut on a character boundary (for error messages).
+fn truncate(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
