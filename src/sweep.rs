@@ -119,8 +119,8 @@ impl<C: Clock> Registry<C> {
 
         // The brake: too many silent at once means suspect ourselves, not them.
         let cfg = &inner.config;
-        report.brake_engaged = live >= cfg.brake_min_workers
-            && stale.len() as f64 > cfg.brake_fraction * live as f64;
+        report.brake_engaged =
+            live >= cfg.brake_min_workers && stale.len() as f64 > cfg.brake_fraction * live as f64;
         if report.brake_engaged {
             inner.counters.brake_engaged.inc();
         }
