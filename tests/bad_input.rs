@@ -8,9 +8,9 @@ use std::str::FromStr;
 
 use proptest::prelude::*;
 use worker_registry::{
-    Admission, ClaimOutcome, EventId, EventIdError, HeartbeatAck, Registry, RegistryConfig,
-    RegistryError, Target, TargetError, WorkerId, WorkerIdError, MAX_EVENT_ID_LEN, MAX_OWNER_LEN,
-    MAX_REPO_NAME_LEN,
+    Admission, ClaimOutcome, EventId, EventIdError, HeartbeatAck, ManualClock, Registry,
+    RegistryConfig, RegistryError, Target, TargetError, WorkerId, WorkerIdError, MAX_EVENT_ID_LEN,
+    MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
 };
 
 // ---- input generators ----------------------------------------------------------------------------
@@ -236,7 +236,10 @@ proptest! {
     fn registry_calls_with_arbitrary_worker_ids_never_panic(
         raws in proptest::collection::vec(prop_oneof![0u64..8, any::<u64>(), Just(u64::MAX)], 1..32)
     ) {
-        let registry = Registry::new(RegistryConfig::builder().max_workers(4).build().unwrap());
+        let registry = Registry::with_clock(
+            RegistryConfig::builder().max_workers(4).build().unwrap(),
+            ManualClock::new(),
+        );
         let Admission::Assigned(a) = registry.admit(
             &Target::new("o/r", 1).unwrap(),
             &EventId::new("e").unwrap(),
@@ -273,9 +276,21 @@ proptest! {
     /// value or a typed error naming the pair, and a rejected delivery leaves no claim behind.
     #[test]
     fn registry_calls_with_arbitrary_validated_input_never_panic(
-        inputs in proptest::collection::vec((nasty_text(), number(), nasty_text()), 1..24)
+        inputs in proptest::collection::vec(
+            (
+                // About half of the inputs are valid, over a small key space (so that duplicates,
+                // sticky assignments and capacity rejections all happen), half arbitrary.
+                prop_oneof![nasty_text(), "[a-c]{1,2}/[a-c.]{1,2}"],
+                prop_oneof![number(), 0u64..4],
+                prop_oneof![nasty_text(), "[a-c0-9]{1,2}"],
+            ),
+            1..48,
+        )
     ) {
-        let registry = Registry::new(RegistryConfig::builder().max_workers(2).build().unwrap());
+        let registry = Registry::with_clock(
+            RegistryConfig::builder().max_workers(2).build().unwrap(),
+            ManualClock::new(),
+        );
         for (repo, n, event) in inputs {
             // Invalid input never reaches the registry: it is refused at the boundary.
             let (Ok(t), Ok(e)) = (Target::new(&repo, n), EventId::new(&event)) else { continue };
