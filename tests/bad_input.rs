@@ -15,6 +15,11 @@ use worker_registry::{
 
 // ---- input generators ----------------------------------------------------------------------------
 
+/// A string strategy from a regex, compiled once (a bare `&str` strategy recompiles per value).
+fn re(pattern: &str) -> proptest::string::RegexGeneratorStrategy<String> {
+    proptest::string::string_regex(pattern).unwrap()
+}
+
 /// Text that is sometimes valid and often almost valid: right alphabet with stray characters, lengths
 /// around every limit, unicode, controls, separators.
 fn nasty_text() -> impl Strategy<Value = String> {
@@ -26,14 +31,14 @@ fn nasty_text() -> impl Strategy<Value = String> {
             .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
         // Near-valid repository names with lengths straddling the owner and name limits.
         (
-            "[A-Za-z0-9-]{0,42}",
-            "[A-Za-z0-9._-]{0,104}",
+            re("[A-Za-z0-9-]{0,42}"),
+            re("[A-Za-z0-9._-]{0,104}"),
             prop_oneof![Just("/"), Just("//"), Just(""), Just("#"), Just(" / ")],
         )
             .prop_map(|(o, n, sep)| format!("{o}{sep}{n}")),
         // Near-valid delivery ids with lengths straddling the limit.
-        "[!-~]{250,260}",
-        "[ -~\\t\\n\\x00\\x7f]{0,20}",
+        re("[!-~]{250,260}"),
+        re("[ -~\\t\\n\\x00\\x7f]{0,20}"),
         Just(String::new()),
     ]
 }
@@ -169,7 +174,7 @@ proptest! {
             }
             Err(TargetError::MissingNumber { input }) => {
                 prop_assert!(is_bounded_prefix(&input, &s, 160));
-                prop_assert!(s.rsplit_once('#').map_or(true, |(_, num)| num.parse::<u64>().is_err()));
+                prop_assert!(s.rsplit_once('#').is_none_or(|(_, num)| num.parse::<u64>().is_err()));
             }
             Err(e) => {
                 let (r, num) = s.rsplit_once('#').unwrap();
@@ -216,7 +221,7 @@ proptest! {
     fn worker_id_parse_never_panics(s in prop_oneof![
         nasty_text(),
         any::<u64>().prop_map(|n| n.to_string()),
-        "[+-]?[0-9]{18,22}",
+        re("[+-]?[0-9]{18,22}"),
     ]) {
         match (WorkerId::from_str(&s), s.parse::<u64>()) {
             (Ok(id), Ok(n)) => {
@@ -278,13 +283,13 @@ proptest! {
     fn registry_calls_with_arbitrary_validated_input_never_panic(
         inputs in proptest::collection::vec(
             (
-                // About half of the inputs are valid, over a small key space (so that duplicates,
-                // sticky assignments and capacity rejections all happen), half arbitrary.
-                prop_oneof![nasty_text(), "[a-c]{1,2}/[a-c.]{1,2}"],
+                // Two thirds of the inputs are valid, over a small key space (so that duplicates,
+                // sticky assignments and capacity rejections all happen), the rest arbitrary.
+                prop_oneof![1 => nasty_text(), 2 => re("[a-c]{1,2}/[a-c.]{1,2}")],
                 prop_oneof![number(), 0u64..4],
-                prop_oneof![nasty_text(), "[a-c0-9]{1,2}"],
+                prop_oneof![1 => nasty_text(), 2 => re("[a-c0-9]{1,2}")],
             ),
-            1..48,
+            1..32,
         )
     ) {
         let registry = Registry::with_clock(

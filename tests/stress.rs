@@ -1075,7 +1075,7 @@ impl<'a> Final<'a> {
                     {
                         check!(
                             s,
-                            !alive_now(wx) && last_alive.get(&wx).map_or(true, |a| *a < y.end),
+                            !alive_now(wx) && last_alive.get(&wx).is_none_or(|a| *a < y.end),
                             "{pair:?} assigned again at ticket {} while holder {wx} lived",
                             y.start
                         );
