@@ -132,16 +132,22 @@ fn check_target_error(err: &TargetError, repo: &str, number: u64) {
 
 // ---- properties ------------------------------------------------------------------------------------
 
-/// Cases per property: `PROPTEST_CASES` if set (for long hunts), else a count sized for debug CI.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+/// Deterministic by default (a fixed seed and case count, sized for debug CI); a longer or
+/// different hunt sets `PROPTEST_CASES` and `PROPTEST_RNG_SEED`.
+fn proptest_config(default_cases: u32) -> ProptestConfig {
+    fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+        std::env::var(name).ok().and_then(|s| s.parse().ok())
+    }
+    ProptestConfig {
+        cases: env("PROPTEST_CASES").unwrap_or(default_cases),
+        rng_seed: proptest::test_runner::RngSeed::Fixed(env("PROPTEST_RNG_SEED").unwrap_or(0x5EED)),
+        max_shrink_iters: 20_000,
+        ..ProptestConfig::default()
+    }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(256), ..ProptestConfig::default() })]
+    #![proptest_config(proptest_config(256))]
 
     /// `Target::new` accepts exactly GitHub's `owner/name` with a number of at least 1, and every
     /// refusal says which rule was broken with what it saw.

@@ -1023,16 +1023,22 @@ fn run(ops: &[Op]) -> Res {
     run.inspect()
 }
 
-/// Cases per property: `PROPTEST_CASES` if set (for long hunts), else a count sized for debug CI.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+/// Deterministic by default (a fixed seed and case count, sized for debug CI); a longer or
+/// different hunt sets `PROPTEST_CASES` and `PROPTEST_RNG_SEED`.
+fn proptest_config(default_cases: u32) -> ProptestConfig {
+    fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+        std::env::var(name).ok().and_then(|s| s.parse().ok())
+    }
+    ProptestConfig {
+        cases: env("PROPTEST_CASES").unwrap_or(default_cases),
+        rng_seed: proptest::test_runner::RngSeed::Fixed(env("PROPTEST_RNG_SEED").unwrap_or(0x5EED)),
+        max_shrink_iters: 20_000,
+        ..ProptestConfig::default()
+    }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(256), max_shrink_iters: 20_000, ..ProptestConfig::default() })]
+    #![proptest_config(proptest_config(256))]
 
     /// Any sequence of operations: the registry and the model agree after every one.
     #[test]
