@@ -28,8 +28,13 @@ mod claim;
 mod clock;
 mod config;
 mod error;
+mod events;
+#[cfg(feature = "http")]
+pub mod http;
 mod ids;
 mod interface;
+#[cfg(feature = "http")]
+pub mod metrics;
 mod outcome;
 mod registry;
 mod snapshot;
@@ -53,6 +58,9 @@ pub use config::{
     DEFAULT_SWEEP_INTERVAL,
 };
 pub use error::RegistryError;
+#[cfg(all(feature = "tokio", not(worker_registry_loom)))]
+pub use events::Subscription;
+pub use events::{Event, RecvError, EVENT_BUFFER};
 pub use ids::{
     EventId, EventIdError, Generation, Target, TargetError, WorkerId, WorkerIdError,
     MAX_EVENT_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,

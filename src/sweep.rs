@@ -119,8 +119,8 @@ impl<C: Clock> Registry<C> {
 
         // The brake: too many silent at once means suspect ourselves, not them.
         let cfg = &inner.config;
-        report.brake_engaged = live >= cfg.brake_min_workers
-            && stale.len() as f64 > cfg.brake_fraction * live as f64;
+        report.brake_engaged =
+            live >= cfg.brake_min_workers && stale.len() as f64 > cfg.brake_fraction * live as f64;
         if report.brake_engaged {
             inner.counters.brake_engaged.inc();
         }
@@ -143,6 +143,7 @@ impl<C: Clock> Registry<C> {
                         rec.mark_suspect_since(now);
                         inner.counters.suspected.inc();
                         report.suspected.push(rec.id);
+                        inner.events.suspect(rec);
                         new
                     }
                     Err(seen) => seen,
@@ -229,6 +230,8 @@ impl<C: Clock> Registry<C> {
         inner.snapshot.store(Arc::new(snapshot));
         inner.counters.sweeps.inc();
         report.took = started.elapsed();
+        inner.counters.sweep_time.observe(report.took);
+        inner.events.released(&report);
         report
     }
 
