@@ -83,6 +83,23 @@ impl AdminOptions {
         self
     }
 
+    /// Like [`bearer_token`](Self::bearer_token), from an optional value (a flag that may be
+    /// absent): `None` leaves the endpoints open.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::http::AdminOptions;
+    ///
+    /// let from_flag: Option<String> = None;
+    /// assert!(AdminOptions::new().maybe_bearer_token(from_flag).bearer_token.is_none());
+    /// assert!(AdminOptions::new().maybe_bearer_token(Some("t")).bearer_token.is_some());
+    /// ```
+    pub fn maybe_bearer_token(mut self, token: Option<impl Into<String>>) -> Self {
+        self.bearer_token = token.map(Into::into);
+        self
+    }
+
     /// Also requires the token on the read endpoints (all but `/healthz`).
     ///
     /// # Examples
@@ -186,17 +203,59 @@ pub fn admin_router<C: Clock>(registry: Registry<C>, options: AdminOptions) -> R
         .route("/openapi.json", get(handlers::openapi_json::<C>));
     let mut writes = Router::new().route("/workers/{id}/drain", post(handlers::drain_worker::<C>));
     if let Some(token) = bearer_token {
-        let token: auth::Token = Arc::from(token.into_bytes());
-        writes = writes.route_layer(from_fn_with_state(token.clone(), auth::require_token));
         if protect_reads {
-            reads = reads.route_layer(from_fn_with_state(token, auth::require_token));
+            reads = require_bearer(reads, token.clone());
         }
+        writes = require_bearer(writes, token);
     }
     Router::new()
         .route("/healthz", get(handlers::healthz))
         .merge(reads)
         .merge(writes)
         .with_state(state)
+}
+
+/// Guards every route of `router` (as added so far) with `Authorization: Bearer <token>`: a
+/// request without the token gets 401, `WWW-Authenticate: Bearer` and `{"error": "..."}`, before
+/// any extractor or handler runs. The comparison is constant-time in the token's content (`subtle`);
+/// only its length can leak. An empty token matches nothing.
+///
+/// This is the check the admin router uses; use it for your own privileged routes.
+///
+/// **Locking behaviour:** none.
+///
+/// # Examples
+///
+/// ```
+/// use axum::{routing::post, Router};
+/// use worker_registry::http::require_bearer;
+///
+/// let debug: Router = require_bearer(Router::new().route("/debug/crash", post(|| async {})), "s3cret");
+/// ```
+pub fn require_bearer<S>(router: Router<S>, token: impl Into<String>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let token: auth::Token = Arc::from(token.into().into_bytes());
+    router.route_layer(from_fn_with_state(token, auth::require_token))
+}
+
+/// Whether `headers` carry `Authorization: Bearer <expected>` (scheme case-insensitive, token
+/// compared in constant time for its content). An empty `expected` matches nothing.
+///
+/// # Examples
+///
+/// ```
+/// use axum::http::{header, HeaderMap, HeaderValue};
+/// use worker_registry::http::bearer_matches;
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s3cret"));
+/// assert!(bearer_matches(&headers, "s3cret"));
+/// assert!(!bearer_matches(&headers, "other"));
+/// ```
+pub fn bearer_matches(headers: &axum::http::HeaderMap, expected: &str) -> bool {
+    auth::authorized(headers, expected.as_bytes())
 }
 
 /// The admin API's OpenAPI 3 document (what `GET /openapi.json` serves), to merge into your own.

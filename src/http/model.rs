@@ -24,6 +24,7 @@ fn millis(d: Duration) -> u64 {
 
 /// A worker's status.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[schema(as = Status)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum StatusName {
     Active,
@@ -33,6 +34,7 @@ pub(crate) enum StatusName {
 
 /// How a dead worker died.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[schema(as = DeadReason)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum ReasonName {
     MissedHeartbeats,
@@ -42,6 +44,7 @@ pub(crate) enum ReasonName {
 
 /// Whether a worker is running a loop.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[schema(as = Activity)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum ActivityName {
     Idle,
@@ -50,6 +53,7 @@ pub(crate) enum ActivityName {
 
 /// The worker-pool document's view: idle, busy, draining, offline.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[schema(as = PoolStatus)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum PoolStatusName {
     Idle,
@@ -60,6 +64,7 @@ pub(crate) enum PoolStatusName {
 
 /// Spawned for a target, or registered by itself.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[schema(as = WorkerKind)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum KindName {
     Spawned,
@@ -68,6 +73,7 @@ pub(crate) enum KindName {
 
 /// One worker.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Worker)]
 pub(crate) struct WorkerBody {
     /// The worker's id.
     #[schema(example = 7)]
@@ -150,6 +156,7 @@ impl From<&WorkerInfo> for WorkerBody {
 /// Workers by status (`active + draining + dead` = the number of workers listed), with activity
 /// and suspicion among the live ones.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Counts)]
 pub(crate) struct CountsBody {
     active: usize,
     draining: usize,
@@ -161,6 +168,7 @@ pub(crate) struct CountsBody {
 
 /// Live (active + draining) workers against the configured limit.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Capacity)]
 pub(crate) struct CapacityBody {
     used: usize,
     limit: usize,
@@ -168,6 +176,7 @@ pub(crate) struct CapacityBody {
 
 /// Claims counted by the sweep that took the snapshot.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Claims)]
 pub(crate) struct ClaimsBody {
     /// Held by live workers, not completed.
     in_flight: usize,
@@ -177,6 +186,7 @@ pub(crate) struct ClaimsBody {
 
 /// Every tracked worker, as of the last sweep's snapshot.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = WorkerList)]
 pub(crate) struct WorkersBody {
     workers: Vec<WorkerBody>,
     counts: CountsBody,
@@ -223,6 +233,7 @@ impl From<&StatusSnapshot> for WorkersBody {
 
 /// An error: what was refused and why.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Error)]
 pub(crate) struct ErrorBody {
     #[schema(example = "unknown worker 7")]
     pub(crate) error: String,
@@ -230,6 +241,7 @@ pub(crate) struct ErrorBody {
 
 /// Liveness of the process serving the API.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Health)]
 pub(crate) struct HealthBody {
     #[schema(example = "ok")]
     pub(crate) status: &'static str,
