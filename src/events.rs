@@ -10,6 +10,11 @@
 //! ones; its next receive reports how many with [`RecvError::Lagged`], and the registry counts
 //! them ([`Registry::events_missed`]).
 //!
+//! A worker's `WorkerCreated` is published just before the worker becomes visible in the maps, so
+//! it always precedes the worker's other events; on the assignment path that happens under the
+//! target's shard lock. The channel's own lock is a leaf: sending never calls back into the
+//! registry, and receivers are woken after it is released.
+//!
 //! Without the `tokio` feature, and under `--cfg worker_registry_loom` (tokio's channel is not
 //! loom-aware), the hub compiles to nothing and the emission points are empty inline functions.
 //!
@@ -37,11 +42,13 @@ pub const EVENT_BUFFER: usize = 1024;
 
 /// A change in a worker's life, as published to [`subscribe`](crate::Registry::subscribe)rs.
 ///
-/// Events about one worker are published in the order of its transitions: `WorkerCreated` first,
-/// `WorkerDied` last, and in between `WorkerDraining` and `WorkerSuspect`. (The one exception: a
-/// drain racing the worker's own exit on another thread may publish `WorkerDraining` just after
-/// `WorkerDied`; the death is what counts.) `TargetReleased` comes from the sweep that found the
-/// released work, after the deaths it reports.
+/// Events about one worker are published in the order of its transitions: `WorkerCreated` always
+/// first, then `WorkerDraining` / `WorkerSuspect`, and `WorkerDied` last. The one exception: two
+/// transitions of the same worker made at the same instant on different threads (a drain racing
+/// the worker's own exit, say) are published in the order the threads reach the channel, so
+/// `WorkerDraining` may follow `WorkerDied`; the worker's status word, and the death, are what
+/// count. `TargetReleased` comes from the sweep that found the released work, after the deaths
+/// it reports.
 ///
 /// # Examples
 ///

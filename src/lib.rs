@@ -8,7 +8,9 @@
 //! all workers without blocking the hot path.
 //!
 //! Start with [`Registry`] (and [`Registry::admit`]); route code against the [`WorkerRegistry`]
-//! trait so tests can use a fake; run a [`Sweeper`] next to it.
+//! trait so tests can use a fake; run a [`Sweeper`] next to it. With the `tokio` feature,
+//! `Registry::subscribe` streams lifecycle [`Event`]s; with `http`, `http::admin_router` is an
+//! axum admin API (workers, drain, Prometheus metrics from `metrics::Metrics`, OpenAPI).
 //!
 //! ```
 //! use worker_registry::{Admission, EventId, Registry, Target};
