@@ -47,7 +47,7 @@ struct Args {
     /// Address to listen on [default: 127.0.0.1:3000 / 127.0.0.1:0].
     #[arg(long, env = "WEBHOOK_ROUTER_BIND")]
     bind: Option<SocketAddr>,
-    /// Live workers (containers) allowed at once [default: 64 / 24].
+    /// Live workers (containers) allowed at once [default: 64 / 48].
     #[arg(long, env = "WEBHOOK_ROUTER_CAPACITY")]
     capacity: Option<usize>,
     /// Worker heartbeat interval, ms [default: 30000 / 100].
@@ -59,7 +59,7 @@ struct Args {
     /// How long a simulated worker's loop runs per event, ms [default: 2000 / 20].
     #[arg(long, env = "WEBHOOK_ROUTER_WORK_MS")]
     work_ms: Option<u64>,
-    /// How long a worker waits for another event before it exits, ms [default: 60000 / 500].
+    /// How long a worker waits for another event before it exits, ms [default: 60000 / 200].
     #[arg(long, env = "WEBHOOK_ROUTER_IDLE_MS")]
     idle_ms: Option<u64>,
     /// Events a worker may have queued before its target gets 503.
@@ -88,7 +88,7 @@ struct Args {
     #[arg(long, default_value_t = 32, requires = "simulate")]
     clients: usize,
     /// --simulate: repositories (6 pull requests each).
-    #[arg(long, default_value_t = 16, requires = "simulate")]
+    #[arg(long, default_value_t = 12, requires = "simulate")]
     repos: usize,
     /// --simulate: seed of the traffic generator.
     #[arg(long, default_value_t = 1, requires = "simulate")]
@@ -121,7 +121,7 @@ fn settings(a: &Args) -> Result<Settings, String> {
         .unwrap_or(if sim { 3 } else { DEFAULT_MISSED_HEARTBEATS });
     let capacity = a
         .capacity
-        .unwrap_or(if sim { 24 } else { DEFAULT_MAX_WORKERS });
+        .unwrap_or(if sim { 48 } else { DEFAULT_MAX_WORKERS });
     // Sweep at least twice per heartbeat interval (never less often than the library default), so a
     // silent worker is noticed within half an interval of its deadline.
     let sweep = (heartbeat / 2).clamp(ms(1), DEFAULT_SWEEP_INTERVAL);
@@ -167,7 +167,7 @@ fn settings(a: &Args) -> Result<Settings, String> {
         webhook_secret: secret.map(|s| Arc::from(s.into_bytes())),
         admin_token,
         work: ms(pick(a.work_ms, 2_000, 20)),
-        idle: ms(pick(a.idle_ms, 60_000, 500)),
+        idle: ms(pick(a.idle_ms, 60_000, 200)),
         mailbox: a.mailbox,
     };
     if options.mailbox == 0 {
@@ -184,8 +184,9 @@ fn settings(a: &Args) -> Result<Settings, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    // The simulation's summary says what happened; its log only shows errors unless RUST_LOG says.
     let default_filter = if args.simulate {
-        "warn"
+        "error"
     } else {
         "info,webhook_router=info"
     };

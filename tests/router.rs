@@ -507,14 +507,24 @@ async fn crash_then_dead_then_target_reassigned_and_event_redispatched() {
 
     // The sweep declares it dead after the heartbeat timeout ...
     h.until_status(w1, "dead").await;
-    // ... and the released delivery is admitted again, on a new worker for the same target.
+    // ... and the sweeper callback re-dispatches the released delivery: a new worker for the same
+    // target appears without anything being sent.
     let w2 = eventually(|| async {
-        let a = h.deliver("pull_request", "c-1", &pr("o/r", 3)).await;
-        (a.body["outcome"] == "duplicate")
-            .then(|| worker_of(&a))
-            .filter(|w| *w != w1)
+        let list = h.get("/workers").await;
+        list.body["workers"]
+            .as_array()?
+            .iter()
+            .find(|w| w["target"] == "o/r#3" && w["status"] == "active")
+            .and_then(|w| w["id"].as_u64())
     })
     .await;
+    assert_ne!(w2, w1);
+    // The delivery is held by the new worker: GitHub redelivering it now is a duplicate.
+    let dup = h.deliver("pull_request", "c-1", &pr("o/r", 3)).await;
+    assert_eq!(
+        (dup.body["outcome"].as_str(), worker_of(&dup)),
+        (Some("duplicate"), w2)
+    );
     let info = h.until_status(w2, "active").await;
     assert_eq!(info["target"], "o/r#3");
     assert_eq!(h.server.app().redispatched(), 1);

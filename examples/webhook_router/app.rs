@@ -30,6 +30,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -241,6 +242,12 @@ impl<C: Clock> App<C> {
             Admission::Duplicate(d) => return Dispatch::Duplicate(d),
             Admission::Rejected(r) => return Dispatch::Rejected(r),
         };
+        // Acquire: as above. Shutdown began between the check and the admission, so `drain_all`
+        // may have missed this worker: drain it now (it is busy with this event, so it runs it and
+        // exits).
+        if self.inner.closing.load(Ordering::Acquire) {
+            let _ = self.inner.registry.drain(a.worker);
+        }
         let Some(mailbox) = self.mailbox(a.worker) else {
             // The record is gone already (purged): the claim is released with it; say so.
             return Dispatch::Assigned(a);
@@ -270,13 +277,21 @@ impl<C: Clock> App<C> {
             return Some(m.clone());
         }
         let handle = self.inner.registry.handle(id).ok()?;
-        let entry = self.inner.mailboxes.entry(id).or_insert_with(|| {
-            let (tx, rx) = mpsc::channel(self.inner.opts.mailbox.max(1));
-            let crash = Arc::new(Notify::new());
-            self.spawn_worker(handle, rx, crash.clone());
-            Mailbox { jobs: tx, crash }
-        });
-        Some(entry.clone())
+        let (mailbox, rx) = match self.inner.mailboxes.entry(id) {
+            Entry::Occupied(o) => return Some(o.get().clone()),
+            Entry::Vacant(v) => {
+                let (tx, rx) = mpsc::channel(self.inner.opts.mailbox.max(1));
+                let mailbox = Mailbox {
+                    jobs: tx,
+                    crash: Arc::new(Notify::new()),
+                };
+                v.insert(mailbox.clone());
+                (mailbox, rx)
+            }
+        };
+        // Spawned after the map's shard lock is released; events sent meanwhile wait in the queue.
+        self.spawn_worker(handle, rx, mailbox.crash.clone());
+        Some(mailbox)
     }
 
     fn spawn_worker(

@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::time::{sleep, sleep_until, Instant};
-use worker_registry::{Status, StatusSnapshot, WorkerInfo};
+use worker_registry::{DeadReason, Status, StatusSnapshot, WorkerInfo};
 
 use crate::app::{github, Server};
 
@@ -465,6 +465,7 @@ pub async fn run(server: Server, plan: Plan) -> bool {
         }
     }
     let traffic_time = started.elapsed();
+    let at_peak = app.registry().status();
     // Relaxed: read after the clients are joined.
     let sent = tally.sent.load(Ordering::Relaxed);
 
@@ -496,17 +497,25 @@ pub async fn run(server: Server, plan: Plan) -> bool {
     let sweep = app.registry().config().sweep_interval;
     let settle_started = Instant::now();
     let settle_limit = Duration::from_secs(10);
-    let first_snapshot = app.registry().status().generation;
+    // A sweep publishes its snapshot before its callback re-dispatches what it released, so a quiet
+    // snapshot only counts if nothing was re-dispatched since before it was published: since the
+    // previous poll, which saw an older snapshot.
+    let mut previous: Option<(u64, u64)> = None;
     loop {
         let s = app.registry().status();
-        // Two sweeps later than now, so the snapshot has seen everything sent so far.
-        let quiet = s.generation >= first_snapshot + 2
-            && s.claims.in_flight == 0
-            && app.pending_redispatch() == 0
-            && s.counts.busy == 0;
-        if quiet || settle_started.elapsed() > settle_limit {
+        let redispatched = app.redispatched();
+        let quiet = s.claims.in_flight == 0 && s.counts.busy == 0 && app.pending_redispatch() == 0;
+        if quiet
+            && previous.is_some_and(|(generation, before)| {
+                s.generation > generation && redispatched == before
+            })
+        {
             break;
         }
+        if settle_started.elapsed() > settle_limit {
+            break;
+        }
+        previous = Some((s.generation, redispatched));
         sleep(sweep).await;
     }
     let settled_in = settle_started.elapsed();
@@ -535,7 +544,9 @@ pub async fn run(server: Server, plan: Plan) -> bool {
 
     let stats = app.registry().stats();
     let redispatched = app.redispatched();
+    let shutdown_started = Instant::now();
     let report = server.shutdown(plan.shutdown_deadline).await;
+    let shutdown_took = shutdown_started.elapsed();
 
     // ---- the summary ---------------------------------------------------------------------------
     let mut out = String::new();
@@ -606,11 +617,16 @@ pub async fn run(server: Server, plan: Plan) -> bool {
         "audit      {} accepted deliveries redelivered once more: {completed} duplicate/completed, {in_flight} still in flight, {lost} lost",
         accepted.len(),
     );
-    status_table(&mut out, &status);
+    status_table(&mut out, "at the end of the traffic", &at_peak, 12, 4);
+    status_table(&mut out, "final", &status, usize::MAX, 4);
     let _ = writeln!(
         out,
-        "shutdown   drained {} busy workers, {} idle ones exited at once; {} still running at the deadline; {} released events not re-dispatched",
-        report.drained.draining, report.drained.exited, report.still_running, report.not_redispatched,
+        "shutdown   in {:.0} ms: {} busy workers drained, {} idle ones exited at once; {} still running at the deadline; {} released events not re-dispatched",
+        shutdown_took.as_secs_f64() * 1000.0,
+        report.drained.draining,
+        report.drained.exited,
+        report.still_running,
+        report.not_redispatched,
     );
     print!("{out}");
     lost == 0
@@ -628,14 +644,28 @@ fn record(o: Outcome, i: usize, accepted: &Mutex<HashSet<usize>>, retry: &Mutex<
 }
 
 /// The final status table: every live worker and the most recent dead ones.
-fn status_table(out: &mut String, s: &StatusSnapshot) {
+fn status_table(
+    out: &mut String,
+    when: &str,
+    s: &StatusSnapshot,
+    show_live: usize,
+    show_dead: usize,
+) {
+    let died_of = |r: DeadReason| {
+        s.workers
+            .iter()
+            .filter(|w| w.status == Status::Dead(r))
+            .count()
+    };
     let _ = writeln!(
         out,
-        "status     snapshot #{}: {} active, {} draining, {} dead (retained); capacity {}/{}; claims {} in flight, {} retained",
+        "status     {when}, snapshot #{}: {} active, {} draining, {} dead ({} exited, {} missed heartbeats); capacity {}/{}; claims {} in flight, {} retained",
         s.generation,
         s.counts.active,
         s.counts.draining,
         s.counts.dead,
+        died_of(DeadReason::Exited) + died_of(DeadReason::Deregistered),
+        died_of(DeadReason::MissedHeartbeats),
         s.capacity.used,
         s.capacity.limit,
         s.claims.in_flight,
@@ -645,13 +675,16 @@ fn status_table(out: &mut String, s: &StatusSnapshot) {
     let mut dead: Vec<&WorkerInfo> = s.workers.iter().filter(|w| !w.status.is_alive()).collect();
     live.sort_by_key(|w| w.id);
     dead.sort_by_key(|w| std::cmp::Reverse(w.id));
-    const SHOW_DEAD: usize = 8;
     let _ = writeln!(
         out,
         "  {:>5}  {:<26} {:<26} {:<8} {:>10}  {:>14} {:>6}",
         "id", "target", "status", "activity", "last beat", "generation", "events"
     );
-    for w in live.iter().chain(dead.iter().take(SHOW_DEAD)) {
+    for w in live
+        .iter()
+        .take(show_live)
+        .chain(dead.iter().take(show_dead))
+    {
         let status = match w.status {
             Status::Dead(reason) => format!("dead ({reason})"),
             other => other.as_str().to_owned(),
@@ -670,11 +703,12 @@ fn status_table(out: &mut String, s: &StatusSnapshot) {
             w.generation.seq(),
         );
     }
-    if dead.len() > SHOW_DEAD {
+    let hidden_live = live.len().saturating_sub(show_live);
+    let hidden_dead = dead.len().saturating_sub(show_dead);
+    if hidden_live + hidden_dead > 0 {
         let _ = writeln!(
             out,
-            "  ... and {} more dead workers",
-            dead.len() - SHOW_DEAD
+            "  ... and {hidden_live} more live, {hidden_dead} more dead workers"
         );
     }
 }
