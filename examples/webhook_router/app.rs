@@ -35,11 +35,10 @@ use dashmap::DashMap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use serde_json::json;
-use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
-use worker_registry::http::{admin_router, AdminOptions};
+use worker_registry::http::{admin_router, require_bearer, AdminOptions};
 use worker_registry::metrics::Metrics;
 use worker_registry::{
     Admission, AlreadyClaimed, Assignment, ClaimState, Clock, DrainAll, EventId, Registry,
@@ -407,14 +406,19 @@ impl<C: Clock> App<C> {
     pub fn router(&self) -> Router {
         let mut metrics = Metrics::new(&self.inner.registry);
         self.inner.metrics.register(&mut metrics);
-        let mut admin = AdminOptions::new().metrics(metrics);
-        if let Some(token) = &self.inner.opts.admin_token {
-            admin = admin.bearer_token(token.clone());
+        let token = self.inner.opts.admin_token.clone();
+        let admin = AdminOptions::new()
+            .metrics(metrics)
+            .maybe_bearer_token(token.clone());
+        // The debug endpoint mutates, so it takes the admin API's bearer token (same 401 answer).
+        let mut debug = Router::new().route("/debug/workers/{id}/crash", post(crash::<C>));
+        if let Some(token) = token {
+            debug = require_bearer(debug, token);
         }
         Router::new()
             .route("/webhook", post(webhook::<C>))
-            .route("/debug/workers/{id}/crash", post(crash::<C>))
             .layer(DefaultBodyLimit::max(github::MAX_PAYLOAD_BYTES))
+            .merge(debug)
             .with_state(self.clone())
             .merge(admin_router(self.inner.registry.clone(), admin))
     }
@@ -473,21 +477,6 @@ impl<C: Clock> App<C> {
                 Reply::Unavailable(other, retry_after)
             }
         }
-    }
-
-    fn admin_authorized(&self, headers: &HeaderMap) -> bool {
-        let Some(expected) = &self.inner.opts.admin_token else {
-            return true;
-        };
-        let Some(token) = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().split_at_checked(7))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case(b"bearer "))
-            .map(|(_, token)| token)
-        else {
-            return false;
-        };
-        !token.is_empty() && bool::from(token.ct_eq(expected.as_bytes()))
     }
 }
 
@@ -633,17 +622,7 @@ async fn webhook<C: Clock>(
 }
 
 /// `POST /debug/workers/{id}/crash`.
-async fn crash<C: Clock>(
-    State(app): State<App<C>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    if !app.admin_authorized(&headers) {
-        return error_response(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong bearer token".into(),
-        );
-    }
+async fn crash<C: Clock>(State(app): State<App<C>>, Path(id): Path<String>) -> Response {
     let id: WorkerId = match id.parse() {
         Ok(id) => id,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, format!("{e}")),
