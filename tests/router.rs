@@ -817,3 +817,52 @@ async fn shutdown_refuses_deliveries_and_drains_every_worker() {
     assert_eq!((stats.live_workers, stats.deaths_exited), (0, 3));
     assert_eq!(stats.claims_completed, 5);
 }
+
+/// `application/x-www-form-urlencoded` encoding of one value (test data only).
+fn form_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
+                (b as char).to_string()
+            }
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn form_encoded_deliveries_are_accepted() {
+    let secret = "It's a Secret to Everybody";
+    let h = start(Setup {
+        secret: Some(secret),
+        ..Setup::default()
+    })
+    .await;
+    let send = |id: &'static str, body: String| {
+        let signature = github::sign(secret.as_bytes(), body.as_bytes());
+        let req = h
+            .http
+            .post(format!("{}/webhook", h.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header(github::EVENT_HEADER, "pull_request")
+            .header(github::DELIVERY_HEADER, id)
+            .header(github::SIGNATURE_HEADER, signature)
+            .body(body);
+        async move { answer(req.send().await.unwrap()).await }
+    };
+    let payload = pr("o/r", 5).to_string();
+    let a = send("f-1", format!("payload={}", form_encode(&payload))).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{:?}", a.body);
+    assert_eq!(a.body["outcome"], "assigned");
+    let info = h.get(&format!("/workers/{}", worker_of(&a))).await;
+    assert_eq!(info.body["target"], "o/r#5");
+
+    let missing = send("f-2", "other=1".to_owned()).await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    assert!(missing.body["error"]
+        .as_str()
+        .unwrap()
+        .contains("form-encoded"));
+}

@@ -437,27 +437,25 @@ impl<C: Clock> App<C> {
     }
 
     /// The whole handling of one `POST /webhook`.
-    fn handle_delivery(&self, headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Reply {
+    async fn handle_delivery(
+        &self,
+        headers: &HeaderMap,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Reply {
         let body = match body {
             Ok(b) => b,
             Err(e) => return Reply::Error(e.status(), e.body_text()),
         };
+        // The signature covers the raw body, whichever content type the webhook uses.
         if let Some(secret) = &self.inner.opts.webhook_secret {
             if let Err(e) = github::verify(secret, headers, &body) {
                 return Reply::Error(StatusCode::UNAUTHORIZED, e.to_string());
             }
         }
-        if headers.get(header::CONTENT_TYPE).is_some_and(|v| {
-            v.as_bytes()
-                .starts_with(b"application/x-www-form-urlencoded")
-        }) {
-            return Reply::Error(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "form-encoded deliveries are not supported: set the webhook's content type to \
-                 application/json"
-                    .into(),
-            );
-        }
+        let body = match github::json_payload(headers, body).await {
+            Ok(b) => b,
+            Err(e) => return Reply::Error(StatusCode::BAD_REQUEST, e),
+        };
         let delivery = match github::delivery(headers) {
             Ok(d) => d,
             Err(e) => return Reply::Error(StatusCode::BAD_REQUEST, e.to_string()),
@@ -612,7 +610,7 @@ async fn webhook<C: Clock>(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let reply = app.handle_delivery(&headers, body);
+    let reply = app.handle_delivery(&headers, body).await;
     app.inner
         .metrics
         .deliveries

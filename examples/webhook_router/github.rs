@@ -3,7 +3,10 @@
 
 use std::fmt;
 
-use axum::http::HeaderMap;
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, HeaderMap, Method};
+use axum::Form;
 use hmac::{Hmac, Mac};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -120,6 +123,36 @@ pub fn delivery(headers: &HeaderMap) -> Result<Delivery, HeaderError> {
     let text = String::from_utf8_lossy(raw.as_bytes());
     let id = EventId::new(&text).map_err(HeaderError::BadDelivery)?;
     Ok(Delivery { event, id })
+}
+
+/// GitHub's form-encoded delivery: the JSON document is the `payload` field.
+#[derive(Deserialize)]
+struct FormDelivery {
+    payload: String,
+}
+
+/// The JSON document of a delivery: the body itself (content type `application/json`), or the
+/// `payload` field of a form-encoded body (`application/x-www-form-urlencoded`, GitHub's other
+/// content-type setting), decoded by axum's `Form` extractor.
+pub async fn json_payload(headers: &HeaderMap, body: Bytes) -> Result<Bytes, String> {
+    let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(body);
+    };
+    if !content_type
+        .as_bytes()
+        .starts_with(b"application/x-www-form-urlencoded")
+    {
+        return Ok(body);
+    }
+    let mut request = Request::new(Body::from(body));
+    *request.method_mut() = Method::POST;
+    request
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, content_type.clone());
+    match Form::<FormDelivery>::from_request(request, &()).await {
+        Ok(Form(form)) => Ok(Bytes::from(form.payload)),
+        Err(e) => Err(format!("form-encoded delivery: {}", e.body_text())),
+    }
 }
 
 /// Where a delivery goes.
