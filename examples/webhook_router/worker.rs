@@ -101,7 +101,9 @@ pub async fn run<C: Clock>(
                 // if an event was assigned a moment ago, the worker is busy and drains instead.
                 match registry.drain(id) {
                     Ok(Status::Draining) => {
-                        // Its next heartbeat finds the draining state and runs that last event.
+                        // That event is on its way: it is the last loop (or, if it never comes, the
+                        // next heartbeat ends the worker and the sweep releases it).
+                        draining = true;
                         idle_until = Instant::now() + t.idle;
                         continue;
                     }
