@@ -42,7 +42,7 @@ use worker_registry::{
 /// Timing flags default to production-like values, or to fast ones with --simulate (shown as
 /// "serve / simulate").
 #[derive(Parser, Debug)]
-#[command(name = "webhook_router", version, about, long_about = None)]
+#[command(name = "webhook_router", version)]
 struct Args {
     /// Address to listen on [default: 127.0.0.1:3000 / 127.0.0.1:0].
     #[arg(long, env = "WEBHOOK_ROUTER_BIND")]
