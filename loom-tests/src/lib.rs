@@ -1,1 +1,24 @@
-pub fn placeholder() {}
+//! Loom models of the worker registry's races.
+//!
+//! The models live in `tests/`, one file per race, and drive the registry's real code through its
+//! `src/sync.rs` shim: under `RUSTFLAGS="--cfg worker_registry_loom"` the registry's atomics, `Arc`,
+//! sharded maps (one loom mutex per shard) and snapshot cell are loom's, so loom explores every
+//! interleaving of the real state machine (bounded by [`PREEMPTION_BOUND`] preemptions). Time comes
+//! from a [`ManualClock`](worker_registry::ManualClock) that each model sets up front.
+//!
+//! Every model has a must-fail twin: the same model on a registry with one deliberate bug injected
+//! ([`Fault`](worker_registry::Fault), loom builds only), which must make loom find a violation of
+//! exactly the invariant the model checks. A model that cannot fail is not a model.
+//!
+//! Without the cfg this crate and its tests compile to nothing, so `cargo test --all-features`
+//! stays fast. Run the models with:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg worker_registry_loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test -p loom-tests --release
+//! ```
+
+#[cfg(worker_registry_loom)]
+mod harness;
+#[cfg(worker_registry_loom)]
+pub use harness::*;

@@ -1,0 +1,186 @@
+//! What every model shares: the loom builder, the must-fail runner, fixtures and the invariant check.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use worker_registry::{EventId, Fault, ManualClock, Registry, RegistryConfig, Target};
+
+/// Preemptions loom explores per execution (set in code, so the CI command needs no
+/// `LOOM_MAX_PREEMPTIONS`). Loom's own documentation finds 2-3 enough for most bugs; every twin
+/// below shows that this bound does find the bug its model guards against.
+pub const PREEMPTION_BOUND: usize = 2;
+
+/// The prefix of every invariant failure; twins expect it followed by the invariant's name.
+pub const VIOLATION: &str = "INVARIANT VIOLATED";
+
+/// Panics with `INVARIANT VIOLATED [name]: ...` unless `cond` holds.
+#[macro_export]
+macro_rules! invariant {
+    ($name:literal, $cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            panic!("{} [{}]: {}", $crate::VIOLATION, $name, format_args!($($fmt)+));
+        }
+    };
+}
+
+/// Stack of every model thread. Loom runs model threads as coroutines whose default stack (32 KiB)
+/// the registry's calls overflow; the model body and its threads therefore run on [`spawn`]ed
+/// threads with this stack.
+pub const STACK_SIZE: usize = 1 << 20;
+
+/// Spawns a model thread (a loom thread with [`STACK_SIZE`] of stack).
+pub fn spawn<F, T>(f: F) -> loom::thread::JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    loom::thread::Builder::new()
+        .stack_size(STACK_SIZE)
+        .spawn(f)
+        .expect("loom spawn")
+}
+
+/// Runs `model` on a big-stack model thread (see [`STACK_SIZE`]), re-raising its panic.
+fn on_big_stack<F>(model: &'static F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    if let Err(panic) = spawn(model).join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The loom builder every model uses.
+pub fn builder(preemptions: usize) -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(preemptions);
+    b
+}
+
+/// Explores `model` exhaustively within `preemptions`; any panic fails the test.
+pub fn check<F>(name: &str, preemptions: usize, model: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let started = Instant::now();
+    let model: &'static F = Box::leak(Box::new(model));
+    let runs: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    builder(preemptions).check(move || {
+        runs.fetch_add(1, Relaxed);
+        on_big_stack(model)
+    });
+    eprintln!(
+        "loom model {name}: {} executions explored, passed in {:.2?}",
+        runs.load(Relaxed),
+        started.elapsed()
+    );
+}
+
+/// The must-fail twin: explores `model` (on a registry with a fault injected) and passes only if
+/// loom finds an execution violating the invariant `invariant` (a panic whose message contains
+/// `INVARIANT VIOLATED [invariant]`). Any other outcome, including a clean pass or a different
+/// panic (a loom limit, a deadlock), fails the test.
+pub fn check_fails<F>(name: &str, preemptions: usize, invariant: &str, model: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let started = Instant::now();
+    let model: &'static F = Box::leak(Box::new(model));
+    let runs: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        builder(preemptions).check(move || {
+            runs.fetch_add(1, Relaxed);
+            on_big_stack(model)
+        })
+    }));
+    let took = started.elapsed();
+    let expected = format!("{VIOLATION} [{invariant}]");
+    match outcome {
+        Ok(()) => panic!(
+            "twin {name}: loom explored every execution and found no violation of [{invariant}] \
+             with the fault injected: the model cannot catch this bug"
+        ),
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            assert!(
+                msg.contains(&expected),
+                "twin {name}: loom failed, but not on [{invariant}]: {msg}"
+            );
+            eprintln!(
+                "loom twin {name}: violation found as expected after {} executions, in {took:.2?}",
+                runs.load(Relaxed)
+            );
+        }
+    }
+}
+
+/// Heartbeat interval of every model's registry.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// Missed intervals before death: the heartbeat timeout is `INTERVAL * MISSED` = 2 s.
+pub const MISSED: u32 = 2;
+
+/// A small registry on a manual clock: 2 s heartbeat timeout, no start-up grace, the brake off
+/// unless a model turns it on, and the given capacity. `faults` are injected before it is returned.
+pub fn registry(max_workers: usize, faults: &[Fault]) -> (Registry<ManualClock>, ManualClock) {
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(INTERVAL)
+        .missed_heartbeats(MISSED)
+        .sweep_interval(INTERVAL)
+        .startup_grace(Duration::ZERO)
+        .brake_fraction(1.0)
+        .max_workers(max_workers)
+        .shards(2)
+        .build()
+        .expect("valid model config");
+    let clock = ManualClock::new();
+    let registry = Registry::with_clock(config, clock.clone());
+    for f in faults {
+        registry.inject_fault(*f);
+    }
+    (registry, clock)
+}
+
+/// Target number `n` of one repository.
+pub fn target(n: u64) -> Target {
+    Target::new("octo/repo", n).expect("valid target")
+}
+
+/// Delivery id `d-<n>`.
+pub fn event(n: u64) -> EventId {
+    EventId::new(&format!("d-{n}")).expect("valid event id")
+}
+
+/// The first event after `after` whose claim for `t` lies in a different claims shard than
+/// `(t, other)`'s, so that admitting both really runs concurrently (one shard would serialise them).
+pub fn event_in_other_claims_shard(
+    registry: &Registry<ManualClock>,
+    t: &Target,
+    other: &EventId,
+    after: u64,
+) -> EventId {
+    let taken = registry.claims_shard_of(t, other);
+    (after..after + 64)
+        .map(event)
+        .find(|e| registry.claims_shard_of(t, e) != taken)
+        .expect("some event hashes into the other shard")
+}
+
+/// Two targets in different targets shards whose deliveries (`event(1)`, `event(2)`) are in
+/// different claims shards, so that admitting them really runs concurrently.
+pub fn targets_in_distinct_shards(registry: &Registry<ManualClock>) -> (Target, Target) {
+    let a = target(1);
+    let (ea, eb) = (event(1), event(2));
+    let b = (2..200)
+        .map(target)
+        .find(|b| {
+            registry.targets_shard_of(b) != registry.targets_shard_of(&a)
+                && registry.claims_shard_of(b, &eb) != registry.claims_shard_of(&a, &ea)
+        })
+        .expect("some target hashes into the other shards");
+    (a, b)
+}
