@@ -3,8 +3,9 @@
 //! The models live in `tests/`, one file per race, and drive the registry's real code through its
 //! `src/sync.rs` shim: under `RUSTFLAGS="--cfg worker_registry_loom"` the registry's atomics, `Arc`,
 //! sharded maps (one loom mutex per shard) and snapshot cell are loom's, so loom explores every
-//! interleaving of the real state machine (bounded by [`PREEMPTION_BOUND`] preemptions). Time comes
-//! from a [`ManualClock`](worker_registry::ManualClock) that each model sets up front.
+//! interleaving of the real state machine (exhaustively: see [`EXHAUSTIVE`]), including the stale
+//! values its acquire loads may legally return. Time comes from a
+//! [`ManualClock`](worker_registry::ManualClock) that each model sets before its threads start.
 //!
 //! Every model has a must-fail twin: the same model on a registry with one deliberate bug injected
 //! ([`Fault`](worker_registry::Fault), loom builds only), which must make loom find a violation of

@@ -12,8 +12,7 @@
 use std::time::Duration;
 
 use loom_tests::{
-    check, check_fails, event, invariant, registry, spawn, target, INTERVAL, MISSED,
-    PREEMPTION_BOUND,
+    check, check_fails, event, invariant, registry, spawn, target, EXHAUSTIVE, INTERVAL, MISSED,
 };
 use worker_registry::{Admission, ClaimState, Fault, RegistryError};
 
@@ -76,14 +75,14 @@ fn complete_against_death(faults: &'static [Fault], death: Death) {
 
 #[test]
 fn complete_against_deregister() {
-    check("complete_against_deregister", PREEMPTION_BOUND, || {
+    check("complete_against_deregister", EXHAUSTIVE, || {
         complete_against_death(&[], Death::Deregister)
     });
 }
 
 #[test]
 fn complete_against_sweep_kill() {
-    check("complete_against_sweep_kill", PREEMPTION_BOUND, || {
+    check("complete_against_sweep_kill", EXHAUSTIVE, || {
         complete_against_death(&[], Death::Sweep)
     });
 }
@@ -92,7 +91,7 @@ fn complete_against_sweep_kill() {
 fn twin_complete_check_then_write_is_caught_deregister() {
     check_fails(
         "complete_check_then_write_deregister",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         "claim-ends-once",
         || complete_against_death(&[Fault::CompleteCheckThenWrite], Death::Deregister),
     );
@@ -102,7 +101,7 @@ fn twin_complete_check_then_write_is_caught_deregister() {
 fn twin_complete_check_then_write_is_caught_sweep() {
     check_fails(
         "complete_check_then_write_sweep",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         "claim-ends-once",
         || complete_against_death(&[Fault::CompleteCheckThenWrite], Death::Sweep),
     );

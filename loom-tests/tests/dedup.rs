@@ -6,7 +6,7 @@
 //! Twin: `Fault::ClaimCheckThenInsert` (look up, then insert under a second lock).
 #![cfg(worker_registry_loom)]
 
-use loom_tests::{check, check_fails, event, invariant, registry, spawn, target, PREEMPTION_BOUND};
+use loom_tests::{check, check_fails, event, invariant, registry, spawn, target, EXHAUSTIVE};
 use worker_registry::{Admission, ClaimOutcome, Fault};
 
 fn admit_same_delivery_twice(faults: &'static [Fault]) {
@@ -79,7 +79,7 @@ fn claim_same_delivery_twice(faults: &'static [Fault]) {
 
 #[test]
 fn admit_same_delivery_concurrently() {
-    check("admit_same_delivery_concurrently", PREEMPTION_BOUND, || {
+    check("admit_same_delivery_concurrently", EXHAUSTIVE, || {
         admit_same_delivery_twice(&[])
     });
 }
@@ -88,7 +88,7 @@ fn admit_same_delivery_concurrently() {
 fn twin_admit_check_then_insert_is_caught() {
     check_fails(
         "admit_check_then_insert",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         "one-winner-per-delivery",
         || admit_same_delivery_twice(&[Fault::ClaimCheckThenInsert]),
     );
@@ -96,7 +96,7 @@ fn twin_admit_check_then_insert_is_caught() {
 
 #[test]
 fn claim_same_delivery_concurrently() {
-    check("claim_same_delivery_concurrently", PREEMPTION_BOUND, || {
+    check("claim_same_delivery_concurrently", EXHAUSTIVE, || {
         claim_same_delivery_twice(&[])
     });
 }
@@ -105,7 +105,7 @@ fn claim_same_delivery_concurrently() {
 fn twin_claim_check_then_insert_is_caught() {
     check_fails(
         "claim_check_then_insert",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         "one-winner-per-delivery",
         || claim_same_delivery_twice(&[Fault::ClaimCheckThenInsert]),
     );

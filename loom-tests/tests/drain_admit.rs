@@ -11,7 +11,7 @@
 
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
-use loom_tests::{check, check_fails, event, invariant, registry, spawn, target, PREEMPTION_BOUND};
+use loom_tests::{check, check_fails, event, invariant, registry, spawn, target, EXHAUSTIVE};
 use worker_registry::{Admission, DeadReason, Fault, Rejection, Status};
 
 fn drain_against_admit(faults: &'static [Fault], idle: bool) {
@@ -88,14 +88,14 @@ fn drain_against_admit(faults: &'static [Fault], idle: bool) {
 
 #[test]
 fn drain_idle_worker_against_admit() {
-    check("drain_idle_worker_against_admit", PREEMPTION_BOUND, || {
+    check("drain_idle_worker_against_admit", EXHAUSTIVE, || {
         drain_against_admit(&[], true)
     });
 }
 
 #[test]
 fn drain_busy_worker_against_admit() {
-    check("drain_busy_worker_against_admit", PREEMPTION_BOUND, || {
+    check("drain_busy_worker_against_admit", EXHAUSTIVE, || {
         drain_against_admit(&[], false)
     });
 }
@@ -104,7 +104,7 @@ fn drain_busy_worker_against_admit() {
 fn twin_transition_load_store_is_caught_by_drain_model() {
     check_fails(
         "drain_vs_admit_load_store",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         "no-assignment-after-drain",
         || drain_against_admit(&[Fault::TransitionLoadStore], true),
     );

@@ -7,16 +7,19 @@
 //! ends dead (reason `MissedHeartbeats`) with its target released and its slot freed.
 //! Guard: every change of the state word is one CAS (`StateCell::transition`), and the sweep's
 //! kill re-checks staleness on the word its CAS sees.
-//! Twin: `Fault::TransitionLoadStore` (load, decide, store).
+//! Invariant `beat-clears-suspicion` (the mass-staleness brake engaged): a heartbeat racing the
+//! sweep that marks every silent worker suspect is never lost: its worker ends alive, not suspect,
+//! with the new beat recorded; no worker dies while the brake holds.
+//! Twin: `Fault::TransitionLoadStore` (load, decide, store), for both models.
 #![cfg(worker_registry_loom)]
 
 use std::time::Duration;
 
 use loom_tests::{
-    check, check_fails, event, invariant, registry, spawn, target, INTERVAL, MISSED,
-    PREEMPTION_BOUND,
+    braking_registry, check, check_fails, event, invariant, registry, spawn, target, EXHAUSTIVE,
+    INTERVAL, MISSED,
 };
-use worker_registry::{Admission, DeadReason, Fault, RegistryError, Status};
+use worker_registry::{Admission, DeadReason, Fault, RegistryError, Status, WorkerId};
 
 fn heartbeat_at_the_threshold(faults: &'static [Fault]) {
     let (reg, clock) = registry(4, faults);
@@ -82,21 +85,82 @@ fn heartbeat_at_the_threshold(faults: &'static [Fault]) {
     }
 }
 
+/// Three workers all silent past the timeout: the brake (more than half of at least three) makes
+/// the sweep mark them suspect instead of dead, while one of them heartbeats.
+fn heartbeat_against_braking_sweep(faults: &'static [Fault]) {
+    let (reg, clock) = braking_registry(4, faults);
+    let workers: Vec<WorkerId> = (1..=3)
+        .map(|n| match reg.admit(&target(n), &event(n)) {
+            Admission::Assigned(a) => a.worker,
+            other => panic!("capacity for three: {other:?}"),
+        })
+        .collect();
+    clock.advance(INTERVAL * MISSED + Duration::from_millis(1));
+    let w = workers[0];
+
+    let beat = {
+        let reg = reg.clone();
+        spawn(move || reg.heartbeat(w))
+    };
+    let report = reg.sweep();
+    let beat = beat.join().unwrap();
+
+    invariant!(
+        "beat-clears-suspicion",
+        beat.is_ok() && report.brake_engaged && report.died.is_empty(),
+        "heartbeat {beat:?}; brake {} with deaths {:?}",
+        report.brake_engaged,
+        report.died
+    );
+    let info = reg.worker(w).expect("tracked");
+    invariant!(
+        "beat-clears-suspicion",
+        info.status == Status::Active && !info.suspect && info.heartbeat_age == Duration::ZERO,
+        "the accepted heartbeat was lost: {info:?} (suspected: {:?})",
+        report.suspected
+    );
+    for other in &workers[1..] {
+        let info = reg.worker(*other).expect("tracked");
+        invariant!(
+            "beat-clears-suspicion",
+            info.status == Status::Active && info.suspect,
+            "a silent worker under the brake is suspect, not dead: {info:?}"
+        );
+    }
+}
+
 #[test]
 fn heartbeat_against_sweep_at_threshold() {
-    check(
-        "heartbeat_against_sweep_at_threshold",
-        PREEMPTION_BOUND,
-        || heartbeat_at_the_threshold(&[]),
-    );
+    check("heartbeat_against_sweep_at_threshold", EXHAUSTIVE, || {
+        heartbeat_at_the_threshold(&[])
+    });
 }
 
 #[test]
 fn twin_transition_load_store_is_caught_by_heartbeat_model() {
     check_fails(
         "heartbeat_vs_sweep_load_store",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         "beat-xor-death",
         || heartbeat_at_the_threshold(&[Fault::TransitionLoadStore]),
+    );
+}
+
+#[test]
+fn heartbeat_against_braking_sweep_concurrently() {
+    check(
+        "heartbeat_against_braking_sweep_concurrently",
+        EXHAUSTIVE,
+        || heartbeat_against_braking_sweep(&[]),
+    );
+}
+
+#[test]
+fn twin_transition_load_store_is_caught_by_brake_model() {
+    check_fails(
+        "heartbeat_vs_braking_sweep_load_store",
+        EXHAUSTIVE,
+        "beat-clears-suspicion",
+        || heartbeat_against_braking_sweep(&[Fault::TransitionLoadStore]),
     );
 }

@@ -6,11 +6,15 @@
 //! slot is free and its target unmapped (the next delivery gets a new worker).
 //! Guard: both are one CAS on the state word; only the CAS that makes it dead does the death
 //! bookkeeping.
+//! A second model adds a deregister to the race: still exactly one call kills it, its reason is the
+//! one the worker ends with, and the death is counted once.
 //! Twin: `Fault::TransitionLoadStore` (a lost update leaves it draining forever, or kills it twice).
 #![cfg(worker_registry_loom)]
 
-use loom_tests::{check, check_fails, event, invariant, registry, spawn, target, PREEMPTION_BOUND};
-use worker_registry::{Admission, DeadReason, Fault, Status};
+use loom_tests::{
+    check, check_fails, event, invariant, registry, spawn, target, BOUNDED, EXHAUSTIVE,
+};
+use worker_registry::{Admission, DeadReason, Fault, RegistryError, Status};
 
 fn loop_finished_against_drain(faults: &'static [Fault]) {
     let (reg, _clock) = registry(4, faults);
@@ -52,11 +56,65 @@ fn loop_finished_against_drain(faults: &'static [Fault]) {
     );
 }
 
+fn three_way_death(faults: &'static [Fault]) {
+    let (reg, _clock) = registry(4, faults);
+    let Admission::Assigned(a) = reg.admit(&target(1), &event(1)) else {
+        panic!("first delivery is assigned");
+    };
+    let w = a.worker;
+    let drainer = {
+        let reg = reg.clone();
+        spawn(move || reg.drain(w))
+    };
+    let leaver = {
+        let reg = reg.clone();
+        spawn(move || reg.deregister(w))
+    };
+    let finished = reg.loop_finished(w);
+    let drained = drainer.join().unwrap();
+    let left = leaver.join().unwrap();
+
+    // Who made it dead, with which reason.
+    let mut killers = Vec::new();
+    for r in [&drained, &finished] {
+        if let Ok(Status::Dead(reason)) = r {
+            killers.push(*reason);
+        }
+    }
+    if let Ok(reason) = left {
+        killers.push(reason);
+    }
+    let status = reg.worker(w).map(|i| i.status);
+    invariant!(
+        "dies-once-exited",
+        killers.len() == 1 && status == Some(Status::Dead(killers[0])),
+        "killers {killers:?}, ends {status:?}: drain {drained:?}, loop_finished {finished:?}, \
+         deregister {left:?}"
+    );
+    let refused_ok = |r: &Result<Status, RegistryError>| match r {
+        Ok(s) => s.is_alive() || *s == Status::Dead(killers[0]),
+        Err(RegistryError::WorkerDead { reason, .. }) => *reason == killers[0],
+        Err(_) => false,
+    };
+    invariant!(
+        "dies-once-exited",
+        refused_ok(&drained) && refused_ok(&finished),
+        "the losers must see the winner's death: drain {drained:?}, loop_finished {finished:?}"
+    );
+    let s = reg.stats();
+    let deaths = s.deaths_exited + s.deaths_deregistered + s.deaths_missed_heartbeats;
+    invariant!(
+        "dies-once-exited",
+        deaths == 1 && s.live_workers == 0,
+        "one death, no live worker: {s:?}"
+    );
+}
+
 #[test]
 fn loop_finished_against_drain_concurrently() {
     check(
         "loop_finished_against_drain_concurrently",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         || loop_finished_against_drain(&[]),
     );
 }
@@ -65,8 +123,27 @@ fn loop_finished_against_drain_concurrently() {
 fn twin_transition_load_store_is_caught_by_loop_drain_model() {
     check_fails(
         "loop_finished_vs_drain_load_store",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         "dies-once-exited",
         || loop_finished_against_drain(&[Fault::TransitionLoadStore]),
+    );
+}
+
+#[test]
+fn loop_finished_drain_and_deregister_concurrently() {
+    check(
+        "loop_finished_drain_and_deregister_concurrently",
+        BOUNDED,
+        || three_way_death(&[]),
+    );
+}
+
+#[test]
+fn twin_transition_load_store_is_caught_by_three_way_death() {
+    check_fails(
+        "three_way_death_load_store",
+        BOUNDED,
+        "dies-once-exited",
+        || three_way_death(&[Fault::TransitionLoadStore]),
     );
 }

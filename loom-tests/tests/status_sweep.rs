@@ -9,7 +9,7 @@
 //! `Fault::PublishOutsideSweepLock` (a sweep publishes after releasing the mutex).
 #![cfg(worker_registry_loom)]
 
-use loom_tests::{check, check_fails, event, invariant, registry, spawn, target, PREEMPTION_BOUND};
+use loom_tests::{check, check_fails, event, invariant, registry, spawn, target, EXHAUSTIVE};
 use worker_registry::{Admission, Fault, StatusCounts, StatusSnapshot};
 
 fn assert_consistent(s: &StatusSnapshot) {
@@ -98,7 +98,7 @@ fn status_against_two_sweeps(faults: &'static [Fault]) {
 
 #[test]
 fn status_against_sweep_and_death() {
-    check("status_against_sweep_and_death", PREEMPTION_BOUND, || {
+    check("status_against_sweep_and_death", EXHAUSTIVE, || {
         status_against_sweep(&[])
     });
 }
@@ -107,7 +107,7 @@ fn status_against_sweep_and_death() {
 fn twin_snapshot_counts_second_pass_is_caught() {
     check_fails(
         "snapshot_counts_second_pass",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         "snapshot-consistent",
         || status_against_sweep(&[Fault::SnapshotCountsSecondPass]),
     );
@@ -115,18 +115,16 @@ fn twin_snapshot_counts_second_pass_is_caught() {
 
 #[test]
 fn status_against_two_sweeps_publishing() {
-    check(
-        "status_against_two_sweeps_publishing",
-        PREEMPTION_BOUND,
-        || status_against_two_sweeps(&[]),
-    );
+    check("status_against_two_sweeps_publishing", EXHAUSTIVE, || {
+        status_against_two_sweeps(&[])
+    });
 }
 
 #[test]
 fn twin_publish_outside_sweep_lock_is_caught() {
     check_fails(
         "publish_outside_sweep_lock",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         "generation-monotone",
         || status_against_two_sweeps(&[Fault::PublishOutsideSweepLock]),
     );

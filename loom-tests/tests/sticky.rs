@@ -8,7 +8,7 @@
 
 use loom_tests::{
     check, check_fails, event, event_in_other_claims_shard, invariant, registry, spawn, target,
-    PREEMPTION_BOUND,
+    EXHAUSTIVE,
 };
 use worker_registry::{Admission, AssignOutcome, Fault};
 
@@ -53,7 +53,7 @@ fn two_events_for_a_new_target(faults: &'static [Fault]) {
 fn two_events_for_a_new_target_concurrently() {
     check(
         "two_events_for_a_new_target_concurrently",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         || two_events_for_a_new_target(&[]),
     );
 }
@@ -62,7 +62,7 @@ fn two_events_for_a_new_target_concurrently() {
 fn twin_target_check_then_insert_is_caught() {
     check_fails(
         "target_check_then_insert",
-        PREEMPTION_BOUND,
+        EXHAUSTIVE,
         "one-worker-per-target",
         || two_events_for_a_new_target(&[Fault::TargetCheckThenInsert]),
     );
