@@ -1,7 +1,8 @@
 //! What every model shares: the loom builder, the must-fail runner, fixtures and the invariant check.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use worker_registry::{
@@ -32,9 +33,10 @@ macro_rules! invariant {
     };
 }
 
-/// Stack of every model thread. Loom runs model threads as coroutines whose default stack (32 KiB)
-/// the registry's calls overflow; the model body and its threads therefore run on [`spawn`]ed
-/// threads with this stack.
+/// Stack of every model thread. Loom runs model threads as coroutines on the test's own OS thread,
+/// and their default stack (32 KiB, also that of the model's first thread) is too small for the
+/// registry's calls; so the model body runs on a thread [`spawn`]ed with this stack, as do the
+/// threads it spawns. (The stack is reserved, not committed: untouched pages cost nothing.)
 pub const STACK_SIZE: usize = 1 << 20;
 
 /// Spawns a model thread (a loom thread with [`STACK_SIZE`] of stack).
@@ -49,16 +51,6 @@ where
         .expect("loom spawn")
 }
 
-/// Runs `model` on a big-stack model thread (see [`STACK_SIZE`]), re-raising its panic.
-fn on_big_stack<F>(model: &'static F)
-where
-    F: Fn() + Sync + Send + 'static,
-{
-    if let Err(panic) = spawn(model).join() {
-        std::panic::resume_unwind(panic);
-    }
-}
-
 /// The loom builder every model uses, with the given preemption bound (`None`: exhaustive).
 pub fn builder(preemption_bound: Option<usize>) -> loom::model::Builder {
     let mut b = loom::model::Builder::new();
@@ -66,65 +58,74 @@ pub fn builder(preemption_bound: Option<usize>) -> loom::model::Builder {
     b
 }
 
+/// Runs loom over `model` (each execution on a big-stack model thread, see [`STACK_SIZE`]) and
+/// returns how it ended, how many executions it explored and how long it took.
+fn explore<F>(
+    preemption_bound: Option<usize>,
+    model: F,
+) -> (std::thread::Result<()>, usize, Duration)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let started = Instant::now();
+    let model = Arc::new(model);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        builder(preemption_bound).check(move || {
+            counted.fetch_add(1, Relaxed);
+            let model = model.clone();
+            if let Err(panic) = spawn(move || model()).join() {
+                resume_unwind(panic);
+            }
+        })
+    }));
+    (outcome, runs.load(Relaxed), started.elapsed())
+}
+
 /// Explores `model` within `preemption_bound`; any panic fails the test.
 pub fn check<F>(name: &str, preemption_bound: Option<usize>, model: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
-    let started = Instant::now();
-    let model: &'static F = Box::leak(Box::new(model));
-    let runs: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
-    builder(preemption_bound).check(move || {
-        runs.fetch_add(1, Relaxed);
-        on_big_stack(model)
-    });
-    eprintln!(
-        "loom model {name}: {} executions explored, passed in {:.2?}",
-        runs.load(Relaxed),
-        started.elapsed()
-    );
+    let (outcome, runs, took) = explore(preemption_bound, model);
+    if let Err(panic) = outcome {
+        eprintln!("loom model {name}: failed after {runs} executions");
+        resume_unwind(panic);
+    }
+    eprintln!("loom model {name}: {runs} executions explored, passed in {took:.2?}");
 }
 
 /// The must-fail twin: explores `model` (on a registry with a fault injected) and passes only if
 /// loom finds an execution violating the invariant `invariant` (a panic whose message contains
-/// `INVARIANT VIOLATED [invariant]`). Any other outcome, including a clean pass or a different
-/// panic (a loom limit, a deadlock), fails the test.
+/// `INVARIANT VIOLATED [invariant]`). Any other outcome, a clean pass or a different panic (a loom
+/// limit, a deadlock, a broken fixture), fails the test.
 pub fn check_fails<F>(name: &str, preemption_bound: Option<usize>, invariant: &str, model: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
-    let started = Instant::now();
-    let model: &'static F = Box::leak(Box::new(model));
-    let runs: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        builder(preemption_bound).check(move || {
-            runs.fetch_add(1, Relaxed);
-            on_big_stack(model)
-        })
-    }));
-    let took = started.elapsed();
+    let (outcome, runs, took) = explore(preemption_bound, model);
     let expected = format!("{VIOLATION} [{invariant}]");
-    match outcome {
-        Ok(()) => panic!(
-            "twin {name}: loom explored every execution and found no violation of [{invariant}] \
-             with the fault injected: the model cannot catch this bug"
-        ),
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
-            assert!(
-                msg.contains(&expected),
-                "twin {name}: loom failed, but not on [{invariant}]: {msg}"
-            );
-            eprintln!(
-                "loom twin {name}: violation found as expected after {} executions, in {took:.2?}",
-                runs.load(Relaxed)
-            );
-        }
-    }
+    let Err(payload) = outcome else {
+        panic!(
+            "twin {name}: loom explored all {runs} executions (preemption bound \
+             {preemption_bound:?}) and found no violation of [{invariant}] with the fault \
+             injected: the model cannot catch this bug"
+        );
+    };
+    let msg = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default();
+    assert!(
+        msg.contains(&expected),
+        "twin {name}: loom failed, but not on [{invariant}]: {msg}"
+    );
+    eprintln!(
+        "loom twin {name}: violation of [{invariant}] found, as expected, after {runs} executions \
+         in {took:.2?}"
+    );
 }
 
 /// Heartbeat interval of every model's registry.
@@ -159,7 +160,6 @@ fn config(max_workers: usize) -> RegistryConfigBuilder {
         .sweep_interval(INTERVAL)
         .startup_grace(Duration::ZERO)
         .max_workers(max_workers)
-        .shards(2)
 }
 
 fn build(config: RegistryConfigBuilder, faults: &[Fault]) -> (Registry<ManualClock>, ManualClock) {
