@@ -69,6 +69,9 @@ pub use ids::{
 };
 pub use interface::WorkerRegistry;
 pub use outcome::{Admission, AssignOutcome, Assignment, ClaimOutcome, HeartbeatAck, Rejection};
+#[cfg(worker_registry_loom)]
+#[doc(hidden)]
+pub use registry::faults::Fault;
 pub use registry::{DrainAll, Registry, WorkerHandle};
 pub use snapshot::{Capacity, ClaimCounts, StatusCounts, StatusSnapshot};
 pub use state::{Activity, DeadReason, PoolStatus, Status};

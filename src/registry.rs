@@ -16,6 +16,12 @@ use crate::stats::{Counters, Stats};
 use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Op, Ordering, ShardMap, SnapshotCell};
 use crate::worker::{WorkerInfo, WorkerRecord};
 
+/// LOOM TWINS ONLY: deliberately broken variants, compiled only under `cfg(worker_registry_loom)`.
+#[cfg(worker_registry_loom)]
+pub(crate) mod faults;
+#[cfg(worker_registry_loom)]
+use faults::Fault;
+
 /// The in-memory worker registry: duplicate-delivery detection, sticky assignment under a capacity
 /// limit, heartbeat liveness, drain, and a status snapshot that never blocks.
 ///
@@ -107,6 +113,9 @@ pub(crate) struct Inner<C> {
     pub(crate) sweep_lock: Mutex<u64>,
     pub(crate) counters: Counters,
     pub(crate) events: EventHub,
+    /// LOOM TWINS ONLY: the deliberate bugs injected into this registry.
+    #[cfg(worker_registry_loom)]
+    pub(crate) faults: faults::Faults,
 }
 
 impl Default for Registry<SystemClock> {
@@ -174,6 +183,8 @@ impl<C: Clock> Registry<C> {
                 sweep_lock: Mutex::new(0),
                 counters: Counters::new(),
                 events: EventHub::new(),
+                #[cfg(worker_registry_loom)]
+                faults: faults::Faults::default(),
                 config,
                 clock,
             }),
@@ -235,6 +246,10 @@ impl<C: Clock> Registry<C> {
         if let Some(dup) = self.live_claim(target, event, now) {
             self.inner.counters.duplicates.inc();
             return ClaimOutcome::AlreadyClaimed(dup);
+        }
+        #[cfg(worker_registry_loom)] // LOOM TWIN ONLY: check-then-insert, see `faults`.
+        if self.inner.faults.on(Fault::ClaimCheckThenInsert) {
+            return self.claim_check_then_insert(target, event, now);
         }
         let key = ClaimKey {
             target: target.clone(),
@@ -319,6 +334,10 @@ impl<C: Clock> Registry<C> {
     /// ```
     pub fn complete(&self, target: &Target, event: &EventId) -> Result<(), RegistryError> {
         let now = self.now_ms();
+        #[cfg(worker_registry_loom)] // LOOM TWIN ONLY: check-then-write, see `faults`.
+        if self.inner.faults.on(Fault::CompleteCheckThenWrite) {
+            return self.complete_check_then_write(target, event, now);
+        }
         let key = ClaimKey {
             target: target.clone(),
             event: event.clone(),
@@ -461,6 +480,10 @@ impl<C: Clock> Registry<C> {
             self.inner.counters.duplicates.inc();
             return Admission::Duplicate(dup);
         }
+        #[cfg(worker_registry_loom)] // LOOM TWIN ONLY: check-then-insert, see `faults`.
+        if self.inner.faults.on(Fault::ClaimCheckThenInsert) {
+            return self.admit_check_then_insert(target, event, now);
+        }
         let key = ClaimKey {
             target: target.clone(),
             event: event.clone(),
@@ -506,6 +529,11 @@ impl<C: Clock> Registry<C> {
         let r = match fast {
             Some(Ok(found)) => Ok(found),
             Some(Err((w, id))) if !w.is_dead() => Err(Rejection::TargetDraining { worker: id }),
+            // LOOM TWIN ONLY: create and map outside the lookup's lock, see `faults`.
+            #[cfg(worker_registry_loom)]
+            _ if inner.faults.on(Fault::TargetCheckThenInsert) => {
+                self.assign_check_then_insert(target, now, want_holder)
+            }
             // No worker, or a dead one not yet unmapped: decide under the shard's write lock.
             _ => inner.targets.update(target.clone(), |slot| {
                 if let Some(rec) = &slot {
@@ -575,13 +603,18 @@ impl<C: Clock> Registry<C> {
     ) -> Result<Arc<WorkerRecord>, RegistryError> {
         let inner = &*self.inner;
         let limit = inner.config.max_workers;
+        // LOOM TWIN ONLY: `checked` means a separate load already compared, see `faults`.
+        #[cfg(worker_registry_loom)]
+        let checked = self.capacity_check_only(limit)?;
+        #[cfg(not(worker_registry_loom))]
+        let checked = false;
         // AcqRel: the reservation must be totally ordered with every other reservation and release
         // on this one counter (which any ordering gives for a RMW); Acquire/Release additionally
         // makes a released slot's death visible to the thread that reuses it.
         inner
             .live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
+                (checked || n < limit).then_some(n + 1)
             })
             .map_err(|_| RegistryError::CapacityFull { limit })?;
         // Relaxed: ids need only be unique, which the RMW guarantees; nothing is published.
@@ -599,6 +632,8 @@ impl<C: Clock> Registry<C> {
             inner.clock.wall(),
             assigned,
         ));
+        #[cfg(worker_registry_loom)] // LOOM TWIN ONLY: load-then-store transitions, see `faults`.
+        self.fault_prepare_record(&rec);
         inner.events.created(&rec);
         inner.workers.insert(id, rec.clone());
         Ok(rec)

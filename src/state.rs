@@ -236,11 +236,20 @@ impl fmt::Debug for Word {
 }
 
 /// The atomic cell holding a [`Word`].
-pub(crate) struct StateCell(AtomicU64);
+pub(crate) struct StateCell {
+    word: AtomicU64,
+    /// LOOM TWIN ONLY (`Fault::TransitionLoadStore`): `transition` degrades to load-then-store.
+    #[cfg(worker_registry_loom)]
+    racy: std::sync::atomic::AtomicBool,
+}
 
 impl StateCell {
     pub(crate) fn new(w: Word) -> Self {
-        Self(AtomicU64::new(w.0))
+        Self {
+            word: AtomicU64::new(w.0),
+            #[cfg(worker_registry_loom)]
+            racy: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// Reads the word. Acquire: pairs with the AcqRel of `transition`, so whoever sees a status
@@ -248,7 +257,7 @@ impl StateCell {
     /// written after and has its own ordering; nothing else rides on it).
     #[inline]
     pub(crate) fn load(&self) -> Word {
-        Word(self.0.load(Ordering::Acquire))
+        Word(self.word.load(Ordering::Acquire))
     }
 
     /// The one way the word changes: a CAS loop that applies `f` to the current word until the swap
@@ -261,20 +270,49 @@ impl StateCell {
         &self,
         mut f: impl FnMut(Word) -> Result<Word, E>,
     ) -> Result<(Word, Word), E> {
+        #[cfg(worker_registry_loom)]
+        if self.racy.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.transition_load_store(f);
+        }
         let mut cur = self.load();
         loop {
             let next = f(cur)?;
             if next == cur {
                 return Ok((cur, next));
             }
-            match self
-                .0
-                .compare_exchange_weak(cur.0, next.0, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.word.compare_exchange_weak(
+                cur.0,
+                next.0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return Ok((cur, next)),
                 Err(actual) => cur = Word(actual),
             }
         }
+    }
+}
+
+/// LOOM TWIN ONLY: the broken transition the loom models must catch (`Fault::TransitionLoadStore`).
+#[cfg(worker_registry_loom)]
+impl StateCell {
+    /// Makes every later `transition` on this cell load-then-store.
+    pub(crate) fn make_racy(&self) {
+        // Relaxed: a std flag set before the model's threads start; loom's spawn orders it.
+        self.racy.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// BROKEN ON PURPOSE: decides on a load, then stores, so a concurrent transition in between is
+    /// overwritten (a lost update) instead of making this one retry.
+    fn transition_load_store<E>(
+        &self,
+        mut f: impl FnMut(Word) -> Result<Word, E>,
+    ) -> Result<(Word, Word), E> {
+        let cur = self.load();
+        let next = f(cur)?;
+        // Release: as strong as the real transition's publication; only atomicity is removed.
+        self.word.store(next.0, Ordering::Release);
+        Ok((cur, next))
     }
 }
 

@@ -224,6 +224,12 @@ impl<C: Clock> Registry<C> {
             report.brake_engaged,
             counts,
         );
+        // LOOM TWINS ONLY: counts from a second pass / publish unlocked, see `registry::faults`.
+        #[cfg(worker_registry_loom)]
+        let (snapshot, _generation) = (
+            self.fault_recount(snapshot),
+            self.fault_unlock_before_publish(generation),
+        );
         inner.snapshot.store(Arc::new(snapshot));
         inner.counters.sweeps.inc();
         report.took = started.elapsed();

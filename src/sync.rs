@@ -218,8 +218,13 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
     }
 
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Mutex<std::collections::HashMap<K, V, Hasher>> {
-        let h = self.hasher.hash_one(key);
-        &self.shards[(h as usize) % LOOM_SHARDS]
+        &self.shards[self.shard_of(key)]
+    }
+
+    /// Which shard `key` lives in (the loom models pick keys in distinct shards so that calls on
+    /// them really run concurrently instead of queueing on one shard lock).
+    pub(crate) fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
+        (self.hasher.hash_one(key) as usize) % LOOM_SHARDS
     }
 
     pub(crate) fn get_with<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>

@@ -1,0 +1,150 @@
+//! Race 3: capacity 1, deliveries for two different new targets at once.
+//!
+//! Invariant `capacity-respected`: exactly one is assigned (a new worker), the other is rejected
+//! with `CapacityFull { limit: 1 }` and leaves no claim; `live_workers()`, the stats and the next
+//! snapshot all count one live worker.
+//! Guard: the capacity reservation is one `fetch_update` (check and increment in one RMW).
+//! A second model frees the only slot (a deregister) while two new targets compete for it: at most
+//! one gets it, and never before it is free.
+//! Twin: `Fault::CapacityCheckThenIncrement` (load and compare, then increment).
+#![cfg(worker_registry_loom)]
+
+use loom_tests::{
+    check, check_fails, event, invariant, registry, spawn, targets_in_distinct_shards, EXHAUSTIVE,
+};
+use worker_registry::{Admission, Fault, Rejection, Status};
+
+fn two_targets_one_slot(faults: &'static [Fault]) {
+    let (reg, _clock) = registry(1, faults);
+    // Distinct claims and targets shards: nothing but the capacity counter is shared.
+    let (ta, tb) = targets_in_distinct_shards(&reg);
+    let other = {
+        let reg = reg.clone();
+        spawn(move || reg.admit(&tb, &event(2)))
+    };
+    let mine = reg.admit(&ta, &event(1));
+    let theirs = other.join().unwrap();
+
+    let outcomes = [&mine, &theirs];
+    let assigned = outcomes
+        .iter()
+        .filter(|a| matches!(a, Admission::Assigned(x) if x.new))
+        .count();
+    let full = outcomes
+        .iter()
+        .filter(|a| matches!(a, Admission::Rejected(Rejection::CapacityFull { limit: 1 })))
+        .count();
+    invariant!(
+        "capacity-respected",
+        (assigned, full) == (1, 1),
+        "one assigned, one CapacityFull: {mine:?} / {theirs:?}"
+    );
+    let s = reg.stats();
+    invariant!(
+        "capacity-respected",
+        (s.live_workers, s.admitted_new, s.rejected_capacity) == (1, 1, 1),
+        "live_workers() and stats must agree with the outcomes: {s:?}"
+    );
+    invariant!(
+        "capacity-respected",
+        reg.claim_count() == 1,
+        "the rejected delivery must leave no claim: {} claims",
+        reg.claim_count()
+    );
+    reg.sweep();
+    let snap = reg.status();
+    invariant!(
+        "capacity-respected",
+        snap.capacity.used == 1 && snap.counts.active == 1 && snap.workers.len() == 1,
+        "the snapshot must count one live worker: {:?} {:?}",
+        snap.capacity,
+        snap.counts
+    );
+}
+
+fn two_targets_one_slot_being_freed(faults: &'static [Fault]) {
+    let (reg, _clock) = registry(1, faults);
+    let (ta, tb) = targets_in_distinct_shards(&reg);
+    let holder = reg.register().expect("the one slot");
+    let leaver = {
+        let holder = holder.clone();
+        spawn(move || holder.deregister())
+    };
+    let other = {
+        let reg = reg.clone();
+        spawn(move || reg.admit(&tb, &event(2)))
+    };
+    let mine = reg.admit(&ta, &event(1));
+    let theirs = other.join().unwrap();
+    leaver.join().unwrap().expect("alive until now");
+
+    let outcomes = [&mine, &theirs];
+    let assigned = outcomes
+        .iter()
+        .filter(|a| matches!(a, Admission::Assigned(x) if x.new))
+        .count();
+    let full = outcomes
+        .iter()
+        .filter(|a| matches!(a, Admission::Rejected(Rejection::CapacityFull { limit: 1 })))
+        .count();
+    invariant!(
+        "capacity-respected",
+        assigned <= 1 && assigned + full == 2,
+        "at most one may take the freed slot: {mine:?} / {theirs:?}"
+    );
+    let s = reg.stats();
+    invariant!(
+        "capacity-respected",
+        (s.live_workers, s.admitted_new, s.rejected_capacity)
+            == (assigned, assigned as u64, full as u64),
+        "live_workers() and stats must agree with the outcomes ({assigned} assigned): {s:?}"
+    );
+    reg.sweep();
+    let snap = reg.status();
+    let live = snap.workers.iter().filter(|w| w.status.is_alive()).count();
+    invariant!(
+        "capacity-respected",
+        live == assigned
+            && snap.capacity.used == assigned
+            && snap.worker(holder.id()).map(|w| w.status.is_alive()) == Some(false)
+            && !matches!(holder.info().status, Status::Active | Status::Draining),
+        "the snapshot must show the holder dead and {assigned} live: {:?}",
+        snap.workers
+    );
+}
+
+#[test]
+fn two_targets_one_slot_concurrently() {
+    check("two_targets_one_slot_concurrently", EXHAUSTIVE, || {
+        two_targets_one_slot(&[])
+    });
+}
+
+#[test]
+fn twin_capacity_check_then_increment_is_caught() {
+    check_fails(
+        "capacity_check_then_increment",
+        EXHAUSTIVE,
+        "capacity-respected",
+        || two_targets_one_slot(&[Fault::CapacityCheckThenIncrement]),
+    );
+}
+
+#[test]
+fn two_targets_one_slot_being_freed_concurrently() {
+    check(
+        "two_targets_one_slot_being_freed_concurrently",
+        EXHAUSTIVE,
+        || two_targets_one_slot_being_freed(&[]),
+    );
+}
+
+#[test]
+fn twin_capacity_check_then_increment_is_caught_on_release() {
+    check_fails(
+        "capacity_check_then_increment_on_release",
+        EXHAUSTIVE,
+        "capacity-respected",
+        || two_targets_one_slot_being_freed(&[Fault::CapacityCheckThenIncrement]),
+    );
+}
