@@ -1,3 +1,4 @@
+#![cfg(not(worker_registry_loom))]
 //! Lifecycle events (`Registry::subscribe`): what is published, in which order, and what a
 //! subscriber that falls behind is told. Registry time is a `ManualClock`; nothing sleeps.
 #![cfg(feature = "tokio")]
