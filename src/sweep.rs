@@ -61,6 +61,11 @@ impl<C: Clock> Registry<C> {
     ///   `max_retained_claims`; dead records past `dead_retention` are purged.
     ///
     /// Synchronous and callable by anyone; the [`Sweeper`](crate::Sweeper) calls it on an interval.
+    /// The released events are handed to whoever ran the sweep (in the report) and to event
+    /// subscribers (`TargetReleased`), once: a caller that sweeps by hand beside a `Sweeper` must
+    /// re-dispatch its own report's events. The snapshot is published before the caller sees the
+    /// report, so a snapshot may show released events as no longer in flight before they have been
+    /// dispatched again.
     ///
     /// **Locking behaviour:** takes the sweep mutex (sweeps run one at a time), then visits each map
     /// shard by shard, never holding two map locks at once. Hot-path calls proceed meanwhile, blocked
