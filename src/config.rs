@@ -107,7 +107,8 @@ impl RegistryConfig {
 
     /// `heartbeat_interval x missed_heartbeats`: silence longer than this kills a worker.
     pub fn heartbeat_timeout(&self) -> Duration {
-        self.heartbeat_interval.saturating_mul(self.missed_heartbeats)
+        self.heartbeat_interval
+            .saturating_mul(self.missed_heartbeats)
     }
 
     /// Checks every constraint; [`RegistryConfigBuilder::build`] calls this.

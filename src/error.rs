@@ -100,7 +100,10 @@ impl fmt::Display for RegistryError {
                 None => write!(f, "claim for event {event} on {target} was released"),
             },
             Self::ClaimCompleted { target, event } => {
-                write!(f, "claim for event {event} on {target} is already completed")
+                write!(
+                    f,
+                    "claim for event {event} on {target} is already completed"
+                )
             }
             Self::CapacityFull { limit } => {
                 write!(f, "capacity full: {limit} live workers is the limit")

@@ -60,7 +60,11 @@ pub struct WorkerIdError {
 
 impl fmt::Display for WorkerIdError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "worker id {:?} is not a non-negative integer", self.input)
+        write!(
+            f,
+            "worker id {:?} is not a non-negative integer",
+            self.input
+        )
     }
 }
 
@@ -290,13 +294,19 @@ impl fmt::Display for TargetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NotOwnerSlashName { input } => {
-                write!(f, "target repository {input:?} is not of the form owner/name")
+                write!(
+                    f,
+                    "target repository {input:?} is not of the form owner/name"
+                )
             }
             Self::TooLong { part, len, max } => {
                 write!(f, "target {part} is {len} bytes long; the limit is {max}")
             }
             Self::BadCharacter { part, found } => {
-                write!(f, "target {part} contains {found:?}, which GitHub does not allow")
+                write!(
+                    f,
+                    "target {part} contains {found:?}, which GitHub does not allow"
+                )
             }
             Self::ZeroNumber => write!(f, "target number must be at least 1"),
             Self::MissingNumber { input } => {
@@ -396,7 +406,10 @@ impl fmt::Display for EventIdError {
                 write!(f, "event id is {len} bytes long; the limit is {max}")
             }
             Self::BadByte { found } => {
-                write!(f, "event id contains byte 0x{found:02x}; only visible ASCII is allowed")
+                write!(
+                    f,
+                    "event id contains byte 0x{found:02x}; only visible ASCII is allowed"
+                )
             }
         }
     }

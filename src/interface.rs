@@ -103,9 +103,7 @@ pub trait WorkerRegistry: Send + Sync {
     /// See [`Registry::sweep`].
     fn sweep(&self) -> impl Future<Output = Result<SweepReport, RegistryError>> + Send;
     /// See [`Registry::status`].
-    fn status(
-        &self,
-    ) -> impl Future<Output = Result<StdArc<StatusSnapshot>, RegistryError>> + Send;
+    fn status(&self) -> impl Future<Output = Result<StdArc<StatusSnapshot>, RegistryError>> + Send;
     /// See [`Registry::worker`]; `Ok(None)` for an unknown id.
     fn worker(
         &self,
@@ -187,9 +185,7 @@ impl<C: Clock> WorkerRegistry for Registry<C> {
     fn sweep(&self) -> impl Future<Output = Result<SweepReport, RegistryError>> + Send {
         ready(Ok(Registry::sweep(self)))
     }
-    fn status(
-        &self,
-    ) -> impl Future<Output = Result<StdArc<StatusSnapshot>, RegistryError>> + Send {
+    fn status(&self) -> impl Future<Output = Result<StdArc<StatusSnapshot>, RegistryError>> + Send {
         ready(Ok(to_std_arc(Registry::status(self))))
     }
     fn worker(

@@ -67,3 +67,8 @@ pub use sweep::SweepReport;
 #[cfg(feature = "tokio")]
 pub use sweeper::Sweeper;
 pub use worker::{WorkerInfo, WorkerKind};
+
+/// The README's code examples, compiled and run as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -27,8 +27,9 @@ pub struct SweepReport {
     pub died: Vec<(WorkerId, DeadReason)>,
     /// Workers this sweep marked suspect instead of dead, because the brake engaged.
     pub suspected: Vec<WorkerId>,
-    /// Whether the mass-staleness brake engaged (more than `brake_fraction` of at least
-    /// `brake_min_workers` live workers were silent at once).
+    /// Whether the mass-staleness brake held back deaths in this sweep: it engaged (more than
+    /// `brake_fraction` of at least `brake_min_workers` live workers were silent at once) and marked
+    /// workers suspect, or workers it suspected earlier are still silent but within `suspect_grace`.
     pub brake_engaged: bool,
     /// Targets unassigned because their worker died in this sweep.
     pub released_targets: Vec<Target>,
@@ -52,7 +53,9 @@ impl<C: Clock> Registry<C> {
     /// * **Mass-staleness brake:** if more than `brake_fraction` of at least `brake_min_workers` live
     ///   workers are silent at once, the registry suspects itself (a stalled router, a paused VM, a
     ///   clock anomaly) rather than all of them: they are marked suspect, not dead. A suspect that
-    ///   heartbeats recovers; one still silent `suspect_grace` after it was first suspected dies.
+    ///   heartbeats recovers; one still silent `suspect_grace` after it was first suspected dies. A
+    ///   suspect is judged only by that grace, even once the silent workers are no longer a
+    ///   majority, so stragglers whose next heartbeat is not due yet survive a stall.
     /// * In-flight claims whose worker is dead are released and reported for re-dispatch; completed
     ///   claims past `claim_retention` are forgotten, and the oldest are evicted beyond
     ///   `max_retained_claims`; dead records past `dead_retention` are purged.
@@ -117,24 +120,27 @@ impl<C: Clock> Registry<C> {
             infos.push(rec.info(w, now, origin));
         });
 
-        // The brake: too many silent at once means suspect ourselves, not them.
+        // The brake: too many silent at once means suspect ourselves, not them. The condition
+        // decides what happens to workers newly found silent; a worker already suspect is judged
+        // only by its own suspect grace, whatever the condition is now (otherwise, as soon as
+        // enough workers recover after a stall, the ones whose heartbeat is simply not due yet
+        // would be killed).
         let cfg = &inner.config;
-        report.brake_engaged = live >= cfg.brake_min_workers
-            && stale.len() as f64 > cfg.brake_fraction * live as f64;
-        if report.brake_engaged {
-            inner.counters.brake_engaged.inc();
-        }
+        let brake =
+            live >= cfg.brake_min_workers && stale.len() as f64 > cfg.brake_fraction * live as f64;
+        let mut held = false;
 
         for (idx, rec) in &stale {
             let w = rec.state.load();
-            let grace_over = w.is_suspect()
-                && rec
-                    .suspect_since()
-                    .is_some_and(|s| now.saturating_sub(s) >= l.suspect_grace_ms);
-            let result = if report.brake_engaged && !grace_over {
-                if w.is_suspect() {
-                    continue;
+            let result = if w.is_suspect() {
+                match rec.suspect_since() {
+                    Some(since) if now.saturating_sub(since) < l.suspect_grace_ms => {
+                        held = true;
+                        continue;
+                    }
+                    _ => self.expire_stale(rec, now, &mut report),
                 }
+            } else if brake {
                 match rec
                     .state
                     .transition(|w| state::suspect(w, now, l.timeout_ms, l.startup_grace_ms))
@@ -148,22 +154,13 @@ impl<C: Clock> Registry<C> {
                     Err(seen) => seen,
                 }
             } else {
-                match rec
-                    .state
-                    .transition(|w| state::expire(w, now, l.timeout_ms, l.startup_grace_ms))
-                {
-                    Ok((_, new)) => {
-                        self.on_death(rec, DeadReason::MissedHeartbeats, now);
-                        report.died.push((rec.id, DeadReason::MissedHeartbeats));
-                        if let Some(t) = &rec.target {
-                            report.released_targets.push(t.clone());
-                        }
-                        new
-                    }
-                    Err(seen) => seen,
-                }
+                self.expire_stale(rec, now, &mut report)
             };
             infos[*idx] = rec.info(result, now, origin);
+        }
+        report.brake_engaged = held || !report.suspected.is_empty();
+        if report.brake_engaged {
+            inner.counters.brake_engaged.inc();
         }
 
         // Pass 2: claims. Release those whose worker is dead, forget expired ones, count the rest.
@@ -230,6 +227,31 @@ impl<C: Clock> Registry<C> {
         inner.counters.sweeps.inc();
         report.took = started.elapsed();
         report
+    }
+
+    /// The sweeper's kill: by CAS, only if the worker is still stale on the word the CAS sees (a
+    /// heartbeat that lands first spares it). Returns the word now in the cell.
+    fn expire_stale(
+        &self,
+        rec: &Arc<WorkerRecord>,
+        now: u64,
+        report: &mut SweepReport,
+    ) -> state::Word {
+        let l = &self.inner.limits;
+        match rec
+            .state
+            .transition(|w| state::expire(w, now, l.timeout_ms, l.startup_grace_ms))
+        {
+            Ok((_, new)) => {
+                self.on_death(rec, DeadReason::MissedHeartbeats, now);
+                report.died.push((rec.id, DeadReason::MissedHeartbeats));
+                if let Some(t) = &rec.target {
+                    report.released_targets.push(t.clone());
+                }
+                new
+            }
+            Err(seen) => seen,
+        }
     }
 
     /// Evicts the oldest completed claims beyond `max_retained_claims`. Caller holds the sweep lock.

@@ -76,7 +76,8 @@ impl WorkerRecord {
     /// Called once, by the thread whose CAS made the worker dead. Release: pairs with the Acquire in
     /// `died_at`, so a sweeper that sees the time also sees the death (it reads the word after).
     pub(crate) fn record_death(&self, now_ms: u64) {
-        self.died_at.store(now_ms.saturating_add(1), Ordering::Release);
+        self.died_at
+            .store(now_ms.saturating_add(1), Ordering::Release);
     }
 
     /// When it died, if the killer has recorded it yet. Acquire: see `record_death`.

@@ -1,0 +1,377 @@
+//! Bad input: arbitrary strings, bytes and lengths fed to every constructor that takes network input
+//! (`Target::new`, `Target::from_str`, `EventId::new`, `WorkerId::from_str`) and arbitrary worker ids
+//! fed to every registry call that takes one. Every call returns a value or a typed error (a panic
+//! fails the property), and each error carries exactly what was observed.
+
+use std::collections::BTreeSet;
+use std::str::FromStr;
+
+use proptest::prelude::*;
+use worker_registry::{
+    Admission, ClaimOutcome, EventId, EventIdError, HeartbeatAck, ManualClock, Registry,
+    RegistryConfig, RegistryError, Target, TargetError, WorkerId, WorkerIdError, MAX_EVENT_ID_LEN,
+    MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
+};
+
+// ---- input generators ----------------------------------------------------------------------------
+
+/// A string strategy from a regex, compiled once (a bare `&str` strategy recompiles per value).
+fn re(pattern: &str) -> proptest::string::RegexGeneratorStrategy<String> {
+    proptest::string::string_regex(pattern).unwrap()
+}
+
+/// Text that is sometimes valid and often almost valid: right alphabet with stray characters, lengths
+/// around every limit, unicode, controls, separators.
+fn nasty_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        // Anything at all, including non-ASCII and control characters.
+        any::<String>(),
+        // Arbitrary bytes made into text (invalid UTF-8 becomes U+FFFD).
+        proptest::collection::vec(any::<u8>(), 0..400)
+            .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+        // Near-valid repository names with lengths straddling the owner and name limits.
+        (
+            re("[A-Za-z0-9-]{0,42}"),
+            re("[A-Za-z0-9._-]{0,104}"),
+            prop_oneof![Just("/"), Just("//"), Just(""), Just("#"), Just(" / ")],
+        )
+            .prop_map(|(o, n, sep)| format!("{o}{sep}{n}")),
+        // Near-valid delivery ids with lengths straddling the limit.
+        re("[!-~]{250,260}"),
+        re("[ -~\\t\\n\\x00\\x7f]{0,20}"),
+        Just(String::new()),
+    ]
+}
+
+fn number() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0u64), Just(1), Just(u64::MAX), any::<u64>()]
+}
+
+// ---- what a valid value looks like (the documented rules, restated) --------------------------------
+
+fn valid_owner(o: &str) -> bool {
+    !o.is_empty()
+        && o.len() <= MAX_OWNER_LEN
+        && o.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= MAX_REPO_NAME_LEN
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && n != "."
+        && n != ".."
+}
+
+fn valid_repo(r: &str) -> bool {
+    match r.split_once('/') {
+        Some((o, n)) => valid_owner(o) && valid_name(n),
+        None => false,
+    }
+}
+
+fn valid_event(e: &str) -> bool {
+    !e.is_empty() && e.len() <= MAX_EVENT_ID_LEN && e.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// A bounded prefix of `input` (as errors keep it), cut on a character boundary.
+fn is_bounded_prefix(observed: &str, input: &str, max: usize) -> bool {
+    observed.len() <= max
+        && input.starts_with(observed)
+        && (observed.len() == input.len() || observed.len() + 4 > max)
+}
+
+/// Checks a `TargetError` against the repository text and number that produced it.
+fn check_target_error(err: &TargetError, repo: &str, number: u64) {
+    let (owner, name) = repo.split_once('/').unwrap_or((repo, ""));
+    match err {
+        TargetError::NotOwnerSlashName { input } => {
+            assert!(is_bounded_prefix(input, repo, 160), "{input:?} vs {repo:?}");
+            assert!(
+                !repo.contains('/')
+                    || owner.is_empty()
+                    || name.is_empty()
+                    || name.contains('/')
+                    || name == "."
+                    || name == "..",
+                "{repo:?} has the owner/name shape"
+            );
+        }
+        TargetError::TooLong { part, len, max } => match *part {
+            "owner" => assert_eq!((*len, *max), (owner.len(), MAX_OWNER_LEN)),
+            "repository name" => assert_eq!((*len, *max), (name.len(), MAX_REPO_NAME_LEN)),
+            other => panic!("unknown part {other:?}"),
+        },
+        TargetError::BadCharacter { part, found } => {
+            let (text, ok): (&str, fn(char) -> bool) = match *part {
+                "owner" => (owner, |c| c.is_ascii_alphanumeric() || c == '-'),
+                "repository name" => (name, |c| {
+                    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+                }),
+                other => panic!("unknown part {other:?}"),
+            };
+            assert_eq!(
+                text.chars().find(|c| !ok(*c)),
+                Some(*found),
+                "the first bad character of {text:?}"
+            );
+        }
+        TargetError::ZeroNumber => {
+            assert_eq!(number, 0);
+            assert!(valid_repo(repo), "the repository is checked first");
+        }
+        other => panic!("Target::new gave {other:?}"),
+    }
+    let shown = err.to_string();
+    assert!(!shown.is_empty());
+    if let TargetError::TooLong { len, .. } = err {
+        assert!(shown.contains(&len.to_string()), "{shown}");
+    }
+}
+
+// ---- properties ------------------------------------------------------------------------------------
+
+/// Deterministic by default (a fixed seed and case count, sized for debug CI); a longer or
+/// different hunt sets `PROPTEST_CASES` and `PROPTEST_RNG_SEED`.
+fn proptest_config(default_cases: u32) -> ProptestConfig {
+    fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+        std::env::var(name).ok().and_then(|s| s.parse().ok())
+    }
+    ProptestConfig {
+        cases: env("PROPTEST_CASES").unwrap_or(default_cases),
+        rng_seed: proptest::test_runner::RngSeed::Fixed(env("PROPTEST_RNG_SEED").unwrap_or(0x5EED)),
+        max_shrink_iters: 20_000,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(proptest_config(256))]
+
+    /// `Target::new` accepts exactly GitHub's `owner/name` with a number of at least 1, and every
+    /// refusal says which rule was broken with what it saw.
+    #[test]
+    fn target_new_never_panics_and_explains_refusals(repo in nasty_text(), n in number()) {
+        match Target::new(&repo, n) {
+            Ok(t) => {
+                prop_assert!(valid_repo(&repo) && n >= 1, "accepted {repo:?}#{n}");
+                prop_assert_eq!(t.repo(), repo.to_ascii_lowercase());
+                prop_assert_eq!(t.number(), n);
+                // Display and FromStr round-trip, case-insensitively.
+                prop_assert_eq!(Target::from_str(&t.to_string()), Ok(t.clone()));
+                prop_assert_eq!(Target::new(&repo.to_ascii_uppercase(), n), Ok(t));
+            }
+            Err(e) => {
+                prop_assert!(!(valid_repo(&repo) && n >= 1), "refused valid {repo:?}#{n}: {e}");
+                check_target_error(&e, &repo, n);
+            }
+        }
+    }
+
+    /// `Target::from_str` on arbitrary text, and on `repo#number` built from arbitrary parts.
+    #[test]
+    fn target_from_str_never_panics(s in nasty_text(), repo in nasty_text(), n in number()) {
+        match Target::from_str(&s) {
+            Ok(t) => {
+                let (r, num) = s.rsplit_once('#').unwrap();
+                prop_assert_eq!(t.repo(), r.to_ascii_lowercase());
+                prop_assert_eq!(Ok(t.number()), num.parse::<u64>());
+            }
+            Err(TargetError::MissingNumber { input }) => {
+                prop_assert!(is_bounded_prefix(&input, &s, 160));
+                prop_assert!(s.rsplit_once('#').is_none_or(|(_, num)| num.parse::<u64>().is_err()));
+            }
+            Err(e) => {
+                let (r, num) = s.rsplit_once('#').unwrap();
+                check_target_error(&e, r, num.parse().unwrap());
+            }
+        }
+        let joined = format!("{repo}#{n}");
+        prop_assert_eq!(Target::from_str(&joined), Target::new(&repo, n));
+    }
+
+    /// `EventId::new`: exactly non-empty visible ASCII of at most 255 bytes; refusals carry the length
+    /// or the first offending byte.
+    #[test]
+    fn event_id_never_panics_and_explains_refusals(s in nasty_text()) {
+        match EventId::new(&s) {
+            Ok(e) => {
+                prop_assert!(valid_event(&s));
+                prop_assert_eq!(e.as_str(), s.as_str());
+                prop_assert_eq!(e.to_string(), s.clone());
+                prop_assert_eq!(EventId::from_str(&s), Ok(e));
+            }
+            Err(err) => {
+                prop_assert!(!valid_event(&s));
+                match &err {
+                    EventIdError::Empty => prop_assert!(s.is_empty()),
+                    EventIdError::TooLong { len, max } => {
+                        prop_assert_eq!((*len, *max), (s.len(), MAX_EVENT_ID_LEN));
+                    }
+                    EventIdError::BadByte { found } => {
+                        prop_assert!(!s.is_empty() && s.len() <= MAX_EVENT_ID_LEN);
+                        prop_assert_eq!(Some(*found), s.bytes().find(|b| !b.is_ascii_graphic()));
+                        let hex = format!("0x{found:02x}");
+                        prop_assert!(err.to_string().contains(&hex), "{} lacks {}", err, hex);
+                    }
+                    other => prop_assert!(false, "unexpected {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// `WorkerId::from_str` accepts exactly what `u64` parsing accepts and keeps (a bounded prefix
+    /// of) the rejected text.
+    #[test]
+    fn worker_id_parse_never_panics(s in prop_oneof![
+        nasty_text(),
+        any::<u64>().prop_map(|n| n.to_string()),
+        re("[+-]?[0-9]{18,22}"),
+    ]) {
+        match (WorkerId::from_str(&s), s.parse::<u64>()) {
+            (Ok(id), Ok(n)) => {
+                prop_assert_eq!(id.get(), n);
+                prop_assert_eq!(WorkerId::from_str(&id.to_string()), Ok(id));
+            }
+            (Err(WorkerIdError { input, .. }), Err(_)) => {
+                prop_assert!(is_bounded_prefix(&input, &s, 64), "{input:?} vs {s:?}");
+            }
+            (a, b) => prop_assert!(false, "{a:?} vs {b:?}"),
+        }
+    }
+
+    /// Every registry call that takes a worker id, with any id at all: the live ones answer, every
+    /// other id is `UnknownWorker` carrying that id, and nothing changes.
+    #[test]
+    fn registry_calls_with_arbitrary_worker_ids_never_panic(
+        raws in proptest::collection::vec(prop_oneof![0u64..8, any::<u64>(), Just(u64::MAX)], 1..32)
+    ) {
+        let registry = Registry::with_clock(
+            RegistryConfig::builder().max_workers(4).build().unwrap(),
+            ManualClock::new(),
+        );
+        let Admission::Assigned(a) = registry.admit(
+            &Target::new("o/r", 1).unwrap(),
+            &EventId::new("e").unwrap(),
+        ) else { unreachable!() };
+        let pool = registry.register().unwrap();
+        let known: BTreeSet<WorkerId> = [a.worker, pool.id()].into();
+        for raw in raws {
+            let id = WorkerId::new(raw);
+            if known.contains(&id) {
+                prop_assert!(registry.heartbeat(id).is_ok());
+                prop_assert!(registry.worker(id).is_some());
+                continue;
+            }
+            let unknown = RegistryError::UnknownWorker { id };
+            prop_assert_eq!(registry.heartbeat(id), Err(unknown.clone()));
+            prop_assert_eq!(registry.loop_started(id), Err(unknown.clone()));
+            prop_assert_eq!(registry.loop_finished(id), Err(unknown.clone()));
+            prop_assert_eq!(registry.drain(id), Err(unknown.clone()));
+            prop_assert_eq!(registry.deregister(id), Err(unknown.clone()));
+            prop_assert_eq!(registry.handle(id).map(|h| h.id()).err(), Some(unknown.clone()));
+            prop_assert_eq!(registry.worker(id), None);
+            prop_assert!(unknown.to_string().contains(&raw.to_string()));
+            prop_assert_eq!(unknown.observed_status(), None);
+        }
+        // Nothing the unknown ids did touched the real workers.
+        prop_assert_eq!(registry.live_workers(), 2);
+        prop_assert_eq!(registry.heartbeat(a.worker), Ok(HeartbeatAck::Active));
+        prop_assert_eq!(pool.heartbeat(), Ok(HeartbeatAck::Active));
+        let stats = registry.stats();
+        prop_assert_eq!(stats.deaths_exited + stats.deaths_deregistered, 0);
+    }
+
+    /// Whatever survives validation goes through every claim and assignment call; every answer is a
+    /// value or a typed error naming the pair, and a rejected delivery leaves no claim behind.
+    #[test]
+    fn registry_calls_with_arbitrary_validated_input_never_panic(
+        inputs in proptest::collection::vec(
+            (
+                // Two thirds of the inputs are valid, over a small key space (so that duplicates,
+                // sticky assignments and capacity rejections all happen), the rest arbitrary.
+                prop_oneof![1 => nasty_text(), 2 => re("[a-c]{1,2}/[a-c.]{1,2}")],
+                prop_oneof![number(), 0u64..4],
+                prop_oneof![1 => nasty_text(), 2 => re("[a-c0-9]{1,2}")],
+            ),
+            1..32,
+        )
+    ) {
+        let registry = Registry::with_clock(
+            RegistryConfig::builder().max_workers(2).build().unwrap(),
+            ManualClock::new(),
+        );
+        for (repo, n, event) in inputs {
+            // Invalid input never reaches the registry: it is refused at the boundary.
+            let (Ok(t), Ok(e)) = (Target::new(&repo, n), EventId::new(&event)) else { continue };
+            let before = registry.claim_count();
+            match registry.admit(&t, &e) {
+                Admission::Assigned(a) => {
+                    prop_assert_eq!(a.generation.worker(), a.worker);
+                    prop_assert_eq!(registry.worker(a.worker).unwrap().target, Some(t.clone()));
+                }
+                Admission::Duplicate(_) => {}
+                Admission::Rejected(_) => {
+                    prop_assert_eq!(registry.claim_count(), before, "a rejection left a claim");
+                    prop_assert_eq!(
+                        registry.release(&t, &e),
+                        Err(RegistryError::UnknownClaim { target: t.clone(), event: e.clone() })
+                    );
+                    continue;
+                }
+            }
+            prop_assert!(matches!(registry.claim(&t, &e), ClaimOutcome::AlreadyClaimed(_)));
+            prop_assert_eq!(registry.complete(&t, &e), Ok(()));
+            let completed = RegistryError::ClaimCompleted { target: t.clone(), event: e.clone() };
+            prop_assert_eq!(registry.release(&t, &e), Err(completed.clone()));
+            let shown = completed.to_string();
+            prop_assert!(shown.contains(e.as_str()) && shown.contains(&t.to_string()));
+        }
+    }
+}
+
+/// Boundary lengths, exactly.
+#[test]
+fn length_limits_are_exact() {
+    let owner = "o".repeat(MAX_OWNER_LEN);
+    let name = "n".repeat(MAX_REPO_NAME_LEN);
+    assert!(Target::new(&format!("{owner}/{name}"), 1).is_ok());
+    assert_eq!(
+        Target::new(&format!("{owner}o/{name}"), 1),
+        Err(TargetError::TooLong {
+            part: "owner",
+            len: MAX_OWNER_LEN + 1,
+            max: MAX_OWNER_LEN
+        })
+    );
+    assert_eq!(
+        Target::new(&format!("{owner}/{name}n"), 1),
+        Err(TargetError::TooLong {
+            part: "repository name",
+            len: MAX_REPO_NAME_LEN + 1,
+            max: MAX_REPO_NAME_LEN
+        })
+    );
+    let id = "x".repeat(MAX_EVENT_ID_LEN);
+    assert!(EventId::new(&id).is_ok());
+    assert_eq!(
+        EventId::new(&format!("{id}x")),
+        Err(EventIdError::TooLong {
+            len: MAX_EVENT_ID_LEN + 1,
+            max: MAX_EVENT_ID_LEN
+        })
+    );
+    // A megabyte of input: refused by length, and the error does not keep a copy of it.
+    let huge = "a".repeat(1 << 20);
+    let err = WorkerId::from_str(&huge).unwrap_err();
+    assert!(err.input.len() <= 64);
+    let Err(TargetError::NotOwnerSlashName { input }) = Target::new(&huge, 1) else {
+        panic!()
+    };
+    assert!(input.len() <= 160);
+    // Multi-byte characters at the cut point are not split.
+    let wide = "é".repeat(100);
+    let err = WorkerId::from_str(&wide).unwrap_err();
+    assert!(err.input.len() <= 64 && wide.starts_with(&err.input));
+}

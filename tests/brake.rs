@@ -1,0 +1,617 @@
+//! The mass-staleness brake and the start-up grace, on a `ManualClock` (no sleeps, no wall clock).
+//!
+//! Timing used throughout (see `config`): heartbeats every 1 s, 3 may be missed (timeout 3 s),
+//! start-up grace 2 s, suspect grace 5 s, the default brake (more than half of at least 3 live
+//! workers silent at once). Staleness is strict: a worker whose last heartbeat is exactly the timeout
+//! old is still alive.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use worker_registry::{
+    Admission, ClaimState, DeadReason, EventId, HeartbeatAck, ManualClock, Registry,
+    RegistryConfig, RegistryConfigBuilder, RegistryError, Status, SweepReport, Target, WorkerId,
+    DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS, DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_MISSED_HEARTBEATS, DEFAULT_STARTUP_GRACE,
+};
+
+const SECOND: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
+const TIMEOUT: Duration = Duration::from_secs(3);
+const STARTUP_GRACE: Duration = Duration::from_secs(2);
+const SUSPECT_GRACE: Duration = Duration::from_secs(5);
+
+fn builder() -> RegistryConfigBuilder {
+    RegistryConfig::builder()
+        .heartbeat_interval(SECOND)
+        .missed_heartbeats(3)
+        .sweep_interval(SECOND)
+        .startup_grace(STARTUP_GRACE)
+        .suspect_grace(SUSPECT_GRACE)
+        .dead_retention(Duration::from_secs(3600))
+}
+
+fn config() -> RegistryConfig {
+    builder().build().unwrap()
+}
+
+fn target(i: usize) -> Target {
+    Target::new("octo/repo", i as u64 + 1).unwrap()
+}
+
+fn event(i: usize) -> EventId {
+    EventId::new(&format!("delivery-{i}")).unwrap()
+}
+
+/// A registry with `n` workers, each created by admitting one delivery for its own target and each
+/// having heartbeated once (so the start-up grace no longer applies), all at time zero.
+struct Fleet {
+    clock: ManualClock,
+    registry: Registry<ManualClock>,
+    workers: Vec<WorkerId>,
+}
+
+impl Fleet {
+    fn new(n: usize, config: RegistryConfig) -> Self {
+        let clock = ManualClock::new();
+        let registry = Registry::with_clock(config, clock.clone());
+        let workers = (0..n)
+            .map(|i| match registry.admit(&target(i), &event(i)) {
+                Admission::Assigned(a) => {
+                    assert!(a.new);
+                    assert_eq!(registry.heartbeat(a.worker), Ok(HeartbeatAck::Active));
+                    a.worker
+                }
+                other => panic!("setup admit {i}: {other:?}"),
+            })
+            .collect();
+        Self {
+            clock,
+            registry,
+            workers,
+        }
+    }
+
+    fn beat(&self, which: impl IntoIterator<Item = usize>) {
+        for i in which {
+            assert_eq!(
+                self.registry.heartbeat(self.workers[i]),
+                Ok(HeartbeatAck::Active),
+                "worker #{i} must still be alive and active"
+            );
+        }
+    }
+
+    fn ids(&self, which: impl IntoIterator<Item = usize>) -> BTreeSet<WorkerId> {
+        which.into_iter().map(|i| self.workers[i]).collect()
+    }
+
+    fn status_of(&self, i: usize) -> Status {
+        self.registry.worker(self.workers[i]).unwrap().status
+    }
+
+    fn suspect(&self, i: usize) -> bool {
+        self.registry.worker(self.workers[i]).unwrap().suspect
+    }
+}
+
+fn died(report: &SweepReport) -> BTreeSet<WorkerId> {
+    report
+        .died
+        .iter()
+        .map(|(id, reason)| {
+            assert_eq!(*reason, DeadReason::MissedHeartbeats);
+            *id
+        })
+        .collect()
+}
+
+fn suspected(report: &SweepReport) -> BTreeSet<WorkerId> {
+    report.suspected.iter().copied().collect()
+}
+
+// ---- (a) the router stalls -------------------------------------------------------------------
+
+/// The whole router pauses (no heartbeat reaches it) for longer than the timeout. When it resumes,
+/// the first sweep finds every worker silent: the brake marks them suspect instead of killing them.
+/// The workers' heartbeats then trickle in over the next intervals (they beat on their own
+/// schedules); none of them dies, even after enough have recovered that the silent ones are no
+/// longer a majority, and everything is back to normal once all have beaten.
+#[test]
+fn router_stall_suspects_everyone_and_nobody_dies_when_heartbeats_resume() {
+    let f = Fleet::new(10, config());
+    f.clock.advance(TIMEOUT + MS);
+
+    let r = f.registry.sweep();
+    assert!(r.brake_engaged, "{r:?}");
+    assert!(r.died.is_empty(), "{r:?}");
+    assert_eq!(suspected(&r), f.ids(0..10));
+    assert!(r.released_targets.is_empty() && r.released_events.is_empty());
+    let s = f.registry.status();
+    assert!(s.brake_engaged);
+    assert_eq!(
+        (s.counts.active, s.counts.suspect, s.counts.dead),
+        (10, 10, 0)
+    );
+    assert!(s.workers.iter().all(|w| w.suspect));
+    assert!((0..10).all(|i| f.suspect(i) && f.status_of(i) == Status::Active));
+    let stats = f.registry.stats();
+    assert_eq!((stats.brake_engaged, stats.suspected), (1, 10));
+    assert_eq!(stats.live_workers, 10);
+
+    // A suspect still owns its target and its in-flight deliveries: the registry doubts itself.
+    assert!(matches!(
+        f.registry.admit(&target(0), &event(0)),
+        Admission::Duplicate(d) if d.state == ClaimState::InFlight && d.holder == Some(f.workers[0])
+    ));
+    assert!(matches!(
+        f.registry.admit(&target(0), &event(100)),
+        Admission::Assigned(a) if a.worker == f.workers[0] && !a.new
+    ));
+
+    // One second later, six of them have beaten again: they recover at once.
+    f.clock.advance(SECOND);
+    f.beat(0..6);
+    assert!((0..6).all(|i| !f.suspect(i)));
+    let r = f.registry.sweep();
+    // Four silent out of ten is no longer "more than half", but those four are suspects still
+    // within their grace: they are held, not killed.
+    assert!(r.died.is_empty(), "stragglers must not die: {r:?}");
+    assert!(r.suspected.is_empty(), "nobody is newly suspected: {r:?}");
+    assert!(r.brake_engaged, "deaths are still being held back: {r:?}");
+    let s = f.registry.status();
+    assert_eq!(
+        (s.counts.active, s.counts.suspect, s.counts.dead),
+        (10, 4, 0)
+    );
+    assert!(s.brake_engaged);
+
+    // The last four beat a second later, well within the suspect grace.
+    f.clock.advance(SECOND);
+    f.beat(6..10);
+    let r = f.registry.sweep();
+    assert!(
+        r.died.is_empty() && r.suspected.is_empty() && !r.brake_engaged,
+        "{r:?}"
+    );
+    let s = f.registry.status();
+    assert_eq!(
+        (s.counts.active, s.counts.suspect, s.counts.dead),
+        (10, 0, 0)
+    );
+    assert!(!s.brake_engaged);
+
+    // Long after the suspect grace, with everyone beating normally, nothing happens.
+    for _ in 0..10 {
+        f.clock.advance(SECOND);
+        f.beat(0..10);
+        let r = f.registry.sweep();
+        assert!(r.died.is_empty() && r.suspected.is_empty() && !r.brake_engaged);
+    }
+    let stats = f.registry.stats();
+    assert_eq!(stats.deaths_missed_heartbeats, 0);
+    assert_eq!(stats.live_workers, 10);
+    assert_eq!(
+        stats.brake_engaged, 2,
+        "the two sweeps that held deaths back"
+    );
+}
+
+/// A stall long enough that every worker is also past the suspect grace by the time the router
+/// resumes still suspects them first: the grace counts from when they were suspected, not from
+/// their last heartbeat.
+#[test]
+fn suspect_grace_counts_from_the_first_suspicion_not_from_the_last_heartbeat() {
+    let f = Fleet::new(5, config());
+    f.clock
+        .advance(TIMEOUT + SUSPECT_GRACE + Duration::from_secs(60));
+    let r = f.registry.sweep();
+    assert!(r.died.is_empty());
+    assert_eq!(suspected(&r), f.ids(0..5));
+    f.clock.advance(SUSPECT_GRACE - MS);
+    let r = f.registry.sweep();
+    assert!(r.died.is_empty(), "still within the grace: {r:?}");
+    f.beat(0..5);
+    f.clock.advance(SECOND);
+    let r = f.registry.sweep();
+    assert!(r.died.is_empty() && !r.brake_engaged);
+    assert_eq!(f.registry.live_workers(), 5);
+}
+
+// ---- (b) a genuine single crash ----------------------------------------------------------------
+
+/// One worker among ten stops heartbeating. It dies at the first sweep after its timeout (not one
+/// sweep earlier), the brake does not engage, its target is released and the next delivery for it
+/// gets a new worker.
+#[test]
+fn a_single_crash_among_many_dies_at_once_without_the_brake() {
+    let f = Fleet::new(10, config());
+    let crashed = 3;
+    let mut death = None;
+    for step in 1..=5 {
+        f.clock.advance(SECOND);
+        f.beat((0..10).filter(|i| *i != crashed));
+        let r = f.registry.sweep();
+        assert!(!r.brake_engaged && r.suspected.is_empty(), "{r:?}");
+        if !r.died.is_empty() {
+            death = Some((step, r));
+            break;
+        }
+    }
+    let (step, r) = death.expect("the crashed worker must die");
+    assert_eq!(
+        step, 4,
+        "dies at 4 s: 3 s of silence is exactly the timeout, not past it"
+    );
+    assert_eq!(died(&r), f.ids([crashed]));
+    assert_eq!(r.released_targets, vec![target(crashed)]);
+    assert_eq!(r.released_events, vec![(target(crashed), event(crashed))]);
+    assert!(!f.registry.status().brake_engaged);
+    assert_eq!(f.registry.status().counts.suspect, 0);
+    assert_eq!(
+        f.registry.heartbeat(f.workers[crashed]),
+        Err(RegistryError::WorkerDead {
+            id: f.workers[crashed],
+            reason: DeadReason::MissedHeartbeats
+        })
+    );
+    assert_eq!(f.registry.live_workers(), 9);
+    // Redelivery of the released event: admitted again, on a new worker.
+    match f.registry.admit(&target(crashed), &event(crashed)) {
+        Admission::Assigned(a) => {
+            assert!(a.new);
+            assert_ne!(a.worker, f.workers[crashed]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let stats = f.registry.stats();
+    assert_eq!((stats.brake_engaged, stats.suspected), (0, 0));
+    assert_eq!(stats.deaths_missed_heartbeats, 1);
+    assert_eq!(stats.claims_released, 1);
+}
+
+/// The fraction rule is "more than": with ten live workers, five silent at once die at once and six
+/// silent at once engage the brake.
+#[test]
+fn the_brake_engages_above_the_fraction_not_at_it() {
+    assert_eq!(DEFAULT_BRAKE_FRACTION, 0.5);
+    let half = Fleet::new(10, config());
+    half.clock.advance(TIMEOUT + MS);
+    half.beat(5..10);
+    let r = half.registry.sweep();
+    assert!(!r.brake_engaged && r.suspected.is_empty());
+    assert_eq!(died(&r), half.ids(0..5));
+
+    let more = Fleet::new(10, config());
+    more.clock.advance(TIMEOUT + MS);
+    more.beat(6..10);
+    let r = more.registry.sweep();
+    assert!(r.brake_engaged && r.died.is_empty());
+    assert_eq!(suspected(&r), more.ids(0..6));
+}
+
+/// Below `brake_min_workers` live workers the brake never engages: two of two silent die at once.
+#[test]
+fn the_brake_needs_a_minimum_number_of_live_workers() {
+    assert_eq!(DEFAULT_BRAKE_MIN_WORKERS, 3);
+    let two = Fleet::new(2, config());
+    two.clock.advance(TIMEOUT + MS);
+    let r = two.registry.sweep();
+    assert!(!r.brake_engaged);
+    assert_eq!(died(&r), two.ids(0..2));
+
+    let three = Fleet::new(3, config());
+    three.clock.advance(TIMEOUT + MS);
+    three.beat([2]);
+    let r = three.registry.sweep();
+    assert!(
+        r.brake_engaged,
+        "two of three silent is more than half of at least three"
+    );
+    assert_eq!(suspected(&r), three.ids(0..2));
+}
+
+/// `brake_fraction = 1.0` disables the brake: even all workers silent at once die at once.
+#[test]
+fn brake_fraction_one_disables_the_brake() {
+    let f = Fleet::new(6, builder().brake_fraction(1.0).build().unwrap());
+    f.clock.advance(TIMEOUT + MS);
+    let r = f.registry.sweep();
+    assert!(!r.brake_engaged && r.suspected.is_empty());
+    assert_eq!(died(&r), f.ids(0..6));
+    assert_eq!(f.registry.live_workers(), 0);
+}
+
+/// The brake's parameters are validated.
+#[test]
+fn brake_parameters_are_validated() {
+    for bad in [0.0, -0.5, 1.01, f64::NAN, f64::INFINITY] {
+        let err = RegistryConfig::builder()
+            .brake_fraction(bad)
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("brake_fraction"), "{err}");
+    }
+    let err = RegistryConfig::builder()
+        .brake_min_workers(0)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("brake_min_workers"), "{err}");
+    let err = RegistryConfig::builder()
+        .sweep_interval(SECOND * 2)
+        .suspect_grace(SECOND)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("suspect_grace"), "{err}");
+}
+
+// ---- (c) a genuine mass crash -------------------------------------------------------------------
+
+/// Every worker really crashes, each holding an in-flight delivery. The first sweep only suspects
+/// them (the claims stay in flight, the targets stay assigned); sweeps within the suspect grace
+/// change nothing; the first sweep at the end of the grace kills them all, releases every target
+/// and every in-flight delivery, and frees the capacity.
+#[test]
+fn a_genuine_mass_crash_is_suspected_first_then_dies_after_the_suspect_grace() {
+    let f = Fleet::new(10, config());
+    f.clock.advance(TIMEOUT + MS);
+    let r = f.registry.sweep();
+    assert!(r.brake_engaged && r.died.is_empty());
+    assert_eq!(suspected(&r), f.ids(0..10));
+    assert!(r.released_events.is_empty());
+    assert_eq!(f.registry.status().claims.in_flight, 10);
+    assert_eq!(f.registry.live_workers(), 10);
+
+    // Within the grace: held.
+    for _ in 0..4 {
+        f.clock.advance(SECOND);
+        let r = f.registry.sweep();
+        assert!(r.brake_engaged, "{r:?}");
+        assert!(r.died.is_empty() && r.suspected.is_empty(), "{r:?}");
+        assert!(r.released_targets.is_empty() && r.released_events.is_empty());
+        assert_eq!(f.registry.status().counts.suspect, 10);
+    }
+    // A redelivery while they are suspect is still a duplicate (nothing is dispatched twice).
+    assert!(matches!(
+        f.registry.admit(&target(7), &event(7)),
+        Admission::Duplicate(d) if d.state == ClaimState::InFlight
+    ));
+
+    // Exactly at the end of the grace (5 s after they were suspected): dead.
+    f.clock.advance(SECOND - MS);
+    let r = f.registry.sweep();
+    assert!(r.died.is_empty(), "one ms before the grace ends: {r:?}");
+    f.clock.advance(MS);
+    let r = f.registry.sweep();
+    assert_eq!(died(&r), f.ids(0..10));
+    assert!(
+        !r.brake_engaged,
+        "nothing was held back in this sweep: {r:?}"
+    );
+    let released: BTreeSet<Target> = r.released_targets.iter().cloned().collect();
+    assert_eq!(released, (0..10).map(target).collect());
+    let events: BTreeSet<(Target, EventId)> = r.released_events.iter().cloned().collect();
+    assert_eq!(events, (0..10).map(|i| (target(i), event(i))).collect());
+
+    let s = f.registry.status();
+    assert!(!s.brake_engaged);
+    assert_eq!(
+        (s.counts.active, s.counts.suspect, s.counts.dead),
+        (0, 0, 10)
+    );
+    assert_eq!(s.claims.in_flight, 0);
+    assert_eq!(f.registry.live_workers(), 0);
+    assert_eq!(f.registry.claim_count(), 0);
+    for (i, id) in f.workers.iter().enumerate() {
+        let info = f.registry.worker(*id).unwrap();
+        assert_eq!(info.status, Status::Dead(DeadReason::MissedHeartbeats));
+        assert!(!info.suspect, "a dead worker is no longer suspect");
+        assert_eq!(
+            f.registry.heartbeat(*id),
+            Err(RegistryError::WorkerDead {
+                id: *id,
+                reason: DeadReason::MissedHeartbeats
+            }),
+            "worker #{i} is fenced"
+        );
+    }
+    // Every released delivery is admitted again, on new workers.
+    for i in 0..10 {
+        assert!(matches!(
+            f.registry.admit(&target(i), &event(i)),
+            Admission::Assigned(a) if a.new && !f.workers.contains(&a.worker)
+        ));
+    }
+    let stats = f.registry.stats();
+    assert_eq!(stats.deaths_missed_heartbeats, 10);
+    assert_eq!(stats.claims_released, 10);
+    assert_eq!(stats.suspected, 10);
+    assert_eq!(
+        stats.brake_engaged, 6,
+        "the first sweep and the five that held them"
+    );
+}
+
+/// A mass crash that some workers survive: the survivors beat within the grace and live, the rest die
+/// when the grace ends.
+#[test]
+fn in_a_mass_crash_survivors_that_beat_within_the_grace_live() {
+    let f = Fleet::new(10, config());
+    f.clock.advance(TIMEOUT + MS);
+    assert_eq!(suspected(&f.registry.sweep()), f.ids(0..10));
+    f.clock.advance(SECOND * 2);
+    f.beat([1, 4]);
+    assert!(f.registry.sweep().died.is_empty());
+    f.clock.advance(SECOND * 3);
+    f.beat([1, 4]);
+    let r = f.registry.sweep();
+    assert_eq!(died(&r), f.ids([0, 2, 3, 5, 6, 7, 8, 9]));
+    assert_eq!(f.status_of(1), Status::Active);
+    assert_eq!(f.status_of(4), Status::Active);
+    assert_eq!(f.registry.live_workers(), 2);
+}
+
+/// A worker that recovered from suspicion and later goes silent on its own is judged afresh: it dies
+/// at its normal timeout (the old suspicion gives it no extra time and no less).
+#[test]
+fn a_recovered_suspect_that_crashes_later_dies_normally() {
+    let f = Fleet::new(4, config());
+    f.clock.advance(TIMEOUT + MS);
+    assert_eq!(suspected(&f.registry.sweep()).len(), 4);
+    f.beat(0..4);
+    for step in 1..=4 {
+        f.clock.advance(SECOND);
+        f.beat(1..4);
+        let r = f.registry.sweep();
+        assert!(!r.brake_engaged);
+        assert_eq!(r.died.is_empty(), step < 4, "step {step}: {r:?}");
+    }
+    assert!(matches!(
+        f.status_of(0),
+        Status::Dead(DeadReason::MissedHeartbeats)
+    ));
+}
+
+/// A draining worker is live: it can be suspected, and it keeps draining when it recovers.
+#[test]
+fn draining_workers_take_part_in_the_brake() {
+    let f = Fleet::new(4, config());
+    assert_eq!(f.registry.drain(f.workers[0]), Ok(Status::Draining));
+    f.clock.advance(TIMEOUT + MS);
+    let r = f.registry.sweep();
+    assert_eq!(suspected(&r), f.ids(0..4));
+    assert_eq!(f.registry.status().counts.draining, 1);
+    assert_eq!(
+        f.registry.heartbeat(f.workers[0]),
+        Ok(HeartbeatAck::Draining)
+    );
+    assert!(!f.suspect(0));
+    assert_eq!(f.status_of(0), Status::Draining);
+}
+
+// ---- start-up grace ------------------------------------------------------------------------------
+
+/// A new worker's first heartbeat may come as late as timeout + start-up grace after its creation;
+/// after that first beat it gets only the plain timeout.
+#[test]
+fn a_new_workers_first_heartbeat_may_come_late() {
+    let clock = ManualClock::new();
+    let registry = Registry::with_clock(config(), clock.clone());
+    let Admission::Assigned(a) = registry.admit(&target(0), &event(0)) else {
+        panic!()
+    };
+    // Past the plain timeout, within the grace: alive.
+    clock.advance(TIMEOUT + STARTUP_GRACE);
+    assert!(
+        registry.sweep().died.is_empty(),
+        "exactly at the end of the grace"
+    );
+    assert!(!registry.worker(a.worker).unwrap().has_heartbeated);
+    // The late first heartbeat is accepted.
+    assert_eq!(registry.heartbeat(a.worker), Ok(HeartbeatAck::Active));
+    assert!(registry.worker(a.worker).unwrap().has_heartbeated);
+    // From now on, the plain timeout.
+    clock.advance(TIMEOUT);
+    assert!(registry.sweep().died.is_empty());
+    clock.advance(MS);
+    assert_eq!(
+        registry.sweep().died,
+        vec![(a.worker, DeadReason::MissedHeartbeats)]
+    );
+}
+
+/// A new worker that never heartbeats dies one millisecond after timeout + start-up grace.
+#[test]
+fn a_new_worker_that_never_heartbeats_dies_after_the_grace() {
+    let clock = ManualClock::new();
+    let registry = Registry::with_clock(config(), clock.clone());
+    clock.advance(Duration::from_secs(100)); // the grace counts from creation, not from zero
+    let Admission::Assigned(a) = registry.admit(&target(0), &event(0)) else {
+        panic!()
+    };
+    clock.advance(TIMEOUT + STARTUP_GRACE);
+    assert!(registry.sweep().died.is_empty());
+    clock.advance(MS);
+    let r = registry.sweep();
+    assert_eq!(r.died, vec![(a.worker, DeadReason::MissedHeartbeats)]);
+    assert_eq!(r.released_events, vec![(target(0), event(0))]);
+}
+
+/// Self-registered pool workers get the same start-up grace.
+#[test]
+fn registered_workers_get_the_startup_grace_too() {
+    let clock = ManualClock::new();
+    let registry = Registry::with_clock(config(), clock.clone());
+    let w = registry.register().unwrap();
+    clock.advance(TIMEOUT + STARTUP_GRACE);
+    assert!(registry.sweep().died.is_empty());
+    assert_eq!(w.heartbeat(), Ok(HeartbeatAck::Active));
+    clock.advance(TIMEOUT + MS);
+    assert_eq!(registry.sweep().died.len(), 1);
+    assert!(w.heartbeat().is_err());
+}
+
+/// With a zero start-up grace a new worker gets exactly the plain timeout.
+#[test]
+fn zero_startup_grace_means_the_plain_timeout() {
+    let clock = ManualClock::new();
+    let registry = Registry::with_clock(
+        builder().startup_grace(Duration::ZERO).build().unwrap(),
+        clock.clone(),
+    );
+    registry.admit(&target(0), &event(0));
+    clock.advance(TIMEOUT);
+    assert!(registry.sweep().died.is_empty());
+    clock.advance(MS);
+    assert_eq!(registry.sweep().died.len(), 1);
+}
+
+/// Workers still in their start-up grace are not silent: a burst of new workers that have not beaten
+/// yet neither dies nor engages the brake, and the grace is the documented default.
+#[test]
+fn workers_in_their_startup_grace_do_not_engage_the_brake() {
+    let clock = ManualClock::new();
+    let registry = Registry::with_clock(RegistryConfig::default(), clock.clone());
+    for i in 0..10 {
+        registry.admit(&target(i), &event(i));
+    }
+    let timeout = DEFAULT_HEARTBEAT_INTERVAL * DEFAULT_MISSED_HEARTBEATS;
+    clock.advance(timeout + DEFAULT_STARTUP_GRACE);
+    let r = registry.sweep();
+    assert!(r.died.is_empty() && r.suspected.is_empty() && !r.brake_engaged);
+    clock.advance(MS);
+    let r = registry.sweep();
+    assert!(
+        r.brake_engaged,
+        "all ten silent past the grace: suspected, not killed"
+    );
+    assert_eq!(r.suspected.len(), 10);
+}
+
+/// A start-up burst where the brake holds: ten new workers of which only three ever beat. After the
+/// grace they are suspected together; the seven silent ones die after the suspect grace.
+#[test]
+fn a_failed_rollout_is_suspected_then_killed() {
+    let clock = ManualClock::new();
+    let registry = Registry::with_clock(config(), clock.clone());
+    let ids: Vec<WorkerId> = (0..10)
+        .map(|i| match registry.admit(&target(i), &event(i)) {
+            Admission::Assigned(a) => a.worker,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    clock.advance(TIMEOUT + STARTUP_GRACE + MS);
+    let r = registry.sweep();
+    assert!(r.brake_engaged);
+    assert_eq!(r.suspected.len(), 10);
+    for id in &ids[..3] {
+        registry.heartbeat(*id).unwrap();
+    }
+    clock.advance(SUSPECT_GRACE);
+    for id in &ids[..3] {
+        registry.heartbeat(*id).unwrap();
+    }
+    let r = registry.sweep();
+    assert_eq!(r.died.len(), 7);
+    assert_eq!(registry.live_workers(), 3);
+}

@@ -1,0 +1,82 @@
+//! The tokio maintenance task, on paused time (no real waiting).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use worker_registry::{DeadReason, Registry, RegistryConfig, RegistryError, Sweeper, TokioClock};
+
+fn config() -> RegistryConfig {
+    RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(30))
+        .missed_heartbeats(4)
+        .sweep_interval(Duration::from_secs(5))
+        .startup_grace(Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn sweeper_declares_a_silent_worker_dead_on_schedule() {
+    let registry = Registry::with_clock(config(), TokioClock::new());
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let sink = reports.clone();
+    let sweeper = Sweeper::spawn(registry.clone(), move |r| {
+        sink.lock().unwrap().push(r.clone())
+    });
+
+    let silent = registry.register().unwrap();
+    let chatty = registry.register().unwrap();
+    let hb = tokio::spawn({
+        let chatty = chatty.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                if chatty.heartbeat().is_err() {
+                    break;
+                }
+            }
+        }
+    });
+
+    // 120 s of silence is allowed; the first sweep after that (at 125 s) kills.
+    tokio::time::sleep(Duration::from_secs(121)).await;
+    assert!(registry.worker(silent.id()).unwrap().status.is_alive());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        silent.heartbeat(),
+        Err(RegistryError::WorkerDead {
+            id: silent.id(),
+            reason: DeadReason::MissedHeartbeats
+        })
+    );
+    assert!(chatty.heartbeat().is_ok(), "the heartbeating worker lives");
+
+    let reports = reports.lock().unwrap().clone();
+    assert_eq!(reports.len(), 25, "one sweep every 5 s for 125 s");
+    let deaths: Vec<_> = reports.iter().flat_map(|r| r.died.clone()).collect();
+    assert_eq!(deaths, vec![(silent.id(), DeadReason::MissedHeartbeats)]);
+    assert_eq!(registry.status().generation, 25);
+    assert_eq!(registry.status().counts.dead, 1);
+
+    sweeper.shutdown().await;
+    hb.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_sweeping() {
+    let registry = Registry::with_clock(config(), TokioClock::new());
+    let sweeper = Sweeper::spawn(registry.clone(), |_| {});
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(registry.status().generation, 2);
+    sweeper.shutdown().await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(registry.status().generation, 2, "no sweep after shutdown");
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_sweeper_stops_it_too() {
+    let registry = Registry::with_clock(config(), TokioClock::new());
+    drop(Sweeper::spawn(registry.clone(), |_| {}));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(registry.status().generation, 0);
+}
