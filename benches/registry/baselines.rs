@@ -91,7 +91,7 @@ pub fn bench(c: &mut Criterion) {
     });
     let fresh: Vec<Vec<EventId>> = (0..2).map(|t| events(1 << 14, 0xf00 + t)).collect();
     both(&mut g, "dashmap_insert_remove", |t| {
-        let (claims, keys, ring, fresh) = (&claims, &keys, &ring, &fresh[t as usize]);
+        let (claims, keys, ring, fresh) = (&claims, &keys, &ring, &fresh[t]);
         move |iters| {
             timed(iters, |i| {
                 let target = &keys[ring.at(t, i)].0;
