@@ -8,7 +8,9 @@
 //! all workers without blocking the hot path.
 //!
 //! Start with [`Registry`] (and [`Registry::admit`]); route code against the [`WorkerRegistry`]
-//! trait so tests can use a fake; run a [`Sweeper`] next to it.
+//! trait so tests can use a fake; run a [`Sweeper`] next to it. With the `tokio` feature,
+//! `Registry::subscribe` streams lifecycle [`Event`]s; with `http`, `http::admin_router` is an
+//! axum admin API (workers, drain, Prometheus metrics from `metrics::Metrics`, OpenAPI).
 //!
 //! ```
 //! use worker_registry::{Admission, EventId, Registry, Target};
@@ -28,8 +30,13 @@ mod claim;
 mod clock;
 mod config;
 mod error;
+mod events;
+#[cfg(feature = "http")]
+pub mod http;
 mod ids;
 mod interface;
+#[cfg(feature = "http")]
+pub mod metrics;
 mod outcome;
 mod registry;
 mod snapshot;
@@ -53,6 +60,9 @@ pub use config::{
     DEFAULT_SWEEP_INTERVAL,
 };
 pub use error::RegistryError;
+#[cfg(all(feature = "tokio", not(worker_registry_loom)))]
+pub use events::Subscription;
+pub use events::{Event, RecvError, EVENT_BUFFER};
 pub use ids::{
     EventId, EventIdError, Generation, Target, TargetError, WorkerId, WorkerIdError,
     MAX_EVENT_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,

@@ -7,6 +7,7 @@ use crate::claim::{AlreadyClaimed, Claim, ClaimKey, ClaimKeyRef, ClaimState, Sta
 use crate::clock::{millis, Clock, SystemClock};
 use crate::config::RegistryConfig;
 use crate::error::RegistryError;
+use crate::events::EventHub;
 use crate::ids::{EventId, Target, WorkerId};
 use crate::outcome::{Admission, AssignOutcome, Assignment, ClaimOutcome, HeartbeatAck, Rejection};
 use crate::snapshot::StatusSnapshot;
@@ -105,6 +106,7 @@ pub(crate) struct Inner<C> {
     pub(crate) snapshot: SnapshotCell<StatusSnapshot>,
     pub(crate) sweep_lock: Mutex<u64>,
     pub(crate) counters: Counters,
+    pub(crate) events: EventHub,
 }
 
 impl Default for Registry<SystemClock> {
@@ -171,6 +173,7 @@ impl<C: Clock> Registry<C> {
                 snapshot: SnapshotCell::new(snapshot),
                 sweep_lock: Mutex::new(0),
                 counters: Counters::new(),
+                events: EventHub::new(),
                 config,
                 clock,
             }),
@@ -584,6 +587,7 @@ impl<C: Clock> Registry<C> {
             inner.clock.wall(),
             assigned,
         ));
+        inner.events.created(&rec);
         inner.workers.insert(id, rec.clone());
         Ok(rec)
     }
@@ -600,6 +604,7 @@ impl<C: Clock> Registry<C> {
                 .remove_if(t, |mapped| Arc::ptr_eq(mapped, rec));
         }
         self.inner.counters.death(reason).inc();
+        self.inner.events.died(rec, reason);
     }
 
     // ---- workers: heartbeat, activity, register, drain (AC1, AC4, AC5) ---------------------------
@@ -665,6 +670,7 @@ impl<C: Clock> Registry<C> {
         let now = self.now_ms();
         match rec.state.transition(f) {
             Ok((old, new)) => {
+                self.inner.events.transition(rec, old, new);
                 if let (false, Status::Dead(reason)) = (old.is_dead(), new.status()) {
                     self.on_death(rec, reason, now);
                 }

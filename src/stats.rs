@@ -1,6 +1,8 @@
 //! [`Stats`]: cumulative counters of what the registry decided, for metrics and for tests that check
 //! the registry's own accounting against what callers observed.
 
+use std::time::Duration;
+
 use crate::state::DeadReason;
 use crate::sync::Counter;
 
@@ -22,6 +24,7 @@ pub(crate) struct Counters {
     pub(crate) sweeps: Counter,
     pub(crate) brake_engaged: Counter,
     pub(crate) suspected: Counter,
+    pub(crate) sweep_time: SweepTimes,
 }
 
 impl Counters {
@@ -43,6 +46,7 @@ impl Counters {
             sweeps: Counter::new(),
             brake_engaged: Counter::new(),
             suspected: Counter::new(),
+            sweep_time: SweepTimes::new(),
         }
     }
 
@@ -73,6 +77,57 @@ impl Counters {
             live_workers,
             retained_claims,
         }
+    }
+}
+
+/// Upper bounds (seconds) of the sweep-duration histogram buckets; a last, unbounded bucket follows.
+pub(crate) const SWEEP_BUCKETS: [f64; 12] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+/// A histogram of sweep durations, for the metrics endpoint. Written only by sweeps.
+pub(crate) struct SweepTimes {
+    /// Per-bucket (not cumulative) counts; the last is the unbounded bucket.
+    buckets: [Counter; SWEEP_BUCKETS.len() + 1],
+    sum_nanos: Counter,
+}
+
+/// A histogram read: `(sum in seconds, count, (upper bound, count) per bucket)`. Bucket counts are
+/// per bucket, not cumulative, and the last bound is `f64::MAX` (prometheus-client's `+Inf`).
+#[cfg_attr(not(feature = "http"), allow(dead_code))] // read by the metrics collector
+pub(crate) type HistogramRead = (f64, u64, Vec<(f64, u64)>);
+
+impl SweepTimes {
+    fn new() -> Self {
+        Self {
+            buckets: std::array::from_fn(|_| Counter::new()),
+            sum_nanos: Counter::new(),
+        }
+    }
+
+    pub(crate) fn observe(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let i = SWEEP_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(SWEEP_BUCKETS.len());
+        self.sum_nanos
+            .add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
+        self.buckets[i].inc();
+    }
+
+    /// Reads the histogram (for the metrics collector). The count is the sum of the buckets read, so it always agrees with them.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn read(&self) -> HistogramRead {
+        let mut count = 0u64;
+        let mut buckets = Vec::with_capacity(self.buckets.len());
+        for (i, b) in self.buckets.iter().enumerate() {
+            let n = b.get();
+            count += n;
+            buckets.push((SWEEP_BUCKETS.get(i).copied().unwrap_or(f64::MAX), n));
+        }
+        let sum = Duration::from_nanos(self.sum_nanos.get()).as_secs_f64();
+        (sum, count, buckets)
     }
 }
 
@@ -144,4 +199,25 @@ pub struct Stats {
     pub live_workers: usize,
     /// Gauge: completed claims retained now.
     pub retained_claims: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_times_bucket_by_upper_bound_and_sum() {
+        let h = SweepTimes::new();
+        h.observe(Duration::from_micros(100)); // exactly the first bound: first bucket
+        h.observe(Duration::from_millis(3)); // (2.5ms, 5ms]
+        h.observe(Duration::from_secs(2)); // beyond the last bound
+        let (sum, count, buckets) = h.read();
+        assert_eq!(count, 3);
+        assert!((sum - 2.0031).abs() < 1e-9, "{sum}");
+        assert_eq!(buckets.len(), SWEEP_BUCKETS.len() + 1);
+        assert_eq!(buckets[0], (0.000_1, 1));
+        assert_eq!(buckets[5], (0.005, 1));
+        assert_eq!(buckets[SWEEP_BUCKETS.len()], (f64::MAX, 1));
+        assert_eq!(buckets.iter().map(|b| b.1).sum::<u64>(), 3);
+    }
 }

@@ -149,6 +149,7 @@ impl<C: Clock> Registry<C> {
                         rec.mark_suspect_since(now);
                         inner.counters.suspected.inc();
                         report.suspected.push(rec.id);
+                        inner.events.suspect(rec);
                         new
                     }
                     Err(seen) => seen,
@@ -226,6 +227,8 @@ impl<C: Clock> Registry<C> {
         inner.snapshot.store(Arc::new(snapshot));
         inner.counters.sweeps.inc();
         report.took = started.elapsed();
+        inner.counters.sweep_time.observe(report.took);
+        inner.events.released(&report);
         report
     }
 

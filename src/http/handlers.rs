@@ -1,0 +1,147 @@
+//! The admin API's handlers. Each carries its `#[utoipa::path]` description, from which the
+//! OpenAPI document is generated.
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::Json;
+
+use super::error::ApiError;
+use super::model::{ErrorBody, HealthBody, WorkerBody, WorkersBody};
+use super::AdminState;
+use crate::clock::Clock;
+use crate::ids::WorkerId;
+
+fn worker_id(path: Result<Path<String>, PathRejection>) -> Result<WorkerId, ApiError> {
+    let Path(raw) = path.map_err(|e| ApiError::BadPath(e.body_text()))?;
+    raw.parse().map_err(ApiError::BadWorkerId)
+}
+
+/// Every tracked worker, with counts, capacity and claims, from the last sweep's snapshot.
+#[utoipa::path(
+    get,
+    path = "/workers",
+    tag = "workers",
+    description = "Every tracked worker (dead ones until their retention ends), from the snapshot \
+                   the last sweep published: never blocks the registry, at most one sweep interval old.",
+    responses(
+        (status = 200, description = "The snapshot", body = WorkersBody),
+        (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn list_workers<C: Clock>(State(s): State<AdminState<C>>) -> Json<WorkersBody> {
+    Json(WorkersBody::from(&*s.registry.status()))
+}
+
+/// One worker, read now.
+#[utoipa::path(
+    get,
+    path = "/workers/{id}",
+    tag = "workers",
+    description = "One worker's current state, read now (not from the snapshot).",
+    params(("id" = u64, Path, description = "Worker id")),
+    responses(
+        (status = 200, description = "The worker", body = WorkerBody),
+        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
+        (status = 404, description = "No such worker (never existed, or dead and purged)", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn get_worker<C: Clock>(
+    State(s): State<AdminState<C>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<WorkerBody>, ApiError> {
+    let id = worker_id(path)?;
+    let info =
+        s.registry
+            .worker(id)
+            .ok_or(ApiError::Registry(crate::RegistryError::UnknownWorker {
+                id,
+            }))?;
+    Ok(Json(WorkerBody::from(&info)))
+}
+
+/// Sets a worker draining.
+#[utoipa::path(
+    post,
+    path = "/workers/{id}/drain",
+    tag = "workers",
+    description = "Sets the worker draining: it gets no new assignment and exits when its current \
+                   loop finishes. Idempotent. A worker that is idle has no loop to finish and exits \
+                   at once: the answer then shows it dead with reason `exited`.",
+    params(("id" = u64, Path, description = "Worker id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The worker, now draining (or exited, if it was idle)", body = WorkerBody),
+        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 401, description = "Bearer token missing or wrong (when one is configured)", body = ErrorBody),
+        (status = 404, description = "No such worker", body = ErrorBody),
+        (status = 409, description = "The worker is already dead", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn drain_worker<C: Clock>(
+    State(s): State<AdminState<C>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<WorkerBody>, ApiError> {
+    let id = worker_id(path)?;
+    let status = s.registry.drain(id)?;
+    tracing::info!(worker = %id, %status, "worker drained through the admin API");
+    let info =
+        s.registry
+            .worker(id)
+            .ok_or(ApiError::Registry(crate::RegistryError::UnknownWorker {
+                id,
+            }))?;
+    Ok(Json(WorkerBody::from(&info)))
+}
+
+/// Prometheus metrics.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    description = "The registry's metrics (and any the application registered) in the OpenMetrics \
+                   text format, which Prometheus scrapes.",
+    responses(
+        (status = 200, description = "OpenMetrics text", body = String,
+         content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn metrics<C: Clock>(State(s): State<AdminState<C>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        s.metrics.encode(),
+    )
+}
+
+/// Liveness.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    description = "200 while the process serves requests. Never requires a token.",
+    responses((status = 200, description = "Alive", body = HealthBody)),
+)]
+pub(crate) async fn healthz() -> Json<HealthBody> {
+    Json(HealthBody { status: "ok" })
+}
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    description = "The OpenAPI 3 description of this API.",
+    responses(
+        (status = 200, description = "The OpenAPI document", content_type = "application/json"),
+        (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn openapi_json<C: Clock>(State(s): State<AdminState<C>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        s.openapi.clone(),
+    )
+}

@@ -1,0 +1,240 @@
+//! Lifecycle events (`Registry::subscribe`): what is published, in which order, and what a
+//! subscriber that falls behind is told. Registry time is a `ManualClock`; nothing sleeps.
+#![cfg(feature = "tokio")]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use worker_registry::{
+    Admission, DeadReason, Event, EventId, ManualClock, RecvError, Registry, RegistryConfig,
+    Subscription, Target, WorkerId, EVENT_BUFFER,
+};
+
+fn t(n: u64) -> Target {
+    Target::new("octo/repo", n).unwrap()
+}
+
+fn e(s: &str) -> EventId {
+    EventId::new(s).unwrap()
+}
+
+fn registry(clock: &ManualClock) -> Registry<ManualClock> {
+    let config = RegistryConfig::builder()
+        .startup_grace(Duration::ZERO)
+        .brake_fraction(1.0)
+        .build()
+        .unwrap();
+    Registry::with_clock(config, clock.clone())
+}
+
+fn drain_now(events: &mut Subscription) -> Vec<Event> {
+    let mut out = Vec::new();
+    while let Some(ev) = events.try_recv().unwrap() {
+        out.push(ev);
+    }
+    out
+}
+
+fn assigned(a: Admission) -> WorkerId {
+    match a {
+        Admission::Assigned(a) => a.worker,
+        other => panic!("not assigned: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn created_draining_dead_and_released_arrive_in_order() {
+    let clock = ManualClock::new();
+    let registry = registry(&clock);
+    let mut events = registry.subscribe();
+
+    // w1: created, drained while busy, exits when its loop finishes.
+    let w1 = assigned(registry.admit(&t(1), &e("d1")));
+    registry.drain(w1).unwrap();
+    registry.complete(&t(1), &e("d1")).unwrap();
+    registry.loop_finished(w1).unwrap();
+
+    // w2: created, then silent past the timeout: the sweep kills it and releases d2 and d3.
+    let w2 = assigned(registry.admit(&t(2), &e("d2")));
+    assert_eq!(assigned(registry.admit(&t(2), &e("d3"))), w2);
+    clock.advance(registry.config().heartbeat_timeout() + Duration::from_millis(1));
+    let report = registry.sweep();
+    assert_eq!(report.died, vec![(w2, DeadReason::MissedHeartbeats)]);
+
+    let expected = vec![
+        Event::WorkerCreated {
+            worker: w1,
+            target: Some(t(1)),
+        },
+        Event::WorkerDraining {
+            worker: w1,
+            target: Some(t(1)),
+        },
+        Event::WorkerDied {
+            worker: w1,
+            target: Some(t(1)),
+            reason: DeadReason::Exited,
+        },
+        Event::WorkerCreated {
+            worker: w2,
+            target: Some(t(2)),
+        },
+        Event::WorkerDied {
+            worker: w2,
+            target: Some(t(2)),
+            reason: DeadReason::MissedHeartbeats,
+        },
+    ];
+    // `recv` (async) and `try_recv` see the same stream.
+    for want in &expected {
+        assert_eq!(&events.recv().await.unwrap(), want);
+    }
+    let Event::TargetReleased {
+        target,
+        events: mut released,
+    } = events.recv().await.unwrap()
+    else {
+        panic!("expected TargetReleased");
+    };
+    released.sort();
+    assert_eq!((target, released), (t(2), vec![e("d2"), e("d3")]));
+    assert_eq!(events.try_recv(), Ok(None));
+}
+
+#[tokio::test]
+async fn hot_paths_publish_nothing() {
+    let clock = ManualClock::new();
+    let registry = registry(&clock);
+    let w = assigned(registry.admit(&t(1), &e("d1")));
+    let pool = registry.register().unwrap();
+    let mut events = registry.subscribe();
+
+    assert!(matches!(
+        registry.admit(&t(1), &e("d1")),
+        Admission::Duplicate(_)
+    ));
+    assert_eq!(assigned(registry.admit(&t(1), &e("d2"))), w); // sticky
+    registry.heartbeat(w).unwrap();
+    pool.heartbeat().unwrap();
+    registry.loop_started(w).unwrap();
+    registry.loop_finished(w).unwrap(); // active: becomes idle, no status change
+    registry.sweep(); // nothing stale, nothing released
+    registry.drain(w).unwrap(); // idle: exits at once (dead, not draining)
+
+    assert_eq!(
+        drain_now(&mut events),
+        vec![Event::WorkerDied {
+            worker: w,
+            target: Some(t(1)),
+            reason: DeadReason::Exited
+        }]
+    );
+}
+
+#[tokio::test]
+async fn a_subscriber_sees_only_what_happens_after_it_subscribed() {
+    let registry = Registry::default();
+    let before = registry.register().unwrap();
+    let mut events = registry.subscribe();
+    let after = registry.register().unwrap();
+    before.deregister().unwrap();
+    assert_eq!(
+        drain_now(&mut events),
+        vec![
+            Event::WorkerCreated {
+                worker: after.id(),
+                target: None
+            },
+            Event::WorkerDied {
+                worker: before.id(),
+                target: None,
+                reason: DeadReason::Deregistered
+            },
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_brake_publishes_suspects_not_deaths() {
+    let clock = ManualClock::new();
+    let config = RegistryConfig::builder()
+        .startup_grace(Duration::ZERO)
+        .brake_min_workers(3)
+        .brake_fraction(0.5)
+        .build()
+        .unwrap();
+    let registry = Registry::with_clock(config, clock.clone());
+    let ids: BTreeSet<WorkerId> = (1..=4)
+        .map(|n| assigned(registry.admit(&t(n), &e("d"))))
+        .collect();
+    let mut events = registry.subscribe();
+
+    clock.advance(registry.config().heartbeat_timeout() + Duration::from_millis(1));
+    let report = registry.sweep();
+    assert!(report.brake_engaged);
+
+    let suspects: BTreeSet<WorkerId> = drain_now(&mut events)
+        .into_iter()
+        .map(|ev| match ev {
+            Event::WorkerSuspect {
+                worker,
+                target: Some(_),
+            } => worker,
+            other => panic!("expected only suspects, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(suspects, ids);
+}
+
+#[tokio::test]
+async fn a_lagging_subscriber_is_told_how_many_it_missed_and_never_slows_publishing() {
+    let registry = Registry::new(RegistryConfig::builder().max_workers(4).build().unwrap());
+    let mut slow = registry.subscribe();
+    let mut fast = registry.subscribe();
+
+    // Each register + deregister publishes two events. The slow subscriber reads nothing, so
+    // publishing must not wait for it (if it did, this loop would never finish).
+    let extra = 10;
+    let total = EVENT_BUFFER + extra;
+    let mut fast_seen = 0;
+    for _ in 0..total / 2 {
+        registry.register().unwrap().deregister().unwrap();
+        fast_seen += drain_now(&mut fast).len();
+    }
+    assert_eq!(
+        fast_seen, total,
+        "the subscriber that keeps up misses nothing"
+    );
+
+    assert_eq!(
+        slow.recv().await,
+        Err(RecvError::Lagged {
+            missed: extra as u64
+        })
+    );
+    assert_eq!(registry.events_missed(), extra as u64);
+    // It then continues with the oldest event still buffered, and gets all of them.
+    let rest = drain_now(&mut slow);
+    assert_eq!(rest.len(), EVENT_BUFFER);
+    assert!(
+        matches!(rest[0], Event::WorkerCreated { .. }),
+        "{:?}",
+        rest[0]
+    );
+    assert!(matches!(rest.last(), Some(Event::WorkerDied { .. })));
+}
+
+#[tokio::test]
+async fn dropping_the_registry_closes_subscriptions_after_the_buffer() {
+    let registry = Registry::default();
+    let mut events = registry.subscribe();
+    registry.register().unwrap().deregister().unwrap();
+    drop(registry);
+    assert!(matches!(
+        events.recv().await,
+        Ok(Event::WorkerCreated { .. })
+    ));
+    assert!(matches!(events.recv().await, Ok(Event::WorkerDied { .. })));
+    assert_eq!(events.recv().await, Err(RecvError::Closed));
+    assert_eq!(events.try_recv(), Err(RecvError::Closed));
+}
