@@ -7,7 +7,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+#[cfg(not(target_os = "linux"))]
+use std::time::Instant;
+use std::time::{Duration, SystemTime};
 
 /// A monotonic time source, as governor's `Clock`: the registry asks it for "now" and nothing else.
 ///
@@ -44,7 +46,15 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
 }
 
-/// The real clock: `std::time::Instant` for liveness, `SystemTime` for display.
+/// The real clock: a coarse monotonic clock for liveness, `SystemTime` for display.
+///
+/// On Linux, `now()` reads `CLOCK_MONOTONIC_COARSE`: the timestamp of the kernel's last timer tick,
+/// read from the vDSO data page without reading the TSC. It costs a few nanoseconds where
+/// `Instant::now()` costs tens (40-90 ns on the virtual machines this crate was measured on), and
+/// every heartbeat, admit and completion reads the clock once. Its resolution is one kernel tick
+/// (1-4 ms), three orders of magnitude below the heartbeat intervals liveness is decided on, and
+/// like `Instant` it never goes backwards and ignores wall-clock steps. Elsewhere it is
+/// `std::time::Instant`.
 ///
 /// # Examples
 ///
@@ -57,6 +67,9 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct SystemClock {
+    #[cfg(target_os = "linux")]
+    origin: Duration,
+    #[cfg(not(target_os = "linux"))]
     origin: Instant,
 }
 
@@ -64,6 +77,9 @@ impl SystemClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
         Self {
+            #[cfg(target_os = "linux")]
+            origin: monotonic_coarse(),
+            #[cfg(not(target_os = "linux"))]
             origin: Instant::now(),
         }
     }
@@ -78,8 +94,34 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Duration {
-        self.origin.elapsed()
+        #[cfg(target_os = "linux")]
+        {
+            monotonic_coarse().saturating_sub(self.origin)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            self.origin.elapsed()
+        }
     }
+}
+
+/// `CLOCK_MONOTONIC_COARSE` as a `Duration` since boot.
+#[cfg(target_os = "linux")]
+#[inline]
+fn monotonic_coarse() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, exclusively borrowed `timespec` for the call to write into, and
+    // `CLOCK_MONOTONIC_COARSE` is a clock id every Linux since 2.6.32 supports. Were the call ever
+    // to fail, `ts` stays zero and `now()` saturates to the origin: nothing looks stale.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    debug_assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC_COARSE) failed");
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// A clock that only moves when told to: the fake clock for tests (like governor's `FakeRelativeClock`).

@@ -338,46 +338,34 @@ impl<C: Clock> Registry<C> {
         if self.inner.faults.on(Fault::CompleteCheckThenWrite) {
             return self.complete_check_then_write(target, event, now);
         }
-        let key = ClaimKey {
+        let limits = &self.inner.limits;
+        let unknown = || RegistryError::UnknownClaim {
             target: target.clone(),
             event: event.clone(),
         };
-        let limits = &self.inner.limits;
-        let res = self.inner.claims.update(key, |slot| {
-            let Some(c) = slot else {
-                return (
-                    Op::Keep,
-                    Err(RegistryError::UnknownClaim {
-                        target: target.clone(),
-                        event: event.clone(),
-                    }),
-                );
-            };
-            match c.standing(now, limits.claim_retention_ms, limits.timeout_ms) {
-                Standing::Completed => (Op::Keep, Ok(false)),
-                Standing::InFlight => {
-                    c.completed_at = Some(now);
-                    // AcqRel: the count gates eviction; pairs with the sweeper's reads.
-                    self.inner.retained.fetch_add(1, Ordering::AcqRel);
-                    (Op::Keep, Ok(true))
-                }
-                Standing::Released => (
-                    Op::Keep,
-                    Err(RegistryError::ClaimReleased {
+        // Looked up by reference (no key clone): completing never inserts.
+        let key: &dyn ClaimKeyRef = &(target, event);
+        let res = self
+            .inner
+            .claims
+            .get_mut_with(key, |c| {
+                match c.standing(now, limits.claim_retention_ms, limits.timeout_ms) {
+                    Standing::Completed => Ok(false),
+                    Standing::InFlight => {
+                        c.completed_at = Some(now);
+                        // AcqRel: the count gates eviction; pairs with the sweeper's reads.
+                        self.inner.retained.fetch_add(1, Ordering::AcqRel);
+                        Ok(true)
+                    }
+                    Standing::Released => Err(RegistryError::ClaimReleased {
                         target: target.clone(),
                         event: event.clone(),
                         holder: c.holder.as_ref().map(|h| h.id),
                     }),
-                ),
-                Standing::Expired => (
-                    Op::Keep,
-                    Err(RegistryError::UnknownClaim {
-                        target: target.clone(),
-                        event: event.clone(),
-                    }),
-                ),
-            }
-        });
+                    Standing::Expired => Err(unknown()),
+                }
+            })
+            .unwrap_or_else(|| Err(unknown()));
         if let Ok(true) = res {
             self.inner.counters.claims_completed.inc();
             self.evict_if_far_over_limit(now);
@@ -858,9 +846,33 @@ impl<C: Clock> Registry<C> {
     /// sweep: it is as old as the last [`sweep`](Self::sweep), at most one sweep interval when the
     /// [`Sweeper`](crate::Sweeper) runs.
     ///
-    /// **Locking behaviour:** no lock: one `ArcSwap` load.
+    /// **Locking behaviour:** no lock: one `ArcSwap` load and a reference-count increment (readers
+    /// on several threads share that count's cache line; see [`status_with`](Self::status_with)).
     pub fn status(&self) -> Arc<StatusSnapshot> {
         self.inner.snapshot.load()
+    }
+
+    /// Runs `f` on the latest published snapshot (the one [`status`](Self::status) would return)
+    /// without taking a reference to it: the cheapest way to read a few fields, such as counts or
+    /// capacity, on a hot path.
+    ///
+    /// **Locking behaviour:** no lock and no shared write: the snapshot is pinned by a per-thread
+    /// slot for the duration of `f` (so keep `f` short, and clone what must outlive it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{EventId, Registry, Target};
+    ///
+    /// let registry = Registry::default();
+    /// registry.admit(&Target::new("o/r", 1).unwrap(), &EventId::new("d").unwrap());
+    /// registry.sweep();
+    /// let (used, limit) = registry.status_with(|s| (s.capacity.used, s.capacity.limit));
+    /// assert_eq!((used, limit), (1, registry.config().max_workers));
+    /// ```
+    #[inline]
+    pub fn status_with<R>(&self, f: impl FnOnce(&StatusSnapshot) -> R) -> R {
+        self.inner.snapshot.with(f)
     }
 
     /// The registry's cumulative counters.

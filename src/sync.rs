@@ -105,6 +105,17 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
         self.inner.get(key).map(|r| f(r.value()))
     }
 
+    /// Runs `f` on the value for `key` under that shard's write lock, if there is one. Unlike
+    /// [`update`](Self::update) it takes the key by reference: it can change a value, never insert.
+    #[inline]
+    pub(crate) fn get_mut_with<Q, R>(&self, key: &Q, f: impl FnOnce(&mut V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.inner.get_mut(key).map(|mut r| f(r.value_mut()))
+    }
+
     /// Runs `f` on the slot for `key` under that shard's write lock; `f` sees the current value
     /// (or `None`) and says what to do with the slot. This is the entry API: there is no window
     /// between looking and inserting.
@@ -186,6 +197,13 @@ impl<T> SnapshotCell<T> {
         self.inner.load_full()
     }
 
+    /// Runs `f` on the current value without touching its reference count: `ArcSwap::load`'s
+    /// guard borrows a per-thread debt slot instead, so concurrent readers share no cache line.
+    #[inline]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        f(&self.inner.load())
+    }
+
     /// Publishes a new value; readers holding the old one keep it until they drop it.
     pub(crate) fn store(&self, value: Arc<T>) {
         self.inner.store(value);
@@ -234,6 +252,15 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
     {
         let shard = self.shard(key).lock().unwrap();
         shard.get(key).map(f)
+    }
+
+    pub(crate) fn get_mut_with<Q, R>(&self, key: &Q, f: impl FnOnce(&mut V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut shard = self.shard(key).lock().unwrap();
+        shard.get_mut(key).map(f)
     }
 
     pub(crate) fn update<R>(&self, key: K, f: impl FnOnce(Option<&mut V>) -> (Op<V>, R)) -> R {
@@ -303,6 +330,11 @@ impl<T> SnapshotCell<T> {
 
     pub(crate) fn load(&self) -> Arc<T> {
         self.inner.lock().unwrap().clone()
+    }
+
+    /// Clones the `Arc` under the lock, then runs `f` with no lock held.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        f(&self.load())
     }
 
     pub(crate) fn store(&self, value: Arc<T>) {

@@ -1,0 +1,229 @@
+//! The ratio report and the CI gate, run at the end of the bench binary.
+//!
+//! * `WR_BENCH_REPORT=1`: print the table (operation, ns/op, Mops/s, baseline, ratio, target,
+//!   pass/fail) from the criterion estimates written **by this run** (older results are ignored),
+//!   and write it to `target/criterion/registry-report.md`.
+//! * `WR_BENCH_GATE=<thresholds file>`: also compare the single-thread ratios with the committed
+//!   thresholds and exit non-zero on a breach or on a gated bench that did not run.
+//!   `WR_BENCH_GATE_TIGHTEN=<factor>` multiplies every threshold (use `0.5` to watch it fail).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::gate;
+
+/// What a row promises.
+#[derive(Clone, Copy)]
+enum Goal {
+    /// op / baseline <= this.
+    Ratio(f64),
+    /// baseline / op >= this (op at least this many times faster).
+    Faster(f64),
+    /// op <= this many ns per element.
+    Ns(f64),
+    /// Reported only.
+    Info,
+}
+
+struct Row {
+    /// Stable name (the gate's key for the 1-thread row).
+    name: &'static str,
+    /// Criterion id without the thread suffix.
+    op: &'static str,
+    /// Baseline id without the thread suffix; `base_1t` pins it to its 1-thread run.
+    base: &'static str,
+    base_1t: bool,
+    goal: Goal,
+    /// Thread counts the goal applies to (others are reported with the goal shown as info).
+    goal_at: &'static [usize],
+}
+
+const BOTH: &[usize] = &[1, 2];
+const ONE: &[usize] = &[1];
+const TWO: &[usize] = &[2];
+
+#[rustfmt::skip]
+const ROWS: &[Row] = &[
+    Row { name: "heartbeat_by_id", op: "heartbeat/by_id", base: "baseline/dashmap_get_store", base_1t: false, goal: Goal::Ratio(1.3), goal_at: BOTH },
+    Row { name: "heartbeat_handle", op: "heartbeat/handle", base: "baseline/atomic_cas", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { name: "heartbeat_vs_mutex", op: "heartbeat/by_id", base: "heartbeat/mutex_by_id", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { name: "admit_duplicate", op: "admit/duplicate", base: "baseline/dashmap_get_claim", base_1t: false, goal: Goal::Ratio(1.3), goal_at: BOTH },
+    Row { name: "admit_duplicate_vs_moka", op: "admit/duplicate", base: "moka/get_hit", base_1t: false, goal: Goal::Ratio(1.0), goal_at: BOTH },
+    Row { name: "admit_duplicate_vs_mutex", op: "admit/duplicate", base: "admit/mutex_duplicate", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { name: "admit_fresh_complete", op: "admit/fresh_complete", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { name: "admit_fresh_complete_vs_moka", op: "admit/fresh_complete", base: "moka/insert_invalidate", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { name: "admit_fresh_complete_at_limit", op: "admit/fresh_complete_at_limit", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { name: "admit_sticky", op: "admit/sticky", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { name: "admit_sticky_vs_mutex", op: "admit/sticky", base: "admit/mutex_sticky", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { name: "status_10", op: "status/arc_10", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { name: "status_100k", op: "status/arc_100k", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { name: "status_100k_vs_10", op: "status/arc_100k", base: "status/arc_10", base_1t: false, goal: Goal::Ratio(1.2), goal_at: BOTH },
+    Row { name: "status_sweeping", op: "status/arc_sweeping", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { name: "status_with_10", op: "status/with_10", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { name: "status_with_100k", op: "status/with_100k", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { name: "status_with_100k_vs_10", op: "status/with_100k", base: "status/with_10", base_1t: false, goal: Goal::Ratio(1.2), goal_at: BOTH },
+    Row { name: "status_with_sweeping", op: "status/with_sweeping", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { name: "status_vs_mutex", op: "status/arc_sweeping", base: "status/mutex_10k", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { name: "sweep_idle_10k", op: "sweep/idle_10k", base: "baseline/dashmap_scan_10k", base_1t: true, goal: Goal::Ns(5.0), goal_at: BOTH },
+    Row { name: "sweep_idle_100k", op: "sweep/idle_100k", base: "baseline/dashmap_scan_100k", base_1t: true, goal: Goal::Ns(5.0), goal_at: BOTH },
+    Row { name: "sweep_changes_10k", op: "sweep/changes_10k", base: "baseline/dashmap_scan_10k", base_1t: true, goal: Goal::Ns(5.0), goal_at: ONE },
+    Row { name: "sweep_changes_100k", op: "sweep/changes_100k", base: "baseline/dashmap_scan_100k", base_1t: true, goal: Goal::Ns(5.0), goal_at: ONE },
+    Row { name: "sweep_vs_mutex", op: "sweep/idle_10k", base: "sweep/mutex_idle_10k", base_1t: true, goal: Goal::Info, goal_at: ONE },
+    Row { name: "mixed_vs_mutex", op: "mixed/registry", base: "mixed/mutex", base_1t: false, goal: Goal::Faster(3.0), goal_at: TWO },
+    Row { name: "mixed_vs_rwlock", op: "mixed/registry", base: "mixed/rwlock", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+];
+
+/// One measured bench: ns per element (criterion's median) and elements per iteration.
+#[derive(Clone, Copy)]
+struct Measured {
+    ns: f64,
+}
+
+fn criterion_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("CRITERION_HOME") {
+        return h.into();
+    }
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        return Path::new(&t).join("criterion");
+    }
+    // The bench runs as target/<profile>/deps/registry-<hash>.
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.ancestors().nth(3).map(|t| t.join("criterion")))
+        .unwrap_or_else(|| "target/criterion".into())
+}
+
+/// The estimate for `id`, if this run (started at `since`) wrote it.
+fn load(home: &Path, id: &str, since: SystemTime) -> Option<Measured> {
+    let dir = home.join(id).join("new");
+    let est = dir.join("estimates.json");
+    let fresh = std::fs::metadata(&est)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= since);
+    if !fresh {
+        return None;
+    }
+    let est: serde_json::Value = serde_json::from_slice(&std::fs::read(est).ok()?).ok()?;
+    let per_iter = est["median"]["point_estimate"].as_f64()?;
+    let bench: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("benchmark.json")).ok()?).ok()?;
+    let elements = bench["throughput"]["Elements"].as_u64().unwrap_or(1).max(1);
+    Some(Measured {
+        ns: per_iter / elements as f64,
+    })
+}
+
+fn goal_text(g: Goal) -> String {
+    match g {
+        Goal::Ratio(r) => format!("<= {r}x"),
+        Goal::Faster(x) => format!(">= {x}x faster"),
+        Goal::Ns(n) => format!("<= {n} ns/op"),
+        Goal::Info => "-".into(),
+    }
+}
+
+fn meets(g: Goal, ns: f64, ratio: f64) -> Option<bool> {
+    match g {
+        Goal::Ratio(r) => Some(ratio <= r),
+        Goal::Faster(x) => Some(ratio <= 1.0 / x),
+        Goal::Ns(n) => Some(ns <= n),
+        Goal::Info => None,
+    }
+}
+
+/// Prints the report and runs the gate if asked; returns the process exit code.
+pub fn finish(started: SystemTime) -> i32 {
+    let report = std::env::var_os("WR_BENCH_REPORT").is_some();
+    let gate_file = std::env::var_os("WR_BENCH_GATE");
+    if !report && gate_file.is_none() {
+        return 0;
+    }
+    let home = criterion_home();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| operation | threads | ns/op | Mops/s | baseline | baseline ns/op | ratio | target | result |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+    let mut ratios = BTreeMap::new();
+    let mut rows = 0;
+    for row in ROWS {
+        for threads in [1usize, 2] {
+            let op = format!("{}/{threads}t", row.op);
+            let base = format!("{}/{}t", row.base, if row.base_1t { 1 } else { threads });
+            let (Some(m), Some(b)) = (load(&home, &op, started), load(&home, &base, started))
+            else {
+                continue;
+            };
+            rows += 1;
+            let ratio = m.ns / b.ns;
+            if threads == 1 {
+                ratios.insert(row.name.to_string(), ratio);
+            }
+            let goal = if row.goal_at.contains(&threads) {
+                row.goal
+            } else {
+                Goal::Info
+            };
+            let result = match meets(goal, m.ns, ratio) {
+                Some(true) => "pass",
+                Some(false) => "FAIL",
+                None => "-",
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {threads} | {:.1} | {:.1} | {} | {:.1} | {:.2} | {} | {result} |",
+                row.op,
+                m.ns,
+                1e3 / m.ns,
+                row.base,
+                b.ns,
+                ratio,
+                goal_text(goal),
+            );
+        }
+    }
+    if rows == 0 {
+        println!("\nregistry report: no estimates written by this run (smoke or filtered run?)");
+    } else if report {
+        println!("\n{out}");
+        let _ = std::fs::write(home.join("registry-report.md"), &out);
+    }
+    let Some(file) = gate_file else {
+        return 0;
+    };
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("gate: cannot read {}: {e}", Path::new(&file).display());
+            return 2;
+        }
+    };
+    let thresholds = match gate::parse(&text) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("gate: {}: {e}", Path::new(&file).display());
+            return 2;
+        }
+    };
+    let tighten = std::env::var("WR_BENCH_GATE_TIGHTEN")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(1.0);
+    let verdicts = gate::check(&thresholds, &ratios, tighten);
+    println!("\nregression gate (single-thread ratios, same run; thresholds x {tighten}):");
+    for v in &verdicts {
+        let ratio = v.ratio.map_or("not measured".into(), |r| format!("{r:.2}"));
+        let verdict = if v.pass { "ok" } else { "BREACH" };
+        println!("  {:<34} {ratio:>12} <= {:<6.2} {verdict}", v.name, v.limit);
+    }
+    if gate::passed(&verdicts) {
+        println!("gate passed");
+        0
+    } else {
+        println!("gate FAILED");
+        1
+    }
+}
