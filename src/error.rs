@@ -49,6 +49,18 @@ pub enum RegistryError {
         /// The worker that held it.
         holder: Option<WorkerId>,
     },
+    /// A worker tried to complete a claim it does not hold (it was declared dead and the delivery was
+    /// re-admitted onto another worker, or it never held it).
+    NotHolder {
+        /// The target.
+        target: Target,
+        /// The delivery id.
+        event: EventId,
+        /// The claim's actual holder (none for a bare claim).
+        holder: Option<WorkerId>,
+        /// The worker that tried.
+        worker: WorkerId,
+    },
     /// The claim is completed; it cannot be released.
     ClaimCompleted {
         /// The target.
@@ -98,6 +110,21 @@ impl fmt::Display for RegistryError {
                     "claim for event {event} on {target} was released: worker {h} died"
                 ),
                 None => write!(f, "claim for event {event} on {target} was released"),
+            },
+            Self::NotHolder {
+                target,
+                event,
+                holder,
+                worker,
+            } => match holder {
+                Some(h) => write!(
+                    f,
+                    "worker {worker} does not hold event {event} on {target}: worker {h} does"
+                ),
+                None => write!(
+                    f,
+                    "worker {worker} does not hold event {event} on {target}: no worker does"
+                ),
             },
             Self::ClaimCompleted { target, event } => {
                 write!(

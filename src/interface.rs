@@ -68,6 +68,13 @@ pub trait WorkerRegistry: Send + Sync {
         target: &Target,
         event: &EventId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send;
+    /// See [`Registry::complete_by`].
+    fn complete_by(
+        &self,
+        worker: WorkerId,
+        target: &Target,
+        event: &EventId,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send;
     /// See [`Registry::assign`].
     fn assign(
         &self,
@@ -139,6 +146,14 @@ impl<C: Clock> WorkerRegistry for Registry<C> {
         event: &EventId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         ready(Registry::complete(self, target, event))
+    }
+    fn complete_by(
+        &self,
+        worker: WorkerId,
+        target: &Target,
+        event: &EventId,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
+        ready(Registry::complete_by(self, worker, target, event))
     }
     fn assign(
         &self,

@@ -333,6 +333,43 @@ impl<C: Clock> Registry<C> {
     /// assert_eq!(d.state, ClaimState::Completed);
     /// ```
     pub fn complete(&self, target: &Target, event: &EventId) -> Result<(), RegistryError> {
+        self.complete_inner(target, event, None)
+    }
+
+    /// Like [`complete`](Self::complete), but fenced: only `worker`, the claim's holder, may complete
+    /// it. A worker that was declared dead and whose event was re-admitted onto another worker gets
+    /// [`RegistryError::NotHolder`] instead of completing the new worker's claim. Workers should
+    /// complete through this (or [`WorkerHandle::complete`]).
+    ///
+    /// **Locking behaviour:** one claims-shard write lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{Admission, EventId, Registry, RegistryError, Target, WorkerId};
+    ///
+    /// let registry = Registry::default();
+    /// let (t, e) = (Target::new("o/r", 7).unwrap(), EventId::new("d-1").unwrap());
+    /// let Admission::Assigned(a) = registry.admit(&t, &e) else { panic!() };
+    /// let stranger = WorkerId::new(a.worker.get() + 1);
+    /// assert!(matches!(registry.complete_by(stranger, &t, &e), Err(RegistryError::NotHolder { .. })));
+    /// registry.complete_by(a.worker, &t, &e).unwrap();
+    /// ```
+    pub fn complete_by(
+        &self,
+        worker: WorkerId,
+        target: &Target,
+        event: &EventId,
+    ) -> Result<(), RegistryError> {
+        self.complete_inner(target, event, Some(worker))
+    }
+
+    fn complete_inner(
+        &self,
+        target: &Target,
+        event: &EventId,
+        by: Option<WorkerId>,
+    ) -> Result<(), RegistryError> {
         let now = self.now_ms();
         #[cfg(worker_registry_loom)] // LOOM TWIN ONLY: check-then-write, see `faults`.
         if self.inner.faults.on(Fault::CompleteCheckThenWrite) {
@@ -349,6 +386,15 @@ impl<C: Clock> Registry<C> {
             .inner
             .claims
             .get_mut_with(key, |c| {
+                let holder = c.holder.as_ref().map(|h| h.id);
+                if let Some(worker) = by.filter(|w| holder != Some(*w)) {
+                    return Err(RegistryError::NotHolder {
+                        target: target.clone(),
+                        event: event.clone(),
+                        holder,
+                        worker,
+                    });
+                }
                 match c.standing(now, limits.claim_retention_ms, limits.timeout_ms) {
                     Standing::Completed => Ok(false),
                     Standing::InFlight => {
@@ -360,7 +406,7 @@ impl<C: Clock> Registry<C> {
                     Standing::Released => Err(RegistryError::ClaimReleased {
                         target: target.clone(),
                         event: event.clone(),
-                        holder: c.holder.as_ref().map(|h| h.id),
+                        holder,
                     }),
                     Standing::Expired => Err(unknown()),
                 }
@@ -977,6 +1023,12 @@ impl<C: Clock> WorkerHandle<C> {
     /// See [`Registry::loop_finished`].
     pub fn loop_finished(&self) -> Result<Status, RegistryError> {
         self.registry.apply(&self.rec, state::loop_finished)
+    }
+
+    /// Completes a claim this worker holds (see [`Registry::complete_by`]): refused with
+    /// [`RegistryError::NotHolder`] if the claim now belongs to another worker.
+    pub fn complete(&self, target: &Target, event: &EventId) -> Result<(), RegistryError> {
+        self.registry.complete_by(self.rec.id, target, event)
     }
 
     /// See [`Registry::deregister`].

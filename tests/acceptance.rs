@@ -653,3 +653,47 @@ fn complete_after_the_worker_died_is_refused_as_released() {
     );
     assert_ne!(a.worker, b.worker);
 }
+
+#[test]
+fn a_fenced_worker_cannot_complete_the_claim_of_its_successor() {
+    let (r, clock) = registry();
+    let (target, event) = (t("o/r", 1), e("d"));
+    let old = assigned(r.admit(&target, &event));
+    let old_handle = r.handle(old.worker).unwrap();
+    clock.advance(TIMEOUT + MS);
+    let report = r.sweep(); // old dies; its event is released and re-admitted
+    assert_eq!(
+        report.released_events,
+        vec![(target.clone(), event.clone())]
+    );
+    let new = assigned(r.admit(&target, &event));
+    assert_ne!(new.worker, old.worker);
+
+    // The dead worker's late completion must not complete the new worker's claim.
+    assert_eq!(
+        old_handle.complete(&target, &event),
+        Err(RegistryError::NotHolder {
+            target: target.clone(),
+            event: event.clone(),
+            holder: Some(new.worker),
+            worker: old.worker,
+        })
+    );
+    let Admission::Duplicate(d) = r.admit(&target, &event) else {
+        panic!()
+    };
+    assert_eq!(d.holder, Some(new.worker));
+    assert_eq!(
+        d.state,
+        ClaimState::InFlight,
+        "still the new worker's, in flight"
+    );
+    r.handle(new.worker)
+        .unwrap()
+        .complete(&target, &event)
+        .unwrap();
+    let Admission::Duplicate(d) = r.admit(&target, &event) else {
+        panic!()
+    };
+    assert_eq!(d.state, ClaimState::Completed);
+}

@@ -64,6 +64,14 @@ impl WorkerRegistry for UnreachableBackend {
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         self.down("complete")
     }
+    fn complete_by(
+        &self,
+        _: WorkerId,
+        _: &Target,
+        _: &EventId,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
+        self.down("complete_by")
+    }
     fn assign(
         &self,
         _: &Target,

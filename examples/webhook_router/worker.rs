@@ -124,7 +124,7 @@ pub async fn run<C: Clock>(
                 Err(Wake::Crash) => return Exit::Crashed,
                 Err(Wake::Fenced) => return Exit::Fenced,
             }
-            if let Err(e) = registry.complete(&job.target, &job.event) {
+            if let Err(e) = me.complete(&job.target, &job.event) {
                 // Declared dead mid-loop: the event was released and is re-dispatched elsewhere.
                 tracing::warn!(worker = %id, event = %job.event, "completion refused: {e}");
             }
