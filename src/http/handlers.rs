@@ -53,8 +53,16 @@ pub(crate) async fn get_worker<C: Clock>(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<WorkerBody>, ApiError> {
     let id = worker_id(path)?;
+    worker_body(&s.registry, id)
+}
+
+/// The worker's current state as the API shows it, or 404.
+fn worker_body<C: Clock>(
+    registry: &crate::Registry<C>,
+    id: crate::WorkerId,
+) -> Result<Json<WorkerBody>, ApiError> {
     let info =
-        s.registry
+        registry
             .worker(id)
             .ok_or(ApiError::Registry(crate::RegistryError::UnknownWorker {
                 id,
@@ -87,13 +95,7 @@ pub(crate) async fn drain_worker<C: Clock>(
     let id = worker_id(path)?;
     let status = s.registry.drain(id)?;
     tracing::info!(worker = %id, %status, "worker drained through the admin API");
-    let info =
-        s.registry
-            .worker(id)
-            .ok_or(ApiError::Registry(crate::RegistryError::UnknownWorker {
-                id,
-            }))?;
-    Ok(Json(WorkerBody::from(&info)))
+    worker_body(&s.registry, id)
 }
 
 /// Prometheus metrics.
