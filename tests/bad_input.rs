@@ -132,19 +132,8 @@ fn check_target_error(err: &TargetError, repo: &str, number: u64) {
 
 // ---- properties ------------------------------------------------------------------------------------
 
-/// Deterministic by default (a fixed seed and case count, sized for debug CI); a longer or
-/// different hunt sets `PROPTEST_CASES` and `PROPTEST_RNG_SEED`.
-fn proptest_config(default_cases: u32) -> ProptestConfig {
-    fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
-        std::env::var(name).ok().and_then(|s| s.parse().ok())
-    }
-    ProptestConfig {
-        cases: env("PROPTEST_CASES").unwrap_or(default_cases),
-        rng_seed: proptest::test_runner::RngSeed::Fixed(env("PROPTEST_RNG_SEED").unwrap_or(0x5EED)),
-        max_shrink_iters: 20_000,
-        ..ProptestConfig::default()
-    }
-}
+mod proptest_support;
+use proptest_support::proptest_config;
 
 proptest! {
     #![proptest_config(proptest_config(256))]
