@@ -25,15 +25,7 @@ fn two_targets_one_slot(faults: &'static [Fault]) {
     let mine = reg.admit(&ta, &event(1));
     let theirs = other.join().unwrap();
 
-    let outcomes = [&mine, &theirs];
-    let assigned = outcomes
-        .iter()
-        .filter(|a| matches!(a, Admission::Assigned(x) if x.new))
-        .count();
-    let full = outcomes
-        .iter()
-        .filter(|a| matches!(a, Admission::Rejected(Rejection::CapacityFull { limit: 1 })))
-        .count();
+    let (assigned, full) = tally([&mine, &theirs]);
     invariant!(
         "capacity-respected",
         (assigned, full) == (1, 1),
@@ -78,15 +70,7 @@ fn two_targets_one_slot_being_freed(faults: &'static [Fault]) {
     let theirs = other.join().unwrap();
     leaver.join().unwrap().expect("alive until now");
 
-    let outcomes = [&mine, &theirs];
-    let assigned = outcomes
-        .iter()
-        .filter(|a| matches!(a, Admission::Assigned(x) if x.new))
-        .count();
-    let full = outcomes
-        .iter()
-        .filter(|a| matches!(a, Admission::Rejected(Rejection::CapacityFull { limit: 1 })))
-        .count();
+    let (assigned, full) = tally([&mine, &theirs]);
     invariant!(
         "capacity-respected",
         assigned <= 1 && assigned + full == 2,
@@ -147,4 +131,17 @@ fn twin_capacity_check_then_increment_is_caught_on_release() {
         "capacity-respected",
         || two_targets_one_slot_being_freed(&[Fault::CapacityCheckThenIncrement]),
     );
+}
+
+/// How many of the outcomes created a worker, and how many were refused for capacity (limit 1).
+fn tally(outcomes: [&Admission; 2]) -> (usize, usize) {
+    let assigned = outcomes
+        .iter()
+        .filter(|a| matches!(a, Admission::Assigned(x) if x.new))
+        .count();
+    let full = outcomes
+        .iter()
+        .filter(|a| matches!(a, Admission::Rejected(Rejection::CapacityFull { limit: 1 })))
+        .count();
+    (assigned, full)
 }
