@@ -33,7 +33,7 @@ use rand::Rng;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use worker_registry::{
-    Registry, RegistryConfig, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_WORKERS,
+    InMemoryRegistry, RegistryConfig, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_WORKERS,
     DEFAULT_MISSED_HEARTBEATS, DEFAULT_SWEEP_INTERVAL,
 };
 
@@ -232,7 +232,7 @@ async fn main() -> ExitCode {
         admin_token: s.options.admin_token.clone(),
         shutdown_deadline: s.shutdown,
     });
-    let app = app::App::new(Registry::new(s.config), s.options);
+    let app = app::App::new(InMemoryRegistry::new(s.config), s.options);
     let server = match app::serve(app, listener).await {
         Ok(server) => server,
         Err(e) => {

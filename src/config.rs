@@ -27,11 +27,26 @@ pub const DEFAULT_BRAKE_FRACTION: f64 = 0.5;
 pub const DEFAULT_BRAKE_MIN_WORKERS: usize = 3;
 /// How long a worker may stay suspect (silent while the brake is engaged) before it is dead after all.
 pub const DEFAULT_SUSPECT_GRACE: Duration = Duration::from_secs(2 * 60);
-/// Shards per map (a power of two; more shards, less contention, more memory).
+/// Shards per map of the in-memory backend (a power of two; more shards, less contention, more
+/// memory).
 pub const DEFAULT_SHARDS: usize = 64;
+/// How long a drained worker's current loop may take before the worker is declared dead with
+/// `DrainTimedOut` (Nomad's drain deadline, Kubernetes' termination grace period).
+pub const DEFAULT_DRAIN_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// How long a delivery may stay in flight before it is released for re-dispatch (the worker-pool
+/// document requeues tasks running longer than 30 minutes without completion).
+pub const DEFAULT_MAX_IN_FLIGHT: Duration = Duration::from_secs(30 * 60);
+/// How long a shared backend waits for a replica to acknowledge a released event before it offers
+/// the event to another replica.
+pub const DEFAULT_RELEASE_ACK_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest any duration setting may be: a year. Longer values are almost certainly a unit
+/// mistake, and bounding them keeps every sum of durations far from overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
-/// Every timing and limit of a registry. Build one with [`RegistryConfig::builder`]; the defaults
-/// follow the worker-pool document.
+/// Every timing and limit of a registry, for every backend. Build one with
+/// [`RegistryConfig::builder`] (the defaults follow the worker-pool document); the builder
+/// validates, so a `RegistryConfig` in hand is always valid, and its fields are read through
+/// getters.
 ///
 /// # Examples
 ///
@@ -48,34 +63,27 @@ pub const DEFAULT_SHARDS: usize = 64;
 ///
 /// let err = RegistryConfig::builder().missed_heartbeats(1).build().unwrap_err();
 /// assert!(err.to_string().contains("missed_heartbeats"));
+///
+/// let err = RegistryConfig::builder().shards(3).build().unwrap_err();
+/// assert!(err.to_string().contains("shards"));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub struct RegistryConfig {
-    /// How often workers are expected to heartbeat.
-    pub heartbeat_interval: Duration,
-    /// Consecutive missed intervals after which a worker is dead (at least 2).
-    pub missed_heartbeats: u32,
-    /// How often the maintenance task sweeps.
-    pub sweep_interval: Duration,
-    /// Non-dead workers allowed at once.
-    pub max_workers: usize,
-    /// How long completed claims are retained.
-    pub claim_retention: Duration,
-    /// How many completed claims are retained at most.
-    pub max_retained_claims: usize,
-    /// How long dead records stay visible.
-    pub dead_retention: Duration,
-    /// Extra time before a new worker's first heartbeat is due.
-    pub startup_grace: Duration,
-    /// Fraction of live workers that, dying in one sweep, engages the brake (0 < f <= 1; 1 disables).
-    pub brake_fraction: f64,
-    /// The brake only engages with at least this many live workers.
-    pub brake_min_workers: usize,
-    /// How long a suspect may stay silent before it is dead.
-    pub suspect_grace: Duration,
-    /// Shards per map.
-    pub shards: usize,
+    heartbeat_interval: Duration,
+    missed_heartbeats: u32,
+    sweep_interval: Duration,
+    max_workers: usize,
+    claim_retention: Duration,
+    max_retained_claims: usize,
+    dead_retention: Duration,
+    startup_grace: Duration,
+    brake_fraction: f64,
+    brake_min_workers: usize,
+    suspect_grace: Duration,
+    shards: usize,
+    drain_deadline: Duration,
+    max_in_flight: Duration,
+    release_ack_timeout: Duration,
 }
 
 impl Default for RegistryConfig {
@@ -93,12 +101,199 @@ impl Default for RegistryConfig {
             brake_min_workers: DEFAULT_BRAKE_MIN_WORKERS,
             suspect_grace: DEFAULT_SUSPECT_GRACE,
             shards: DEFAULT_SHARDS,
+            drain_deadline: DEFAULT_DRAIN_DEADLINE,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            release_ack_timeout: DEFAULT_RELEASE_ACK_TIMEOUT,
         }
     }
 }
 
 impl RegistryConfig {
+    /// How often workers are expected to heartbeat.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.heartbeat_interval(), worker_registry::DEFAULT_HEARTBEAT_INTERVAL);
+    /// ```
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat_interval
+    }
+
+    /// Consecutive missed intervals after which a worker is dead (at least 2).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.missed_heartbeats(), worker_registry::DEFAULT_MISSED_HEARTBEATS);
+    /// ```
+    pub fn missed_heartbeats(&self) -> u32 {
+        self.missed_heartbeats
+    }
+
+    /// How often the maintenance task sweeps (and so the most a snapshot lags).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.sweep_interval(), worker_registry::DEFAULT_SWEEP_INTERVAL);
+    /// ```
+    pub fn sweep_interval(&self) -> Duration {
+        self.sweep_interval
+    }
+
+    /// Non-dead workers allowed at once (draining ones count).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.max_workers(), worker_registry::DEFAULT_MAX_WORKERS);
+    /// ```
+    pub fn max_workers(&self) -> usize {
+        self.max_workers
+    }
+
+    /// How long completed claims are retained.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.claim_retention(), worker_registry::DEFAULT_CLAIM_RETENTION);
+    /// ```
+    pub fn claim_retention(&self) -> Duration {
+        self.claim_retention
+    }
+
+    /// How many completed claims are retained at most.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.max_retained_claims(), worker_registry::DEFAULT_MAX_RETAINED_CLAIMS);
+    /// ```
+    pub fn max_retained_claims(&self) -> usize {
+        self.max_retained_claims
+    }
+
+    /// How long dead records stay visible.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.dead_retention(), worker_registry::DEFAULT_DEAD_RETENTION);
+    /// ```
+    pub fn dead_retention(&self) -> Duration {
+        self.dead_retention
+    }
+
+    /// Extra time before a new worker's first heartbeat is due.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.startup_grace(), worker_registry::DEFAULT_STARTUP_GRACE);
+    /// ```
+    pub fn startup_grace(&self) -> Duration {
+        self.startup_grace
+    }
+
+    /// Fraction of live workers that, silent in one sweep, engages the brake (0 < f <= 1; 1 disables).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.brake_fraction(), worker_registry::DEFAULT_BRAKE_FRACTION);
+    /// ```
+    pub fn brake_fraction(&self) -> f64 {
+        self.brake_fraction
+    }
+
+    /// The brake only engages with at least this many live workers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.brake_min_workers(), worker_registry::DEFAULT_BRAKE_MIN_WORKERS);
+    /// ```
+    pub fn brake_min_workers(&self) -> usize {
+        self.brake_min_workers
+    }
+
+    /// How long a suspect may stay silent before it is dead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.suspect_grace(), worker_registry::DEFAULT_SUSPECT_GRACE);
+    /// ```
+    pub fn suspect_grace(&self) -> Duration {
+        self.suspect_grace
+    }
+
+    /// Shards per map (in-memory backend only).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.shards(), worker_registry::DEFAULT_SHARDS);
+    /// ```
+    pub fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// How long a drained worker's loop may take by default before it is dead (`DrainTimedOut`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.drain_deadline(), worker_registry::DEFAULT_DRAIN_DEADLINE);
+    /// ```
+    pub fn drain_deadline(&self) -> Duration {
+        self.drain_deadline
+    }
+
+    /// How long a delivery may stay in flight before it is released as stuck.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.max_in_flight(), worker_registry::DEFAULT_MAX_IN_FLIGHT);
+    /// ```
+    pub fn max_in_flight(&self) -> Duration {
+        self.max_in_flight
+    }
+
+    /// How long a shared backend waits for a released event's acknowledgement before offering it to another replica.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.release_ack_timeout(), worker_registry::DEFAULT_RELEASE_ACK_TIMEOUT);
+    /// ```
+    pub fn release_ack_timeout(&self) -> Duration {
+        self.release_ack_timeout
+    }
+
     /// A builder starting from the defaults.
+    ///
+    /// # Examples
+    ///
+    /// See [`RegistryConfig`].
     pub fn builder() -> RegistryConfigBuilder {
         RegistryConfigBuilder {
             config: Self::default(),
@@ -106,13 +301,18 @@ impl RegistryConfig {
     }
 
     /// `heartbeat_interval x missed_heartbeats`: silence longer than this kills a worker.
+    ///
+    /// # Examples
+    ///
+    /// See [`RegistryConfig`].
     pub fn heartbeat_timeout(&self) -> Duration {
         self.heartbeat_interval
             .saturating_mul(self.missed_heartbeats)
     }
 
-    /// Checks every constraint; [`RegistryConfigBuilder::build`] calls this.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks every constraint; [`RegistryConfigBuilder::build`] calls this, so a config in hand
+    /// is always valid.
+    fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field: &'static str, found: String, expected: &'static str| {
             Err(ConfigError::Invalid {
                 field,
@@ -120,6 +320,22 @@ impl RegistryConfig {
                 expected,
             })
         };
+        for (field, d) in [
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("sweep_interval", self.sweep_interval),
+            ("claim_retention", self.claim_retention),
+            ("dead_retention", self.dead_retention),
+            ("startup_grace", self.startup_grace),
+            ("suspect_grace", self.suspect_grace),
+            ("drain_deadline", self.drain_deadline),
+            ("max_in_flight", self.max_in_flight),
+            ("release_ack_timeout", self.release_ack_timeout),
+            ("heartbeat_interval x missed_heartbeats", self.heartbeat_timeout()),
+        ] {
+            if d > MAX_DURATION {
+                return bad(field, format!("{d:?}"), "at most a year (MAX_DURATION)");
+            }
+        }
         if self.heartbeat_interval < Duration::from_millis(1) {
             return bad(
                 "heartbeat_interval",
@@ -148,7 +364,7 @@ impl RegistryConfig {
                 "at most heartbeat_interval x missed_heartbeats",
             );
         }
-        if self.max_workers == 0 || self.max_workers as u64 > crate::WorkerId::MAX {
+        if self.max_workers == 0 || self.max_workers as u64 > u64::from(u32::MAX) {
             return bad(
                 "max_workers",
                 self.max_workers.to_string(),
@@ -189,6 +405,20 @@ impl RegistryConfig {
                 "at least sweep_interval",
             );
         }
+        if self.max_in_flight < self.sweep_interval {
+            return bad(
+                "max_in_flight",
+                format!("{:?}", self.max_in_flight),
+                "at least sweep_interval",
+            );
+        }
+        if self.release_ack_timeout < Duration::from_millis(1) {
+            return bad(
+                "release_ack_timeout",
+                format!("{:?}", self.release_ack_timeout),
+                "at least 1 ms",
+            );
+        }
         if !self.shards.is_power_of_two() || self.shards < 2 || self.shards > 4096 {
             return bad(
                 "shards",
@@ -217,6 +447,7 @@ impl RegistryConfig {
 /// assert_eq!(c.heartbeat_timeout(), Duration::from_millis(600));
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build()` is called"]
 pub struct RegistryConfigBuilder {
     config: RegistryConfig,
 }
@@ -225,6 +456,10 @@ macro_rules! setters {
     ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
         $(
             $(#[$doc])*
+            ///
+            /// # Examples
+            ///
+            /// See [`RegistryConfigBuilder`].
             pub fn $name(mut self, value: $ty) -> Self {
                 self.config.$name = value;
                 self
@@ -259,9 +494,19 @@ impl RegistryConfigBuilder {
         suspect_grace: Duration,
         /// Sets [`RegistryConfig::shards`].
         shards: usize,
+        /// Sets [`RegistryConfig::drain_deadline`].
+        drain_deadline: Duration,
+        /// Sets [`RegistryConfig::max_in_flight`].
+        max_in_flight: Duration,
+        /// Sets [`RegistryConfig::release_ack_timeout`].
+        release_ack_timeout: Duration,
     }
 
     /// Validates and returns the configuration.
+    ///
+    /// # Examples
+    ///
+    /// See [`RegistryConfigBuilder`].
     pub fn build(self) -> Result<RegistryConfig, ConfigError> {
         self.config.validate()?;
         Ok(self.config)
@@ -269,6 +514,16 @@ impl RegistryConfigBuilder {
 }
 
 /// A configuration value outside its allowed range.
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::{ConfigError, RegistryConfig};
+///
+/// let ConfigError::Invalid { field, .. } =
+///     RegistryConfig::builder().max_workers(0).build().unwrap_err() else { unreachable!() };
+/// assert_eq!(field, "max_workers");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {

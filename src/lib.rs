@@ -7,79 +7,85 @@
 //! released for re-dispatch; a worker can be drained; and anyone can read a consistent snapshot of
 //! all workers without blocking the hot path.
 //!
-//! Start with [`Registry`] (and [`Registry::admit`]); route code against the [`WorkerRegistry`]
-//! trait so tests can use a fake; run a [`Sweeper`] next to it. With the `tokio` feature,
-//! `Registry::subscribe` streams lifecycle [`Event`]s; with `http`, `http::admin_router` is an
-//! axum admin API (workers, drain, Prometheus metrics from `metrics::Metrics`, OpenAPI).
+//! The contract is three traits, documented once for every backend: [`WorkerRegistry`] (per
+//! webhook, per worker call), [`Maintenance`] (the sweep, run by a [`Sweeper`]) and [`Subscribe`]
+//! (lifecycle [`Event`]s). [`InMemoryRegistry`] implements them for one router process;
+//! [`DynRegistry`] picks a backend at run time. With `http`, `http::admin_router` is an axum admin
+//! API (workers, drain, Prometheus metrics from `metrics::Metrics`, OpenAPI) over any backend.
 //!
 //! ```
-//! use worker_registry::{Admission, EventId, Registry, Target};
+//! use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target};
 //!
-//! let registry = Registry::default();
+//! let registry = InMemoryRegistry::default();
 //! let target = Target::new("octo/repo", 42).unwrap();
-//! match registry.admit(&target, &EventId::new("delivery-1").unwrap()) {
-//!     Admission::Assigned(a) if a.new => { /* spawn a container for a.worker */ }
+//! match registry.admit(&target, &DeliveryId::new("delivery-1").unwrap()) {
+//!     Admission::Assigned(a) if a.new => { /* start a container for a.worker */ }
 //!     Admission::Assigned(_) => { /* hand the event to the running worker */ }
 //!     Admission::Duplicate(_) => { /* redelivery: skip */ }
 //!     Admission::Rejected(_) => { /* answer 503; GitHub or the reconciler retries */ }
 //! }
 //! ```
+//!
+//! # Features
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `tokio` (default) | the [`Sweeper`] task, [`Subscribe`] and lifecycle events, [`TokioClock`] |
+//! | `http` | `http::admin_router` (axum) and `metrics` (prometheus-client) |
+//! | `testkit` | `testkit`: the conformance suite every backend runs, and the reference model |
+//!
 #![warn(missing_docs)]
 
-mod claim;
+mod api;
 mod clock;
 mod config;
-mod error;
-mod events;
 #[cfg(feature = "http")]
 pub mod http;
-mod ids;
-mod interface;
+mod memory;
 #[cfg(feature = "http")]
 pub mod metrics;
-mod outcome;
-mod registry;
-mod snapshot;
 mod state;
-mod stats;
-mod sweep;
 #[cfg(feature = "tokio")]
 mod sweeper;
 mod sync;
-mod worker;
 
-pub use claim::{AlreadyClaimed, ClaimState};
+pub use api::contract::{Maintenance, WorkerRegistry};
+#[cfg(feature = "tokio")]
+pub use api::contract::Subscribe;
+pub use api::dynamic::{Backend, BoxFuture, DynBackend, DynRegistry};
+pub use api::error::{BackendSource, RegistryError};
+#[cfg(feature = "tokio")]
+pub use api::events::{EventSender, Subscription};
+pub use api::events::{Event, RecvError, EVENT_BUFFER};
+pub use api::ids::{
+    DeliveryId, DeliveryIdError, FencingToken, Target, TargetError, WorkerId, WorkerIdError,
+    MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
+};
+pub use api::outcome::{
+    Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
+    HeartbeatAck, Rejection,
+};
+pub use api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
+pub use api::snapshot::{Capacity, ClaimCounts, StatusCounts, StatusSnapshot, WorkerInfo};
+pub use api::stats::{Stats, SweepDurations, SWEEP_DURATION_BUCKETS};
+pub use api::status::{Activity, DeadReason, PoolStatus, Status, WorkerKind};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, SystemClock, MANUAL_CLOCK_WALL_ORIGIN_SECS};
 pub use config::{
     ConfigError, RegistryConfig, RegistryConfigBuilder, DEFAULT_BRAKE_FRACTION,
     DEFAULT_BRAKE_MIN_WORKERS, DEFAULT_CLAIM_RETENTION, DEFAULT_DEAD_RETENTION,
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_RETAINED_CLAIMS, DEFAULT_MAX_WORKERS,
-    DEFAULT_MISSED_HEARTBEATS, DEFAULT_SHARDS, DEFAULT_STARTUP_GRACE, DEFAULT_SUSPECT_GRACE,
-    DEFAULT_SWEEP_INTERVAL,
+    DEFAULT_DRAIN_DEADLINE, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_RETAINED_CLAIMS, DEFAULT_MAX_WORKERS, DEFAULT_MISSED_HEARTBEATS,
+    DEFAULT_RELEASE_ACK_TIMEOUT, DEFAULT_SHARDS, DEFAULT_STARTUP_GRACE, DEFAULT_SUSPECT_GRACE,
+    DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
 };
-pub use error::RegistryError;
-#[cfg(all(feature = "tokio", not(worker_registry_loom)))]
-pub use events::Subscription;
-pub use events::{Event, RecvError, EVENT_BUFFER};
-pub use ids::{
-    EventId, EventIdError, Generation, Target, TargetError, WorkerId, WorkerIdError,
-    MAX_EVENT_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
-};
-pub use interface::WorkerRegistry;
-pub use outcome::{Admission, AssignOutcome, Assignment, ClaimOutcome, HeartbeatAck, Rejection};
 #[cfg(worker_registry_loom)]
 #[doc(hidden)]
-pub use registry::faults::Fault;
-pub use registry::{DrainAll, Registry, WorkerHandle};
-pub use snapshot::{Capacity, ClaimCounts, StatusCounts, StatusSnapshot};
-pub use state::{Activity, DeadReason, PoolStatus, Status};
-pub use stats::Stats;
-pub use sweep::SweepReport;
+pub use memory::faults::Fault;
+pub use memory::{InMemoryRegistry, WorkerHandle};
 #[cfg(feature = "tokio")]
 pub use sweeper::Sweeper;
-pub use worker::{WorkerInfo, WorkerKind};
 
 /// The README's code examples, compiled and run as doctests so they cannot rot.
 #[cfg(doctest)]

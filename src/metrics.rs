@@ -1,9 +1,9 @@
-//! Prometheus metrics for a [`Registry`] (feature `http`): [`Metrics`] and its scrape-time
+//! Prometheus metrics for any registry backend (feature `http`): [`Metrics`] and its scrape-time
 //! [`RegistryCollector`].
 //!
 //! Nothing here is on the registry's hot path: the registry already counts what it decides in
-//! striped counters ([`Registry::stats`]), so the collector reads those (and the published
-//! [`status`](Registry::status) snapshot) when a scrape asks, instead of keeping a second set of
+//! counters, which every backend supplies through [`WorkerRegistry::stats`], so the collector reads
+//! those (and the published [`status`](WorkerRegistry::status) snapshot) when a scrape asks, instead of keeping a second set of
 //! counters that every delivery would have to bump.
 //!
 //! | metric | type | labels | from |
@@ -23,7 +23,7 @@
 //! | `worker_registry_sweeps_total`, `_suspected_total`, `_brake_engaged_total`, `_workers_purged_total` | counter | | stats |
 //! | `worker_registry_brake_active` | gauge (0/1) | | snapshot |
 //! | `worker_registry_sweep_duration_seconds` | histogram | | sweeps |
-//! | `worker_registry_snapshot_generation`, `_snapshot_age_seconds` | gauge | | snapshot |
+//! | `worker_registry_snapshot_version`, `_snapshot_age_seconds` | gauge | | snapshot |
 //! | `worker_registry_events_missed_total` | counter | | subscribers |
 
 use std::fmt;
@@ -35,9 +35,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
-use crate::clock::Clock;
-use crate::registry::Registry;
-use crate::state::DeadReason;
+use crate::api::contract::WorkerRegistry;
+use crate::api::stats::SWEEP_DURATION_BUCKETS;
+use crate::api::status::DeadReason;
 
 /// The `Content-Type` of [`Metrics::encode`]'s output (OpenMetrics text, which Prometheus scrapes).
 ///
@@ -59,9 +59,9 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 ///
 /// ```
 /// use prometheus_client::metrics::counter::Counter;
-/// use worker_registry::{metrics::Metrics, Registry};
+/// use worker_registry::{metrics::Metrics, InMemoryRegistry};
 ///
-/// let registry = Registry::default();
+/// let registry = InMemoryRegistry::default();
 /// let mut metrics = Metrics::new(&registry);
 /// let webhooks = Counter::<u64>::default();
 /// metrics.prometheus_mut().register("router_webhooks", "Webhooks received", webhooks.clone());
@@ -83,7 +83,7 @@ impl Metrics {
     /// # Examples
     ///
     /// See [`Metrics`].
-    pub fn new<C: Clock>(registry: &Registry<C>) -> Self {
+    pub fn new<R: WorkerRegistry + Clone + 'static>(registry: &R) -> Self {
         let mut prometheus = prometheus_client::registry::Registry::default();
         prometheus.register_collector(Box::new(RegistryCollector::new(registry.clone())));
         Self { prometheus }
@@ -103,7 +103,7 @@ impl Metrics {
     /// # Examples
     ///
     /// ```
-    /// let metrics = worker_registry::metrics::Metrics::new(&worker_registry::Registry::default());
+    /// let metrics = worker_registry::metrics::Metrics::new(&worker_registry::InMemoryRegistry::default());
     /// let mut out = String::new();
     /// prometheus_client::encoding::text::encode(&mut out, metrics.prometheus()).unwrap();
     /// assert!(out.contains("worker_registry_workers"));
@@ -127,42 +127,40 @@ impl Metrics {
     }
 }
 
-/// A prometheus-client [`Collector`] that reads a [`Registry`]'s counters and snapshot at each
+/// A prometheus-client [`Collector`] that reads a registry's counters and snapshot at each
 /// scrape. [`Metrics::new`] registers one; register it yourself to expose the registry through a
 /// Prometheus registry of your own.
 ///
 /// # Examples
 ///
 /// ```
-/// use worker_registry::{metrics::RegistryCollector, Registry};
+/// use worker_registry::{metrics::RegistryCollector, InMemoryRegistry};
 ///
-/// let registry = Registry::default();
+/// let registry = InMemoryRegistry::default();
 /// let mut prom = prometheus_client::registry::Registry::default();
 /// prom.register_collector(Box::new(RegistryCollector::new(registry.clone())));
 /// let mut out = String::new();
 /// prometheus_client::encoding::text::encode(&mut out, &prom).unwrap();
 /// assert!(out.contains("worker_registry_deaths_total{reason=\"exited\"} 0"));
 /// ```
-pub struct RegistryCollector<C: Clock> {
-    registry: Registry<C>,
+pub struct RegistryCollector<R> {
+    registry: R,
 }
 
-impl<C: Clock> RegistryCollector<C> {
+impl<R: WorkerRegistry> RegistryCollector<R> {
     /// A collector for `registry`.
     ///
     /// # Examples
     ///
     /// See [`RegistryCollector`].
-    pub fn new(registry: Registry<C>) -> Self {
+    pub fn new(registry: R) -> Self {
         Self { registry }
     }
 }
 
-impl<C: Clock> fmt::Debug for RegistryCollector<C> {
+impl<R: WorkerRegistry> fmt::Debug for RegistryCollector<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RegistryCollector")
-            .field("registry", &self.registry)
-            .finish()
+        f.debug_struct("RegistryCollector").finish_non_exhaustive()
     }
 }
 
@@ -198,7 +196,7 @@ fn int(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-impl<C: Clock> Collector for RegistryCollector<C> {
+impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let r = &self.registry;
         let stats = r.stats();
@@ -243,7 +241,7 @@ impl<C: Clock> Collector for RegistryCollector<C> {
             e,
             "worker_registry_capacity_limit",
             "The configured maximum of live workers",
-            int(r.config().max_workers),
+            int(r.config().max_workers()),
         )?;
 
         family(
@@ -310,14 +308,8 @@ impl<C: Clock> Collector for RegistryCollector<C> {
             stats.claims_evicted,
         )?;
 
-        let deaths = DeadReason::ALL.map(|reason| {
-            let n = match reason {
-                DeadReason::MissedHeartbeats => stats.deaths_missed_heartbeats,
-                DeadReason::Exited => stats.deaths_exited,
-                DeadReason::Deregistered => stats.deaths_deregistered,
-            };
-            (reason.as_str(), ConstCounter::new(n))
-        });
+        let deaths =
+            DeadReason::ALL.map(|reason| (reason.as_str(), ConstCounter::new(stats.deaths(reason))));
         family(
             e,
             "worker_registry_deaths",
@@ -362,27 +354,33 @@ impl<C: Clock> Collector for RegistryCollector<C> {
             i64::from(snap.brake_engaged),
         )?;
 
-        let (sum, count, buckets) = r.inner.counters.sweep_time.read();
+        let h = &stats.sweep_durations;
+        let mut count = 0;
+        let buckets: Vec<(f64, u64)> = h
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                count += n;
+                let bound = SWEEP_DURATION_BUCKETS.get(i).copied().unwrap_or(f64::MAX);
+                (bound, *n)
+            })
+            .collect();
         e.encode_descriptor(
             "worker_registry_sweep_duration",
             "How long sweeps took",
             Some(&Unit::Seconds),
             MetricType::Histogram,
         )?
-        .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        .encode_histogram::<NoLabelSet>(h.sum.as_secs_f64(), count, &buckets, None)?;
 
         gauge(
             e,
-            "worker_registry_snapshot_generation",
-            "Generation of the published status snapshot",
-            i64::try_from(snap.generation).unwrap_or(i64::MAX),
+            "worker_registry_snapshot_version",
+            "Version of the published status snapshot",
+            i64::try_from(snap.version).unwrap_or(i64::MAX),
         )?;
-        let age = r
-            .clock()
-            .now()
-            .saturating_sub(snap.taken_at_monotonic)
-            .as_secs_f64();
-        let m = ConstGauge::new(age);
+        let m = ConstGauge::new(stats.snapshot_age.as_secs_f64());
         m.encode(e.encode_descriptor(
             "worker_registry_snapshot_age",
             "Age of the published status snapshot",
@@ -394,7 +392,7 @@ impl<C: Clock> Collector for RegistryCollector<C> {
             e,
             "worker_registry_events_missed",
             "Lifecycle events dropped for subscribers that fell behind",
-            r.events_missed(),
+            stats.events_missed,
         )?;
         Ok(())
     }

@@ -1,4 +1,8 @@
-//! A worker's liveness state in one 64-bit word, and the CAS transitions on it.
+//! A worker's liveness state in one 64-bit word, and the transitions on it as pure functions.
+//!
+//! This is shared by every backend that keeps a worker's state in one word (the in-memory
+//! backend's CAS cell, a networked backend that decodes a stored word); nothing here touches
+//! memory shared between threads.
 //!
 //! Status, activity, the suspect flag, the death reason and the last-heartbeat time live in the same
 //! `AtomicU64`, so every decision that depends on "is it alive and when did it last beat" is one
@@ -7,15 +11,15 @@
 //! because the sweeper's CAS to `Dead` won: never both.
 //!
 //! ```text
-//!  63                                   8  7   6 5   4      3       2     1 0
-//! +--------------------------------------+---+-----+------+-------+------+-----+
-//! | last heartbeat, ms since clock origin| - |reasn|beaten|suspect| busy |stat |
-//! +--------------------------------------+---+-----+------+-------+------+-----+
+//!  63                                   8 7      5   4      3       2     1 0
+//! +--------------------------------------+--------+------+-------+------+-----+
+//! | last heartbeat, ms since clock origin| reason |beaten|suspect| busy |stat |
+//! +--------------------------------------+--------+------+-------+------+-----+
 //! ```
 
 use std::fmt;
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::api::status::{Activity, DeadReason, Status};
 
 const STATUS_MASK: u64 = 0b11;
 const ACTIVE: u64 = 0;
@@ -25,133 +29,18 @@ const BUSY: u64 = 1 << 2;
 const SUSPECT: u64 = 1 << 3;
 const BEATEN: u64 = 1 << 4;
 const REASON_SHIFT: u32 = 5;
-const REASON_MASK: u64 = 0b11 << REASON_SHIFT;
+const REASON_MASK: u64 = 0b111 << REASON_SHIFT;
 const TS_SHIFT: u32 = 8;
 /// The largest storable timestamp (56 bits of milliseconds, about 2.28 million years).
 const TS_MAX: u64 = u64::MAX >> TS_SHIFT;
 
-/// Where a worker is in its life. Forward-only: `Active -> Draining -> Dead`, `Active -> Dead`.
-///
-/// The worker-pool document's statuses are a view of this: see [`PoolStatus`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Status {
-    /// Alive and accepting assignments.
-    Active,
-    /// Alive, finishing its current loop, accepting nothing new.
-    Draining,
-    /// Gone for good; the reason says how.
-    Dead(DeadReason),
-}
-
-impl Status {
-    /// `"active"`, `"draining"` or `"dead"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Active => "active",
-            Self::Draining => "draining",
-            Self::Dead(_) => "dead",
-        }
-    }
-
-    /// True unless dead.
-    pub fn is_alive(self) -> bool {
-        !matches!(self, Self::Dead(_))
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Dead(r) => write!(f, "dead ({r})"),
-            s => f.write_str(s.as_str()),
-        }
-    }
-}
-
-/// How a worker died.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum DeadReason {
-    /// It missed the configured number of heartbeat intervals (declared by a sweep).
-    MissedHeartbeats,
-    /// It finished its loop after being drained, or exited while draining.
-    Exited,
-    /// It deregistered while active.
-    Deregistered,
-}
-
-impl DeadReason {
-    /// `"missed_heartbeats"`, `"exited"` or `"deregistered"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::MissedHeartbeats => "missed_heartbeats",
-            Self::Exited => "exited",
-            Self::Deregistered => "deregistered",
-        }
-    }
-
-    /// Every reason, for metrics label sets.
-    pub const ALL: [DeadReason; 3] = [Self::MissedHeartbeats, Self::Exited, Self::Deregistered];
-
-    fn bits(self) -> u64 {
-        (match self {
-            Self::MissedHeartbeats => 1,
-            Self::Exited => 2,
-            Self::Deregistered => 3,
-        }) << REASON_SHIFT
-    }
-}
-
-impl fmt::Display for DeadReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Whether a worker is running a loop (reported by the worker, and set by an assignment).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Activity {
-    /// Waiting for work.
-    Idle,
-    /// Running a loop.
-    Busy,
-}
-
-impl Activity {
-    /// `"idle"` or `"busy"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Idle => "idle",
-            Self::Busy => "busy",
-        }
-    }
-}
-
-/// The worker-pool document's four statuses, as a view of [`Status`] and [`Activity`]:
-/// `idle`/`busy` are an active worker's activity, `offline` is dead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PoolStatus {
-    /// Active and idle.
-    Idle,
-    /// Active and busy.
-    Busy,
-    /// Draining.
-    Draining,
-    /// Dead, for any reason.
-    Offline,
-}
-
-impl PoolStatus {
-    /// `"idle"`, `"busy"`, `"draining"` or `"offline"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Idle => "idle",
-            Self::Busy => "busy",
-            Self::Draining => "draining",
-            Self::Offline => "offline",
-        }
-    }
+fn reason_bits(reason: DeadReason) -> u64 {
+    (match reason {
+        DeadReason::MissedHeartbeats => 1,
+        DeadReason::Exited => 2,
+        DeadReason::Deregistered => 3,
+        DeadReason::DrainTimedOut => 4,
+    }) << REASON_SHIFT
 }
 
 /// A decoded state word.
@@ -171,6 +60,7 @@ impl Word {
             _ => Status::Dead(match (self.0 & REASON_MASK) >> REASON_SHIFT {
                 1 => DeadReason::MissedHeartbeats,
                 2 => DeadReason::Exited,
+                4 => DeadReason::DrainTimedOut,
                 _ => DeadReason::Deregistered,
             }),
         }
@@ -219,7 +109,17 @@ impl Word {
     }
 
     fn dead(self, reason: DeadReason) -> Self {
-        Self(((self.0 & !STATUS_MASK & !REASON_MASK & !SUSPECT) | DEAD) | reason.bits())
+        Self(((self.0 & !STATUS_MASK & !REASON_MASK & !SUSPECT) | DEAD) | reason_bits(reason))
+    }
+
+    /// The raw word (for a cell that stores it).
+    pub(crate) fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// A word from its raw bits.
+    pub(crate) fn from_bits(bits: u64) -> Self {
+        Self(bits)
     }
 }
 
@@ -232,87 +132,6 @@ impl fmt::Debug for Word {
             .field("beaten", &self.has_beaten())
             .field("ts", &self.ts())
             .finish()
-    }
-}
-
-/// The atomic cell holding a [`Word`].
-pub(crate) struct StateCell {
-    word: AtomicU64,
-    /// LOOM TWIN ONLY (`Fault::TransitionLoadStore`): `transition` degrades to load-then-store.
-    #[cfg(worker_registry_loom)]
-    racy: std::sync::atomic::AtomicBool,
-}
-
-impl StateCell {
-    pub(crate) fn new(w: Word) -> Self {
-        Self {
-            word: AtomicU64::new(w.0),
-            #[cfg(worker_registry_loom)]
-            racy: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// Reads the word. Acquire: pairs with the AcqRel of `transition`, so whoever sees a status
-    /// also sees everything its writer did before the transition (e.g. a record's `died_at` is
-    /// written after and has its own ordering; nothing else rides on it).
-    #[inline]
-    pub(crate) fn load(&self) -> Word {
-        Word(self.word.load(Ordering::Acquire))
-    }
-
-    /// The one way the word changes: a CAS loop that applies `f` to the current word until the swap
-    /// succeeds or `f` refuses. Returns the (old, new) pair on success, or `f`'s refusal.
-    ///
-    /// AcqRel on success: a transition is a publication point (see `load`); Acquire on failure:
-    /// the retry decides on the freshly observed word.
-    #[inline]
-    pub(crate) fn transition<E>(
-        &self,
-        mut f: impl FnMut(Word) -> Result<Word, E>,
-    ) -> Result<(Word, Word), E> {
-        #[cfg(worker_registry_loom)]
-        if self.racy.load(std::sync::atomic::Ordering::Relaxed) {
-            return self.transition_load_store(f);
-        }
-        let mut cur = self.load();
-        loop {
-            let next = f(cur)?;
-            if next == cur {
-                return Ok((cur, next));
-            }
-            match self.word.compare_exchange_weak(
-                cur.0,
-                next.0,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok((cur, next)),
-                Err(actual) => cur = Word(actual),
-            }
-        }
-    }
-}
-
-/// LOOM TWIN ONLY: the broken transition the loom models must catch (`Fault::TransitionLoadStore`).
-#[cfg(worker_registry_loom)]
-impl StateCell {
-    /// Makes every later `transition` on this cell load-then-store.
-    pub(crate) fn make_racy(&self) {
-        // Relaxed: a std flag set before the model's threads start; loom's spawn orders it.
-        self.racy.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// BROKEN ON PURPOSE: decides on a load, then stores, so a concurrent transition in between is
-    /// overwritten (a lost update) instead of making this one retry.
-    fn transition_load_store<E>(
-        &self,
-        mut f: impl FnMut(Word) -> Result<Word, E>,
-    ) -> Result<(Word, Word), E> {
-        let cur = self.load();
-        let next = f(cur)?;
-        // Release: as strong as the real transition's publication; only atomicity is removed.
-        self.word.store(next.0, Ordering::Release);
-        Ok((cur, next))
     }
 }
 
@@ -403,6 +222,14 @@ pub(crate) fn expire(
         return Err(w);
     }
     Ok(w.dead(DeadReason::MissedHeartbeats))
+}
+
+/// The sweeper's kill of a draining worker past its drain deadline: only if it is still draining.
+pub(crate) fn drain_timed_out(w: Word) -> Result<Word, Word> {
+    if w.status() != Status::Draining {
+        return Err(w);
+    }
+    Ok(w.set(BUSY, false).dead(DeadReason::DrainTimedOut))
 }
 
 /// The brake's alternative to a kill: mark suspect, only if still stale.

@@ -1,34 +1,42 @@
-//! [`Sweeper`]: the tokio maintenance task that runs [`Registry::sweep`] on the configured interval.
+//! [`Sweeper`]: the tokio maintenance task that runs [`Maintenance::sweep`] on the configured
+//! interval, over any backend.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
-use crate::clock::Clock;
-use crate::registry::Registry;
-use crate::sweep::SweepReport;
+use crate::api::contract::{Maintenance, WorkerRegistry};
+use crate::api::report::SweepReport;
 
-/// A background task that sweeps the registry every `sweep_interval` until shut down.
+/// A background task that sweeps a registry every
+/// [`sweep_interval`](crate::RegistryConfig::sweep_interval) until shut down.
 ///
-/// Each report is handed to a callback (log it, re-dispatch its released events). Ticks missed
-/// because the runtime was busy are not bunched up: the next sweep simply runs late (a sweep
-/// catches up on everything at once anyway). Dropping the `Sweeper` also stops the task.
+/// Each report is handed to a callback, which re-dispatches its [released
+/// events](SweepReport::released); when the callback returns, the sweeper
+/// [acknowledges](Maintenance::acknowledge) them. Ticks missed because the runtime was busy are not
+/// bunched up: the next sweep simply runs late (a sweep catches up on everything at once anyway).
+/// A sweep that fails (a networked backend is unreachable) is counted and retried at the next tick.
+/// Dropping the `Sweeper` also stops the task.
 ///
 /// # Examples
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// use worker_registry::{Registry, Sweeper};
+/// use worker_registry::{InMemoryRegistry, Sweeper};
 ///
-/// let registry = Registry::default();
+/// let registry = InMemoryRegistry::default();
 /// let sweeper = Sweeper::spawn(registry.clone(), |report| {
-///     for (target, event) in &report.released_events {
-///         println!("re-dispatch {event} for {target}");
+///     for event in &report.released {
+///         println!("re-dispatch {event}");
 ///     }
 /// });
-/// tokio::time::sleep(registry.config().sweep_interval * 2).await;
-/// assert!(registry.status().generation >= 1);
+/// tokio::time::sleep(registry.config().sweep_interval() * 2).await;
+/// assert!(registry.status().version >= 1);
 /// sweeper.shutdown().await;
 /// # }
 /// ```
@@ -36,17 +44,61 @@ use crate::sweep::SweepReport;
 pub struct Sweeper {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
+    errors: Arc<AtomicU64>,
 }
 
 impl Sweeper {
-    /// Spawns the task on the current tokio runtime; `on_report` sees every sweep's report.
-    pub fn spawn<C, F>(registry: Registry<C>, mut on_report: F) -> Self
+    /// Spawns the task on the current tokio runtime; `on_report` sees every report, and the
+    /// released events in it are acknowledged when it returns.
+    ///
+    /// # Examples
+    ///
+    /// See [`Sweeper`].
+    pub fn spawn<R, F>(registry: R, mut on_report: F) -> Self
     where
-        C: Clock,
+        R: WorkerRegistry + Maintenance + 'static,
         F: FnMut(&SweepReport) + Send + 'static,
     {
+        Self::spawn_async(registry, move |report| {
+            on_report(&report);
+            std::future::ready(())
+        })
+    }
+
+    /// Like [`spawn`](Self::spawn), with a callback that re-dispatches asynchronously (through a
+    /// networked backend's `admit`, say); the released events are acknowledged once its future
+    /// completes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use worker_registry::{DynRegistry, InMemoryRegistry, Sweeper, WorkerRegistry};
+    ///
+    /// let registry = DynRegistry::new(InMemoryRegistry::default());
+    /// let router = registry.clone();
+    /// let sweeper = Sweeper::spawn_async(registry.clone(), move |report| {
+    ///     let router = router.clone();
+    ///     async move {
+    ///         for e in &report.released {
+    ///             let _ = router.admit(&e.target, &e.delivery).await;
+    ///         }
+    ///     }
+    /// });
+    /// sweeper.shutdown().await;
+    /// # }
+    /// ```
+    pub fn spawn_async<R, F, Fut>(registry: R, mut on_report: F) -> Self
+    where
+        R: WorkerRegistry + Maintenance + 'static,
+        F: FnMut(SweepReport) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
         let (stop, mut stopped) = oneshot::channel::<()>();
-        let period = registry.config().sweep_interval;
+        let period = registry.config().sweep_interval();
+        let errors = Arc::new(AtomicU64::new(0));
+        let counted = errors.clone();
         let task = tokio::spawn(async move {
             let mut ticks = interval_at(Instant::now() + period, period);
             ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -54,8 +106,20 @@ impl Sweeper {
                 tokio::select! {
                     _ = &mut stopped => break,
                     _ = ticks.tick() => {
-                        let report = registry.sweep();
-                        on_report(&report);
+                        match registry.sweep().await {
+                            Ok(report) => {
+                                let released = report.released.clone();
+                                on_report(report).await;
+                                if !released.is_empty()
+                                    && registry.acknowledge(&released).await.is_err()
+                                {
+                                    // Relaxed: a statistic.
+                                    counted.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            // Relaxed: a statistic.
+                            Err(_) => { counted.fetch_add(1, Ordering::Relaxed); }
+                        }
                     }
                 }
             }
@@ -63,10 +127,31 @@ impl Sweeper {
         Self {
             stop: Some(stop),
             task,
+            errors,
         }
     }
 
+    /// Sweeps or acknowledgements that failed so far (the backend could not answer).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let sweeper = worker_registry::Sweeper::spawn(worker_registry::InMemoryRegistry::default(), |_| {});
+    /// assert_eq!(sweeper.errors(), 0);
+    /// # }
+    /// ```
+    pub fn errors(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.errors.load(Ordering::Relaxed)
+    }
+
     /// Stops the task and waits for it (a sweep in progress finishes first).
+    ///
+    /// # Examples
+    ///
+    /// See [`Sweeper`].
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

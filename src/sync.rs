@@ -3,8 +3,8 @@
 //! Everything the registry shares between threads (atomics, `Arc`, the sharded maps, the published
 //! snapshot cell and the sweep mutex) is imported from here and nowhere else. Normally these are
 //! `std` atomics, [`dashmap::DashMap`] and [`arc_swap::ArcSwap`]. Under
-//! `RUSTFLAGS="--cfg worker_registry_loom"` (with the `loom` feature, as crossbeam-epoch wires it)
-//! they become loom types, so the models in `loom-tests/` explore every interleaving of the *real*
+//! `RUSTFLAGS="--cfg worker_registry_loom"` (which also pulls in the `loom` dependency) they become
+//! loom types, so the models in `loom-tests/` explore every interleaving of the *real*
 //! state-machine code rather than a copy of it:
 //!
 //! * atomics, `Arc` and `Mutex` are `loom::sync`'s;
@@ -193,7 +193,7 @@ impl<T> SnapshotCell<T> {
 
     /// The current value. Wait-free for readers: one hazard-slot read plus a reference-count bump.
     #[inline]
-    pub(crate) fn load(&self) -> Arc<T> {
+    pub(crate) fn load(&self) -> std::sync::Arc<T> {
         self.inner.load_full()
     }
 
@@ -205,7 +205,7 @@ impl<T> SnapshotCell<T> {
     }
 
     /// Publishes a new value; readers holding the old one keep it until they drop it.
-    pub(crate) fn store(&self, value: Arc<T>) {
+    pub(crate) fn store(&self, value: std::sync::Arc<T>) {
         self.inner.store(value);
     }
 }
@@ -314,21 +314,23 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
     }
 }
 
-/// The published status snapshot: a loom mutex around an `Arc` under loom.
+/// The published status snapshot: a loom mutex around a (std) `Arc` under loom. The snapshot's
+/// reference count is not what the models check, so it stays a std `Arc` and `status()` returns
+/// the same type in both builds.
 #[cfg(worker_registry_loom)]
 pub(crate) struct SnapshotCell<T> {
-    inner: Mutex<Arc<T>>,
+    inner: Mutex<std::sync::Arc<T>>,
 }
 
 #[cfg(worker_registry_loom)]
 impl<T> SnapshotCell<T> {
     pub(crate) fn new(value: T) -> Self {
         Self {
-            inner: Mutex::new(Arc::new(value)),
+            inner: Mutex::new(std::sync::Arc::new(value)),
         }
     }
 
-    pub(crate) fn load(&self) -> Arc<T> {
+    pub(crate) fn load(&self) -> std::sync::Arc<T> {
         self.inner.lock().unwrap().clone()
     }
 
@@ -337,7 +339,7 @@ impl<T> SnapshotCell<T> {
         f(&self.load())
     }
 
-    pub(crate) fn store(&self, value: Arc<T>) {
+    pub(crate) fn store(&self, value: std::sync::Arc<T>) {
         *self.inner.lock().unwrap() = value;
     }
 }

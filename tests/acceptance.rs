@@ -6,8 +6,8 @@ use std::thread;
 use std::time::Duration;
 
 use worker_registry::{
-    Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, EventId,
-    HeartbeatAck, ManualClock, PoolStatus, Registry, RegistryConfig, RegistryError, Rejection,
+    Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, DeliveryId,
+    HeartbeatAck, ManualClock, PoolStatus, InMemoryRegistry, RegistryConfig, RegistryError, Rejection,
     Status, Target, WorkerId, WorkerKind,
 };
 
@@ -26,21 +26,21 @@ fn config() -> RegistryConfig {
         .unwrap()
 }
 
-fn registry() -> (Registry<ManualClock>, ManualClock) {
+fn registry() -> (InMemoryRegistry<ManualClock>, ManualClock) {
     registry_with(config())
 }
 
-fn registry_with(config: RegistryConfig) -> (Registry<ManualClock>, ManualClock) {
+fn registry_with(config: RegistryConfig) -> (InMemoryRegistry<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    (Registry::with_clock(config, clock.clone()), clock)
+    (InMemoryRegistry::with_clock(config, clock.clone()), clock)
 }
 
 fn t(repo: &str, n: u64) -> Target {
     Target::new(repo, n).unwrap()
 }
 
-fn e(id: &str) -> EventId {
-    EventId::new(id).unwrap()
+fn e(id: &str) -> DeliveryId {
+    DeliveryId::new(id).unwrap()
 }
 
 fn assigned(a: Admission) -> worker_registry::Assignment {

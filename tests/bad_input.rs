@@ -1,5 +1,5 @@
 //! Bad input: arbitrary strings, bytes and lengths fed to every constructor that takes network input
-//! (`Target::new`, `Target::from_str`, `EventId::new`, `WorkerId::from_str`) and arbitrary worker ids
+//! (`Target::new`, `Target::from_str`, `DeliveryId::new`, `WorkerId::from_str`) and arbitrary worker ids
 //! fed to every registry call that takes one. Every call returns a value or a typed error (a panic
 //! fails the property), and each error carries exactly what was observed.
 
@@ -8,8 +8,8 @@ use std::str::FromStr;
 
 use proptest::prelude::*;
 use worker_registry::{
-    Admission, ClaimOutcome, EventId, EventIdError, HeartbeatAck, ManualClock, Registry,
-    RegistryConfig, RegistryError, Target, TargetError, WorkerId, WorkerIdError, MAX_EVENT_ID_LEN,
+    Admission, ClaimOutcome, DeliveryId, DeliveryIdError, HeartbeatAck, ManualClock, InMemoryRegistry,
+    RegistryConfig, RegistryError, Target, TargetError, WorkerId, WorkerIdError, MAX_DELIVERY_ID_LEN,
     MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
 };
 
@@ -72,7 +72,7 @@ fn valid_repo(r: &str) -> bool {
 }
 
 fn valid_event(e: &str) -> bool {
-    !e.is_empty() && e.len() <= MAX_EVENT_ID_LEN && e.bytes().all(|b| b.is_ascii_graphic())
+    !e.is_empty() && e.len() <= MAX_DELIVERY_ID_LEN && e.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// A bounded prefix of `input` (as errors keep it), cut on a character boundary.
@@ -180,26 +180,26 @@ proptest! {
         prop_assert_eq!(Target::from_str(&joined), Target::new(&repo, n));
     }
 
-    /// `EventId::new`: exactly non-empty visible ASCII of at most 255 bytes; refusals carry the length
+    /// `DeliveryId::new`: exactly non-empty visible ASCII of at most 255 bytes; refusals carry the length
     /// or the first offending byte.
     #[test]
     fn event_id_never_panics_and_explains_refusals(s in nasty_text()) {
-        match EventId::new(&s) {
+        match DeliveryId::new(&s) {
             Ok(e) => {
                 prop_assert!(valid_event(&s));
                 prop_assert_eq!(e.as_str(), s.as_str());
                 prop_assert_eq!(e.to_string(), s.clone());
-                prop_assert_eq!(EventId::from_str(&s), Ok(e));
+                prop_assert_eq!(DeliveryId::from_str(&s), Ok(e));
             }
             Err(err) => {
                 prop_assert!(!valid_event(&s));
                 match &err {
-                    EventIdError::Empty => prop_assert!(s.is_empty()),
-                    EventIdError::TooLong { len, max } => {
-                        prop_assert_eq!((*len, *max), (s.len(), MAX_EVENT_ID_LEN));
+                    DeliveryIdError::Empty => prop_assert!(s.is_empty()),
+                    DeliveryIdError::TooLong { len, max } => {
+                        prop_assert_eq!((*len, *max), (s.len(), MAX_DELIVERY_ID_LEN));
                     }
-                    EventIdError::BadByte { found } => {
-                        prop_assert!(!s.is_empty() && s.len() <= MAX_EVENT_ID_LEN);
+                    DeliveryIdError::BadByte { found } => {
+                        prop_assert!(!s.is_empty() && s.len() <= MAX_DELIVERY_ID_LEN);
                         prop_assert_eq!(Some(*found), s.bytes().find(|b| !b.is_ascii_graphic()));
                         let hex = format!("0x{found:02x}");
                         prop_assert!(err.to_string().contains(&hex), "{} lacks {}", err, hex);
@@ -236,13 +236,13 @@ proptest! {
     fn registry_calls_with_arbitrary_worker_ids_never_panic(
         raws in proptest::collection::vec(prop_oneof![0u64..8, any::<u64>(), Just(u64::MAX)], 1..32)
     ) {
-        let registry = Registry::with_clock(
+        let registry = InMemoryRegistry::with_clock(
             RegistryConfig::builder().max_workers(4).build().unwrap(),
             ManualClock::new(),
         );
         let Admission::Assigned(a) = registry.admit(
             &Target::new("o/r", 1).unwrap(),
-            &EventId::new("e").unwrap(),
+            &DeliveryId::new("e").unwrap(),
         ) else { unreachable!() };
         let pool = registry.register().unwrap();
         let known: BTreeSet<WorkerId> = [a.worker, pool.id()].into();
@@ -287,13 +287,13 @@ proptest! {
             1..32,
         )
     ) {
-        let registry = Registry::with_clock(
+        let registry = InMemoryRegistry::with_clock(
             RegistryConfig::builder().max_workers(2).build().unwrap(),
             ManualClock::new(),
         );
         for (repo, n, event) in inputs {
             // Invalid input never reaches the registry: it is refused at the boundary.
-            let (Ok(t), Ok(e)) = (Target::new(&repo, n), EventId::new(&event)) else { continue };
+            let (Ok(t), Ok(e)) = (Target::new(&repo, n), DeliveryId::new(&event)) else { continue };
             let before = registry.claim_count();
             match registry.admit(&t, &e) {
                 Admission::Assigned(a) => {
@@ -342,13 +342,13 @@ fn length_limits_are_exact() {
             max: MAX_REPO_NAME_LEN
         })
     );
-    let id = "x".repeat(MAX_EVENT_ID_LEN);
-    assert!(EventId::new(&id).is_ok());
+    let id = "x".repeat(MAX_DELIVERY_ID_LEN);
+    assert!(DeliveryId::new(&id).is_ok());
     assert_eq!(
-        EventId::new(&format!("{id}x")),
-        Err(EventIdError::TooLong {
-            len: MAX_EVENT_ID_LEN + 1,
-            max: MAX_EVENT_ID_LEN
+        DeliveryId::new(&format!("{id}x")),
+        Err(DeliveryIdError::TooLong {
+            len: MAX_DELIVERY_ID_LEN + 1,
+            max: MAX_DELIVERY_ID_LEN
         })
     );
     // A megabyte of input: refused by length, and the error does not keep a copy of it.

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use worker_registry::{
-    Admission, ClaimState, DeadReason, EventId, HeartbeatAck, ManualClock, Registry,
+    Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, ManualClock, InMemoryRegistry,
     RegistryConfig, RegistryConfigBuilder, RegistryError, Status, SweepReport, Target, WorkerId,
     DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS, DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_MISSED_HEARTBEATS, DEFAULT_STARTUP_GRACE,
@@ -39,22 +39,22 @@ fn target(i: usize) -> Target {
     Target::new("octo/repo", i as u64 + 1).unwrap()
 }
 
-fn event(i: usize) -> EventId {
-    EventId::new(&format!("delivery-{i}")).unwrap()
+fn event(i: usize) -> DeliveryId {
+    DeliveryId::new(&format!("delivery-{i}")).unwrap()
 }
 
 /// A registry with `n` workers, each created by admitting one delivery for its own target and each
 /// having heartbeated once (so the start-up grace no longer applies), all at time zero.
 struct Fleet {
     clock: ManualClock,
-    registry: Registry<ManualClock>,
+    registry: InMemoryRegistry<ManualClock>,
     workers: Vec<WorkerId>,
 }
 
 impl Fleet {
     fn new(n: usize, config: RegistryConfig) -> Self {
         let clock = ManualClock::new();
-        let registry = Registry::with_clock(config, clock.clone());
+        let registry = InMemoryRegistry::with_clock(config, clock.clone());
         let workers = (0..n)
             .map(|i| match registry.admit(&target(i), &event(i)) {
                 Admission::Assigned(a) => {
@@ -390,7 +390,7 @@ fn a_genuine_mass_crash_is_suspected_first_then_dies_after_the_suspect_grace() {
     );
     let released: BTreeSet<Target> = r.released_targets.iter().cloned().collect();
     assert_eq!(released, (0..10).map(target).collect());
-    let events: BTreeSet<(Target, EventId)> = r.released_events.iter().cloned().collect();
+    let events: BTreeSet<(Target, DeliveryId)> = r.released_events.iter().cloned().collect();
     assert_eq!(events, (0..10).map(|i| (target(i), event(i))).collect());
 
     let s = f.registry.status();
@@ -496,7 +496,7 @@ fn draining_workers_take_part_in_the_brake() {
 #[test]
 fn a_new_workers_first_heartbeat_may_come_late() {
     let clock = ManualClock::new();
-    let registry = Registry::with_clock(config(), clock.clone());
+    let registry = InMemoryRegistry::with_clock(config(), clock.clone());
     let Admission::Assigned(a) = registry.admit(&target(0), &event(0)) else {
         panic!()
     };
@@ -524,7 +524,7 @@ fn a_new_workers_first_heartbeat_may_come_late() {
 #[test]
 fn a_new_worker_that_never_heartbeats_dies_after_the_grace() {
     let clock = ManualClock::new();
-    let registry = Registry::with_clock(config(), clock.clone());
+    let registry = InMemoryRegistry::with_clock(config(), clock.clone());
     clock.advance(Duration::from_secs(100)); // the grace counts from creation, not from zero
     let Admission::Assigned(a) = registry.admit(&target(0), &event(0)) else {
         panic!()
@@ -541,7 +541,7 @@ fn a_new_worker_that_never_heartbeats_dies_after_the_grace() {
 #[test]
 fn registered_workers_get_the_startup_grace_too() {
     let clock = ManualClock::new();
-    let registry = Registry::with_clock(config(), clock.clone());
+    let registry = InMemoryRegistry::with_clock(config(), clock.clone());
     let w = registry.register().unwrap();
     clock.advance(TIMEOUT + STARTUP_GRACE);
     assert!(registry.sweep().died.is_empty());
@@ -555,7 +555,7 @@ fn registered_workers_get_the_startup_grace_too() {
 #[test]
 fn zero_startup_grace_means_the_plain_timeout() {
     let clock = ManualClock::new();
-    let registry = Registry::with_clock(
+    let registry = InMemoryRegistry::with_clock(
         builder().startup_grace(Duration::ZERO).build().unwrap(),
         clock.clone(),
     );
@@ -571,7 +571,7 @@ fn zero_startup_grace_means_the_plain_timeout() {
 #[test]
 fn workers_in_their_startup_grace_do_not_engage_the_brake() {
     let clock = ManualClock::new();
-    let registry = Registry::with_clock(RegistryConfig::default(), clock.clone());
+    let registry = InMemoryRegistry::with_clock(RegistryConfig::default(), clock.clone());
     for i in 0..10 {
         registry.admit(&target(i), &event(i));
     }
@@ -593,7 +593,7 @@ fn workers_in_their_startup_grace_do_not_engage_the_brake() {
 #[test]
 fn a_failed_rollout_is_suspected_then_killed() {
     let clock = ManualClock::new();
-    let registry = Registry::with_clock(config(), clock.clone());
+    let registry = InMemoryRegistry::with_clock(config(), clock.clone());
     let ids: Vec<WorkerId> = (0..10)
         .map(|i| match registry.admit(&target(i), &event(i)) {
             Admission::Assigned(a) => a.worker,

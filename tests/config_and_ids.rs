@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use worker_registry::{
-    ConfigError, EventId, EventIdError, Generation, RegistryConfig, Target, TargetError, WorkerId,
+    ConfigError, DeliveryId, DeliveryIdError, FencingToken, RegistryConfig, Target, TargetError, WorkerId,
     DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS, DEFAULT_SWEEP_INTERVAL,
 };
 
@@ -126,17 +126,17 @@ fn targets_are_validated_and_normalised() {
 
 #[test]
 fn event_ids_are_validated() {
-    assert_eq!(EventId::new(""), Err(EventIdError::Empty));
-    assert!(EventId::new(&"x".repeat(255)).is_ok());
+    assert_eq!(DeliveryId::new(""), Err(DeliveryIdError::Empty));
+    assert!(DeliveryId::new(&"x".repeat(255)).is_ok());
     assert_eq!(
-        EventId::new(&"x".repeat(256)),
-        Err(EventIdError::TooLong { len: 256, max: 255 })
+        DeliveryId::new(&"x".repeat(256)),
+        Err(DeliveryIdError::TooLong { len: 256, max: 255 })
     );
     assert_eq!(
-        EventId::new("a\nb"),
-        Err(EventIdError::BadByte { found: b'\n' })
+        DeliveryId::new("a\nb"),
+        Err(DeliveryIdError::BadByte { found: b'\n' })
     );
-    assert!(EventId::new("é").is_err());
+    assert!(DeliveryId::new("é").is_err());
 }
 
 #[test]
@@ -150,8 +150,8 @@ fn worker_ids_parse_or_say_what_they_got() {
 
 #[test]
 fn generations_order_by_worker_then_sequence_and_saturate() {
-    let a = Generation::new(WorkerId::new(1), u64::MAX);
+    let a = FencingToken::new(WorkerId::new(1), u64::MAX);
     assert_eq!(a.seq(), u32::MAX as u64, "saturates instead of spilling");
     assert_eq!(a.worker(), WorkerId::new(1));
-    assert!(Generation::new(WorkerId::new(2), 1) > a);
+    assert!(FencingToken::new(WorkerId::new(2), 1) > a);
 }

@@ -1,13 +1,13 @@
 #![cfg(not(worker_registry_loom))]
-//! Lifecycle events (`Registry::subscribe`): what is published, in which order, and what a
-//! subscriber that falls behind is told. Registry time is a `ManualClock`; nothing sleeps.
+//! Lifecycle events (`InMemoryRegistry::subscribe`): what is published, in which order, and what a
+//! subscriber that falls behind is told. InMemoryRegistry time is a `ManualClock`; nothing sleeps.
 #![cfg(feature = "tokio")]
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use worker_registry::{
-    Admission, DeadReason, Event, EventId, ManualClock, RecvError, Registry, RegistryConfig,
+    Admission, DeadReason, Event, DeliveryId, ManualClock, RecvError, InMemoryRegistry, RegistryConfig,
     Subscription, Target, WorkerId, EVENT_BUFFER,
 };
 
@@ -15,17 +15,17 @@ fn t(n: u64) -> Target {
     Target::new("octo/repo", n).unwrap()
 }
 
-fn e(s: &str) -> EventId {
-    EventId::new(s).unwrap()
+fn e(s: &str) -> DeliveryId {
+    DeliveryId::new(s).unwrap()
 }
 
-fn registry(clock: &ManualClock) -> Registry<ManualClock> {
+fn registry(clock: &ManualClock) -> InMemoryRegistry<ManualClock> {
     let config = RegistryConfig::builder()
         .startup_grace(Duration::ZERO)
         .brake_fraction(1.0)
         .build()
         .unwrap();
-    Registry::with_clock(config, clock.clone())
+    InMemoryRegistry::with_clock(config, clock.clone())
 }
 
 fn drain_now(events: &mut Subscription) -> Vec<Event> {
@@ -134,7 +134,7 @@ async fn hot_paths_publish_nothing() {
 
 #[tokio::test]
 async fn a_subscriber_sees_only_what_happens_after_it_subscribed() {
-    let registry = Registry::default();
+    let registry = InMemoryRegistry::default();
     let before = registry.register().unwrap();
     let mut events = registry.subscribe();
     let after = registry.register().unwrap();
@@ -164,7 +164,7 @@ async fn the_brake_publishes_suspects_not_deaths() {
         .brake_fraction(0.5)
         .build()
         .unwrap();
-    let registry = Registry::with_clock(config, clock.clone());
+    let registry = InMemoryRegistry::with_clock(config, clock.clone());
     let ids: BTreeSet<WorkerId> = (1..=4)
         .map(|n| assigned(registry.admit(&t(n), &e("d"))))
         .collect();
@@ -189,7 +189,7 @@ async fn the_brake_publishes_suspects_not_deaths() {
 
 #[tokio::test]
 async fn a_lagging_subscriber_is_told_how_many_it_missed_and_never_slows_publishing() {
-    let registry = Registry::new(RegistryConfig::builder().max_workers(4).build().unwrap());
+    let registry = InMemoryRegistry::new(RegistryConfig::builder().max_workers(4).build().unwrap());
     let mut slow = registry.subscribe();
     let mut fast = registry.subscribe();
 
@@ -227,7 +227,7 @@ async fn a_lagging_subscriber_is_told_how_many_it_missed_and_never_slows_publish
 
 #[tokio::test]
 async fn dropping_the_registry_closes_subscriptions_after_the_buffer() {
-    let registry = Registry::default();
+    let registry = InMemoryRegistry::default();
     let mut events = registry.subscribe();
     registry.register().unwrap().deregister().unwrap();
     drop(registry);

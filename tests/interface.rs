@@ -5,13 +5,13 @@ use std::future::{ready, Future};
 use std::sync::{Arc, Mutex};
 
 use worker_registry::{
-    Admission, AssignOutcome, ClaimOutcome, DeadReason, DrainAll, EventId, HeartbeatAck, Registry,
+    Admission, AssignOutcome, ClaimOutcome, DeadReason, DrainAll, DeliveryId, HeartbeatAck, InMemoryRegistry,
     RegistryError, Status, StatusSnapshot, SweepReport, Target, WorkerId, WorkerInfo,
     WorkerRegistry,
 };
 
 /// What a router does with one delivery, written against the trait only.
-async fn route<R: WorkerRegistry>(registry: &R, target: &Target, event: &EventId) -> u16 {
+async fn route<R: WorkerRegistry>(registry: &R, target: &Target, event: &DeliveryId) -> u16 {
     match registry.admit(target, event).await {
         Ok(Admission::Assigned(_)) => 202,
         Ok(Admission::Duplicate(_)) => 200,
@@ -39,28 +39,28 @@ impl WorkerRegistry for UnreachableBackend {
     fn admit(
         &self,
         t: &Target,
-        e: &EventId,
+        e: &DeliveryId,
     ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
         self.down(&format!("admit {t} {e}"))
     }
     fn claim(
         &self,
         _: &Target,
-        _: &EventId,
+        _: &DeliveryId,
     ) -> impl Future<Output = Result<ClaimOutcome, RegistryError>> + Send {
         self.down("claim")
     }
     fn release(
         &self,
         _: &Target,
-        _: &EventId,
+        _: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         self.down("release")
     }
     fn complete(
         &self,
         _: &Target,
-        _: &EventId,
+        _: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         self.down("complete")
     }
@@ -68,7 +68,7 @@ impl WorkerRegistry for UnreachableBackend {
         &self,
         _: WorkerId,
         _: &Target,
-        _: &EventId,
+        _: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         self.down("complete_by")
     }
@@ -127,8 +127,8 @@ impl WorkerRegistry for UnreachableBackend {
 
 #[tokio::test]
 async fn router_code_runs_against_the_real_registry() {
-    let registry = Registry::default();
-    let (t, e) = (Target::new("o/r", 1).unwrap(), EventId::new("d").unwrap());
+    let registry = InMemoryRegistry::default();
+    let (t, e) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
     assert_eq!(route(&registry, &t, &e).await, 202);
     assert_eq!(route(&registry, &t, &e).await, 200);
     let w = WorkerRegistry::register(&registry).await.unwrap();
@@ -145,7 +145,7 @@ async fn router_code_runs_against_the_real_registry() {
 #[tokio::test]
 async fn router_code_runs_against_a_fake_and_handles_backend_errors() {
     let fake = UnreachableBackend::default();
-    let (t, e) = (Target::new("o/r", 1).unwrap(), EventId::new("d").unwrap());
+    let (t, e) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
     assert_eq!(route(&fake, &t, &e).await, 500);
     assert_eq!(
         *fake.calls.lock().unwrap(),
@@ -155,8 +155,8 @@ async fn router_code_runs_against_a_fake_and_handles_backend_errors() {
 
 #[test]
 fn registries_are_independent_values_not_a_global() {
-    let a = Registry::default();
-    let b = Registry::default();
+    let a = InMemoryRegistry::default();
+    let b = InMemoryRegistry::default();
     a.register().unwrap();
     assert_eq!((a.live_workers(), b.live_workers()), (1, 0));
     let a2 = a.clone();

@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use worker_registry::{
-    Admission, AssignOutcome, EventId, ManualClock, Registry, RegistryConfig, Target,
+    Admission, AssignOutcome, DeliveryId, ManualClock, InMemoryRegistry, RegistryConfig, Target,
 };
 
 struct Counting;
@@ -88,15 +88,15 @@ fn config(max_retained: usize) -> RegistryConfig {
         .unwrap()
 }
 
-fn event(i: usize) -> EventId {
+fn event(i: usize) -> DeliveryId {
     // The shape of GitHub's X-GitHub-Delivery: a 36-byte GUID.
-    EventId::new(&format!("{:08x}-cc78-11e3-81ab-{i:012x}", i as u32)).unwrap()
+    DeliveryId::new(&format!("{:08x}-cc78-11e3-81ab-{i:012x}", i as u32)).unwrap()
 }
 
 #[test]
 fn bytes_per_worker_record_are_bounded() {
     const N: usize = 10_000;
-    let registry = Registry::with_clock(config(1 << 20), ManualClock::new());
+    let registry = InMemoryRegistry::with_clock(config(1 << 20), ManualClock::new());
     // Spawned workers: record, worker-map and target-map entries, the target's name.
     let (bytes, allocs, ()) = measure(|| {
         for i in 0..N {
@@ -140,7 +140,7 @@ fn bytes_per_worker_record_are_bounded() {
 fn a_million_retained_claims_fit_the_budget() {
     const N: usize = 1_000_000;
     const TARGETS: usize = 1_000;
-    let registry = Registry::with_clock(config(N), ManualClock::new());
+    let registry = InMemoryRegistry::with_clock(config(N), ManualClock::new());
     let targets: Vec<Target> = (0..TARGETS)
         .map(|i| Target::new(&format!("org/repo-{i}"), 1).unwrap())
         .collect();

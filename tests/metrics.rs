@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use worker_registry::metrics::Metrics;
-use worker_registry::{Admission, EventId, ManualClock, Registry, RegistryConfig, Target};
+use worker_registry::{Admission, DeliveryId, ManualClock, InMemoryRegistry, RegistryConfig, Target};
 
 fn t(n: u64) -> Target {
     Target::new("octo/repo", n).unwrap()
 }
 
-fn e(s: &str) -> EventId {
-    EventId::new(s).unwrap()
+fn e(s: &str) -> DeliveryId {
+    DeliveryId::new(s).unwrap()
 }
 
 #[test]
@@ -27,7 +27,7 @@ fn every_metric_matches_what_the_registry_did() {
         .brake_fraction(1.0)
         .build()
         .unwrap();
-    let registry = Registry::with_clock(config, clock.clone());
+    let registry = InMemoryRegistry::with_clock(config, clock.clone());
     let timeout = registry.config().heartbeat_timeout();
 
     // Two new workers, one sticky admission, one duplicate.
@@ -161,7 +161,7 @@ fn every_metric_matches_what_the_registry_did() {
 /// from many threads are all counted exactly once.
 #[test]
 fn striped_counters_sum_exactly_across_threads() {
-    let registry = Registry::default();
+    let registry = InMemoryRegistry::default();
     let workers: Vec<_> = (0..4).map(|_| registry.register().unwrap()).collect();
     std::thread::scope(|s| {
         for w in &workers {
@@ -182,7 +182,7 @@ fn striped_counters_sum_exactly_across_threads() {
 
 #[test]
 fn sweeps_fill_the_duration_histogram() {
-    let registry = Registry::default();
+    let registry = InMemoryRegistry::default();
     for _ in 0..5 {
         registry.sweep();
     }

@@ -6,7 +6,7 @@
 //! expiries, purges), every field of the published snapshot, every worker's live record, the
 //! counters and the gauges. Time moves only through `Advance` steps on a `ManualClock`.
 //!
-//! The model is written from the documentation (README, rustdoc of `Registry`, `Registry::sweep`,
+//! The model is written from the documentation (README, rustdoc of `InMemoryRegistry`, `InMemoryRegistry::sweep`,
 //! `SweepReport`, `StatusSnapshot`, issue 3's brake), not from the code. Worker ids are whatever the
 //! registry hands out: the model learns each new worker's id from the registry's answer and checks
 //! that the mapping stays a bijection.
@@ -17,8 +17,8 @@ use std::time::{Duration, SystemTime};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use worker_registry::{
-    Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, EventId, Generation,
-    HeartbeatAck, ManualClock, Registry, RegistryConfig, RegistryError, Rejection, Status, Target,
+    Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, DeliveryId, FencingToken,
+    HeartbeatAck, ManualClock, InMemoryRegistry, RegistryConfig, RegistryError, Rejection, Status, Target,
     WorkerId, WorkerInfo, WorkerKind, MANUAL_CLOCK_WALL_ORIGIN_SECS,
 };
 
@@ -59,8 +59,8 @@ fn target(t: usize) -> Target {
     Target::new("octo/repo", t as u64 + 1).unwrap()
 }
 
-fn event(e: usize) -> EventId {
-    EventId::new(&format!("d{e}")).unwrap()
+fn event(e: usize) -> DeliveryId {
+    DeliveryId::new(&format!("d{e}")).unwrap()
 }
 
 fn wall(ms: u64) -> SystemTime {
@@ -135,7 +135,7 @@ fn op() -> impl Strategy<Value = Op> {
 enum AdmitObs {
     Assigned {
         worker: WorkerId,
-        generation: Generation,
+        generation: FencingToken,
         new: bool,
     },
     Duplicate(DupObs),
@@ -185,7 +185,7 @@ struct InfoObs {
     heartbeat_age: Duration,
     has_heartbeated: bool,
     died_at: Option<SystemTime>,
-    generation: Generation,
+    generation: FencingToken,
     uptime: Duration,
 }
 
@@ -252,7 +252,7 @@ impl MWorker {
             heartbeat_age: Duration::from_millis(now - self.ts),
             has_heartbeated: self.beaten,
             died_at: self.dead().then(|| wall(self.died_at)),
-            generation: Generation::new(self.id, self.assignments),
+            generation: FencingToken::new(self.id, self.assignments),
             uptime: Duration::from_millis(now - self.started),
         }
     }
@@ -476,7 +476,7 @@ impl Model {
         let rec = &self.workers[w];
         AdmitObs::Assigned {
             worker: rec.id,
-            generation: Generation::new(rec.id, rec.assignments),
+            generation: FencingToken::new(rec.id, rec.assignments),
             new,
         }
     }
@@ -672,7 +672,7 @@ impl Model {
         !w.dead() && self.now - w.ts > allowed
     }
 
-    /// AC4 and issue 3's brake, as documented on `Registry::sweep`.
+    /// AC4 and issue 3's brake, as documented on `InMemoryRegistry::sweep`.
     fn sweep(&mut self) -> SweepObs {
         let now = self.now;
         let mut r = SweepObs::default();
@@ -770,7 +770,7 @@ struct SweepObs {
     suspected: Vec<WorkerId>,
     brake_engaged: bool,
     released_targets: Vec<Target>,
-    released_events: Vec<(Target, EventId)>,
+    released_events: Vec<(Target, DeliveryId)>,
     expired_claims: usize,
     evicted_claims: usize,
     purged_workers: usize,
@@ -791,7 +791,7 @@ impl SweepObs {
 
 struct Run {
     clock: ManualClock,
-    registry: Registry<ManualClock>,
+    registry: InMemoryRegistry<ManualClock>,
     model: Model,
 }
 
@@ -799,7 +799,7 @@ impl Run {
     fn new() -> Self {
         let clock = ManualClock::new();
         Self {
-            registry: Registry::with_clock(config(), clock.clone()),
+            registry: InMemoryRegistry::with_clock(config(), clock.clone()),
             clock,
             model: Model::default(),
         }

@@ -20,7 +20,7 @@ use app::github;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use worker_registry::{Registry, RegistryConfig, TokioClock};
+use worker_registry::{InMemoryRegistry, RegistryConfig, TokioClock};
 
 const HEARTBEAT: Duration = Duration::from_millis(100);
 const MISSED: u32 = 3;
@@ -64,7 +64,7 @@ async fn start(setup: Setup) -> Harness {
         .startup_grace(HEARTBEAT)
         .build()
         .unwrap();
-    let registry = Registry::with_clock(config, TokioClock::new());
+    let registry = InMemoryRegistry::with_clock(config, TokioClock::new());
     let options = app::Options {
         webhook_secret: setup.secret.map(|s| Arc::from(s.as_bytes())),
         admin_token: setup.token.map(str::to_owned),

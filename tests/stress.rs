@@ -38,7 +38,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use worker_registry::{
-    Admission, ClaimState, DeadReason, EventId, HeartbeatAck, ManualClock, Registry,
+    Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, ManualClock, InMemoryRegistry,
     RegistryConfig, RegistryError, Rejection, Status, StatusCounts, Target, WorkerId,
 };
 
@@ -137,7 +137,7 @@ struct Log {
 
 struct Shared {
     seed: u64,
-    registry: Registry<ManualClock>,
+    registry: InMemoryRegistry<ManualClock>,
     clock: ManualClock,
     targets: Vec<Target>,
     tickets: AtomicU64,
@@ -173,8 +173,8 @@ impl Shared {
         (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.seed) % 7 == 0
     }
 
-    fn event(n: u64) -> EventId {
-        EventId::new(&format!("e{n}")).unwrap()
+    fn event(n: u64) -> DeliveryId {
+        DeliveryId::new(&format!("e{n}")).unwrap()
     }
 }
 
@@ -504,7 +504,7 @@ impl<'a> Router<'a> {
 
     fn worker_call(
         &mut self,
-        f: impl FnOnce(&Registry<ManualClock>, WorkerId) -> Result<Status, RegistryError>,
+        f: impl FnOnce(&InMemoryRegistry<ManualClock>, WorkerId) -> Result<Status, RegistryError>,
     ) -> Option<(u64, u64, Result<Status, RegistryError>)> {
         let id = self.pick_worker(false)?;
         let known_before = self.s.max_id.load(Ordering::SeqCst);
@@ -753,7 +753,7 @@ fn stress_invariants_hold_under_concurrency() {
     let clock = ManualClock::new();
     let shared = Shared {
         seed,
-        registry: Registry::with_clock(config(), clock.clone()),
+        registry: InMemoryRegistry::with_clock(config(), clock.clone()),
         clock,
         targets: (0..TARGETS)
             .map(|t| Target::new("stress/repo", t as u64 + 1).unwrap())

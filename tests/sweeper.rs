@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use worker_registry::{DeadReason, Registry, RegistryConfig, RegistryError, Sweeper, TokioClock};
+use worker_registry::{DeadReason, InMemoryRegistry, RegistryConfig, RegistryError, Sweeper, TokioClock};
 
 fn config() -> RegistryConfig {
     RegistryConfig::builder()
@@ -17,7 +17,7 @@ fn config() -> RegistryConfig {
 
 #[tokio::test(start_paused = true)]
 async fn sweeper_declares_a_silent_worker_dead_on_schedule() {
-    let registry = Registry::with_clock(config(), TokioClock::new());
+    let registry = InMemoryRegistry::with_clock(config(), TokioClock::new());
     let reports = Arc::new(Mutex::new(Vec::new()));
     let sink = reports.clone();
     let sweeper = Sweeper::spawn(registry.clone(), move |r| {
@@ -64,7 +64,7 @@ async fn sweeper_declares_a_silent_worker_dead_on_schedule() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_stops_sweeping() {
-    let registry = Registry::with_clock(config(), TokioClock::new());
+    let registry = InMemoryRegistry::with_clock(config(), TokioClock::new());
     let sweeper = Sweeper::spawn(registry.clone(), |_| {});
     tokio::time::sleep(Duration::from_secs(11)).await;
     assert_eq!(registry.status().generation, 2);
@@ -75,7 +75,7 @@ async fn shutdown_stops_sweeping() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_sweeper_stops_it_too() {
-    let registry = Registry::with_clock(config(), TokioClock::new());
+    let registry = InMemoryRegistry::with_clock(config(), TokioClock::new());
     drop(Sweeper::spawn(registry.clone(), |_| {}));
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(registry.status().generation, 0);

@@ -9,11 +9,11 @@ use arc_swap::ArcSwap;
 use criterion::Criterion;
 use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
-use worker_registry::{EventId, Target, WorkerId, DEFAULT_SHARDS};
+use worker_registry::{DeliveryId, Target, WorkerId, DEFAULT_SHARDS};
 
 use crate::common::{both, events, targets, timed, Hasher, Ring, WORKERS};
 
-type ClaimKey = (Target, EventId);
+type ClaimKey = (Target, DeliveryId);
 
 fn claim_map<V>(keys: &[ClaimKey], v: impl Fn(usize) -> V) -> DashMap<ClaimKey, V, Hasher> {
     let m = DashMap::with_hasher_and_shard_amount(Hasher::new(), DEFAULT_SHARDS);
@@ -89,7 +89,7 @@ pub fn bench(c: &mut Criterion) {
             })
         }
     });
-    let fresh: Vec<Vec<EventId>> = (0..2).map(|t| events(1 << 14, 0xf00 + t)).collect();
+    let fresh: Vec<Vec<DeliveryId>> = (0..2).map(|t| events(1 << 14, 0xf00 + t)).collect();
     both(&mut g, "dashmap_insert_remove", |t| {
         let (claims, keys, ring, fresh) = (&claims, &keys, &ring, &fresh[t]);
         move |iters| {

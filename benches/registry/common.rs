@@ -8,7 +8,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Throughput};
 use rand::{Rng, SeedableRng};
 use worker_registry::{
-    Admission, Clock, EventId, Registry, RegistryConfig, SystemClock, Target, WorkerId,
+    Admission, Clock, DeliveryId, InMemoryRegistry, RegistryConfig, SystemClock, Target, WorkerId,
 };
 
 /// Live workers in every bench unless a bench says otherwise.
@@ -36,29 +36,29 @@ pub fn targets(n: usize) -> Vec<Target> {
 }
 
 /// `n` distinct delivery ids shaped like GitHub's (36-byte GUIDs); `salt` keeps pools apart.
-pub fn events(n: usize, salt: u32) -> Vec<EventId> {
+pub fn events(n: usize, salt: u32) -> Vec<DeliveryId> {
     (0..n)
-        .map(|i| EventId::new(&format!("{salt:08x}-cc78-11e3-81ab-{i:012x}")).unwrap())
+        .map(|i| DeliveryId::new(&format!("{salt:08x}-cc78-11e3-81ab-{i:012x}")).unwrap())
         .collect()
 }
 
 /// A registry holding `n` live workers, one per target, each admitted for one delivery (so each
 /// holds one in-flight claim, as in a running router).
 pub struct Fixture<C: Clock = SystemClock> {
-    pub registry: Registry<C>,
+    pub registry: InMemoryRegistry<C>,
     pub targets: Vec<Target>,
-    pub events: Vec<EventId>,
+    pub events: Vec<DeliveryId>,
     pub ids: Vec<WorkerId>,
 }
 
 impl Fixture<SystemClock> {
     pub fn new(n: usize) -> Self {
-        Self::with(Registry::new(config()), n)
+        Self::with(InMemoryRegistry::new(config()), n)
     }
 }
 
 impl<C: Clock> Fixture<C> {
-    pub fn with(registry: Registry<C>, n: usize) -> Self {
+    pub fn with(registry: InMemoryRegistry<C>, n: usize) -> Self {
         let targets = targets(n);
         let events = events(n, 0xfeed);
         let ids = targets

@@ -8,33 +8,33 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use rand::{Rng, SeedableRng};
-use worker_registry::{Admission, Clock, EventId, Registry, Target, WorkerId};
+use worker_registry::{Admission, Clock, DeliveryId, InMemoryRegistry, Target, WorkerId};
 
 use crate::common::{config, events, targets, timed, Fixture, Ring, WORKERS};
 use crate::naive::{populate, Admit, MutexRegistry, Router, RwLockRegistry};
 
-impl<C: Clock> Router for Registry<C> {
+impl<C: Clock> Router for InMemoryRegistry<C> {
     fn heartbeat(&self, id: WorkerId) -> bool {
-        Registry::heartbeat(self, id).is_ok()
+        InMemoryRegistry::heartbeat(self, id).is_ok()
     }
-    fn admit(&self, target: &Target, event: &EventId) -> Admit {
-        match Registry::admit(self, target, event) {
+    fn admit(&self, target: &Target, event: &DeliveryId) -> Admit {
+        match InMemoryRegistry::admit(self, target, event) {
             Admission::Assigned(a) => Admit::Assigned(a.worker),
             Admission::Duplicate(_) => Admit::Duplicate,
             _ => Admit::Rejected,
         }
     }
-    fn complete(&self, target: &Target, event: &EventId) -> bool {
-        Registry::complete(self, target, event).is_ok()
+    fn complete(&self, target: &Target, event: &DeliveryId) -> bool {
+        InMemoryRegistry::complete(self, target, event).is_ok()
     }
-    fn release(&self, target: &Target, event: &EventId) {
-        let _ = Registry::release(self, target, event);
+    fn release(&self, target: &Target, event: &DeliveryId) {
+        let _ = InMemoryRegistry::release(self, target, event);
     }
     fn sweep(&self) -> usize {
-        Registry::sweep(self).died.len()
+        InMemoryRegistry::sweep(self).died.len()
     }
     fn status(&self) -> usize {
-        Registry::status(self).workers.len()
+        InMemoryRegistry::status(self).workers.len()
     }
 }
 
@@ -65,8 +65,8 @@ impl Mix {
 
 struct World<'a> {
     targets: &'a [Target],
-    events: &'a [EventId],
-    fresh: &'a [EventId],
+    events: &'a [DeliveryId],
+    fresh: &'a [DeliveryId],
     ring: &'a Ring,
     mix: &'a Mix,
 }
@@ -118,7 +118,7 @@ pub fn bench(c: &mut Criterion) {
     let ring = Ring::new(WORKERS);
     let mix = Mix::new();
     // Fresh deliveries: enough that none repeats within a sample.
-    let fresh: Vec<Vec<EventId>> = (0..2).map(|t| events(1 << 18, 0xc0 + t)).collect();
+    let fresh: Vec<Vec<DeliveryId>> = (0..2).map(|t| events(1 << 18, 0xc0 + t)).collect();
     let world = |t: usize| World {
         targets: &ts,
         events: &es,
@@ -132,7 +132,7 @@ pub fn bench(c: &mut Criterion) {
         g.throughput(criterion::Throughput::Elements(threads as u64));
         g.bench_function(crate::common::id("registry", threads), |b| {
             b.iter_custom(|iters| {
-                let f = Fixture::with(Registry::new(config()), WORKERS);
+                let f = Fixture::with(InMemoryRegistry::new(config()), WORKERS);
                 crate::common::run(threads, iters, |t| {
                     let (f, w) = (&f, world(t));
                     move |iters| drive(&f.registry, &f.ids, &w, t, iters)

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
-use worker_registry::{Clock, EventId, SystemClock, Target, WorkerId};
+use worker_registry::{Clock, DeliveryId, SystemClock, Target, WorkerId};
 
 use crate::common::Hasher;
 
@@ -40,7 +40,7 @@ pub struct Info {
 pub struct Tables {
     workers: HashMap<WorkerId, Worker, Hasher>,
     targets: HashMap<Target, WorkerId, Hasher>,
-    claims: HashMap<(Target, EventId), Claim, Hasher>,
+    claims: HashMap<(Target, DeliveryId), Claim, Hasher>,
     next_id: u64,
     live: usize,
     max: usize,
@@ -76,13 +76,13 @@ impl Tables {
         }
     }
 
-    fn is_duplicate(&self, key: &(Target, EventId)) -> bool {
+    fn is_duplicate(&self, key: &(Target, DeliveryId)) -> bool {
         self.claims.get(key).is_some_and(|c| {
             c.completed_at.is_some() || self.workers.get(&c.holder).is_some_and(|w| !w.dead)
         })
     }
 
-    fn admit(&mut self, key: (Target, EventId), now: u64) -> Admit {
+    fn admit(&mut self, key: (Target, DeliveryId), now: u64) -> Admit {
         if self.is_duplicate(&key) {
             return Admit::Duplicate;
         }
@@ -120,7 +120,7 @@ impl Tables {
         Admit::Assigned(id)
     }
 
-    fn complete(&mut self, key: &(Target, EventId), now: u64) -> bool {
+    fn complete(&mut self, key: &(Target, DeliveryId), now: u64) -> bool {
         match self.claims.get_mut(key) {
             Some(c) if c.completed_at.is_none() => {
                 c.completed_at = Some(now);
@@ -130,7 +130,7 @@ impl Tables {
         }
     }
 
-    fn release(&mut self, key: &(Target, EventId)) {
+    fn release(&mut self, key: &(Target, DeliveryId)) {
         self.claims.remove(key);
     }
 
@@ -192,9 +192,9 @@ pub struct RwLockRegistry {
 /// The operations the benches drive on every registry flavour.
 pub trait Router: Sync {
     fn heartbeat(&self, id: WorkerId) -> bool;
-    fn admit(&self, target: &Target, event: &EventId) -> Admit;
-    fn complete(&self, target: &Target, event: &EventId) -> bool;
-    fn release(&self, target: &Target, event: &EventId);
+    fn admit(&self, target: &Target, event: &DeliveryId) -> Admit;
+    fn complete(&self, target: &Target, event: &DeliveryId) -> bool;
+    fn release(&self, target: &Target, event: &DeliveryId);
     fn sweep(&self) -> usize;
     /// A status listing; returns how many workers it shows.
     fn status(&self) -> usize;
@@ -223,17 +223,17 @@ impl Router for MutexRegistry {
         let now = now(&self.clock);
         self.t.lock().unwrap().beat(id, now)
     }
-    fn admit(&self, target: &Target, event: &EventId) -> Admit {
+    fn admit(&self, target: &Target, event: &DeliveryId) -> Admit {
         let now = now(&self.clock);
         let key = (target.clone(), event.clone());
         self.t.lock().unwrap().admit(key, now)
     }
-    fn complete(&self, target: &Target, event: &EventId) -> bool {
+    fn complete(&self, target: &Target, event: &DeliveryId) -> bool {
         let now = now(&self.clock);
         let key = (target.clone(), event.clone());
         self.t.lock().unwrap().complete(&key, now)
     }
-    fn release(&self, target: &Target, event: &EventId) {
+    fn release(&self, target: &Target, event: &DeliveryId) {
         let key = (target.clone(), event.clone());
         self.t.lock().unwrap().release(&key)
     }
@@ -251,7 +251,7 @@ impl Router for RwLockRegistry {
         let now = now(&self.clock);
         self.t.read().unwrap().beat(id, now)
     }
-    fn admit(&self, target: &Target, event: &EventId) -> Admit {
+    fn admit(&self, target: &Target, event: &DeliveryId) -> Admit {
         let now = now(&self.clock);
         let key = (target.clone(), event.clone());
         if self.t.read().unwrap().is_duplicate(&key) {
@@ -259,12 +259,12 @@ impl Router for RwLockRegistry {
         }
         self.t.write().unwrap().admit(key, now)
     }
-    fn complete(&self, target: &Target, event: &EventId) -> bool {
+    fn complete(&self, target: &Target, event: &DeliveryId) -> bool {
         let now = now(&self.clock);
         let key = (target.clone(), event.clone());
         self.t.write().unwrap().complete(&key, now)
     }
-    fn release(&self, target: &Target, event: &EventId) {
+    fn release(&self, target: &Target, event: &DeliveryId) {
         let key = (target.clone(), event.clone());
         self.t.write().unwrap().release(&key)
     }
@@ -278,7 +278,7 @@ impl Router for RwLockRegistry {
 }
 
 /// A naive registry holding one worker per target, each admitted for `events[i]`.
-pub fn populate<R: Router>(r: &R, targets: &[Target], events: &[EventId]) -> Vec<WorkerId> {
+pub fn populate<R: Router>(r: &R, targets: &[Target], events: &[DeliveryId]) -> Vec<WorkerId> {
     targets
         .iter()
         .zip(events)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use worker_registry::{Admission, Clock, EventId, Registry, SystemClock, WorkerId};
+use worker_registry::{Admission, Clock, DeliveryId, InMemoryRegistry, SystemClock, WorkerId};
 
 use crate::common::{
     both, config, events, id, run, targets, timed, Fixture, Ring, Stopwatch, WORKERS,
@@ -114,7 +114,7 @@ pub fn admit(c: &mut Criterion) {
             })
         }
     });
-    let fresh: Vec<Vec<EventId>> = (0..2).map(|t| events(BATCH as usize, 0xa0 + t)).collect();
+    let fresh: Vec<Vec<DeliveryId>> = (0..2).map(|t| events(BATCH as usize, 0xa0 + t)).collect();
     // A new delivery for a target whose worker is running (timed); released in between (untimed).
     both(&mut g, "sticky", |t| {
         let (f, ring, fresh) = (&f, &ring, &fresh[t]);
@@ -147,7 +147,7 @@ pub fn admit(c: &mut Criterion) {
         .claim_retention(worker_registry::DEFAULT_SWEEP_INTERVAL)
         .build()
         .unwrap();
-    let sf = Fixture::with(Registry::with_clock(cfg, clock.clone()), WORKERS);
+    let sf = Fixture::with(InMemoryRegistry::with_clock(cfg, clock.clone()), WORKERS);
     both(&mut g, "fresh_complete", |t| {
         let (f, ring, fresh, clock) = (&sf, &ring, &fresh[t], &clock);
         move |iters| {
@@ -173,7 +173,7 @@ pub fn admit(c: &mut Criterion) {
     // The same at the default `max_retained_claims` (100k) in steady state: every completion
     // eventually costs an eviction, amortised over the batch that the far-over-limit check evicts.
     let lf = Fixture::new(WORKERS);
-    let pools: Vec<Vec<EventId>> = (0..2).map(|t| events(1 << 17, 0xb0 + t)).collect();
+    let pools: Vec<Vec<DeliveryId>> = (0..2).map(|t| events(1 << 17, 0xb0 + t)).collect();
     both(&mut g, "fresh_complete_at_limit", |t| {
         let (f, ring, pool) = (&lf, &ring, &pools[t]);
         move |iters| {
@@ -315,7 +315,7 @@ pub fn sweep(c: &mut Criterion) {
         // are released, their targets unmapped), 1% new workers arrived since the last one, and the
         // dead of five sweeps ago are purged.
         let clock = SkipClock::default();
-        let f = Fixture::with(Registry::with_clock(config(), clock.clone()), n);
+        let f = Fixture::with(InMemoryRegistry::with_clock(config(), clock.clone()), n);
         let mut live: std::collections::VecDeque<WorkerId> = f.ids.iter().copied().collect();
         let mut next = n;
         let step = f.registry.config().heartbeat_timeout() + Duration::from_millis(1);
@@ -337,7 +337,7 @@ pub fn sweep(c: &mut Criterion) {
                     live.drain(..victims);
                     for _ in 0..victims {
                         let t = worker_registry::Target::new(&format!("new/r-{next}"), 1).unwrap();
-                        let e = EventId::new(&format!("ev-{next}")).unwrap();
+                        let e = DeliveryId::new(&format!("ev-{next}")).unwrap();
                         next += 1;
                         if let Admission::Assigned(a) = f.registry.admit(&t, &e) {
                             live.push_back(a.worker);

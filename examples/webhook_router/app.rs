@@ -1,7 +1,7 @@
 //! The reference webhook router, as a library both `examples/webhook_router.rs` and
 //! `tests/router.rs` include, so the tests exercise the real thing.
 //!
-//! * [`App`] owns the [`Registry`], one mailbox per simulated worker, and the router's metrics;
+//! * [`App`] owns the [`InMemoryRegistry`], one mailbox per simulated worker, and the router's metrics;
 //!   [`App::dispatch`] is the whole decision for one delivery: `admit`, then hand the event to the
 //!   target's worker (starting its container, a tokio task, if the registry just created it).
 //! * [`App::router`] is the axum app: `POST /webhook`, `POST /debug/workers/{id}/crash`, and the
@@ -41,7 +41,7 @@ use tokio::task::JoinHandle;
 use worker_registry::http::{admin_router, require_bearer, AdminOptions};
 use worker_registry::metrics::Metrics;
 use worker_registry::{
-    Admission, AlreadyClaimed, Assignment, ClaimState, Clock, DrainAll, EventId, Registry,
+    Admission, AlreadyClaimed, Assignment, ClaimState, Clock, DrainAll, DeliveryId, InMemoryRegistry,
     Rejection, Status, Sweeper, SystemClock, Target, WorkerId,
 };
 
@@ -149,7 +149,7 @@ pub enum Dispatch {
 }
 
 struct Inner<C: Clock> {
-    registry: Registry<C>,
+    registry: InMemoryRegistry<C>,
     opts: Options,
     timings: Timings,
     mailboxes: DashMap<WorkerId, Mailbox>,
@@ -177,7 +177,7 @@ impl<C: Clock> Clone for App<C> {
 
 impl<C: Clock> App<C> {
     /// A router over `registry`.
-    pub fn new(registry: Registry<C>, opts: Options) -> Self {
+    pub fn new(registry: InMemoryRegistry<C>, opts: Options) -> Self {
         let timings = Timings {
             heartbeat: registry.config().heartbeat_interval,
             work: opts.work,
@@ -199,7 +199,7 @@ impl<C: Clock> App<C> {
     }
 
     /// The registry.
-    pub fn registry(&self) -> &Registry<C> {
+    pub fn registry(&self) -> &InMemoryRegistry<C> {
         &self.inner.registry
     }
 
@@ -230,7 +230,7 @@ impl<C: Clock> App<C> {
     /// The first caller to see a worker id starts its task (normally the one whose admission created
     /// it, but a concurrent sticky admission may get there first); every event goes through the
     /// worker's bounded mailbox.
-    pub fn dispatch(&self, target: &Target, event: &EventId) -> Dispatch {
+    pub fn dispatch(&self, target: &Target, event: &DeliveryId) -> Dispatch {
         // Acquire: pairs with the Release in `begin_shutdown`; a delivery that sees the flag clear may
         // still race with the drain, which is fine: drain_all then catches its worker.
         if self.inner.closing.load(Ordering::Acquire) {
@@ -353,8 +353,8 @@ impl<C: Clock> App<C> {
     /// the next sweep) and forget the mailboxes of dead workers whose task has stopped.
     fn after_sweep(
         &self,
-        pending: &mut VecDeque<(Target, EventId)>,
-        released: &[(Target, EventId)],
+        pending: &mut VecDeque<(Target, DeliveryId)>,
+        released: &[(Target, DeliveryId)],
     ) {
         pending.extend(released.iter().cloned());
         for _ in 0..pending.len() {

@@ -11,7 +11,7 @@ use hmac::{Hmac, Mac};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use sha2::Sha256;
-use worker_registry::{EventId, EventIdError, Target, TargetError};
+use worker_registry::{DeliveryId, DeliveryIdError, Target, TargetError};
 
 /// GitHub caps webhook payloads at 25 MB; anything larger is not a GitHub delivery.
 pub const MAX_PAYLOAD_BYTES: usize = 25 * 1024 * 1024;
@@ -81,7 +81,7 @@ pub struct Delivery {
     /// `X-GitHub-Event`.
     pub event: String,
     /// `X-GitHub-Delivery`, validated.
-    pub id: EventId,
+    pub id: DeliveryId,
 }
 
 /// A header that is missing or unusable (answered with 400).
@@ -93,7 +93,7 @@ pub enum HeaderError {
     /// `X-GitHub-Event` is not a plain event name.
     BadEvent,
     /// `X-GitHub-Delivery` is not a valid delivery id.
-    BadDelivery(EventIdError),
+    BadDelivery(DeliveryIdError),
 }
 
 impl fmt::Display for HeaderError {
@@ -119,9 +119,9 @@ pub fn delivery(headers: &HeaderMap) -> Result<Delivery, HeaderError> {
     let raw = headers
         .get(DELIVERY_HEADER)
         .ok_or(HeaderError::Missing("X-GitHub-Delivery"))?;
-    // Not `to_str`: `EventId::new` reports the first offending byte itself.
+    // Not `to_str`: `DeliveryId::new` reports the first offending byte itself.
     let text = String::from_utf8_lossy(raw.as_bytes());
-    let id = EventId::new(&text).map_err(HeaderError::BadDelivery)?;
+    let id = DeliveryId::new(&text).map_err(HeaderError::BadDelivery)?;
     Ok(Delivery { event, id })
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::{interval, sleep, sleep_until, Instant, MissedTickBehavior};
 use worker_registry::{
-    Clock, DeadReason, EventId, Generation, HeartbeatAck, Registry, RegistryError, Status, Target,
+    Clock, DeadReason, DeliveryId, FencingToken, HeartbeatAck, InMemoryRegistry, RegistryError, Status, Target,
     WorkerHandle, WorkerId,
 };
 
@@ -23,9 +23,9 @@ pub struct Job {
     /// The worker's target.
     pub target: Target,
     /// The delivery.
-    pub event: EventId,
+    pub event: DeliveryId,
     /// The fencing token of this assignment.
-    pub generation: Generation,
+    pub generation: FencingToken,
 }
 
 /// How a worker task ended.
@@ -58,7 +58,7 @@ enum Wake {
 
 /// Runs a worker until it exits, is fenced or crashes.
 pub async fn run<C: Clock>(
-    registry: Registry<C>,
+    registry: InMemoryRegistry<C>,
     me: WorkerHandle<C>,
     mut jobs: mpsc::Receiver<Job>,
     crash: Arc<Notify>,

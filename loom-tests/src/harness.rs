@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use worker_registry::{
-    EventId, Fault, ManualClock, Registry, RegistryConfig, RegistryConfigBuilder, Target,
+    DeliveryId, Fault, ManualClock, InMemoryRegistry, RegistryConfig, RegistryConfigBuilder, Target,
     DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS,
 };
 
@@ -135,7 +135,7 @@ pub const MISSED: u32 = 2;
 
 /// A small registry on a manual clock: 2 s heartbeat timeout, no start-up grace, the
 /// mass-staleness brake off, and the given capacity. `faults` are injected before it is returned.
-pub fn registry(max_workers: usize, faults: &[Fault]) -> (Registry<ManualClock>, ManualClock) {
+pub fn registry(max_workers: usize, faults: &[Fault]) -> (InMemoryRegistry<ManualClock>, ManualClock) {
     build(config(max_workers).brake_fraction(1.0), faults)
 }
 
@@ -144,7 +144,7 @@ pub fn registry(max_workers: usize, faults: &[Fault]) -> (Registry<ManualClock>,
 pub fn braking_registry(
     max_workers: usize,
     faults: &[Fault],
-) -> (Registry<ManualClock>, ManualClock) {
+) -> (InMemoryRegistry<ManualClock>, ManualClock) {
     build(
         config(max_workers)
             .brake_fraction(DEFAULT_BRAKE_FRACTION)
@@ -162,9 +162,9 @@ fn config(max_workers: usize) -> RegistryConfigBuilder {
         .max_workers(max_workers)
 }
 
-fn build(config: RegistryConfigBuilder, faults: &[Fault]) -> (Registry<ManualClock>, ManualClock) {
+fn build(config: RegistryConfigBuilder, faults: &[Fault]) -> (InMemoryRegistry<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    let registry = Registry::with_clock(config.build().expect("valid model config"), clock.clone());
+    let registry = InMemoryRegistry::with_clock(config.build().expect("valid model config"), clock.clone());
     for f in faults {
         registry.inject_fault(*f);
     }
@@ -177,18 +177,18 @@ pub fn target(n: u64) -> Target {
 }
 
 /// Delivery id `d-<n>`.
-pub fn event(n: u64) -> EventId {
-    EventId::new(&format!("d-{n}")).expect("valid event id")
+pub fn event(n: u64) -> DeliveryId {
+    DeliveryId::new(&format!("d-{n}")).expect("valid event id")
 }
 
 /// The first event after `after` whose claim for `t` lies in a different claims shard than
 /// `(t, other)`'s, so that admitting both really runs concurrently (one shard would serialise them).
 pub fn event_in_other_claims_shard(
-    registry: &Registry<ManualClock>,
+    registry: &InMemoryRegistry<ManualClock>,
     t: &Target,
-    other: &EventId,
+    other: &DeliveryId,
     after: u64,
-) -> EventId {
+) -> DeliveryId {
     let taken = registry.claims_shard_of(t, other);
     (after..after + 64)
         .map(event)
@@ -198,7 +198,7 @@ pub fn event_in_other_claims_shard(
 
 /// Two targets in different targets shards whose deliveries (`event(1)`, `event(2)`) are in
 /// different claims shards, so that admitting them really runs concurrently.
-pub fn targets_in_distinct_shards(registry: &Registry<ManualClock>) -> (Target, Target) {
+pub fn targets_in_distinct_shards(registry: &InMemoryRegistry<ManualClock>) -> (Target, Target) {
     let a = target(1);
     let (ea, eb) = (event(1), event(2));
     let b = (2..200)

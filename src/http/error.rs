@@ -5,8 +5,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::model::ErrorBody;
-use crate::error::RegistryError;
-use crate::ids::WorkerIdError;
+use crate::api::error::RegistryError;
+use crate::api::ids::WorkerIdError;
 
 /// Why an admin request was refused.
 #[derive(Debug)]
@@ -17,7 +17,8 @@ pub(crate) enum ApiError {
     BadPath(String),
     /// Missing or wrong bearer token (401).
     Unauthorized,
-    /// The registry refused: unknown worker (404), dead worker (409), anything else (500).
+    /// The registry refused: unknown worker (404), dead worker (409), a backend that cannot answer
+    /// now (503), anything else (500).
     Registry(RegistryError),
 }
 
@@ -28,6 +29,7 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Registry(RegistryError::UnknownWorker { .. }) => StatusCode::NOT_FOUND,
             Self::Registry(RegistryError::WorkerDead { .. }) => StatusCode::CONFLICT,
+            Self::Registry(e) if e.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
             Self::Registry(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -10,8 +10,9 @@ use axum::Json;
 use super::error::ApiError;
 use super::model::{ErrorBody, HealthBody, WorkerBody, WorkersBody};
 use super::AdminState;
-use crate::clock::Clock;
-use crate::ids::WorkerId;
+use crate::api::contract::WorkerRegistry;
+use crate::api::error::RegistryError;
+use crate::api::ids::WorkerId;
 
 fn worker_id(path: Result<Path<String>, PathRejection>) -> Result<WorkerId, ApiError> {
     let Path(raw) = path.map_err(|e| ApiError::BadPath(e.body_text()))?;
@@ -30,7 +31,7 @@ fn worker_id(path: Result<Path<String>, PathRejection>) -> Result<WorkerId, ApiE
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
     ),
 )]
-pub(crate) async fn list_workers<C: Clock>(State(s): State<AdminState<C>>) -> Json<WorkersBody> {
+pub(crate) async fn list_workers<R: WorkerRegistry + Clone + 'static>(State(s): State<AdminState<R>>) -> Json<WorkersBody> {
     Json(WorkersBody::from(&*s.registry.status()))
 }
 
@@ -46,27 +47,26 @@ pub(crate) async fn list_workers<C: Clock>(State(s): State<AdminState<C>>) -> Js
         (status = 400, description = "The id is not a number", body = ErrorBody),
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
         (status = 404, description = "No such worker (never existed, or dead and purged)", body = ErrorBody),
+        (status = 503, description = "The registry's backend cannot answer now", body = ErrorBody),
     ),
 )]
-pub(crate) async fn get_worker<C: Clock>(
-    State(s): State<AdminState<C>>,
+pub(crate) async fn get_worker<R: WorkerRegistry + Clone + 'static>(
+    State(s): State<AdminState<R>>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<WorkerBody>, ApiError> {
     let id = worker_id(path)?;
-    worker_body(&s.registry, id)
+    worker_body(&s.registry, id).await
 }
 
 /// The worker's current state as the API shows it, or 404.
-fn worker_body<C: Clock>(
-    registry: &crate::Registry<C>,
-    id: crate::WorkerId,
+async fn worker_body<R: WorkerRegistry>(
+    registry: &R,
+    id: WorkerId,
 ) -> Result<Json<WorkerBody>, ApiError> {
-    let info =
-        registry
-            .worker(id)
-            .ok_or(ApiError::Registry(crate::RegistryError::UnknownWorker {
-                id,
-            }))?;
+    let info = registry
+        .worker(id)
+        .await?
+        .ok_or(ApiError::Registry(RegistryError::UnknownWorker { id }))?;
     Ok(Json(WorkerBody::from(&info)))
 }
 
@@ -86,16 +86,17 @@ fn worker_body<C: Clock>(
         (status = 401, description = "Bearer token missing or wrong (when one is configured)", body = ErrorBody),
         (status = 404, description = "No such worker", body = ErrorBody),
         (status = 409, description = "The worker is already dead", body = ErrorBody),
+        (status = 503, description = "The registry's backend cannot answer now", body = ErrorBody),
     ),
 )]
-pub(crate) async fn drain_worker<C: Clock>(
-    State(s): State<AdminState<C>>,
+pub(crate) async fn drain_worker<R: WorkerRegistry + Clone + 'static>(
+    State(s): State<AdminState<R>>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<WorkerBody>, ApiError> {
     let id = worker_id(path)?;
-    let status = s.registry.drain(id)?;
+    let status = s.registry.drain(id).await?;
     tracing::info!(worker = %id, %status, "worker drained through the admin API");
-    worker_body(&s.registry, id)
+    worker_body(&s.registry, id).await
 }
 
 /// Prometheus metrics.
@@ -111,7 +112,7 @@ pub(crate) async fn drain_worker<C: Clock>(
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
     ),
 )]
-pub(crate) async fn metrics<C: Clock>(State(s): State<AdminState<C>>) -> impl IntoResponse {
+pub(crate) async fn metrics<R: WorkerRegistry + Clone + 'static>(State(s): State<AdminState<R>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         s.metrics.encode(),
@@ -141,7 +142,7 @@ pub(crate) async fn healthz() -> Json<HealthBody> {
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
     ),
 )]
-pub(crate) async fn openapi_json<C: Clock>(State(s): State<AdminState<C>>) -> impl IntoResponse {
+pub(crate) async fn openapi_json<R: WorkerRegistry + Clone + 'static>(State(s): State<AdminState<R>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],
         s.openapi.clone(),

@@ -13,9 +13,10 @@
 //! needs `Authorization: Bearer <token>` (401 without it); with [`AdminOptions::protect_reads`],
 //! every endpoint but `/healthz` does.
 //!
-//! `GET /workers` serves the snapshot the last [`sweep`](crate::Registry::sweep) published (run a
-//! [`Sweeper`](crate::Sweeper) next to the router), so it never blocks the registry; `GET
-//! /workers/{id}` reads the one worker live.
+//! The router works over any backend ([`WorkerRegistry`]). `GET /workers` serves the snapshot the
+//! last [`sweep`](crate::Maintenance::sweep) published (run a [`Sweeper`](crate::Sweeper) next to
+//! the router), so it never blocks the registry; `GET /workers/{id}` reads the one worker live. A
+//! backend that cannot answer gets 503.
 
 mod auth;
 mod error;
@@ -31,9 +32,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use utoipa::OpenApi as _;
 
-use crate::clock::Clock;
+use crate::api::contract::WorkerRegistry;
 use crate::metrics::Metrics;
-use crate::registry::Registry;
 
 /// How [`admin_router`] is set up. Start from [`AdminOptions::new`] (or `Default`) and chain.
 ///
@@ -120,9 +120,9 @@ impl AdminOptions {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{http::AdminOptions, metrics::Metrics, Registry};
+    /// use worker_registry::{http::AdminOptions, metrics::Metrics, InMemoryRegistry};
     ///
-    /// let registry = Registry::default();
+    /// let registry = InMemoryRegistry::default();
     /// let options = AdminOptions::new().metrics(Metrics::new(&registry));
     /// assert!(options.metrics.is_some());
     /// ```
@@ -146,14 +146,14 @@ impl fmt::Debug for AdminOptions {
 }
 
 /// What every handler shares.
-pub(crate) struct AdminState<C: Clock> {
-    pub(crate) registry: Registry<C>,
+pub(crate) struct AdminState<R> {
+    pub(crate) registry: R,
     pub(crate) metrics: Arc<Metrics>,
     /// The OpenAPI document, serialised once.
     pub(crate) openapi: axum::body::Bytes,
 }
 
-impl<C: Clock> Clone for AdminState<C> {
+impl<R: Clone> Clone for AdminState<R> {
     fn clone(&self) -> Self {
         Self {
             registry: self.registry.clone(),
@@ -167,23 +167,27 @@ impl<C: Clock> Clone for AdminState<C> {
 /// Mount it at the root, or nest it (`Router::new().nest("/admin", admin_router(..))`; the OpenAPI
 /// paths are then relative to `/admin`). It has no fallback, so it merges with yours.
 ///
-/// **Locking behaviour:** `GET /workers` loads the published snapshot (no lock); `GET
-/// /workers/{id}` and `POST .../drain` take one workers-shard read lock and (drain) one CAS;
-/// `/metrics` reads striped counters and the snapshot. None of them blocks the router's hot path.
+/// **Locking behaviour:** `GET /workers` and `/metrics` read the published snapshot and the
+/// counters (no lock, no I/O); `GET /workers/{id}` and `POST .../drain` are one registry call each
+/// (in memory: one workers-shard read lock and, to drain, one CAS). None of them blocks the
+/// router's hot path.
 ///
 /// # Examples
 ///
 /// ```
 /// use axum::Router;
 /// use worker_registry::http::{admin_router, AdminOptions};
-/// use worker_registry::Registry;
+/// use worker_registry::InMemoryRegistry;
 ///
-/// let registry = Registry::default();
+/// let registry = InMemoryRegistry::default();
 /// let app: Router = Router::new()
 ///     .nest("/admin", admin_router(registry.clone(), AdminOptions::new().bearer_token("s3cret")));
 /// // axum::serve(listener, app).await
 /// ```
-pub fn admin_router<C: Clock>(registry: Registry<C>, options: AdminOptions) -> Router {
+pub fn admin_router<R>(registry: R, options: AdminOptions) -> Router
+where
+    R: WorkerRegistry + Clone + 'static,
+{
     let AdminOptions {
         bearer_token,
         protect_reads,
@@ -197,11 +201,11 @@ pub fn admin_router<C: Clock>(registry: Registry<C>, options: AdminOptions) -> R
     };
 
     let mut reads = Router::new()
-        .route("/workers", get(handlers::list_workers::<C>))
-        .route("/workers/{id}", get(handlers::get_worker::<C>))
-        .route("/metrics", get(handlers::metrics::<C>))
-        .route("/openapi.json", get(handlers::openapi_json::<C>));
-    let mut writes = Router::new().route("/workers/{id}/drain", post(handlers::drain_worker::<C>));
+        .route("/workers", get(handlers::list_workers::<R>))
+        .route("/workers/{id}", get(handlers::get_worker::<R>))
+        .route("/metrics", get(handlers::metrics::<R>))
+        .route("/openapi.json", get(handlers::openapi_json::<R>));
+    let mut writes = Router::new().route("/workers/{id}/drain", post(handlers::drain_worker::<R>));
     if let Some(token) = bearer_token {
         if protect_reads {
             reads = require_bearer(reads, token.clone());

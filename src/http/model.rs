@@ -5,9 +5,8 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::snapshot::StatusSnapshot;
-use crate::state::{Activity, DeadReason, PoolStatus, Status};
-use crate::worker::{WorkerInfo, WorkerKind};
+use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
+use crate::api::status::{Activity, DeadReason, PoolStatus, Status, WorkerKind};
 
 /// A wall-clock time as RFC 3339 UTC with milliseconds (`2026-01-01T00:00:00.000Z`), clamped to
 /// the range RFC 3339 can express (1970 to 9999) so that a strange clock can never make it panic.
@@ -40,6 +39,7 @@ pub(crate) enum ReasonName {
     MissedHeartbeats,
     Exited,
     Deregistered,
+    DrainTimedOut,
 }
 
 /// Whether a worker is running a loop.
@@ -103,7 +103,7 @@ pub(crate) struct WorkerBody {
     #[schema(format = DateTime)]
     died_at: Option<String>,
     /// The latest fencing token it was given (worker id in the high 32 bits).
-    generation: u64,
+    token: u64,
     /// Milliseconds since it was created.
     uptime_ms: u64,
 }
@@ -119,6 +119,7 @@ impl From<&WorkerInfo> for WorkerBody {
                     DeadReason::MissedHeartbeats => ReasonName::MissedHeartbeats,
                     DeadReason::Exited => ReasonName::Exited,
                     DeadReason::Deregistered => ReasonName::Deregistered,
+                    DeadReason::DrainTimedOut => ReasonName::DrainTimedOut,
                 }),
             ),
         };
@@ -147,7 +148,7 @@ impl From<&WorkerInfo> for WorkerBody {
             heartbeat_age_ms: millis(w.heartbeat_age),
             has_heartbeated: w.has_heartbeated,
             died_at: w.died_at.map(rfc3339),
-            generation: w.generation.get(),
+            token: w.token.get(),
             uptime_ms: millis(w.uptime),
         }
     }
@@ -193,7 +194,7 @@ pub(crate) struct WorkersBody {
     capacity: CapacityBody,
     claims: ClaimsBody,
     /// Increases with every published snapshot (0: no sweep has run yet).
-    generation: u64,
+    version: u64,
     /// When the snapshot was taken (RFC 3339).
     #[schema(format = DateTime, example = "2026-01-01T00:00:05.000Z")]
     taken_at: String,
@@ -224,7 +225,7 @@ impl From<&StatusSnapshot> for WorkersBody {
                 in_flight: s.claims.in_flight,
                 retained: s.claims.retained,
             },
-            generation: s.generation,
+            version: s.version,
             taken_at: rfc3339(s.taken_at),
             brake_engaged: s.brake_engaged,
         }

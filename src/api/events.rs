@@ -1,35 +1,25 @@
-//! Lifecycle [`Event`]s and their fan-out to subscribers ([`Registry::subscribe`]).
+//! Lifecycle [`Event`]s, and (feature `tokio`) the fan-out every backend uses to hand them to
+//! subscribers: [`EventSender`] and [`Subscription`].
 //!
-//! The registry publishes an event when a worker is created, set draining, marked suspect, or dies,
-//! and when a sweep releases a target's work for re-dispatch. Nothing is published on the hot
-//! paths that do not change a worker's status (duplicate detection, sticky assignment, heartbeats).
+//! A registry publishes an event when a worker is created, set draining, marked suspect, or dies,
+//! when a delivery is found stuck, and when a sweep releases a target's work for re-dispatch.
+//! Nothing is published on the hot paths that do not change a worker's status (duplicate
+//! detection, sticky assignment, heartbeats).
 //!
 //! Fan-out is a [`tokio::sync::broadcast`] channel with a fixed ring of [`EVENT_BUFFER`] slots,
-//! created by the first [`subscribe`](Registry::subscribe): publishing never waits for a
-//! subscriber. A subscriber that falls more than [`EVENT_BUFFER`] events behind loses the oldest
-//! ones; its next receive reports how many with [`RecvError::Lagged`], and the registry counts
-//! them ([`Registry::events_missed`]).
-//!
-//! A worker's `WorkerCreated` is published just before the worker becomes visible in the maps, so
-//! it always precedes the worker's other events; on the assignment path that happens under the
-//! target's shard lock. The channel's own lock is a leaf: sending never calls back into the
-//! registry, and receivers are woken after it is released.
-//!
-//! Without the `tokio` feature, and under `--cfg worker_registry_loom` (tokio's channel is not
-//! loom-aware), the hub compiles to nothing and the emission points are empty inline functions.
-//!
-//! [`Registry::subscribe`]: crate::Registry::subscribe
-//! [`Registry::events_missed`]: crate::Registry::events_missed
-//! [`Registry`]: crate::Registry
+//! created by the first subscription: publishing never waits for a subscriber. A subscriber that
+//! falls more than [`EVENT_BUFFER`] events behind loses the oldest ones; its next receive reports
+//! how many with [`RecvError::Lagged`], and the sender counts them ([`EventSender::missed`]). The
+//! channel's own lock is a leaf: sending never calls back into the registry, and receivers are
+//! woken after it is released.
 
 use std::fmt;
 
-use crate::ids::{EventId, Target, WorkerId};
-use crate::state::DeadReason;
+use super::ids::{DeliveryId, Target, WorkerId};
+use super::status::DeadReason;
 
-pub(crate) use hub::EventHub;
-#[cfg(all(feature = "tokio", not(worker_registry_loom)))]
-pub use hub::Subscription;
+#[cfg(feature = "tokio")]
+pub use fanout::{EventSender, Subscription};
 
 /// Events a subscriber may fall behind by before it starts losing the oldest ones.
 ///
@@ -40,7 +30,7 @@ pub use hub::Subscription;
 /// ```
 pub const EVENT_BUFFER: usize = 1024;
 
-/// A change in a worker's life, as published to [`subscribe`](crate::Registry::subscribe)rs.
+/// A change in a worker's life, as published to [`Subscribe::subscribe`](crate::Subscribe)rs.
 ///
 /// Events about one worker are published in the order of its transitions: `WorkerCreated` always
 /// first, then `WorkerDraining` / `WorkerSuspect`, and `WorkerDied` last. The one exception: two
@@ -94,13 +84,23 @@ pub enum Event {
         /// How it died.
         reason: DeadReason,
     },
+    /// A delivery stayed in flight longer than `max_in_flight`: its claim was released for
+    /// re-dispatch and its worker drained.
+    DeliveryStuck {
+        /// The worker that held it.
+        worker: WorkerId,
+        /// The delivery's target.
+        target: Target,
+        /// The delivery.
+        delivery: DeliveryId,
+    },
     /// A sweep released work on this target: its worker died in that sweep, and/or deliveries
-    /// that were in flight on a dead worker are listed in `events` for re-dispatch.
+    /// that were in flight on a dead worker are listed in `deliveries` for re-dispatch.
     TargetReleased {
         /// The target.
         target: Target,
         /// In-flight deliveries released (possibly none).
-        events: Vec<EventId>,
+        deliveries: Vec<DeliveryId>,
     },
 }
 
@@ -121,6 +121,7 @@ impl Event {
             Self::WorkerDraining { .. } => "worker_draining",
             Self::WorkerSuspect { .. } => "worker_suspect",
             Self::WorkerDied { .. } => "worker_died",
+            Self::DeliveryStuck { .. } => "delivery_stuck",
             Self::TargetReleased { .. } => "target_released",
         }
     }
@@ -132,7 +133,7 @@ impl Event {
     /// ```
     /// use worker_registry::{Event, Target};
     ///
-    /// let e = Event::TargetReleased { target: Target::new("o/r", 1).unwrap(), events: vec![] };
+    /// let e = Event::TargetReleased { target: Target::new("o/r", 1).unwrap(), deliveries: vec![] };
     /// assert_eq!(e.worker(), None);
     /// ```
     pub fn worker(&self) -> Option<WorkerId> {
@@ -140,7 +141,8 @@ impl Event {
             Self::WorkerCreated { worker, .. }
             | Self::WorkerDraining { worker, .. }
             | Self::WorkerSuspect { worker, .. }
-            | Self::WorkerDied { worker, .. } => Some(*worker),
+            | Self::WorkerDied { worker, .. }
+            | Self::DeliveryStuck { worker, .. } => Some(*worker),
             Self::TargetReleased { .. } => None,
         }
     }
@@ -162,7 +164,7 @@ impl Event {
             | Self::WorkerDraining { target, .. }
             | Self::WorkerSuspect { target, .. }
             | Self::WorkerDied { target, .. } => target.as_ref(),
-            Self::TargetReleased { target, .. } => Some(target),
+            Self::DeliveryStuck { target, .. } | Self::TargetReleased { target, .. } => Some(target),
         }
     }
 }
@@ -185,9 +187,19 @@ impl fmt::Display for Event {
                 target,
                 reason,
             } => write!(f, "worker {worker} died{} ({reason})", on(target)),
-            Self::TargetReleased { target, events } => {
-                write!(f, "target {target} released with {} event(s)", events.len())
-            }
+            Self::DeliveryStuck {
+                worker,
+                target,
+                delivery,
+            } => write!(
+                f,
+                "delivery {delivery} on {target} stuck on worker {worker}: released"
+            ),
+            Self::TargetReleased { target, deliveries } => write!(
+                f,
+                "target {target} released with {} delivery(ies)",
+                deliveries.len()
+            ),
         }
     }
 }
@@ -225,39 +237,56 @@ impl fmt::Display for RecvError {
 
 impl std::error::Error for RecvError {}
 
-#[cfg(all(feature = "tokio", not(worker_registry_loom)))]
-mod hub {
-    use std::collections::BTreeMap;
-    use std::sync::OnceLock;
+#[cfg(feature = "tokio")]
+mod fanout {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, OnceLock};
 
     use tokio::sync::broadcast;
 
     use super::{Event, RecvError, EVENT_BUFFER};
-    use crate::ids::{EventId, Target};
-    use crate::state::{DeadReason, Status, Word};
-    use crate::sweep::SweepReport;
-    use crate::sync::{Arc, AtomicU64, Ordering};
-    use crate::worker::WorkerRecord;
 
-    /// The publishing side: a broadcast sender made on first subscription.
+    /// The publishing side of a registry's lifecycle events: a broadcast channel of
+    /// [`EVENT_BUFFER`] slots, made on the first [`subscribe`](Self::subscribe). Backends own one
+    /// and [`send`](Self::send) what happens; a shared backend feeds it from its server's
+    /// notifications so that every replica's subscribers see every event.
     ///
-    /// Compiled only with tokio and without loom; `OnceLock` is therefore std's (not a shared
-    /// primitive loom models need to see).
-    pub(crate) struct EventHub {
+    /// **Locking behaviour:** `send` takes the channel's internal lock once, and only after someone
+    /// subscribed; before that it is one atomic load.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{Event, EventSender, WorkerId};
+    ///
+    /// let events = EventSender::new();
+    /// let mut sub = events.subscribe();
+    /// events.send(|| Event::WorkerCreated { worker: WorkerId::new(1), target: None });
+    /// assert!(matches!(sub.try_recv(), Ok(Some(Event::WorkerCreated { .. }))));
+    /// ```
+    #[derive(Debug, Default)]
+    pub struct EventSender {
         sender: OnceLock<broadcast::Sender<Event>>,
         /// Events dropped for lagging subscribers, summed over all of them.
         missed: Arc<AtomicU64>,
     }
 
-    impl EventHub {
-        pub(crate) fn new() -> Self {
-            Self {
-                sender: OnceLock::new(),
-                missed: Arc::new(AtomicU64::new(0)),
-            }
+    impl EventSender {
+        /// A sender nobody has subscribed to yet.
+        ///
+        /// # Examples
+        ///
+        /// See [`EventSender`].
+        pub fn new() -> Self {
+            Self::default()
         }
 
-        pub(crate) fn subscribe(&self) -> Subscription {
+        /// A subscription to every event sent from now on.
+        ///
+        /// # Examples
+        ///
+        /// See [`EventSender`].
+        pub fn subscribe(&self) -> Subscription {
             let sender = self
                 .sender
                 .get_or_init(|| broadcast::channel(EVENT_BUFFER).0);
@@ -267,84 +296,64 @@ mod hub {
             }
         }
 
-        pub(crate) fn missed(&self) -> u64 {
-            // Relaxed: a statistics total; nothing is published through it.
-            self.missed.load(Ordering::Relaxed)
+        /// Whether anyone is subscribed now (so that a caller can skip building costly events).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let events = worker_registry::EventSender::new();
+        /// assert!(!events.has_subscribers());
+        /// let _sub = events.subscribe();
+        /// assert!(events.has_subscribers());
+        /// ```
+        #[inline]
+        pub fn has_subscribers(&self) -> bool {
+            self.sender.get().is_some_and(|s| s.receiver_count() > 0)
         }
 
-        /// Sends if anyone ever subscribed. With no live receiver the event is dropped.
+        /// Sends the event `make` builds, if anyone ever subscribed (`make` is not called
+        /// otherwise). With no live subscriber the event is dropped.
+        ///
+        /// # Examples
+        ///
+        /// See [`EventSender`].
         #[inline]
-        fn send(&self, make: impl FnOnce() -> Event) {
+        pub fn send(&self, make: impl FnOnce() -> Event) {
             if let Some(sender) = self.sender.get() {
                 let _ = sender.send(make());
             }
         }
 
-        #[inline]
-        pub(crate) fn created(&self, rec: &WorkerRecord) {
-            self.send(|| Event::WorkerCreated {
-                worker: rec.id,
-                target: rec.target.clone(),
-            });
+        /// Records that `n` events were lost before reaching subscribers (a shared backend whose
+        /// notification connection dropped).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let events = worker_registry::EventSender::new();
+        /// events.record_missed(3);
+        /// assert_eq!(events.missed(), 3);
+        /// ```
+        pub fn record_missed(&self, n: u64) {
+            // Relaxed: a statistics total; nothing is published through it.
+            self.missed.fetch_add(n, Ordering::Relaxed);
         }
 
-        /// Publishes `WorkerDraining` if this transition is the one that set `rec` draining.
-        #[inline]
-        pub(crate) fn transition(&self, rec: &WorkerRecord, old: Word, new: Word) {
-            if new.status() == Status::Draining && old.status() != Status::Draining {
-                self.send(|| Event::WorkerDraining {
-                    worker: rec.id,
-                    target: rec.target.clone(),
-                });
-            }
-        }
-
-        #[inline]
-        pub(crate) fn suspect(&self, rec: &WorkerRecord) {
-            self.send(|| Event::WorkerSuspect {
-                worker: rec.id,
-                target: rec.target.clone(),
-            });
-        }
-
-        #[inline]
-        pub(crate) fn died(&self, rec: &WorkerRecord, reason: DeadReason) {
-            self.send(|| Event::WorkerDied {
-                worker: rec.id,
-                target: rec.target.clone(),
-                reason,
-            });
-        }
-
-        /// One `TargetReleased` per target the sweep released work on, in target order.
-        pub(crate) fn released(&self, report: &SweepReport) {
-            let Some(sender) = self.sender.get() else {
-                return;
-            };
-            if report.released_targets.is_empty() && report.released_events.is_empty() {
-                return;
-            }
-            if sender.receiver_count() == 0 {
-                return;
-            }
-            let mut by_target: BTreeMap<&Target, Vec<EventId>> = BTreeMap::new();
-            for t in &report.released_targets {
-                by_target.entry(t).or_default();
-            }
-            for (t, e) in &report.released_events {
-                by_target.entry(t).or_default().push(e.clone());
-            }
-            for (target, events) in by_target {
-                let _ = sender.send(Event::TargetReleased {
-                    target: target.clone(),
-                    events,
-                });
-            }
+        /// Events dropped for lagging subscribers so far, summed over all of them (counted when
+        /// each subscriber learns of its loss), plus those recorded with
+        /// [`record_missed`](Self::record_missed).
+        ///
+        /// # Examples
+        ///
+        /// See [`record_missed`](Self::record_missed).
+        pub fn missed(&self) -> u64 {
+            // Relaxed: a statistics total; nothing is published through it.
+            self.missed.load(Ordering::Relaxed)
         }
     }
 
     /// A subscription to a registry's lifecycle [`Event`]s, from
-    /// [`Registry::subscribe`](crate::Registry::subscribe).
+    /// [`Subscribe::subscribe`](crate::Subscribe::subscribe).
     ///
     /// It sees every event published after it was made, in publication order, unless it falls
     /// more than [`EVENT_BUFFER`] events behind: then the oldest are dropped for it, and the next
@@ -355,9 +364,9 @@ mod hub {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use worker_registry::{Event, Registry};
+    /// use worker_registry::{Event, InMemoryRegistry};
     ///
-    /// let registry = Registry::default();
+    /// let registry = InMemoryRegistry::default();
     /// let mut events = registry.subscribe();
     /// let w = registry.register().unwrap();
     /// assert_eq!(
@@ -395,9 +404,9 @@ mod hub {
         /// # Examples
         ///
         /// ```
-        /// use worker_registry::{Event, Registry};
+        /// use worker_registry::{Event, InMemoryRegistry};
         ///
-        /// let registry = Registry::default();
+        /// let registry = InMemoryRegistry::default();
         /// let mut events = registry.subscribe();
         /// assert_eq!(events.try_recv(), Ok(None));
         /// let w = registry.register().unwrap();
@@ -429,78 +438,5 @@ mod hub {
     enum Lag {
         Lagged(u64),
         Closed,
-    }
-}
-
-#[cfg(not(all(feature = "tokio", not(worker_registry_loom))))]
-mod hub {
-    use crate::state::{DeadReason, Word};
-    use crate::sweep::SweepReport;
-    use crate::worker::WorkerRecord;
-
-    /// No subscribers can exist (no tokio, or a loom build): every emission point is empty.
-    pub(crate) struct EventHub;
-
-    impl EventHub {
-        pub(crate) fn new() -> Self {
-            Self
-        }
-        #[inline(always)]
-        pub(crate) fn created(&self, _: &WorkerRecord) {}
-        #[inline(always)]
-        pub(crate) fn transition(&self, _: &WorkerRecord, _: Word, _: Word) {}
-        #[inline(always)]
-        pub(crate) fn suspect(&self, _: &WorkerRecord) {}
-        #[inline(always)]
-        pub(crate) fn died(&self, _: &WorkerRecord, _: DeadReason) {}
-        #[inline(always)]
-        pub(crate) fn released(&self, _: &SweepReport) {}
-    }
-}
-
-#[cfg(all(feature = "tokio", not(worker_registry_loom)))]
-impl<C: crate::clock::Clock> crate::registry::Registry<C> {
-    /// Subscribes to lifecycle [`Event`]s published from now on (see [`Subscription`]).
-    ///
-    /// Publishing never waits for subscribers: one that falls more than [`EVENT_BUFFER`] events
-    /// behind loses the oldest and is told how many ([`RecvError::Lagged`]).
-    ///
-    /// **Locking behaviour:** takes the event channel's internal lock once. Publishing takes it
-    /// once per event, only on the paths that publish (worker creation, drain, suspicion, death,
-    /// a sweep that released work) and only after someone subscribed; duplicate detection, sticky
-    /// assignment and heartbeats never touch it.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use worker_registry::{DeadReason, Event, Registry};
-    ///
-    /// let registry = Registry::default();
-    /// let mut events = registry.subscribe();
-    /// let w = registry.register().unwrap();
-    /// w.deregister().unwrap();
-    /// assert!(matches!(events.try_recv(), Ok(Some(Event::WorkerCreated { .. }))));
-    /// assert_eq!(
-    ///     events.try_recv(),
-    ///     Ok(Some(Event::WorkerDied { worker: w.id(), target: None, reason: DeadReason::Deregistered }))
-    /// );
-    /// ```
-    pub fn subscribe(&self) -> Subscription {
-        self.inner.events.subscribe()
-    }
-
-    /// Events dropped for lagging subscribers so far, summed over all of them (counted when each
-    /// subscriber learns of its loss).
-    ///
-    /// **Locking behaviour:** no lock: one atomic load.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let registry = worker_registry::Registry::default();
-    /// assert_eq!(registry.events_missed(), 0);
-    /// ```
-    pub fn events_missed(&self) -> u64 {
-        self.inner.events.missed()
     }
 }

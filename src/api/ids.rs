@@ -1,12 +1,12 @@
-//! Identities: [`WorkerId`], [`Target`] (repository + PR/issue number), [`EventId`] (delivery id) and
-//! the [`Generation`] fencing token. Everything that comes from the network is validated here, once,
+//! Identities: [`WorkerId`], [`Target`] (repository + PR/issue number), [`DeliveryId`] (GitHub's
+//! `X-GitHub-Delivery`) and the [`FencingToken`]. Everything that comes from the network is validated here, once,
 //! with a typed error that says what was seen.
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-/// A worker's identity, assigned by the registry and never reused within one registry.
+/// A worker's identity, assigned by the registry and never reused.
 ///
 /// # Examples
 ///
@@ -21,8 +21,8 @@ use std::sync::Arc;
 pub struct WorkerId(u64);
 
 impl WorkerId {
-    /// The largest id a registry hands out (ids fill the high half of a [`Generation`]).
-    pub const MAX: u64 = u32::MAX as u64;
+    /// The largest id a registry hands out (ids fill the high 44 bits of a [`FencingToken`]).
+    pub const MAX: u64 = (1 << 44) - 1;
 
     /// Wraps a raw id (for looking up a worker by an id received over the network).
     pub const fn new(raw: u64) -> Self {
@@ -43,81 +43,145 @@ impl fmt::Display for WorkerId {
 
 impl FromStr for WorkerId {
     type Err = WorkerIdError;
+    /// Parses a decimal id: digits only, no sign, no leading zero, at most [`WorkerId::MAX`].
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        s.parse::<u64>().map(WorkerId).map_err(|_| WorkerIdError {
+        let canonical = !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && (s == "0" || !s.starts_with('0'));
+        let bad = || WorkerIdError::NotANumber {
             input: truncate(s, 64),
-        })
+        };
+        let raw = if canonical {
+            s.parse::<u64>().map_err(|_| bad())?
+        } else {
+            return Err(bad());
+        };
+        if raw > WorkerId::MAX {
+            return Err(WorkerIdError::OutOfRange { id: raw });
+        }
+        Ok(WorkerId(raw))
     }
 }
 
-/// A worker id that was not a decimal `u64`.
+/// A worker id that was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct WorkerIdError {
-    /// What was received (at most 64 bytes of it).
-    pub input: String,
+pub enum WorkerIdError {
+    /// Not a decimal number without sign or leading zeros.
+    NotANumber {
+        /// What was received (at most 64 bytes of it).
+        input: String,
+    },
+    /// Larger than [`WorkerId::MAX`].
+    OutOfRange {
+        /// The id.
+        id: u64,
+    },
 }
 
 impl fmt::Display for WorkerIdError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "worker id {:?} is not a non-negative integer",
-            self.input
-        )
+        match self {
+            Self::NotANumber { input } => write!(
+                f,
+                "worker id {input:?} is not a non-negative decimal integer"
+            ),
+            Self::OutOfRange { id } => {
+                write!(f, "worker id {id} is larger than {}", WorkerId::MAX)
+            }
+        }
     }
 }
 
 impl std::error::Error for WorkerIdError {}
 
-/// A fencing token: increases with every assignment, and across workers of the same target.
+/// A fencing token: increases with every assignment of a target, across its successive workers.
 ///
-/// The high 32 bits are the worker id (ids increase and are never reused, so a target's next worker
-/// always has larger tokens than its previous one); the low 32 bits count the assignments that worker
-/// has received (saturating). A lease manager or the worker itself can reject work carrying a token
-/// lower than the highest it has seen.
+/// The high 44 bits are the worker id (ids increase and are never reused, so a target's next
+/// worker always has larger tokens than its previous one); the low 20 bits count the assignments
+/// that worker has received (saturating at [`MAX_SEQ`](Self::MAX_SEQ)). A lease manager or the
+/// worker itself can reject work carrying a token lower than the highest it has seen.
 ///
 /// # Examples
 ///
 /// ```
-/// use worker_registry::{Generation, WorkerId};
+/// use worker_registry::{FencingToken, WorkerId};
 ///
-/// let g = Generation::new(WorkerId::new(3), 7);
-/// assert_eq!(g.worker(), WorkerId::new(3));
-/// assert_eq!(g.seq(), 7);
-/// assert!(Generation::new(WorkerId::new(4), 1) > g);
+/// let t = FencingToken::new(WorkerId::new(3), 7).unwrap();
+/// assert_eq!((t.worker(), t.seq()), (WorkerId::new(3), 7));
+/// assert!(FencingToken::new(WorkerId::new(4), 1).unwrap() > t);
+/// assert!(FencingToken::new(WorkerId::new(WorkerId::MAX + 1), 1).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Generation(u64);
+pub struct FencingToken(u64);
 
-impl Generation {
-    /// The token for the `seq`-th assignment of `worker`.
-    pub const fn new(worker: WorkerId, seq: u64) -> Self {
-        let seq = if seq > u32::MAX as u64 {
-            u32::MAX as u64
+impl FencingToken {
+    /// Bits of the assignment counter.
+    pub const SEQ_BITS: u32 = 20;
+    /// The largest assignment counter (later assignments of the same worker repeat it).
+    pub const MAX_SEQ: u64 = (1 << Self::SEQ_BITS) - 1;
+
+    /// The token for the `seq`-th assignment of `worker` (`seq` saturates at
+    /// [`MAX_SEQ`](Self::MAX_SEQ)); refused for an id above [`WorkerId::MAX`].
+    ///
+    /// # Examples
+    ///
+    /// See [`FencingToken`].
+    pub const fn new(worker: WorkerId, seq: u64) -> Result<Self, WorkerIdError> {
+        if worker.0 > WorkerId::MAX {
+            return Err(WorkerIdError::OutOfRange { id: worker.0 });
+        }
+        let seq = if seq > Self::MAX_SEQ {
+            Self::MAX_SEQ
         } else {
             seq
         };
-        Self((worker.0 << 32) | seq)
+        Ok(Self((worker.0 << Self::SEQ_BITS) | seq))
+    }
+
+    /// A token from its integer form ([`get`](Self::get)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{FencingToken, WorkerId};
+    ///
+    /// let t = FencingToken::new(WorkerId::new(3), 7).unwrap();
+    /// assert_eq!(FencingToken::from_raw(t.get()), t);
+    /// ```
+    pub const fn from_raw(raw: u64) -> Self {
+        Self(raw)
     }
 
     /// The token as one integer (what the HTTP API shows).
+    ///
+    /// # Examples
+    ///
+    /// See [`from_raw`](Self::from_raw).
     pub const fn get(self) -> u64 {
         self.0
     }
 
     /// The worker this token was issued to.
+    ///
+    /// # Examples
+    ///
+    /// See [`FencingToken`].
     pub const fn worker(self) -> WorkerId {
-        WorkerId(self.0 >> 32)
+        WorkerId(self.0 >> Self::SEQ_BITS)
     }
 
     /// Which assignment of that worker it was (1 for the first).
+    ///
+    /// # Examples
+    ///
+    /// See [`FencingToken`].
     pub const fn seq(self) -> u64 {
-        self.0 & u32::MAX as u64
+        self.0 & Self::MAX_SEQ
     }
 }
 
-impl fmt::Display for Generation {
+impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
     }
@@ -128,7 +192,7 @@ pub const MAX_OWNER_LEN: usize = 39;
 /// The longest GitHub repository name.
 pub const MAX_REPO_NAME_LEN: usize = 100;
 /// The longest delivery id accepted.
-pub const MAX_EVENT_ID_LEN: usize = 255;
+pub const MAX_DELIVERY_ID_LEN: usize = 255;
 
 /// What a worker works on: one pull request (or issue) of one repository.
 ///
@@ -325,30 +389,30 @@ impl std::error::Error for TargetError {}
 /// # Examples
 ///
 /// ```
-/// use worker_registry::EventId;
+/// use worker_registry::DeliveryId;
 ///
-/// let e = EventId::new("72d3162e-cc78-11e3-81ab-4c9367dc0958").unwrap();
+/// let e = DeliveryId::new("72d3162e-cc78-11e3-81ab-4c9367dc0958").unwrap();
 /// assert_eq!(e.as_str().len(), 36);
-/// assert!(EventId::new("").is_err());
-/// assert!(EventId::new("has space").is_err());
+/// assert!(DeliveryId::new("").is_err());
+/// assert!(DeliveryId::new("has space").is_err());
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EventId(Arc<str>);
+pub struct DeliveryId(Arc<str>);
 
-impl EventId {
+impl DeliveryId {
     /// Validates and wraps a delivery id.
-    pub fn new(id: &str) -> Result<Self, EventIdError> {
+    pub fn new(id: &str) -> Result<Self, DeliveryIdError> {
         if id.is_empty() {
-            return Err(EventIdError::Empty);
+            return Err(DeliveryIdError::Empty);
         }
-        if id.len() > MAX_EVENT_ID_LEN {
-            return Err(EventIdError::TooLong {
+        if id.len() > MAX_DELIVERY_ID_LEN {
+            return Err(DeliveryIdError::TooLong {
                 len: id.len(),
-                max: MAX_EVENT_ID_LEN,
+                max: MAX_DELIVERY_ID_LEN,
             });
         }
         if let Some(b) = id.bytes().find(|b| !b.is_ascii_graphic()) {
-            return Err(EventIdError::BadByte { found: b });
+            return Err(DeliveryIdError::BadByte { found: b });
         }
         Ok(Self(Arc::from(id)))
     }
@@ -359,29 +423,29 @@ impl EventId {
     }
 }
 
-impl fmt::Display for EventId {
+impl fmt::Display for DeliveryId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl fmt::Debug for EventId {
+impl fmt::Debug for DeliveryId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "EventId({})", &self.0)
+        write!(f, "DeliveryId({})", &self.0)
     }
 }
 
-impl FromStr for EventId {
-    type Err = EventIdError;
+impl FromStr for DeliveryId {
+    type Err = DeliveryIdError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EventId::new(s)
+        DeliveryId::new(s)
     }
 }
 
-/// Why an [`EventId`] was refused.
+/// Why an [`DeliveryId`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum EventIdError {
+pub enum DeliveryIdError {
     /// The id was empty.
     Empty,
     /// The id was longer than the limit.
@@ -398,24 +462,24 @@ pub enum EventIdError {
     },
 }
 
-impl fmt::Display for EventIdError {
+impl fmt::Display for DeliveryIdError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Empty => write!(f, "event id is empty"),
+            Self::Empty => write!(f, "delivery id is empty"),
             Self::TooLong { len, max } => {
-                write!(f, "event id is {len} bytes long; the limit is {max}")
+                write!(f, "delivery id is {len} bytes long; the limit is {max}")
             }
             Self::BadByte { found } => {
                 write!(
                     f,
-                    "event id contains byte 0x{found:02x}; only visible ASCII is allowed"
+                    "delivery id contains byte 0x{found:02x}; only visible ASCII is allowed"
                 )
             }
         }
     }
 }
 
-impl std::error::Error for EventIdError {}
+impl std::error::Error for DeliveryIdError {}
 
 /// At most `max` bytes of `s`, cut on a character boundary (for error messages).
 fn truncate(s: &str, max: usize) -> String {

@@ -1,49 +1,20 @@
-//! [`Registry::sweep`]: liveness (AC4), the mass-staleness brake, claim retention and release,
-//! dead-record purge, and publication of the status snapshot (AC6).
+//! The in-memory maintenance pass: liveness, the mass-staleness brake, claim retention and
+//! release, dead-record purge, and publication of the status snapshot.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::claim::Standing;
+use super::claims::Standing;
+use super::record::WorkerRecord;
+use super::InMemoryRegistry;
+use crate::api::report::{ReleasedEvent, SweepReport};
+use crate::api::snapshot::{ClaimCounts, StatusSnapshot};
+use crate::api::ids::WorkerId;
+use crate::api::status::{DeadReason, Status};
 use crate::clock::Clock;
-use crate::ids::{EventId, Target, WorkerId};
-use crate::registry::Registry;
-use crate::snapshot::{ClaimCounts, StatusSnapshot};
-use crate::state::{self, DeadReason};
+use crate::state;
 use crate::sync::{self, Arc, Ordering};
-use crate::worker::WorkerRecord;
 
-/// What one [`sweep`](Registry::sweep) did. The released targets and events are what a router
-/// re-dispatches so nothing is lost.
-#[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
-pub struct SweepReport {
-    /// The generation of the snapshot this sweep published.
-    pub generation: u64,
-    /// The registry clock's reading when the sweep ran.
-    pub at: Duration,
-    /// How long the sweep took (real time).
-    pub took: Duration,
-    /// Workers this sweep declared dead, with the reason (always missed heartbeats).
-    pub died: Vec<(WorkerId, DeadReason)>,
-    /// Workers this sweep marked suspect instead of dead, because the brake engaged.
-    pub suspected: Vec<WorkerId>,
-    /// Whether the mass-staleness brake held back deaths in this sweep: it engaged (more than
-    /// `brake_fraction` of at least `brake_min_workers` live workers were silent at once) and marked
-    /// workers suspect, or workers it suspected earlier are still silent but within `suspect_grace`.
-    pub brake_engaged: bool,
-    /// Targets unassigned because their worker died in this sweep.
-    pub released_targets: Vec<Target>,
-    /// In-flight deliveries whose worker died (in this sweep or since the last one): re-dispatch them.
-    pub released_events: Vec<(Target, EventId)>,
-    /// Completed claims forgotten after `claim_retention`.
-    pub expired_claims: usize,
-    /// Completed claims evicted (oldest first) to stay within `max_retained_claims`.
-    pub evicted_claims: usize,
-    /// Dead worker records purged after `dead_retention`.
-    pub purged_workers: usize,
-}
-
-impl<C: Clock> Registry<C> {
+impl<C: Clock> InMemoryRegistry<C> {
     /// Runs one maintenance pass (AC4) and publishes a new [`status`](Self::status) snapshot.
     ///
     /// * A live worker whose last heartbeat (or, before its first, its creation plus the start-up
@@ -75,11 +46,11 @@ impl<C: Clock> Registry<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use worker_registry::{AssignOutcome, ManualClock, Registry, RegistryConfig, Target};
+    /// use worker_registry::{AssignOutcome, ManualClock, InMemoryRegistry, RegistryConfig, Target};
     ///
     /// let clock = ManualClock::new();
     /// let config = RegistryConfig::builder().startup_grace(Duration::ZERO).build().unwrap();
-    /// let registry = Registry::with_clock(config, clock.clone());
+    /// let registry = InMemoryRegistry::with_clock(config, clock.clone());
     /// let t = Target::new("o/r", 1).unwrap();
     /// let AssignOutcome::Assigned(a) = registry.assign(&t) else { panic!() };
     ///
@@ -90,13 +61,14 @@ impl<C: Clock> Registry<C> {
     /// assert!(registry.heartbeat(a.worker).is_err());
     /// ```
     pub fn sweep(&self) -> SweepReport {
-        let mut generation = self.lock_sweep();
+        let mut version = self.lock_sweep();
         let started = Instant::now();
         let inner = &*self.inner;
         let l = &inner.limits;
         let now = self.now_ms();
         let origin = inner.wall_origin;
         let mut report = SweepReport {
+            swept: true,
             at: inner.clock.now(),
             ..SweepReport::default()
         };
@@ -104,6 +76,7 @@ impl<C: Clock> Registry<C> {
         // Pass 1: read every worker once; collect the stale and the purgeable.
         let mut infos = Vec::with_capacity(self.status().workers.len() + 16);
         let mut stale: Vec<(usize, Arc<WorkerRecord>)> = Vec::new();
+        let mut overdue: Vec<(usize, Arc<WorkerRecord>)> = Vec::new();
         let mut purge: Vec<WorkerId> = Vec::new();
         let mut live = 0usize;
         inner.workers.for_each(|id, rec| {
@@ -118,7 +91,11 @@ impl<C: Clock> Registry<C> {
                 }
             } else {
                 live += 1;
-                if state::is_stale(w, now, l.timeout_ms, l.startup_grace_ms) {
+                if w.status() == Status::Draining
+                    && rec.drain_deadline().is_some_and(|d| now > d)
+                {
+                    overdue.push((infos.len(), rec.clone()));
+                } else if state::is_stale(w, now, l.timeout_ms, l.startup_grace_ms) {
                     stale.push((infos.len(), rec.clone()));
                 }
             }
@@ -132,7 +109,7 @@ impl<C: Clock> Registry<C> {
         // would be killed).
         let cfg = &inner.config;
         let brake =
-            live >= cfg.brake_min_workers && stale.len() as f64 > cfg.brake_fraction * live as f64;
+            live >= cfg.brake_min_workers() && stale.len() as f64 > cfg.brake_fraction() * live as f64;
         let mut held = false;
 
         for (idx, rec) in &stale {
@@ -164,6 +141,22 @@ impl<C: Clock> Registry<C> {
             };
             infos[*idx] = rec.info(result, now, origin);
         }
+        // Draining workers past their drain deadline die whatever the brake says: the deadline is
+        // theirs, not a judgement on silence.
+        for (idx, rec) in &overdue {
+            let result = match rec.state.transition(state::drain_timed_out) {
+                Ok((_, new)) => {
+                    self.on_death(rec, DeadReason::DrainTimedOut, now);
+                    report.died.push((rec.id, DeadReason::DrainTimedOut));
+                    if let Some(t) = &rec.target {
+                        report.released_targets.push(t.clone());
+                    }
+                    new
+                }
+                Err(seen) => seen,
+            };
+            infos[*idx] = rec.info(result, now, origin);
+        }
         report.brake_engaged = held || !report.suspected.is_empty();
         if report.brake_engaged {
             inner.counters.brake_engaged.inc();
@@ -180,17 +173,20 @@ impl<C: Clock> Registry<C> {
                     expired += 1;
                     return false;
                 }
-                Standing::Released => {
-                    report
-                        .released_events
-                        .push((key.target.clone(), key.event.clone()));
+                Standing::Released(reason) => {
+                    report.released.push(ReleasedEvent::new(
+                        key.target.clone(),
+                        key.event.clone(),
+                        claim.holder.as_ref().map(|h| h.id),
+                        reason,
+                    ));
                     return false;
                 }
             }
             true
         });
         if expired > 0 {
-            // AcqRel: see `Registry::complete`.
+            // AcqRel: see `InMemoryRegistry::complete`.
             inner.retained.fetch_sub(expired, Ordering::AcqRel);
         }
         report.expired_claims = expired;
@@ -198,7 +194,7 @@ impl<C: Clock> Registry<C> {
         inner
             .counters
             .claims_released
-            .add(report.released_events.len() as u64);
+            .add(report.released.len() as u64);
         report.evicted_claims = self.evict_over_limit();
         counts.retained = counts.retained.saturating_sub(report.evicted_claims);
 
@@ -218,24 +214,24 @@ impl<C: Clock> Registry<C> {
             .add(report.purged_workers as u64);
 
         // Publish.
-        *generation += 1;
-        report.generation = *generation;
-        let snapshot = StatusSnapshot::from_workers(
-            *generation,
+        *version += 1;
+        report.version = *version;
+        let snapshot = StatusSnapshot::new(
+            *version,
             self.wall_at(now),
             report.at,
             infos,
-            cfg.max_workers,
+            cfg.max_workers(),
             report.brake_engaged,
             counts,
         );
         // LOOM TWINS ONLY: counts from a second pass / publish unlocked, see `registry::faults`.
         #[cfg(worker_registry_loom)]
-        let (snapshot, _generation) = (
+        let (snapshot, _version) = (
             self.fault_recount(snapshot),
-            self.fault_unlock_before_publish(generation),
+            self.fault_unlock_before_publish(version),
         );
-        inner.snapshot.store(Arc::new(snapshot));
+        inner.snapshot.store(std::sync::Arc::new(snapshot));
         inner.counters.sweeps.inc();
         report.took = started.elapsed();
         inner.counters.sweep_time.observe(report.took);
@@ -271,7 +267,7 @@ impl<C: Clock> Registry<C> {
     /// Evicts the oldest completed claims beyond `max_retained_claims`. Caller holds the sweep lock.
     fn evict_over_limit(&self) -> usize {
         let inner = &*self.inner;
-        let max = inner.config.max_retained_claims;
+        let max = inner.config.max_retained_claims();
         // Acquire: pairs with the AcqRel updates in `complete`.
         let retained = inner.retained.load(Ordering::Acquire);
         if retained <= max {
@@ -307,7 +303,7 @@ impl<C: Clock> Registry<C> {
             }
             _ => true,
         });
-        // AcqRel: see `Registry::complete`.
+        // AcqRel: see `InMemoryRegistry::complete`.
         inner.retained.fetch_sub(evicted, Ordering::AcqRel);
         inner.counters.claims_evicted.add(evicted as u64);
         evicted
@@ -316,7 +312,7 @@ impl<C: Clock> Registry<C> {
     /// Called after a completion: if the retained claims are far over the limit (a burst between
     /// sweeps), evict now rather than wait, unless a sweep is running (it will).
     pub(crate) fn evict_if_far_over_limit(&self, _now: u64) {
-        let max = self.inner.config.max_retained_claims;
+        let max = self.inner.config.max_retained_claims();
         // Relaxed: a heuristic trigger; the eviction itself re-reads with Acquire under the lock.
         if self.inner.retained.load(Ordering::Relaxed) <= max + max / 16 {
             return;

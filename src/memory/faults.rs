@@ -11,12 +11,15 @@
 
 use std::sync::atomic::{AtomicU32, Ordering as StdOrdering};
 
-use super::{
-    Admission, Arc, Assignment, Claim, ClaimKey, ClaimKeyRef, ClaimOutcome, Clock, Op, Ordering,
-    Registry, RegistryError, Rejection, Standing, WorkerRecord,
-};
-use crate::ids::{EventId, Target};
-use crate::snapshot::{StatusCounts, StatusSnapshot};
+use super::claims::{Claim, ClaimKey, ClaimKeyRef, Standing};
+use super::record::WorkerRecord;
+use super::InMemoryRegistry;
+use crate::api::error::RegistryError;
+use crate::api::ids::{DeliveryId, Target};
+use crate::api::outcome::{Admission, Assignment, ClaimOutcome, Rejection};
+use crate::api::snapshot::{StatusCounts, StatusSnapshot};
+use crate::clock::Clock;
+use crate::sync::{Arc, Op, Ordering};
 
 /// A deliberate bug that a loom twin injects into one registry (loom builds only).
 #[doc(hidden)]
@@ -60,7 +63,7 @@ impl Faults {
     }
 }
 
-impl<C: Clock> Registry<C> {
+impl<C: Clock> InMemoryRegistry<C> {
     /// LOOM TWINS ONLY: break this registry on purpose (see [`Fault`]). Call before starting threads.
     #[doc(hidden)]
     pub fn inject_fault(&self, fault: Fault) {
@@ -74,7 +77,7 @@ impl<C: Clock> Registry<C> {
     /// LOOM MODELS ONLY: the claims-map shard of this (target, event), so a model can pick keys in
     /// distinct shards (keys in one shard serialise on its lock and cannot race).
     #[doc(hidden)]
-    pub fn claims_shard_of(&self, target: &Target, event: &EventId) -> usize {
+    pub fn claims_shard_of(&self, target: &Target, event: &DeliveryId) -> usize {
         let key: &dyn ClaimKeyRef = &(target, event);
         self.inner.claims.shard_of(key)
     }
@@ -90,7 +93,7 @@ impl<C: Clock> Registry<C> {
     pub(super) fn admit_check_then_insert(
         &self,
         target: &Target,
-        event: &EventId,
+        event: &DeliveryId,
         now: u64,
     ) -> Admission {
         match self.assign_at(target, now, true) {
@@ -111,7 +114,7 @@ impl<C: Clock> Registry<C> {
     pub(super) fn claim_check_then_insert(
         &self,
         target: &Target,
-        event: &EventId,
+        event: &DeliveryId,
         now: u64,
     ) -> ClaimOutcome {
         let claim = Claim {
@@ -134,12 +137,12 @@ impl<C: Clock> Registry<C> {
         let rec = self
             .create_worker(Some(target.clone()), now, true)
             .map_err(|_| Rejection::CapacityFull {
-                limit: self.inner.config.max_workers,
+                limit: self.inner.config.max_workers(),
             })?;
         self.inner.targets.insert(target.clone(), rec.clone());
         let a = Assignment {
             worker: rec.id,
-            generation: rec.generation(),
+            token: rec.token(),
             new: true,
         };
         Ok((a, want_holder.then_some(rec)))
@@ -154,7 +157,7 @@ impl<C: Clock> Registry<C> {
         }
         // Acquire: as the real reservation's load; only atomicity is removed.
         if self.inner.live.load(Ordering::Acquire) >= limit {
-            return Err(RegistryError::CapacityFull { limit });
+            return Err(RegistryError::Rejected(Rejection::CapacityFull { limit }));
         }
         Ok(true)
     }
@@ -172,7 +175,7 @@ impl<C: Clock> Registry<C> {
     pub(super) fn complete_check_then_write(
         &self,
         target: &Target,
-        event: &EventId,
+        event: &DeliveryId,
         now: u64,
     ) -> Result<(), RegistryError> {
         let l = &self.inner.limits;
@@ -196,14 +199,15 @@ impl<C: Clock> Registry<C> {
                 Ok(())
             }
             Some((Standing::Completed, _)) => Ok(()),
-            Some((Standing::Released, holder)) => Err(RegistryError::ClaimReleased {
+            Some((Standing::Released(reason), holder)) => Err(RegistryError::ClaimReleased {
                 target: target.clone(),
-                event: event.clone(),
+                delivery: event.clone(),
                 holder: holder.map(|h| h.id),
+                reason,
             }),
             Some((Standing::Expired, _)) | None => Err(RegistryError::UnknownClaim {
                 target: target.clone(),
-                event: event.clone(),
+                delivery: event.clone(),
             }),
         }
     }
@@ -235,7 +239,7 @@ impl<C: Clock> Registry<C> {
     }
 }
 
-fn key(target: &Target, event: &EventId) -> ClaimKey {
+fn key(target: &Target, event: &DeliveryId) -> ClaimKey {
     ClaimKey {
         target: target.clone(),
         event: event.clone(),

@@ -1,0 +1,628 @@
+//! The contract every backend implements: [`WorkerRegistry`] (what a router calls per webhook and a
+//! worker calls about itself), [`Maintenance`] (the sweep, run by one task at a time) and, with the
+//! `tokio` feature, [`Subscribe`] (lifecycle events).
+//!
+//! The semantics are written here, once. A backend's own documentation adds only what is particular
+//! to it: how it locks, what a call costs, where its time comes from. Every backend runs the same
+//! conformance suite (`testkit`, feature `testkit`), so what is written here is what is tested.
+//!
+//! # Why three traits
+//!
+//! A router replica needs the per-webhook calls on every request, and every replica needs them. The
+//! sweep is different: in a shared backend it is one replica's job at a time (it holds a lease), it
+//! hands out released work that must be re-dispatched exactly once, and a process that only serves
+//! the admin API need not run it. Lifecycle events need a runtime and a fan-out channel, which a
+//! dependency-light embedding may not want. Splitting them lets a type say what it can do and lets
+//! the [`Sweeper`](crate::Sweeper) ask for [`Maintenance`] alone.
+//!
+//! # Time
+//!
+//! Every liveness decision is taken on one time base per registry: the in-memory backend's
+//! [`Clock`](crate::Clock), a networked backend's server clock. A replica's own clock is never
+//! consulted for liveness, so replicas with skewed clocks agree on who is dead.
+//!
+//! # Errors
+//!
+//! Every call is fallible. Refusals that are part of the state machine (an unknown or dead worker, a
+//! claim held by another worker, ...) are [`RegistryError`] variants that carry what was observed. A
+//! backend that cannot answer (a lost connection, a timeout, a script error) returns
+//! [`RegistryError::Backend`], saying whether a retry can help; it never guesses an answer and never
+//! panics. After such an error the operation may or may not have taken effect: every call is
+//! idempotent or answers a retry truthfully (a retried `admit` of a delivery that did land is a
+//! [`Admission::Duplicate`] naming the worker that holds it).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::error::RegistryError;
+use super::ids::{DeliveryId, Target, WorkerId};
+use super::outcome::{Admission, AssignOutcome, ClaimOutcome, DrainAll, HeartbeatAck};
+use super::report::{ReleasedEvent, SweepReport};
+use super::snapshot::{StatusSnapshot, WorkerInfo};
+use super::stats::Stats;
+use super::status::{DeadReason, Status};
+use crate::config::RegistryConfig;
+
+/// The registry as a router and its workers see it: admission of deliveries, assignment of targets
+/// to workers under a capacity limit, heartbeats, drain, and reads of the state.
+///
+/// # The model
+///
+/// A **worker** is a container (or a pool process) with an id that is never reused. It is `Active`,
+/// `Draining` or `Dead(reason)`, forward only, and `Idle` or `Busy`. A worker **spawned** by an
+/// assignment owns one [`Target`] (a pull request); a worker that [`register`](Self::register)s
+/// itself owns none. Live (non-dead) workers never exceed
+/// [`max_workers`](RegistryConfig::max_workers); draining ones count.
+///
+/// A **claim** records that one (target, delivery) pair is being handled (in flight, held by a
+/// worker) or was handled recently (completed, retained for
+/// [`claim_retention`](RegistryConfig::claim_retention), at most
+/// [`max_retained_claims`](RegistryConfig::max_retained_claims), oldest forgotten first). While a
+/// claim is in flight or retained, the same pair is a duplicate. A claim whose worker dies is
+/// **released**: from that instant a redelivery of the pair is admitted again, and the next
+/// [`sweep`](Maintenance::sweep) reports it for re-dispatch.
+///
+/// Assignment is **sticky**: a target whose worker is active goes to that worker; a target whose
+/// worker is draining gets no second worker until the first is dead; a target without a live worker
+/// gets a new one if capacity allows.
+///
+/// Every assignment carries a [`FencingToken`](crate::FencingToken) that increases with every
+/// assignment of a target, across its successive workers; a dead worker is **fenced**: its
+/// heartbeats and its completions are refused, whichever replica they reach.
+///
+/// # Linearizability
+///
+/// Each method is one atomic step against the registry's state: two calls never observe each
+/// other half-done, on one process or across replicas. In particular `admit` decides "duplicate?",
+/// "which worker?", "capacity?" and records the claim in one step, so two deliveries of one pair
+/// racing anywhere get one [`Admission::Assigned`] and one [`Admission::Duplicate`], and two new
+/// targets racing for the last slot get one worker and one [`Rejection::CapacityFull`]
+/// (`crate::Rejection`).
+///
+/// # Examples
+///
+/// A router written against the trait runs on any backend:
+///
+/// ```
+/// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
+///
+/// async fn on_webhook<R: WorkerRegistry>(r: &R, t: &Target, d: &DeliveryId) -> u16 {
+///     match r.admit(t, d).await {
+///         Ok(Admission::Assigned(_)) => 202,
+///         Ok(Admission::Duplicate(_)) => 200,
+///         Ok(Admission::Rejected(_)) => 503,
+///         Err(e) if e.is_retryable() => 503,
+///         Err(_) => 500,
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let registry = InMemoryRegistry::default();
+/// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+/// assert_eq!(on_webhook(&registry, &t, &d).await, 202);
+/// assert_eq!(on_webhook(&registry, &t, &d).await, 200);
+/// # }
+/// ```
+///
+/// [`Rejection::CapacityFull`]: crate::Rejection::CapacityFull
+pub trait WorkerRegistry: Send + Sync {
+    /// Claims the delivery and places its target, in one atomic step: what a router calls per
+    /// webhook.
+    ///
+    /// * A redelivery of a pair that is in flight or retained is [`Admission::Duplicate`], naming
+    ///   the worker that holds it (none for a bare [`claim`](Self::claim)) and its state.
+    /// * Otherwise the target is placed as by [`assign`](Self::assign), and the claim is recorded,
+    ///   held by that worker: [`Admission::Assigned`]. If the assignment created the worker
+    ///   (`new`), the caller starts it.
+    /// * If the target cannot be placed, [`Admission::Rejected`] and **no claim is left behind**, so
+    ///   a later redelivery is admitted normally.
+    ///
+    /// A pair whose claim was released (its worker died) or forgotten (retention ended) is admitted
+    /// again as new.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let t = Target::new("o/r", 1).unwrap();
+    /// let d = DeliveryId::new("d-1").unwrap();
+    /// let Ok(Admission::Assigned(a)) = WorkerRegistry::admit(&r, &t, &d).await else { panic!() };
+    /// assert!(a.new);
+    /// assert!(matches!(WorkerRegistry::admit(&r, &t, &d).await, Ok(Admission::Duplicate(_))));
+    /// # }
+    /// ```
+    fn admit(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send;
+
+    /// Records that this pair is being handled, bound to no worker, unless it already is (the
+    /// duplicate check of [`admit`](Self::admit) without the assignment).
+    ///
+    /// A bare claim that is neither completed nor released within
+    /// [`heartbeat_timeout`](RegistryConfig::heartbeat_timeout) is released as if its worker had
+    /// died, so nothing is lost.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{ClaimOutcome, DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
+    /// assert_eq!(WorkerRegistry::claim(&r, &t, &d).await, Ok(ClaimOutcome::Claimed));
+    /// assert!(matches!(WorkerRegistry::claim(&r, &t, &d).await, Ok(ClaimOutcome::AlreadyClaimed(_))));
+    /// # }
+    /// ```
+    fn claim(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<ClaimOutcome, RegistryError>> + Send;
+
+    /// Removes an in-flight claim (the router could not hand the delivery over), so a redelivery is
+    /// admitted again. The worker the claim was placed on is not touched.
+    ///
+    /// Refused with [`RegistryError::UnknownClaim`] if there is no claim, and
+    /// [`RegistryError::ClaimCompleted`] if it is completed (a completed claim stays until its
+    /// retention ends).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{ClaimOutcome, DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
+    /// WorkerRegistry::claim(&r, &t, &d).await.unwrap();
+    /// WorkerRegistry::release(&r, &t, &d).await.unwrap();
+    /// assert_eq!(WorkerRegistry::claim(&r, &t, &d).await, Ok(ClaimOutcome::Claimed));
+    /// # }
+    /// ```
+    fn release(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send;
+
+    /// Marks a claim completed, on behalf of whoever holds it (for bare claims, or a router that
+    /// completes for its workers). Workers complete through [`complete_by`](Self::complete_by),
+    /// which is fenced.
+    ///
+    /// Idempotent on a completed claim. Refused with [`RegistryError::ClaimReleased`] if the claim
+    /// was released first (its worker died: exactly one of the completion and the release wins),
+    /// and [`RegistryError::UnknownClaim`] if there is none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{Admission, ClaimState, DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
+    /// WorkerRegistry::admit(&r, &t, &d).await.unwrap();
+    /// WorkerRegistry::complete(&r, &t, &d).await.unwrap();
+    /// let Ok(Admission::Duplicate(dup)) = WorkerRegistry::admit(&r, &t, &d).await else { panic!() };
+    /// assert_eq!(dup.state, ClaimState::Completed);
+    /// # }
+    /// ```
+    fn complete(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send;
+
+    /// Like [`complete`](Self::complete), fenced: only `worker`, the claim's holder, may complete
+    /// it. A worker declared dead whose delivery was admitted again onto another worker gets
+    /// [`RegistryError::NotHolder`]; one whose claim was released and not yet re-admitted gets
+    /// [`RegistryError::ClaimReleased`]. Neither completes anything.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, RegistryError, Target, WorkerId, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
+    /// let Ok(Admission::Assigned(a)) = WorkerRegistry::admit(&r, &t, &d).await else { panic!() };
+    /// let stranger = WorkerId::new(a.worker.get() + 1);
+    /// let err = WorkerRegistry::complete_by(&r, stranger, &t, &d).await.unwrap_err();
+    /// assert!(matches!(err, RegistryError::NotHolder { .. }));
+    /// WorkerRegistry::complete_by(&r, a.worker, &t, &d).await.unwrap();
+    /// # }
+    /// ```
+    fn complete_by(
+        &self,
+        worker: WorkerId,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send;
+
+    /// Places `target` on a worker without claiming a delivery: its worker while that one is
+    /// active (the worker becomes busy, `new: false`), [`Rejection::TargetDraining`] while it
+    /// drains, otherwise a new worker (`new: true`) if fewer than `max_workers` are alive, else
+    /// [`Rejection::CapacityFull`]. Each assignment gets a larger
+    /// [`FencingToken`](crate::FencingToken) than the target's previous one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{AssignOutcome, InMemoryRegistry, RegistryConfig, Rejection, Target, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::new(RegistryConfig::builder().max_workers(1).build().unwrap());
+    /// let a = Target::new("o/a", 1).unwrap();
+    /// let Ok(AssignOutcome::Assigned(first)) = WorkerRegistry::assign(&r, &a).await else { panic!() };
+    /// let Ok(AssignOutcome::Assigned(again)) = WorkerRegistry::assign(&r, &a).await else { panic!() };
+    /// assert_eq!(first.worker, again.worker);
+    /// assert!(again.token > first.token);
+    /// assert_eq!(
+    ///     WorkerRegistry::assign(&r, &Target::new("o/b", 1).unwrap()).await,
+    ///     Ok(AssignOutcome::Rejected(Rejection::CapacityFull { limit: 1 }))
+    /// );
+    /// # }
+    /// ```
+    ///
+    /// [`Rejection::TargetDraining`]: crate::Rejection::TargetDraining
+    /// [`Rejection::CapacityFull`]: crate::Rejection::CapacityFull
+    fn assign(
+        &self,
+        target: &Target,
+    ) -> impl Future<Output = Result<AssignOutcome, RegistryError>> + Send;
+
+    /// Records a heartbeat now (on the registry's time base) and tells a live worker whether to
+    /// carry on ([`HeartbeatAck::Active`]) or finish its loop and exit ([`HeartbeatAck::Draining`]).
+    /// A heartbeat clears suspicion (see [`Maintenance::sweep`]).
+    ///
+    /// Refused with [`RegistryError::WorkerDead`] for a dead worker (it is fenced: its target may
+    /// already be on another worker; it must stop) and [`RegistryError::UnknownWorker`] for an
+    /// unknown id. A heartbeat racing the sweep that declares the worker dead either lands (the
+    /// worker lives) or is refused (it is dead), never both.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{HeartbeatAck, InMemoryRegistry, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let w = WorkerRegistry::register(&r).await.unwrap();
+    /// assert_eq!(WorkerRegistry::heartbeat(&r, w).await, Ok(HeartbeatAck::Active));
+    /// # }
+    /// ```
+    fn heartbeat(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<HeartbeatAck, RegistryError>> + Send;
+
+    /// The worker reports that it started a loop: it is busy. Returns its status; refused for a
+    /// dead or unknown worker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{InMemoryRegistry, Status, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let w = WorkerRegistry::register(&r).await.unwrap();
+    /// assert_eq!(WorkerRegistry::loop_started(&r, w).await, Ok(Status::Active));
+    /// # }
+    /// ```
+    fn loop_started(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<Status, RegistryError>> + Send;
+
+    /// The worker reports that its loop finished: an active worker becomes idle; a draining one is
+    /// dead with [`DeadReason::Exited`], its target unassigned and its capacity slot freed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{AssignOutcome, DeadReason, InMemoryRegistry, Status, Target, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let Ok(AssignOutcome::Assigned(a)) = WorkerRegistry::assign(&r, &Target::new("o/r", 1).unwrap()).await
+    /// else { panic!() };
+    /// assert_eq!(WorkerRegistry::drain(&r, a.worker).await, Ok(Status::Draining));
+    /// assert_eq!(WorkerRegistry::loop_finished(&r, a.worker).await, Ok(Status::Dead(DeadReason::Exited)));
+    /// # }
+    /// ```
+    fn loop_finished(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<Status, RegistryError>> + Send;
+
+    /// Registers a worker that started by itself and pulls work elsewhere (the worker-pool model):
+    /// no target, counts against `max_workers`, shares heartbeats, drain, sweep and status with
+    /// spawned workers. Its first heartbeat is due within the heartbeat timeout plus
+    /// [`startup_grace`](RegistryConfig::startup_grace).
+    ///
+    /// Refused with [`RegistryError::Rejected`] ([`Rejection::CapacityFull`]) when `max_workers`
+    /// are alive.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{DeadReason, InMemoryRegistry, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let w = WorkerRegistry::register(&r).await.unwrap();
+    /// assert_eq!(WorkerRegistry::deregister(&r, w).await, Ok(DeadReason::Deregistered));
+    /// # }
+    /// ```
+    ///
+    /// [`Rejection::CapacityFull`]: crate::Rejection::CapacityFull
+    fn register(&self) -> impl Future<Output = Result<WorkerId, RegistryError>> + Send;
+
+    /// A clean exit: dead with [`DeadReason::Exited`] if it was draining,
+    /// [`DeadReason::Deregistered`] if it was active. Its in-flight claims are released.
+    ///
+    /// # Examples
+    ///
+    /// See [`register`](Self::register).
+    fn deregister(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<DeadReason, RegistryError>> + Send;
+
+    /// Sets a worker draining, giving its current loop until `deadline` from now to finish: it
+    /// gets no new assignment, its heartbeats are still accepted (answered
+    /// [`HeartbeatAck::Draining`]), and when its loop finishes (or it deregisters) it is dead with
+    /// [`DeadReason::Exited`]. A worker still draining at the deadline is declared dead with
+    /// [`DeadReason::DrainTimedOut`] by the next sweep, its in-flight claims released. An idle
+    /// worker has no loop to finish and exits at once.
+    ///
+    /// Idempotent: draining a draining worker keeps the earlier of the two deadlines. Refused for
+    /// a dead or unknown worker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use worker_registry::{AssignOutcome, InMemoryRegistry, Status, Target, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let Ok(AssignOutcome::Assigned(a)) = WorkerRegistry::assign(&r, &Target::new("o/r", 1).unwrap()).await
+    /// else { panic!() };
+    /// let status = WorkerRegistry::drain_within(&r, a.worker, Duration::from_secs(60)).await;
+    /// assert_eq!(status, Ok(Status::Draining));
+    /// # }
+    /// ```
+    fn drain_within(
+        &self,
+        worker: WorkerId,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<Status, RegistryError>> + Send;
+
+    /// [`drain_within`](Self::drain_within) the configured
+    /// [`drain_deadline`](RegistryConfig::drain_deadline).
+    ///
+    /// # Examples
+    ///
+    /// See [`loop_finished`](Self::loop_finished).
+    fn drain(&self, worker: WorkerId) -> impl Future<Output = Result<Status, RegistryError>> + Send {
+        self.drain_within(worker, self.config().drain_deadline())
+    }
+
+    /// Drains every live worker with the given deadline (router shutdown): busy ones drain, idle
+    /// ones exit at once. In a shared backend this drains the workers of every replica; a replica
+    /// that shuts down alone drains its own workers one by one instead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// WorkerRegistry::register(&r).await.unwrap();
+    /// let done = WorkerRegistry::drain_all_within(&r, Duration::from_secs(10)).await.unwrap();
+    /// assert_eq!((done.draining, done.exited), (0, 1));
+    /// # }
+    /// ```
+    fn drain_all_within(
+        &self,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<DrainAll, RegistryError>> + Send;
+
+    /// One worker's current state, read now (not from the snapshot); `Ok(None)` for an unknown id
+    /// (never existed, or dead and purged after
+    /// [`dead_retention`](RegistryConfig::dead_retention)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{InMemoryRegistry, Status, WorkerId, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let w = WorkerRegistry::register(&r).await.unwrap();
+    /// assert_eq!(WorkerRegistry::worker(&r, w).await.unwrap().unwrap().status, Status::Active);
+    /// assert_eq!(WorkerRegistry::worker(&r, WorkerId::new(999_999)).await, Ok(None));
+    /// # }
+    /// ```
+    fn worker(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<Option<WorkerInfo>, RegistryError>> + Send;
+
+    /// The latest published snapshot of every worker. **Never blocks and does no I/O**: it is the
+    /// snapshot the last sweep published (in a shared backend, as this replica last fetched it,
+    /// which its own sweeps keep fresh), at most about one
+    /// [`sweep_interval`](RegistryConfig::sweep_interval) old while a
+    /// [`Sweeper`](crate::Sweeper) runs. Its counts always agree with its list, and its
+    /// [`version`](StatusSnapshot::version) never goes backwards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// assert_eq!(WorkerRegistry::status(&r).version, 0); // nothing swept yet
+    /// ```
+    fn status(&self) -> Arc<StatusSnapshot>;
+
+    /// This handle's cumulative counters and gauges, for metrics. **Never blocks and does no I/O.**
+    /// A shared backend counts what this replica decided (a scraper sums replicas); its gauges come
+    /// from the latest snapshot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// assert_eq!(WorkerRegistry::stats(&r).admitted_new, 0);
+    /// ```
+    fn stats(&self) -> Stats;
+
+    /// The configuration this registry runs with.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{InMemoryRegistry, WorkerRegistry, DEFAULT_MAX_WORKERS};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// assert_eq!(WorkerRegistry::config(&r).max_workers(), DEFAULT_MAX_WORKERS);
+    /// ```
+    fn config(&self) -> &RegistryConfig;
+}
+
+/// The maintenance pass: liveness, release of dead workers' work, retention, and publication of the
+/// status snapshot. Run it on an interval with a [`Sweeper`](crate::Sweeper).
+///
+/// In a shared backend every replica calls `sweep`; one at a time holds the maintenance lease and
+/// does the work, and a replica whose sweeps stop (it died, it stalled) loses the lease to another
+/// after the lease's expiry. Every replica's `sweep` also receives released events (below) and
+/// refreshes its copy of the snapshot.
+///
+/// # Released events
+///
+/// A released event is an in-flight delivery whose worker died, that stayed in flight longer than
+/// [`max_in_flight`](RegistryConfig::max_in_flight), or a bare claim that nobody completed. Each
+/// is handed to exactly one caller of `sweep` in [`SweepReport::released`]; that caller re-dispatches
+/// it (with [`WorkerRegistry::admit`], which treats a released pair as new and so makes a second
+/// re-dispatch a harmless duplicate) and then calls [`acknowledge`](Self::acknowledge). A shared
+/// backend offers an event that was not acknowledged within
+/// [`release_ack_timeout`](RegistryConfig::release_ack_timeout) to another replica, so a replica
+/// that dies between the two loses nothing. The in-memory backend hands each event over once, in
+/// the report of the sweep that released it.
+pub trait Maintenance: Send + Sync {
+    /// Runs one maintenance pass (or, in a shared backend whose lease another replica holds, only
+    /// collects this replica's share of released events and refreshes the snapshot; the report says
+    /// which with [`SweepReport::swept`]).
+    ///
+    /// * A live worker silent for longer than
+    ///   [`heartbeat_timeout`](RegistryConfig::heartbeat_timeout) (before its first heartbeat: plus
+    ///   [`startup_grace`](RegistryConfig::startup_grace)) is declared dead with
+    ///   [`DeadReason::MissedHeartbeats`]: its target is unassigned, its capacity slot freed, its
+    ///   in-flight claims released. A draining worker past its drain deadline is dead with
+    ///   [`DeadReason::DrainTimedOut`].
+    /// * **Mass-staleness brake:** when more than
+    ///   [`brake_fraction`](RegistryConfig::brake_fraction) of at least
+    ///   [`brake_min_workers`](RegistryConfig::brake_min_workers) live workers are silent at once,
+    ///   the registry suspects itself (a stall, a paused VM) rather than them: they are marked
+    ///   suspect instead of dead. A suspect that heartbeats recovers; one still silent
+    ///   [`suspect_grace`](RegistryConfig::suspect_grace) after it was first suspected dies.
+    /// * **Stall rule:** time during which the registry itself was not running (a sweep that comes
+    ///   far later than its interval) is not counted against any worker.
+    /// * Claims in flight longer than `max_in_flight` are released (their worker is drained, so it
+    ///   is replaced once its loop ends); completed claims past `claim_retention` are forgotten,
+    ///   the oldest beyond `max_retained_claims` evicted; dead workers past `dead_retention` are
+    ///   purged.
+    /// * A new snapshot is published.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Maintenance, ManualClock,
+    ///     RegistryConfig, Target, WorkerRegistry};
+    ///
+    /// let clock = ManualClock::new();
+    /// let config = RegistryConfig::builder().startup_grace(Duration::ZERO).build().unwrap();
+    /// let r = InMemoryRegistry::with_clock(config, clock.clone());
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+    /// WorkerRegistry::admit(&r, &t, &d).await.unwrap();
+    ///
+    /// clock.advance(r.config().heartbeat_timeout() + Duration::from_millis(1));
+    /// let report = Maintenance::sweep(&r).await.unwrap();
+    /// assert_eq!(report.died.len(), 1);
+    /// assert_eq!(report.released[0].delivery, d); // re-dispatch it, then:
+    /// Maintenance::acknowledge(&r, &report.released).await.unwrap();
+    /// # }
+    /// ```
+    fn sweep(&self) -> impl Future<Output = Result<SweepReport, RegistryError>> + Send;
+
+    /// Confirms that these released events (from this handle's sweep reports) were re-dispatched
+    /// or otherwise accounted for: they are not offered again. Acknowledging an event twice, or one
+    /// another replica already acknowledged, is not an error.
+    ///
+    /// # Examples
+    ///
+    /// See [`sweep`](Self::sweep).
+    fn acknowledge(
+        &self,
+        released: &[ReleasedEvent],
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send;
+}
+
+/// Lifecycle events (feature `tokio`): every handle's subscribers see every event of the registry,
+/// whichever replica caused it.
+///
+/// Events about one worker arrive in the order of its transitions (`WorkerCreated` first,
+/// `WorkerDied` last). Publishing never waits for a subscriber; one that falls more than
+/// [`EVENT_BUFFER`](crate::EVENT_BUFFER) events behind loses the oldest and is told how many. A
+/// shared backend may lose events while its connection is down; it reports those as missed too.
+#[cfg(feature = "tokio")]
+pub trait Subscribe: Send + Sync {
+    /// Subscribes to every event published from now on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{Event, InMemoryRegistry, Subscribe, WorkerRegistry};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let r = InMemoryRegistry::default();
+    /// let mut events = Subscribe::subscribe(&r);
+    /// let w = WorkerRegistry::register(&r).await.unwrap();
+    /// assert_eq!(events.recv().await, Ok(Event::WorkerCreated { worker: w, target: None }));
+    /// # }
+    /// ```
+    fn subscribe(&self) -> crate::Subscription;
+}

@@ -1,0 +1,221 @@
+//! What the registry's decisions return: [`Admission`], [`AssignOutcome`], [`ClaimOutcome`],
+//! [`HeartbeatAck`], [`DrainAll`], and the parts they are made of.
+
+use std::time::SystemTime;
+
+use super::ids::{FencingToken, WorkerId};
+
+/// A target placed on a worker.
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::{Assignment, FencingToken, WorkerId};
+///
+/// let w = WorkerId::new(7);
+/// let a = Assignment::new(w, FencingToken::new(w, 1).unwrap(), true);
+/// assert!(a.new);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Assignment {
+    /// The worker that owns the target.
+    pub worker: WorkerId,
+    /// The fencing token of this assignment.
+    pub token: FencingToken,
+    /// True if the worker was created by this assignment (the router must start it).
+    pub new: bool,
+}
+
+impl Assignment {
+    /// An assignment of `worker` with `token`; `new` if the assignment created the worker.
+    ///
+    /// # Examples
+    ///
+    /// See [`Assignment`].
+    pub fn new(worker: WorkerId, token: FencingToken, new: bool) -> Self {
+        Self { worker, token, new }
+    }
+}
+
+/// Why a target could not be placed (and a worker could not be registered).
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::{Rejection, WorkerId};
+///
+/// assert_eq!(Rejection::CapacityFull { limit: 4 }.as_str(), "capacity");
+/// assert_eq!(Rejection::TargetDraining { worker: WorkerId::new(1) }.as_str(), "draining");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// `max_workers` live workers exist already.
+    CapacityFull {
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The target's worker is draining; the target gets no second worker until that one is dead.
+    TargetDraining {
+        /// The draining worker.
+        worker: WorkerId,
+    },
+}
+
+impl Rejection {
+    /// `"capacity"` or `"draining"` (a metrics label).
+    ///
+    /// # Examples
+    ///
+    /// See [`Rejection`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CapacityFull { .. } => "capacity",
+            Self::TargetDraining { .. } => "draining",
+        }
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::CapacityFull { limit } => {
+                write!(f, "capacity full: {limit} live workers is the limit")
+            }
+            Self::TargetDraining { worker } => {
+                write!(f, "the target's worker {worker} is draining")
+            }
+        }
+    }
+}
+
+/// The answer of [`assign`](crate::WorkerRegistry::assign).
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::{AssignOutcome, Rejection};
+///
+/// let o = AssignOutcome::Rejected(Rejection::CapacityFull { limit: 1 });
+/// assert!(matches!(o, AssignOutcome::Rejected(_)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssignOutcome {
+    /// Placed (on the target's existing worker, or a new one).
+    Assigned(Assignment),
+    /// Not placed.
+    Rejected(Rejection),
+}
+
+/// Whether a claim that blocked a delivery is still running or already done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ClaimState {
+    /// Being handled by a live worker.
+    InFlight,
+    /// Completed; remembered so redeliveries are recognised.
+    Completed,
+}
+
+impl ClaimState {
+    /// `"in_flight"` or `"completed"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(worker_registry::ClaimState::InFlight.as_str(), "in_flight");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InFlight => "in_flight",
+            Self::Completed => "completed",
+        }
+    }
+}
+
+/// The answer to a delivery that is already being handled, or was handled recently.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::SystemTime;
+/// use worker_registry::{AlreadyClaimed, ClaimState, WorkerId};
+///
+/// let dup = AlreadyClaimed::new(Some(WorkerId::new(3)), SystemTime::UNIX_EPOCH, ClaimState::InFlight);
+/// assert_eq!(dup.holder, Some(WorkerId::new(3)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AlreadyClaimed {
+    /// The worker handling it (none for a bare claim not yet bound to a worker).
+    pub holder: Option<WorkerId>,
+    /// When the first delivery was claimed (wall clock, display only).
+    pub since: SystemTime,
+    /// In flight or completed.
+    pub state: ClaimState,
+}
+
+impl AlreadyClaimed {
+    /// A duplicate held by `holder` since `since`, in `state`.
+    ///
+    /// # Examples
+    ///
+    /// See [`AlreadyClaimed`].
+    pub fn new(holder: Option<WorkerId>, since: SystemTime, state: ClaimState) -> Self {
+        Self {
+            holder,
+            since,
+            state,
+        }
+    }
+}
+
+/// The answer of [`claim`](crate::WorkerRegistry::claim).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// This delivery is new: the caller owns it.
+    Claimed,
+    /// The same (target, delivery) is in flight or was completed recently: skip it.
+    AlreadyClaimed(AlreadyClaimed),
+}
+
+/// The answer of [`admit`](crate::WorkerRegistry::admit): what a router does with one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// New delivery, placed on a worker; the claim is held by that worker.
+    Assigned(Assignment),
+    /// A redelivery of something in flight or recently completed: skip it.
+    Duplicate(AlreadyClaimed),
+    /// Not placed; no claim was left behind, so a later redelivery can be admitted.
+    Rejected(Rejection),
+}
+
+/// What a live worker learns from its heartbeat (as Faktory's `BEAT` reply tells a worker to
+/// quiet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeartbeatAck {
+    /// Carry on.
+    Active,
+    /// Finish the current loop, take nothing new, then exit.
+    Draining,
+}
+
+/// What [`drain_all_within`](crate::WorkerRegistry::drain_all_within) did.
+///
+/// # Examples
+///
+/// ```
+/// let mut d = worker_registry::DrainAll::default();
+/// d.draining = 2;
+/// assert_eq!(d.exited, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DrainAll {
+    /// Busy workers now draining (they exit when their loop finishes, or die at the deadline).
+    pub draining: usize,
+    /// Idle workers that exited at once.
+    pub exited: usize,
+}

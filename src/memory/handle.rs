@@ -1,0 +1,105 @@
+//! [`WorkerHandle`]: a worker's own handle on its record, so that its heartbeats skip the map
+//! lookup.
+
+use std::fmt;
+
+use super::record::WorkerRecord;
+use super::InMemoryRegistry;
+use crate::api::error::RegistryError;
+use crate::api::ids::{DeliveryId, Target, WorkerId};
+use crate::api::outcome::HeartbeatAck;
+use crate::api::snapshot::WorkerInfo;
+use crate::api::status::{DeadReason, Status};
+use crate::clock::{Clock, SystemClock};
+use crate::state;
+use crate::sync::Arc;
+
+/// A worker's own handle on its record: heartbeats through it skip the map lookup (one CAS).
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::{HeartbeatAck, InMemoryRegistry};
+///
+/// let registry = InMemoryRegistry::default();
+/// let me = registry.register().unwrap();
+/// assert_eq!(me.heartbeat(), Ok(HeartbeatAck::Active));
+/// registry.drain(me.id()).unwrap(); // idle: exits at once
+/// assert!(me.heartbeat().is_err());
+/// ```
+pub struct WorkerHandle<C: Clock = SystemClock> {
+    pub(super) rec: Arc<WorkerRecord>,
+    pub(super) registry: InMemoryRegistry<C>,
+}
+
+impl<C: Clock> Clone for WorkerHandle<C> {
+    fn clone(&self) -> Self {
+        Self {
+            rec: self.rec.clone(),
+            registry: self.registry.clone(),
+        }
+    }
+}
+
+impl<C: Clock> fmt::Debug for WorkerHandle<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerHandle")
+            .field("id", &self.rec.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Clock> WorkerHandle<C> {
+    /// The worker's id.
+    pub fn id(&self) -> WorkerId {
+        self.rec.id
+    }
+
+    /// The worker's target, if it was spawned for one.
+    pub fn target(&self) -> Option<&Target> {
+        self.rec.target.as_ref()
+    }
+
+    /// Heartbeats (see [`InMemoryRegistry::heartbeat`]).
+    ///
+    /// **Locking behaviour:** no lock: one clock read and one CAS.
+    #[inline]
+    pub fn heartbeat(&self) -> Result<HeartbeatAck, RegistryError> {
+        let r = InMemoryRegistry::<C>::beat(&self.rec, self.registry.now_ms());
+        self.registry.count_beat(&r);
+        r
+    }
+
+    /// See [`InMemoryRegistry::loop_started`].
+    pub fn loop_started(&self) -> Result<Status, RegistryError> {
+        self.registry.apply(&self.rec, state::loop_started)
+    }
+
+    /// See [`InMemoryRegistry::loop_finished`].
+    pub fn loop_finished(&self) -> Result<Status, RegistryError> {
+        self.registry.apply(&self.rec, state::loop_finished)
+    }
+
+    /// Completes a claim this worker holds (see [`InMemoryRegistry::complete_by`]): refused with
+    /// [`RegistryError::NotHolder`] if the claim now belongs to another worker.
+    pub fn complete(&self, target: &Target, event: &DeliveryId) -> Result<(), RegistryError> {
+        self.registry.complete_by(self.rec.id, target, event)
+    }
+
+    /// See [`InMemoryRegistry::deregister`].
+    pub fn deregister(&self) -> Result<DeadReason, RegistryError> {
+        match self.registry.apply(&self.rec, state::deregister)? {
+            Status::Dead(reason) => Ok(reason),
+            _ => Err(RegistryError::UnknownWorker { id: self.rec.id }),
+        }
+    }
+
+    /// This worker's current state.
+    pub fn info(&self) -> WorkerInfo {
+        self.rec.info(
+            self.rec.state.load(),
+            self.registry.now_ms(),
+            self.registry.inner.wall_origin,
+        )
+    }
+}

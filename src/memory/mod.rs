@@ -1,0 +1,356 @@
+//! [`InMemoryRegistry`]: the registry in one process's memory, with no global lock on any hot
+//! path. The contract it implements is documented on [`WorkerRegistry`](crate::WorkerRegistry);
+//! what is particular to this backend (its data structures, how each call locks, what it costs)
+//! is documented here and on its methods.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | the registry, its shared state and its reads (`status`, `stats`) |
+//! | `claims.rs` | the claims map's keys and records; `claim`, `release`, `complete` |
+//! | `assignment.rs` | `assign`, `admit`, and worker creation under the capacity limit |
+//! | `lifecycle.rs` | heartbeats, loop reports, drain, register/deregister, death bookkeeping |
+//! | `handle.rs` | [`WorkerHandle`], a worker's own lookup-free handle |
+//! | `record.rs` | a worker's record and its display copy |
+//! | `cell.rs` | the CAS cell around the pure state word of `crate::state` |
+//! | `sweep.rs` | the maintenance pass |
+//! | `events.rs` | where lifecycle events are emitted |
+//! | `counters.rs` | striped statistics counters |
+//! | `contract.rs` | the contract traits, implemented with already-completed futures |
+
+mod assignment;
+mod cell;
+mod claims;
+mod contract;
+mod counters;
+mod events;
+#[cfg(worker_registry_loom)]
+pub(crate) mod faults;
+mod handle;
+mod lifecycle;
+mod record;
+mod sweep;
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+pub use handle::WorkerHandle;
+
+use self::claims::{Claim, ClaimKey};
+use self::counters::{Counters, Gauges};
+use self::events::EventHub;
+use self::record::WorkerRecord;
+use crate::api::ids::{Target, WorkerId};
+use crate::api::snapshot::StatusSnapshot;
+use crate::api::stats::Stats;
+use crate::clock::{millis, Clock, SystemClock};
+use crate::config::RegistryConfig;
+use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, ShardMap, SnapshotCell};
+
+
+/// The in-memory worker registry: duplicate-delivery detection, sticky assignment under a capacity
+/// limit, heartbeat liveness, drain, and a status snapshot that never blocks.
+///
+/// # Why not a `Mutex<HashMap>`?
+///
+/// The obvious registry is one `Mutex<HashMap<Target, Worker>>`. Every webhook, every heartbeat and
+/// every status read then queues on the same lock; a status read that formats a table or a sweep
+/// that walks every worker stalls all deliveries behind it, and heartbeats from hundreds of workers
+/// contend with the router's hot path. Here instead:
+///
+/// * workers, targets and claims live in sharded maps (DashMap): a call locks one shard for the few
+///   nanoseconds it touches one key, and calls on different keys mostly run in parallel;
+/// * each worker's status and last heartbeat are one `AtomicU64` changed only by compare-and-swap,
+///   so a heartbeat is a map read plus one CAS, and it can never be accepted by a worker the sweeper
+///   is declaring dead;
+/// * capacity is one atomic counter reserved by CAS before a worker is created, so the limit holds
+///   under any race without a lock;
+/// * `status()` loads an `Arc` to an immutable snapshot published by the last sweep (ArcSwap): it
+///   never waits for anything.
+///
+/// Cloning a `InMemoryRegistry` is cheap and shares the same state (it is an `Arc` inside).
+///
+/// **Locking behaviour:** each call locks at most one shard of each map it touches, one at a time,
+/// always in the order claims → targets → workers, and never calls out while holding one; `sweep()`
+/// also takes a mutex that only serialises sweeps. `status()` and [`WorkerHandle::heartbeat`] take no
+/// lock at all.
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::{Admission, DeliveryId, HeartbeatAck, InMemoryRegistry, Target};
+///
+/// let registry = InMemoryRegistry::default();
+/// let target = Target::new("octo/repo", 42).unwrap();
+/// let delivery = DeliveryId::new("72d3162e-cc78-11e3-81ab-4c9367dc0958").unwrap();
+///
+/// let Admission::Assigned(a) = registry.admit(&target, &delivery) else { panic!() };
+/// assert!(a.new); // spawn a container for worker `a.worker`
+/// assert!(matches!(registry.admit(&target, &delivery), Admission::Duplicate(_)));
+///
+/// assert_eq!(registry.heartbeat(a.worker), Ok(HeartbeatAck::Active));
+/// registry.complete(&target, &delivery).unwrap();
+/// ```
+pub struct InMemoryRegistry<C: Clock = SystemClock> {
+    pub(crate) inner: Arc<Inner<C>>,
+}
+
+impl<C: Clock> Clone for InMemoryRegistry<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<C: Clock> fmt::Debug for InMemoryRegistry<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InMemoryRegistry")
+            .field("live_workers", &self.live_workers())
+            .field("max_workers", &self.inner.config.max_workers())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Durations from the config, pre-converted to the milliseconds the state word stores.
+pub(crate) struct Limits {
+    pub(crate) timeout_ms: u64,
+    pub(crate) startup_grace_ms: u64,
+    pub(crate) claim_retention_ms: u64,
+    pub(crate) dead_retention_ms: u64,
+    pub(crate) suspect_grace_ms: u64,
+}
+
+pub(crate) struct Inner<C> {
+    pub(crate) config: RegistryConfig,
+    pub(crate) limits: Limits,
+    pub(crate) clock: C,
+    /// The wall-clock time at the monotonic clock's origin (for display).
+    pub(crate) wall_origin: SystemTime,
+    pub(crate) workers: ShardMap<WorkerId, Arc<WorkerRecord>>,
+    pub(crate) targets: ShardMap<Target, Arc<WorkerRecord>>,
+    pub(crate) claims: ShardMap<ClaimKey, Claim>,
+    /// Non-dead workers, reserved before creation and released by whoever kills one.
+    pub(crate) live: AtomicUsize,
+    /// Completed claims in the claims map.
+    pub(crate) retained: AtomicUsize,
+    pub(crate) next_id: AtomicU64,
+    pub(crate) snapshot: SnapshotCell<StatusSnapshot>,
+    pub(crate) sweep_lock: Mutex<u64>,
+    pub(crate) counters: Counters,
+    pub(crate) events: EventHub,
+    /// LOOM TWINS ONLY: the deliberate bugs injected into this registry.
+    #[cfg(worker_registry_loom)]
+    pub(crate) faults: faults::Faults,
+}
+
+impl Default for InMemoryRegistry<SystemClock> {
+    /// A registry with the default configuration and the system clock.
+    fn default() -> Self {
+        Self::new(RegistryConfig::default())
+    }
+}
+
+impl InMemoryRegistry<SystemClock> {
+    /// A registry on the system clock. The config is validated by its builder; see
+    /// [`RegistryConfig::builder`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{InMemoryRegistry, RegistryConfig};
+    ///
+    /// let registry = InMemoryRegistry::new(RegistryConfig::builder().max_workers(4).build().unwrap());
+    /// assert_eq!(registry.config().max_workers, 4);
+    /// ```
+    pub fn new(config: RegistryConfig) -> Self {
+        Self::with_clock(config, SystemClock::new())
+    }
+}
+
+impl<C: Clock> InMemoryRegistry<C> {
+    /// A registry on the given clock (tests pass a [`ManualClock`](crate::ManualClock)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{ManualClock, InMemoryRegistry, RegistryConfig};
+    ///
+    /// let clock = ManualClock::new();
+    /// let registry = InMemoryRegistry::with_clock(RegistryConfig::default(), clock.clone());
+    /// assert_eq!(registry.live_workers(), 0);
+    /// ```
+    pub fn with_clock(config: RegistryConfig, clock: C) -> Self {
+        let ms = |d: Duration| millis(d);
+        let limits = Limits {
+            timeout_ms: ms(config.heartbeat_timeout()),
+            startup_grace_ms: ms(config.startup_grace()),
+            claim_retention_ms: ms(config.claim_retention()),
+            dead_retention_ms: ms(config.dead_retention()),
+            suspect_grace_ms: ms(config.suspect_grace()),
+        };
+        let wall_origin = clock
+            .wall()
+            .checked_sub(clock.now())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let shards = config.shards();
+        let snapshot = StatusSnapshot::empty(config.max_workers(), clock.wall());
+        Self {
+            inner: Arc::new(Inner {
+                limits,
+                wall_origin,
+                workers: ShardMap::new(shards),
+                targets: ShardMap::new(shards),
+                claims: ShardMap::new(shards),
+                live: AtomicUsize::new(0),
+                retained: AtomicUsize::new(0),
+                next_id: AtomicU64::new(1),
+                snapshot: SnapshotCell::new(snapshot),
+                sweep_lock: Mutex::new(0),
+                counters: Counters::new(),
+                events: EventHub::new(),
+                #[cfg(worker_registry_loom)]
+                faults: faults::Faults::default(),
+                config,
+                clock,
+            }),
+        }
+    }
+
+    /// The configuration this registry runs with.
+    pub fn config(&self) -> &RegistryConfig {
+        &self.inner.config
+    }
+
+    /// The registry's clock.
+    pub fn clock(&self) -> &C {
+        &self.inner.clock
+    }
+
+    #[inline]
+    pub(crate) fn now_ms(&self) -> u64 {
+        millis(self.inner.clock.now())
+    }
+
+    pub(crate) fn wall_at(&self, ms: u64) -> SystemTime {
+        self.inner.wall_origin + Duration::from_millis(ms)
+    }
+
+    /// Live (non-dead) workers right now, as counted by the capacity counter.
+    ///
+    /// **Locking behaviour:** one atomic load.
+    pub fn live_workers(&self) -> usize {
+        // Acquire: pairs with the AcqRel reservations/releases; a reader sees a count no older than
+        // the last transition it synchronised with.
+        self.inner.live.load(Ordering::Acquire)
+    }
+
+    /// The latest published snapshot of every worker (see [`WorkerRegistry::status`]): as old as
+    /// the last [`sweep`](Self::sweep).
+    ///
+    /// [`WorkerRegistry::status`]: crate::WorkerRegistry::status
+    ///
+    /// **Locking behaviour:** no lock: one `ArcSwap` load and a reference-count increment (readers
+    /// on several threads share that count's cache line; see [`status_with`](Self::status_with)).
+    pub fn status(&self) -> std::sync::Arc<StatusSnapshot> {
+        self.inner.snapshot.load()
+    }
+
+    /// Runs `f` on the latest published snapshot (the one [`status`](Self::status) would return)
+    /// without taking a reference to it: the cheapest way to read a few fields, such as counts or
+    /// capacity, on a hot path.
+    ///
+    /// **Locking behaviour:** no lock and no shared write: the snapshot is pinned by a per-thread
+    /// slot for the duration of `f` (so keep `f` short, and clone what must outlive it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{DeliveryId, InMemoryRegistry, Target};
+    ///
+    /// let registry = InMemoryRegistry::default();
+    /// registry.admit(&Target::new("o/r", 1).unwrap(), &DeliveryId::new("d").unwrap());
+    /// registry.sweep();
+    /// let (used, limit) = registry.status_with(|s| (s.capacity.used, s.capacity.limit));
+    /// assert_eq!((used, limit), (1, registry.config().max_workers()));
+    /// ```
+    #[inline]
+    pub fn status_with<R>(&self, f: impl FnOnce(&StatusSnapshot) -> R) -> R {
+        self.inner.snapshot.with(f)
+    }
+
+    /// The registry's cumulative counters and gauges (see [`WorkerRegistry::stats`]).
+    ///
+    /// **Locking behaviour:** no lock: sums striped atomic counters and loads the snapshot.
+    ///
+    /// [`WorkerRegistry::stats`]: crate::WorkerRegistry::stats
+    pub fn stats(&self) -> Stats {
+        let inner = &*self.inner;
+        let snapshot_age = self.status_with(|s| inner.clock.now().saturating_sub(s.taken_at_monotonic));
+        inner.counters.read(Gauges {
+            live_workers: self.live_workers(),
+            // Acquire: a gauge read; see `live_workers`.
+            retained_claims: inner.retained.load(Ordering::Acquire),
+            events_missed: self.events_missed(),
+            snapshot_age,
+        })
+    }
+
+    /// Lifecycle events dropped for subscribers that fell behind, summed over all of them.
+    ///
+    /// **Locking behaviour:** no lock: one atomic load.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(worker_registry::InMemoryRegistry::default().events_missed(), 0);
+    /// ```
+    pub fn events_missed(&self) -> u64 {
+        #[cfg(feature = "tokio")]
+        {
+            self.inner.events.sender.missed()
+        }
+        #[cfg(not(feature = "tokio"))]
+        {
+            0
+        }
+    }
+
+    /// Subscribes to lifecycle events published from now on (see
+    /// [`Subscribe`](crate::Subscribe)).
+    ///
+    /// **Locking behaviour:** takes the event channel's internal lock once. Publishing takes it
+    /// once per event, only on the paths that publish (worker creation, drain, suspicion, death,
+    /// a stuck delivery, a sweep that released work) and only after someone subscribed; duplicate
+    /// detection, sticky assignment and heartbeats never touch it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{DeadReason, Event, InMemoryRegistry};
+    ///
+    /// let registry = InMemoryRegistry::default();
+    /// let mut events = registry.subscribe();
+    /// let w = registry.register().unwrap();
+    /// w.deregister().unwrap();
+    /// assert!(matches!(events.try_recv(), Ok(Some(Event::WorkerCreated { .. }))));
+    /// assert_eq!(
+    ///     events.try_recv(),
+    ///     Ok(Some(Event::WorkerDied { worker: w.id(), target: None, reason: DeadReason::Deregistered }))
+    /// );
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub fn subscribe(&self) -> crate::Subscription {
+        self.inner.events.sender.subscribe()
+    }
+
+    /// Number of claims in the map right now (in flight, retained, or released but not yet swept).
+    ///
+    /// **Locking behaviour:** read-locks each claims shard in turn.
+    pub fn claim_count(&self) -> usize {
+        self.inner.claims.len()
+    }
+
+    pub(crate) fn lock_sweep(&self) -> sync::MutexGuard<'_, u64> {
+        sync::lock(&self.inner.sweep_lock)
+    }
+}
