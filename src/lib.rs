@@ -80,9 +80,6 @@ pub use config::{
     DEFAULT_RELEASE_ACK_TIMEOUT, DEFAULT_SHARDS, DEFAULT_STARTUP_GRACE, DEFAULT_SUSPECT_GRACE,
     DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
 };
-#[cfg(worker_registry_loom)]
-#[doc(hidden)]
-pub use memory::faults::Fault;
 pub use memory::{InMemoryRegistry, WorkerHandle};
 #[cfg(feature = "tokio")]
 pub use sweeper::Sweeper;

@@ -8,9 +8,15 @@
 //! state-machine code rather than a copy of it:
 //!
 //! * atomics, `Arc` and `Mutex` are `loom::sync`'s;
-//! * [`ShardMap`] is a handful of `loom::sync::Mutex<HashMap>` shards: every key access locks one
-//!   shard and iteration visits shard by shard, like DashMap's per-shard `RwLock`s (never one big lock);
+//! * [`ShardMap`] gives every key a `loom::sync::Mutex` of its own (the layout DashMap has when a
+//!   model's few keys hash to distinct shards): every key access locks that key's shard and
+//!   iteration visits the keys one by one in hash order, like DashMap's per-shard `RwLock`s (never
+//!   one big lock). Models therefore never need to know which keys share a shard;
 //! * [`SnapshotCell`] is a `loom::sync::Mutex<Arc<T>>` in place of `ArcSwap<T>`.
+//!
+//! This file is the only one that knows about loom: no other source file mentions its cfg, and no
+//! test-only code or bug injection lives in the shipped source. The loom models (and their
+//! must-fail twins, which carry their bugs as patches) are in `loom-tests/`.
 //!
 //! The map API is closure-based (`get_with`, `update`, `for_each`, `retain`) so that no
 //! implementation-specific guard type leaks into the registry code and both backends lock exactly the
@@ -214,14 +220,30 @@ impl<T> SnapshotCell<T> {
 // loom backend
 // ---------------------------------------------------------------------------------------------
 
-#[cfg(worker_registry_loom)]
-const LOOM_SHARDS: usize = 2;
-
-/// A concurrent map with per-shard locking (DashMap normally, loom mutex shards under loom).
+/// A concurrent map with per-key locking under loom: **every key gets a shard of its own**.
+///
+/// That is the layout DashMap has whenever a model's handful of keys hash to distinct shards
+/// (almost always, with 64 shards), so a model never has to search for keys that do not share a
+/// lock: two calls on different keys never serialise on a map lock, two calls on one key always
+/// do. Keys sharing a real shard only ever serialise *more*, so the interleavings explored here
+/// include theirs. Iteration visits the keys one at a time in hash order (the order of their
+/// shards), taking each key's lock in turn, so a key inserted during an iteration is visited if it
+/// sorts after the cursor, as a key inserted into a shard not yet visited is.
+///
+/// The key index itself sits behind a `std` mutex that loom does not see: its critical sections
+/// contain no loom operation, so each is one indivisible step of every explored execution. Slots
+/// are never unlinked (a removed key's slot holds `None`), so a slot looked up stays valid.
 #[cfg(worker_registry_loom)]
 pub(crate) struct ShardMap<K, V> {
     hasher: Hasher,
-    shards: Vec<Mutex<std::collections::HashMap<K, V, Hasher>>>,
+    #[allow(clippy::type_complexity)]
+    index: std::sync::Mutex<std::collections::BTreeMap<(u64, u64), std::sync::Arc<Slot<K, V>>>>,
+}
+
+#[cfg(worker_registry_loom)]
+struct Slot<K, V> {
+    key: K,
+    value: Mutex<Option<V>>,
 }
 
 #[cfg(worker_registry_loom)]
@@ -229,20 +251,41 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
     pub(crate) fn new(_shards: usize) -> Self {
         Self {
             hasher: hasher(),
-            shards: (0..LOOM_SHARDS)
-                .map(|_| Mutex::new(std::collections::HashMap::with_hasher(hasher())))
-                .collect(),
+            index: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         }
     }
 
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Mutex<std::collections::HashMap<K, V, Hasher>> {
-        &self.shards[self.shard_of(key)]
+    /// The slot of `key`, if it was ever inserted.
+    fn slot<Q>(&self, key: &Q) -> Option<std::sync::Arc<Slot<K, V>>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let h = self.hasher.hash_one(key);
+        let index = self.index.lock().unwrap();
+        index
+            .range((h, 0)..=(h, u64::MAX))
+            .find(|(_, s)| s.key.borrow() == key)
+            .map(|(_, s)| s.clone())
     }
 
-    /// Which shard `key` lives in (the loom models pick keys in distinct shards so that calls on
-    /// them really run concurrently instead of queueing on one shard lock).
-    pub(crate) fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
-        (self.hasher.hash_one(key) as usize) % LOOM_SHARDS
+    /// The slot of `key`, created (empty) if it never existed.
+    fn slot_or_create(&self, key: K) -> std::sync::Arc<Slot<K, V>> {
+        let h = self.hasher.hash_one(&key);
+        let mut index = self.index.lock().unwrap();
+        if let Some((_, s)) = index
+            .range((h, 0)..=(h, u64::MAX))
+            .find(|(_, s)| s.key == key)
+        {
+            return s.clone();
+        }
+        let seq = index.range((h, 0)..=(h, u64::MAX)).count() as u64;
+        let slot = std::sync::Arc::new(Slot {
+            key,
+            value: Mutex::new(None),
+        });
+        index.insert((h, seq), slot.clone());
+        slot
     }
 
     pub(crate) fn get_with<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
@@ -250,8 +293,9 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let shard = self.shard(key).lock().unwrap();
-        shard.get(key).map(f)
+        let slot = self.slot(key)?;
+        let value = slot.value.lock().unwrap();
+        value.as_ref().map(f)
     }
 
     pub(crate) fn get_mut_with<Q, R>(&self, key: &Q, f: impl FnOnce(&mut V) -> R) -> Option<R>
@@ -259,27 +303,27 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let mut shard = self.shard(key).lock().unwrap();
-        shard.get_mut(key).map(f)
+        let slot = self.slot(key)?;
+        let mut value = slot.value.lock().unwrap();
+        value.as_mut().map(f)
     }
 
     pub(crate) fn update<R>(&self, key: K, f: impl FnOnce(Option<&mut V>) -> (Op<V>, R)) -> R {
-        let mut shard = self.shard(&key).lock().unwrap();
-        let (op, r) = f(shard.get_mut(&key));
+        let slot = self.slot_or_create(key);
+        let mut value = slot.value.lock().unwrap();
+        let (op, r) = f(value.as_mut());
         match op {
             Op::Keep => {}
-            Op::Put(v) => {
-                shard.insert(key, v);
-            }
-            Op::Remove => {
-                shard.remove(&key);
-            }
+            Op::Put(v) => *value = Some(v),
+            Op::Remove => *value = None,
         }
         r
     }
 
     pub(crate) fn insert(&self, key: K, value: V) -> Option<V> {
-        self.shard(&key).lock().unwrap().insert(key, value)
+        let slot = self.slot_or_create(key);
+        let mut guard = slot.value.lock().unwrap();
+        guard.replace(value)
     }
 
     pub(crate) fn remove_if<Q>(&self, key: &Q, pred: impl FnOnce(&V) -> bool) -> Option<V>
@@ -287,30 +331,56 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let mut shard = self.shard(key).lock().unwrap();
-        if shard.get(key).is_some_and(pred) {
-            shard.remove(key)
+        let slot = self.slot(key)?;
+        let mut value = slot.value.lock().unwrap();
+        if value.as_ref().is_some_and(pred) {
+            value.take()
         } else {
             None
         }
     }
 
+    /// The slot after `cursor` in hash order (the first one for `None`).
+    fn next_slot(
+        &self,
+        cursor: Option<(u64, u64)>,
+    ) -> Option<((u64, u64), std::sync::Arc<Slot<K, V>>)> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let index = self.index.lock().unwrap();
+        let lower = cursor.map_or(Unbounded, Excluded);
+        index
+            .range((lower, Unbounded))
+            .next()
+            .map(|(pos, s)| (*pos, s.clone()))
+    }
+
     pub(crate) fn for_each(&self, mut f: impl FnMut(&K, &V)) {
-        for s in &self.shards {
-            for (k, v) in s.lock().unwrap().iter() {
-                f(k, v);
+        let mut cursor = None;
+        while let Some((pos, slot)) = self.next_slot(cursor) {
+            cursor = Some(pos);
+            if let Some(v) = slot.value.lock().unwrap().as_ref() {
+                f(&slot.key, v);
             }
         }
     }
 
     pub(crate) fn retain(&self, mut f: impl FnMut(&K, &mut V) -> bool) {
-        for s in &self.shards {
-            s.lock().unwrap().retain(|k, v| f(k, v));
+        let mut cursor = None;
+        while let Some((pos, slot)) = self.next_slot(cursor) {
+            cursor = Some(pos);
+            let mut value = slot.value.lock().unwrap();
+            if let Some(v) = value.as_mut() {
+                if !f(&slot.key, v) {
+                    *value = None;
+                }
+            }
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().unwrap().len()).sum()
+        let mut n = 0;
+        self.for_each(|_, _| n += 1);
+        n
     }
 }
 

@@ -1,4 +1,3 @@
-#![cfg(not(worker_registry_loom))]
 //! Lifecycle events (`InMemoryRegistry::subscribe`): what is published, in which order, and what a
 //! subscriber that falls behind is told. InMemoryRegistry time is a `ManualClock`; nothing sleeps.
 #![cfg(feature = "tokio")]

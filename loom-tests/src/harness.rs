@@ -1,4 +1,4 @@
-//! What every model shares: the loom builder, the must-fail runner, fixtures and the invariant check.
+//! What every model shares: the loom builder, fixtures and the invariant check.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use worker_registry::{
-    DeliveryId, Fault, InMemoryRegistry, ManualClock, RegistryConfig, RegistryConfigBuilder,
-    Target, DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS,
+    DeliveryId, InMemoryRegistry, ManualClock, RegistryConfig, RegistryConfigBuilder, Target,
+    DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS,
 };
 
 /// How far loom explores: `None` means no preemption bound, i.e. every interleaving of the model's
@@ -20,7 +20,8 @@ pub const EXHAUSTIVE: Option<usize> = None;
 /// racing calls make exhaustive exploration take minutes (each extra preemption costs about 4x).
 pub const BOUNDED: Option<usize> = Some(3);
 
-/// The prefix of every invariant failure; twins expect it followed by the invariant's name.
+/// The prefix of every invariant failure. A must-fail twin (`loom-tests/twins/`) passes only if
+/// its model fails with this prefix followed by the invariant's name in brackets.
 pub const VIOLATION: &str = "INVARIANT VIOLATED";
 
 /// Panics with `INVARIANT VIOLATED [name]: ...` unless `cond` holds.
@@ -96,63 +97,24 @@ where
     eprintln!("loom model {name}: {runs} executions explored, passed in {took:.2?}");
 }
 
-/// The must-fail twin: explores `model` (on a registry with a fault injected) and passes only if
-/// loom finds an execution violating the invariant `invariant` (a panic whose message contains
-/// `INVARIANT VIOLATED [invariant]`). Any other outcome, a clean pass or a different panic (a loom
-/// limit, a deadlock, a broken fixture), fails the test.
-pub fn check_fails<F>(name: &str, preemption_bound: Option<usize>, invariant: &str, model: F)
-where
-    F: Fn() + Sync + Send + 'static,
-{
-    let (outcome, runs, took) = explore(preemption_bound, model);
-    let expected = format!("{VIOLATION} [{invariant}]");
-    let Err(payload) = outcome else {
-        panic!(
-            "twin {name}: loom explored all {runs} executions (preemption bound \
-             {preemption_bound:?}) and found no violation of [{invariant}] with the fault \
-             injected: the model cannot catch this bug"
-        );
-    };
-    let msg = payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-        .unwrap_or_default();
-    assert!(
-        msg.contains(&expected),
-        "twin {name}: loom failed, but not on [{invariant}]: {msg}"
-    );
-    eprintln!(
-        "loom twin {name}: violation of [{invariant}] found, as expected, after {runs} executions \
-         in {took:.2?}"
-    );
-}
-
 /// Heartbeat interval of every model's registry.
 pub const INTERVAL: Duration = Duration::from_secs(1);
 /// Missed intervals before death: the heartbeat timeout is `INTERVAL * MISSED` = 2 s.
 pub const MISSED: u32 = 2;
 
 /// A small registry on a manual clock: 2 s heartbeat timeout, no start-up grace, the
-/// mass-staleness brake off, and the given capacity. `faults` are injected before it is returned.
-pub fn registry(
-    max_workers: usize,
-    faults: &[Fault],
-) -> (InMemoryRegistry<ManualClock>, ManualClock) {
-    build(config(max_workers).brake_fraction(1.0), faults)
+/// mass-staleness brake off, and the given capacity.
+pub fn registry(max_workers: usize) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+    build(config(max_workers).brake_fraction(1.0))
 }
 
 /// As [`registry`], with the brake at its defaults (more than half of at least three live workers
 /// silent at once: suspect them, not kill them).
-pub fn braking_registry(
-    max_workers: usize,
-    faults: &[Fault],
-) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+pub fn braking_registry(max_workers: usize) -> (InMemoryRegistry<ManualClock>, ManualClock) {
     build(
         config(max_workers)
             .brake_fraction(DEFAULT_BRAKE_FRACTION)
             .brake_min_workers(DEFAULT_BRAKE_MIN_WORKERS),
-        faults,
     )
 }
 
@@ -165,16 +127,10 @@ fn config(max_workers: usize) -> RegistryConfigBuilder {
         .max_workers(max_workers)
 }
 
-fn build(
-    config: RegistryConfigBuilder,
-    faults: &[Fault],
-) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+fn build(config: RegistryConfigBuilder) -> (InMemoryRegistry<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
     let registry =
         InMemoryRegistry::with_clock(config.build().expect("valid model config"), clock.clone());
-    for f in faults {
-        registry.inject_fault(*f);
-    }
     (registry, clock)
 }
 
@@ -186,34 +142,4 @@ pub fn target(n: u64) -> Target {
 /// Delivery id `d-<n>`.
 pub fn event(n: u64) -> DeliveryId {
     DeliveryId::new(&format!("d-{n}")).expect("valid event id")
-}
-
-/// The first event after `after` whose claim for `t` lies in a different claims shard than
-/// `(t, other)`'s, so that admitting both really runs concurrently (one shard would serialise them).
-pub fn event_in_other_claims_shard(
-    registry: &InMemoryRegistry<ManualClock>,
-    t: &Target,
-    other: &DeliveryId,
-    after: u64,
-) -> DeliveryId {
-    let taken = registry.claims_shard_of(t, other);
-    (after..after + 64)
-        .map(event)
-        .find(|e| registry.claims_shard_of(t, e) != taken)
-        .expect("some event hashes into the other shard")
-}
-
-/// Two targets in different targets shards whose deliveries (`event(1)`, `event(2)`) are in
-/// different claims shards, so that admitting them really runs concurrently.
-pub fn targets_in_distinct_shards(registry: &InMemoryRegistry<ManualClock>) -> (Target, Target) {
-    let a = target(1);
-    let (ea, eb) = (event(1), event(2));
-    let b = (2..200)
-        .map(target)
-        .find(|b| {
-            registry.targets_shard_of(b) != registry.targets_shard_of(&a)
-                && registry.claims_shard_of(b, &eb) != registry.claims_shard_of(&a, &ea)
-        })
-        .expect("some target hashes into the other shards");
-    (a, b)
 }

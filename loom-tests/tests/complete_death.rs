@@ -6,15 +6,14 @@
 //! it) means it was released for re-dispatch (reported by a sweep, a redelivery is admitted again).
 //! Guard: `complete` decides and writes under the claim's shard lock, which the sweep's release
 //! also takes.
-//! Twin: `Fault::CompleteCheckThenWrite` (decide under one lock, write under a second).
+//! Twin: `twins/complete-check-then-write.patch` (decide under one lock, write under a second),
+//! for both models.
 #![cfg(worker_registry_loom)]
 
 use std::time::Duration;
 
-use loom_tests::{
-    check, check_fails, event, invariant, registry, spawn, target, EXHAUSTIVE, INTERVAL, MISSED,
-};
-use worker_registry::{Admission, ClaimState, Fault, RegistryError};
+use loom_tests::{check, event, invariant, registry, spawn, target, EXHAUSTIVE, INTERVAL, MISSED};
+use worker_registry::{Admission, ClaimState, RegistryError};
 
 #[derive(Clone, Copy)]
 enum Death {
@@ -24,8 +23,8 @@ enum Death {
     Sweep,
 }
 
-fn complete_against_death(faults: &'static [Fault], death: Death) {
-    let (reg, clock) = registry(4, faults);
+fn complete_against_death(death: Death) {
+    let (reg, clock) = registry(4);
     let (t, e) = (target(1), event(1));
     let Admission::Assigned(a) = reg.admit(&t, &e) else {
         panic!("first delivery is assigned");
@@ -76,33 +75,13 @@ fn complete_against_death(faults: &'static [Fault], death: Death) {
 #[test]
 fn complete_against_deregister() {
     check("complete_against_deregister", EXHAUSTIVE, || {
-        complete_against_death(&[], Death::Deregister)
+        complete_against_death(Death::Deregister)
     });
 }
 
 #[test]
 fn complete_against_sweep_kill() {
     check("complete_against_sweep_kill", EXHAUSTIVE, || {
-        complete_against_death(&[], Death::Sweep)
+        complete_against_death(Death::Sweep)
     });
-}
-
-#[test]
-fn twin_complete_check_then_write_is_caught_deregister() {
-    check_fails(
-        "complete_check_then_write_deregister",
-        EXHAUSTIVE,
-        "claim-ends-once",
-        || complete_against_death(&[Fault::CompleteCheckThenWrite], Death::Deregister),
-    );
-}
-
-#[test]
-fn twin_complete_check_then_write_is_caught_sweep() {
-    check_fails(
-        "complete_check_then_write_sweep",
-        EXHAUSTIVE,
-        "claim-ends-once",
-        || complete_against_death(&[Fault::CompleteCheckThenWrite], Death::Sweep),
-    );
 }

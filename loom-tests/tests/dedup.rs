@@ -3,14 +3,15 @@
 //! Invariant `one-winner-per-delivery`: exactly one of them is `Assigned` (or `Claimed` for a bare
 //! claim), the other is a duplicate naming the winner's worker; one worker exists.
 //! Guard: the claims map's entry API (look and insert under one shard lock).
-//! Twin: `Fault::ClaimCheckThenInsert` (look up, then insert under a second lock).
+//! Twins: `twins/admit-check-then-insert.patch` and `twins/claim-check-then-insert.patch` (look
+//! up, then insert under a second lock).
 #![cfg(worker_registry_loom)]
 
-use loom_tests::{check, check_fails, event, invariant, registry, spawn, target, EXHAUSTIVE};
-use worker_registry::{Admission, ClaimOutcome, Fault};
+use loom_tests::{check, event, invariant, registry, spawn, target, EXHAUSTIVE};
+use worker_registry::{Admission, ClaimOutcome};
 
-fn admit_same_delivery_twice(faults: &'static [Fault]) {
-    let (reg, _clock) = registry(4, faults);
+fn admit_same_delivery_twice() {
+    let (reg, _clock) = registry(4);
     let (t, e) = (target(1), event(1));
     let other = {
         let (reg, t, e) = (reg.clone(), t.clone(), e.clone());
@@ -50,8 +51,8 @@ fn admit_same_delivery_twice(faults: &'static [Fault]) {
     );
 }
 
-fn claim_same_delivery_twice(faults: &'static [Fault]) {
-    let (reg, _clock) = registry(4, faults);
+fn claim_same_delivery_twice() {
+    let (reg, _clock) = registry(4);
     let (t, e) = (target(1), event(1));
     let other = {
         let (reg, t, e) = (reg.clone(), t.clone(), e.clone());
@@ -80,33 +81,13 @@ fn claim_same_delivery_twice(faults: &'static [Fault]) {
 #[test]
 fn admit_same_delivery_concurrently() {
     check("admit_same_delivery_concurrently", EXHAUSTIVE, || {
-        admit_same_delivery_twice(&[])
+        admit_same_delivery_twice()
     });
-}
-
-#[test]
-fn twin_admit_check_then_insert_is_caught() {
-    check_fails(
-        "admit_check_then_insert",
-        EXHAUSTIVE,
-        "one-winner-per-delivery",
-        || admit_same_delivery_twice(&[Fault::ClaimCheckThenInsert]),
-    );
 }
 
 #[test]
 fn claim_same_delivery_concurrently() {
     check("claim_same_delivery_concurrently", EXHAUSTIVE, || {
-        claim_same_delivery_twice(&[])
+        claim_same_delivery_twice()
     });
-}
-
-#[test]
-fn twin_claim_check_then_insert_is_caught() {
-    check_fails(
-        "claim_check_then_insert",
-        EXHAUSTIVE,
-        "one-winner-per-delivery",
-        || claim_same_delivery_twice(&[Fault::ClaimCheckThenInsert]),
-    );
 }

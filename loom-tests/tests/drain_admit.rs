@@ -5,17 +5,17 @@
 //! does land on it was first, so drain saw it busy: drain answered `Draining`, not `Exited`, and
 //! the worker ends draining with the assignment rather than dead.
 //! Guard: drain and assign are each one CAS on the state word.
-//! Twin: `Fault::TransitionLoadStore` (drain decides "idle: exit now" on a load, then stores it over
+//! Twin: `twins/transition-load-store.patch` (drain decides "idle: exit now" on a load, then stores it over
 //! the assignment that made the worker busy).
 #![cfg(worker_registry_loom)]
 
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
-use loom_tests::{check, check_fails, event, invariant, registry, spawn, target, EXHAUSTIVE};
-use worker_registry::{Admission, DeadReason, Fault, Rejection, Status};
+use loom_tests::{check, event, invariant, registry, spawn, target, EXHAUSTIVE};
+use worker_registry::{Admission, DeadReason, Rejection, Status};
 
-fn drain_against_admit(faults: &'static [Fault], idle: bool) {
-    let (reg, _clock) = registry(4, faults);
+fn drain_against_admit(idle: bool) {
+    let (reg, _clock) = registry(4);
     let t = target(1);
     let Admission::Assigned(first) = reg.admit(&t, &event(1)) else {
         panic!("first delivery is assigned");
@@ -89,23 +89,13 @@ fn drain_against_admit(faults: &'static [Fault], idle: bool) {
 #[test]
 fn drain_idle_worker_against_admit() {
     check("drain_idle_worker_against_admit", EXHAUSTIVE, || {
-        drain_against_admit(&[], true)
+        drain_against_admit(true)
     });
 }
 
 #[test]
 fn drain_busy_worker_against_admit() {
     check("drain_busy_worker_against_admit", EXHAUSTIVE, || {
-        drain_against_admit(&[], false)
+        drain_against_admit(false)
     });
-}
-
-#[test]
-fn twin_transition_load_store_is_caught_by_drain_model() {
-    check_fails(
-        "drain_vs_admit_load_store",
-        EXHAUSTIVE,
-        "no-assignment-after-drain",
-        || drain_against_admit(&[Fault::TransitionLoadStore], true),
-    );
 }

@@ -10,19 +10,19 @@
 //! Invariant `beat-clears-suspicion` (the mass-staleness brake engaged): a heartbeat racing the
 //! sweep that marks every silent worker suspect is never lost: its worker ends alive, not suspect,
 //! with the new beat recorded; no worker dies while the brake holds.
-//! Twin: `Fault::TransitionLoadStore` (load, decide, store), for both models.
+//! Twin: `twins/transition-load-store.patch` (load, decide, store), for both models.
 #![cfg(worker_registry_loom)]
 
 use std::time::Duration;
 
 use loom_tests::{
-    braking_registry, check, check_fails, event, invariant, registry, spawn, target, EXHAUSTIVE,
-    INTERVAL, MISSED,
+    braking_registry, check, event, invariant, registry, spawn, target, EXHAUSTIVE, INTERVAL,
+    MISSED,
 };
-use worker_registry::{Admission, DeadReason, Fault, RegistryError, Status, WorkerId};
+use worker_registry::{Admission, DeadReason, RegistryError, Status, WorkerId};
 
-fn heartbeat_at_the_threshold(faults: &'static [Fault]) {
-    let (reg, clock) = registry(4, faults);
+fn heartbeat_at_the_threshold() {
+    let (reg, clock) = registry(4);
     let t = target(1);
     let Admission::Assigned(a) = reg.admit(&t, &event(1)) else {
         panic!("first delivery is assigned");
@@ -87,8 +87,8 @@ fn heartbeat_at_the_threshold(faults: &'static [Fault]) {
 
 /// Three workers all silent past the timeout: the brake (more than half of at least three) makes
 /// the sweep mark them suspect instead of dead, while one of them heartbeats.
-fn heartbeat_against_braking_sweep(faults: &'static [Fault]) {
-    let (reg, clock) = braking_registry(4, faults);
+fn heartbeat_against_braking_sweep() {
+    let (reg, clock) = braking_registry(4);
     let workers: Vec<WorkerId> = (1..=3)
         .map(|n| match reg.admit(&target(n), &event(n)) {
             Admission::Assigned(a) => a.worker,
@@ -132,18 +132,8 @@ fn heartbeat_against_braking_sweep(faults: &'static [Fault]) {
 #[test]
 fn heartbeat_against_sweep_at_threshold() {
     check("heartbeat_against_sweep_at_threshold", EXHAUSTIVE, || {
-        heartbeat_at_the_threshold(&[])
+        heartbeat_at_the_threshold()
     });
-}
-
-#[test]
-fn twin_transition_load_store_is_caught_by_heartbeat_model() {
-    check_fails(
-        "heartbeat_vs_sweep_load_store",
-        EXHAUSTIVE,
-        "beat-xor-death",
-        || heartbeat_at_the_threshold(&[Fault::TransitionLoadStore]),
-    );
 }
 
 #[test]
@@ -151,16 +141,6 @@ fn heartbeat_against_braking_sweep_concurrently() {
     check(
         "heartbeat_against_braking_sweep_concurrently",
         EXHAUSTIVE,
-        || heartbeat_against_braking_sweep(&[]),
-    );
-}
-
-#[test]
-fn twin_transition_load_store_is_caught_by_brake_model() {
-    check_fails(
-        "heartbeat_vs_braking_sweep_load_store",
-        EXHAUSTIVE,
-        "beat-clears-suspicion",
-        || heartbeat_against_braking_sweep(&[Fault::TransitionLoadStore]),
+        || heartbeat_against_braking_sweep(),
     );
 }

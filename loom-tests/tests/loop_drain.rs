@@ -8,16 +8,14 @@
 //! bookkeeping.
 //! A second model adds a deregister to the race: still exactly one call kills it, its reason is the
 //! one the worker ends with, and the death is counted once.
-//! Twin: `Fault::TransitionLoadStore` (a lost update leaves it draining forever, or kills it twice).
+//! Twin: `twins/transition-load-store.patch` (a lost update leaves it draining forever, or kills it twice).
 #![cfg(worker_registry_loom)]
 
-use loom_tests::{
-    check, check_fails, event, invariant, registry, spawn, target, BOUNDED, EXHAUSTIVE,
-};
-use worker_registry::{Admission, DeadReason, Fault, RegistryError, Status};
+use loom_tests::{check, event, invariant, registry, spawn, target, BOUNDED, EXHAUSTIVE};
+use worker_registry::{Admission, DeadReason, RegistryError, Status};
 
-fn loop_finished_against_drain(faults: &'static [Fault]) {
-    let (reg, _clock) = registry(4, faults);
+fn loop_finished_against_drain() {
+    let (reg, _clock) = registry(4);
     let t = target(1);
     let Admission::Assigned(a) = reg.admit(&t, &event(1)) else {
         panic!("first delivery is assigned");
@@ -56,8 +54,8 @@ fn loop_finished_against_drain(faults: &'static [Fault]) {
     );
 }
 
-fn three_way_death(faults: &'static [Fault]) {
-    let (reg, _clock) = registry(4, faults);
+fn three_way_death() {
+    let (reg, _clock) = registry(4);
     let Admission::Assigned(a) = reg.admit(&target(1), &event(1)) else {
         panic!("first delivery is assigned");
     };
@@ -115,17 +113,7 @@ fn loop_finished_against_drain_concurrently() {
     check(
         "loop_finished_against_drain_concurrently",
         EXHAUSTIVE,
-        || loop_finished_against_drain(&[]),
-    );
-}
-
-#[test]
-fn twin_transition_load_store_is_caught_by_loop_drain_model() {
-    check_fails(
-        "loop_finished_vs_drain_load_store",
-        EXHAUSTIVE,
-        "dies-once-exited",
-        || loop_finished_against_drain(&[Fault::TransitionLoadStore]),
+        || loop_finished_against_drain(),
     );
 }
 
@@ -134,16 +122,6 @@ fn loop_finished_drain_and_deregister_concurrently() {
     check(
         "loop_finished_drain_and_deregister_concurrently",
         BOUNDED,
-        || three_way_death(&[]),
-    );
-}
-
-#[test]
-fn twin_transition_load_store_is_caught_by_three_way_death() {
-    check_fails(
-        "three_way_death_load_store",
-        BOUNDED,
-        "dies-once-exited",
-        || three_way_death(&[Fault::TransitionLoadStore]),
+        || three_way_death(),
     );
 }

@@ -2,8 +2,6 @@
 //! of workers under the capacity limit.
 
 use super::claims::{Claim, ClaimKey};
-#[cfg(worker_registry_loom)]
-use super::faults::Fault;
 use super::record::WorkerRecord;
 use super::InMemoryRegistry;
 use crate::api::error::RegistryError;
@@ -73,10 +71,6 @@ impl<C: Clock> InMemoryRegistry<C> {
             self.inner.counters.duplicates.inc();
             return Admission::Duplicate(dup);
         }
-        #[cfg(worker_registry_loom)] // LOOM TWIN ONLY: check-then-insert, see `faults`.
-        if self.inner.faults.on(Fault::ClaimCheckThenInsert) {
-            return self.admit_check_then_insert(target, event, now);
-        }
         let key = ClaimKey {
             target: target.clone(),
             event: event.clone(),
@@ -122,11 +116,6 @@ impl<C: Clock> InMemoryRegistry<C> {
         let r = match fast {
             Some(Ok(found)) => Ok(found),
             Some(Err((w, id))) if !w.is_dead() => Err(Rejection::TargetDraining { worker: id }),
-            // LOOM TWIN ONLY: create and map outside the lookup's lock, see `faults`.
-            #[cfg(worker_registry_loom)]
-            _ if inner.faults.on(Fault::TargetCheckThenInsert) => {
-                self.assign_check_then_insert(target, now, want_holder)
-            }
             // No worker, or a dead one not yet unmapped: decide under the shard's write lock.
             _ => inner.targets.update(target.clone(), |slot| {
                 if let Some(rec) = &slot {
@@ -196,18 +185,13 @@ impl<C: Clock> InMemoryRegistry<C> {
     ) -> Result<Arc<WorkerRecord>, RegistryError> {
         let inner = &*self.inner;
         let limit = inner.config.max_workers();
-        // LOOM TWIN ONLY: `checked` means a separate load already compared, see `faults`.
-        #[cfg(worker_registry_loom)]
-        let checked = self.capacity_check_only(limit)?;
-        #[cfg(not(worker_registry_loom))]
-        let checked = false;
         // AcqRel: the reservation must be totally ordered with every other reservation and release
         // on this one counter (which any ordering gives for a RMW); Acquire/Release additionally
         // makes a released slot's death visible to the thread that reuses it.
         inner
             .live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (checked || n < limit).then_some(n + 1)
+                (n < limit).then_some(n + 1)
             })
             .map_err(|_| RegistryError::Rejected(Rejection::CapacityFull { limit }))?;
         // Relaxed: ids need only be unique, which the RMW guarantees; nothing is published.
@@ -225,8 +209,6 @@ impl<C: Clock> InMemoryRegistry<C> {
             inner.clock.wall(),
             assigned,
         ));
-        #[cfg(worker_registry_loom)] // LOOM TWIN ONLY: load-then-store transitions, see `faults`.
-        self.fault_prepare_record(&rec);
         inner.events.created(&rec);
         inner.workers.insert(id, rec.clone());
         Ok(rec)

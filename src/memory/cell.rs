@@ -7,17 +7,12 @@ use crate::sync::{AtomicU64, Ordering};
 /// The atomic cell holding a [`Word`].
 pub(crate) struct StateCell {
     word: AtomicU64,
-    /// LOOM TWIN ONLY (`Fault::TransitionLoadStore`): `transition` degrades to load-then-store.
-    #[cfg(worker_registry_loom)]
-    racy: std::sync::atomic::AtomicBool,
 }
 
 impl StateCell {
     pub(crate) fn new(w: Word) -> Self {
         Self {
             word: AtomicU64::new(w.bits()),
-            #[cfg(worker_registry_loom)]
-            racy: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -39,10 +34,6 @@ impl StateCell {
         &self,
         mut f: impl FnMut(Word) -> Result<Word, E>,
     ) -> Result<(Word, Word), E> {
-        #[cfg(worker_registry_loom)]
-        if self.racy.load(std::sync::atomic::Ordering::Relaxed) {
-            return self.transition_load_store(f);
-        }
         let mut cur = self.load();
         loop {
             let next = f(cur)?;
@@ -59,28 +50,5 @@ impl StateCell {
                 Err(actual) => cur = Word::from_bits(actual),
             }
         }
-    }
-}
-
-/// LOOM TWIN ONLY: the broken transition the loom models must catch (`Fault::TransitionLoadStore`).
-#[cfg(worker_registry_loom)]
-impl StateCell {
-    /// Makes every later `transition` on this cell load-then-store.
-    pub(crate) fn make_racy(&self) {
-        // Relaxed: a std flag set before the model's threads start; loom's spawn orders it.
-        self.racy.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// BROKEN ON PURPOSE: decides on a load, then stores, so a concurrent transition in between is
-    /// overwritten (a lost update) instead of making this one retry.
-    fn transition_load_store<E>(
-        &self,
-        mut f: impl FnMut(Word) -> Result<Word, E>,
-    ) -> Result<(Word, Word), E> {
-        let cur = self.load();
-        let next = f(cur)?;
-        // Release: as strong as the real transition's publication; only atomicity is removed.
-        self.word.store(next.bits(), Ordering::Release);
-        Ok((cur, next))
     }
 }

@@ -8,8 +8,6 @@
 use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
 
-#[cfg(worker_registry_loom)]
-use super::faults::Fault;
 use super::record::WorkerRecord;
 use super::InMemoryRegistry;
 use crate::api::error::RegistryError;
@@ -149,10 +147,6 @@ impl<C: Clock> InMemoryRegistry<C> {
             self.inner.counters.duplicates.inc();
             return ClaimOutcome::AlreadyClaimed(dup);
         }
-        #[cfg(worker_registry_loom)] // LOOM TWIN ONLY: check-then-insert, see `faults`.
-        if self.inner.faults.on(Fault::ClaimCheckThenInsert) {
-            return self.claim_check_then_insert(target, event, now);
-        }
         let key = ClaimKey {
             target: target.clone(),
             event: event.clone(),
@@ -273,10 +267,6 @@ impl<C: Clock> InMemoryRegistry<C> {
         by: Option<WorkerId>,
     ) -> Result<(), RegistryError> {
         let now = self.now_ms();
-        #[cfg(worker_registry_loom)] // LOOM TWIN ONLY: check-then-write, see `faults`.
-        if self.inner.faults.on(Fault::CompleteCheckThenWrite) {
-            return self.complete_check_then_write(target, event, now);
-        }
         let limits = &self.inner.limits;
         let unknown = || RegistryError::UnknownClaim {
             target: target.clone(),

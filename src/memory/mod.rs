@@ -23,8 +23,6 @@ mod claims;
 mod contract;
 mod counters;
 mod events;
-#[cfg(worker_registry_loom)]
-pub(crate) mod faults;
 mod handle;
 mod lifecycle;
 mod record;
@@ -137,9 +135,6 @@ pub(crate) struct Inner<C> {
     pub(crate) sweep_lock: Mutex<u64>,
     pub(crate) counters: Counters,
     pub(crate) events: EventHub,
-    /// LOOM TWINS ONLY: the deliberate bugs injected into this registry.
-    #[cfg(worker_registry_loom)]
-    pub(crate) faults: faults::Faults,
 }
 
 impl Default for InMemoryRegistry<SystemClock> {
@@ -207,8 +202,6 @@ impl<C: Clock> InMemoryRegistry<C> {
                 sweep_lock: Mutex::new(0),
                 counters: Counters::new(),
                 events: EventHub::new(),
-                #[cfg(worker_registry_loom)]
-                faults: faults::Faults::default(),
                 config,
                 clock,
             }),

@@ -223,12 +223,6 @@ impl<C: Clock> InMemoryRegistry<C> {
             report.brake_engaged,
             counts,
         );
-        // LOOM TWINS ONLY: counts from a second pass / publish unlocked, see `registry::faults`.
-        #[cfg(worker_registry_loom)]
-        let (snapshot, _version) = (
-            self.fault_recount(snapshot),
-            self.fault_unlock_before_publish(version),
-        );
         inner.snapshot.store(std::sync::Arc::new(snapshot));
         inner.counters.sweeps.inc();
         report.took = started.elapsed();
