@@ -33,6 +33,7 @@ const STARTUP_GRACE_MS: u64 = 100;
 const SUSPECT_GRACE_MS: u64 = 150;
 const CLAIM_RETENTION_MS: u64 = 300;
 const DEAD_RETENTION_MS: u64 = 250;
+const SWEEP_INTERVAL_MS: u64 = 50;
 const BRAKE_FRACTION: f64 = 0.5;
 const BRAKE_MIN: usize = 3;
 
@@ -41,7 +42,7 @@ fn config() -> RegistryConfig {
     RegistryConfig::builder()
         .heartbeat_interval(ms(HEARTBEAT_MS))
         .missed_heartbeats(MISSED)
-        .sweep_interval(ms(50))
+        .sweep_interval(ms(SWEEP_INTERVAL_MS))
         .max_workers(MAX_WORKERS)
         .startup_grace(ms(STARTUP_GRACE_MS))
         .suspect_grace(ms(SUSPECT_GRACE_MS))
@@ -309,6 +310,11 @@ struct Model {
     counts: Counts,
     /// The last published snapshot's workers (by id) and generation.
     snapshot: Vec<InfoObs>,
+    /// When the previous sweep ran.
+    last_sweep: Option<u64>,
+    /// The stall rule: spans `[start, end]` during which the registry did not run (a sweep more
+    /// than two sweep intervals after the previous one: everything after the first interval).
+    stalls: Vec<(u64, u64)>,
 }
 
 type Res = Result<(), TestCaseError>;
@@ -678,19 +684,35 @@ impl Model {
         (draining, exited)
     }
 
+    /// How long the registry ran between `from` and now: stalls are not counted against anyone.
+    fn ran_since(&self, from: u64) -> u64 {
+        let stalled: u64 = self
+            .stalls
+            .iter()
+            .map(|&(start, end)| end.saturating_sub(start.max(from)))
+            .sum();
+        self.now - from - stalled
+    }
+
     fn stale(&self, w: &MWorker) -> bool {
         let allowed = if w.beaten {
             TIMEOUT_MS
         } else {
             TIMEOUT_MS + STARTUP_GRACE_MS
         };
-        !w.dead() && self.now - w.ts > allowed
+        !w.dead() && self.ran_since(w.ts) > allowed
     }
 
     /// AC4 and issue 3's brake, as documented on `InMemoryRegistry::sweep`.
     fn sweep(&mut self) -> SweepObs {
         let now = self.now;
         let mut r = SweepObs::default();
+        if let Some(prev) = self.last_sweep.replace(now) {
+            if now - prev > 2 * SWEEP_INTERVAL_MS {
+                self.stalls.push((prev + SWEEP_INTERVAL_MS, now));
+                r.stall_credited = now - prev - SWEEP_INTERVAL_MS;
+            }
+        }
         let mut purge = Vec::new();
         let mut stale = Vec::new();
         let mut live = 0;
@@ -714,9 +736,10 @@ impl Model {
         let brake = live >= BRAKE_MIN && stale.len() as f64 > BRAKE_FRACTION * live as f64;
         let mut held = false;
         for i in stale {
+            let suspect_for = self.ran_since(self.workers[i].suspect_since);
             let w = &mut self.workers[i];
             if w.suspect {
-                if now - w.suspect_since < SUSPECT_GRACE_MS {
+                if suspect_for < SUSPECT_GRACE_MS {
                     held = true;
                     continue;
                 }
@@ -781,6 +804,7 @@ impl Model {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct SweepObs {
     generation: u64,
+    stall_credited: u64,
     died: Vec<WorkerId>,
     suspected: Vec<WorkerId>,
     brake_engaged: bool,
@@ -912,6 +936,7 @@ impl Run {
                 let snapshot = reg.status();
                 let mut real = SweepObs {
                     generation: report.version,
+                    stall_credited: report.stall_credited.as_millis() as u64,
                     died: report
                         .died
                         .iter()

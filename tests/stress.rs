@@ -4,7 +4,8 @@
 //! deliveries, redeliveries of recent ones from either thread, immediate duplicates), heartbeats,
 //! completions, loop start/finish, drain, register/deregister, live reads, sweeps and status reads.
 //! Time is a `ManualClock` that only thread 0 advances (1 ms every 8 of its operations, plus rare
-//! "stalls" longer than the heartbeat timeout that trip the mass-staleness brake); some workers
+//! stalls of the registry longer than the heartbeat timeout, which the stall rule credits, and
+//! network outages as long, which trip the mass-staleness brake); some workers
 //! are "crashed" (nobody heartbeats them) so sweeps kill and release. Nothing sleeps and nothing
 //! depends on wall-clock speed: the interleavings vary from run to run, the checked properties
 //! may not.
@@ -103,6 +104,7 @@ struct AdmitRec {
 #[derive(Debug, Clone, Copy)]
 struct SweepRec {
     generation: u64,
+    stall_credited: bool,
     died: usize,
     suspected: usize,
     brake: bool,
@@ -141,17 +143,32 @@ struct Shared {
     clock: ManualClock,
     targets: Vec<Target>,
     tickets: AtomicU64,
-    /// Highest worker id any thread has seen created (ids at or below it existed before).
+    /// Highest worker id any thread has seen created.
     max_id: AtomicU64,
+    /// Every worker id some thread has seen created (ids are not dense: they follow the clock).
+    known: std::sync::Mutex<HashSet<u64>>,
     /// Per target, the highest worker id created for it so far.
     last_created: Vec<AtomicU64>,
     /// Recently admitted pairs (target << 48 | event + 1), for cross-thread redeliveries.
     recent: Vec<AtomicU64>,
     stop: AtomicBool,
+    /// A network outage: no heartbeat reaches the registry while it is set (it still runs).
+    outage: AtomicBool,
     ops_done: AtomicUsize,
 }
 
 impl Shared {
+    /// Records that worker `id` was created (after the creating call returned).
+    fn learn(&self, id: u64) {
+        self.max_id.fetch_max(id, Ordering::SeqCst);
+        self.known.lock().unwrap().insert(id);
+    }
+
+    /// Whether some thread had seen worker `id` created by now.
+    fn was_created(&self, id: u64) -> bool {
+        self.known.lock().unwrap().contains(&id)
+    }
+
     #[track_caller]
     fn fail(&self, msg: String) -> ! {
         self.stop.store(true, Ordering::SeqCst);
@@ -268,11 +285,29 @@ impl<'a> Router<'a> {
     fn tick(&mut self, i: usize, ops: usize) {
         if i % 8 == 0 {
             self.s.clock.advance(Duration::from_millis(1));
+            // A sweep at least every sweep interval, as the `Sweeper` runs them (a later one would
+            // be a stall of the registry, credited by the stall rule).
+            if i % 80 == 0 {
+                self.sweep();
+            }
         }
         let every = (ops / 8).max(1);
         if i % every == every / 2 {
-            self.s.clock.advance(Duration::from_millis(45));
-            self.sweep();
+            if (i / every) % 2 == 0 {
+                // The registry itself stalls for longer than the heartbeat timeout: the next
+                // sweep (this one, or the other thread's) measures the stall and credits it.
+                self.s.clock.advance(Duration::from_millis(45));
+                self.sweep();
+            } else {
+                // A network outage: the registry runs (it sweeps every 9 ms) but no heartbeat
+                // reaches it for longer than the timeout: the brake, not the stall rule, decides.
+                self.s.outage.store(true, Ordering::SeqCst);
+                for _ in 0..5 {
+                    self.s.clock.advance(Duration::from_millis(9));
+                    self.sweep();
+                }
+                self.s.outage.store(false, Ordering::SeqCst);
+            }
         }
     }
 
@@ -375,7 +410,7 @@ impl<'a> Router<'a> {
                         "a new worker's first token is not 1: {a:?}"
                     );
                     self.log.created.push((id, Some(pair.0), end));
-                    self.s.max_id.fetch_max(id, Ordering::SeqCst);
+                    self.s.learn(id);
                     let prev = self.s.last_created[pair.0].fetch_max(id, Ordering::SeqCst);
                     if prev != 0 && prev < id {
                         // The target's previous worker must be dead now that it has a new one.
@@ -476,10 +511,13 @@ impl<'a> Router<'a> {
     }
 
     fn heartbeat(&mut self) {
+        if self.s.outage.load(Ordering::SeqCst) {
+            return;
+        }
         let Some(id) = self.pick_worker(true) else {
             return;
         };
-        let known_before = self.s.max_id.load(Ordering::SeqCst);
+        let known_before = self.s.was_created(id);
         let start = self.s.ticket();
         let r = self.s.registry.heartbeat(WorkerId::new(id));
         let end = self.s.ticket();
@@ -494,7 +532,7 @@ impl<'a> Router<'a> {
             }
             Err(e) => {
                 self.log.heartbeats_refused += 1;
-                if matches!(e, RegistryError::UnknownWorker { .. }) && id > known_before {
+                if matches!(e, RegistryError::UnknownWorker { .. }) && !known_before {
                     return; // not created yet (or never): nothing learnt
                 }
                 self.observe_err(id, end, &e);
@@ -507,11 +545,11 @@ impl<'a> Router<'a> {
         f: impl FnOnce(&InMemoryRegistry<ManualClock>, WorkerId) -> Result<Status, RegistryError>,
     ) -> Option<(u64, u64, Result<Status, RegistryError>)> {
         let id = self.pick_worker(false)?;
-        let known_before = self.s.max_id.load(Ordering::SeqCst);
+        let known_before = self.s.was_created(id);
         let start = self.s.ticket();
         let r = f(&self.s.registry, WorkerId::new(id));
         let end = self.s.ticket();
-        if matches!(r, Err(RegistryError::UnknownWorker { .. })) && id > known_before {
+        if matches!(r, Err(RegistryError::UnknownWorker { .. })) && !known_before {
             return None;
         }
         self.observe(id, start, end, &r);
@@ -547,7 +585,7 @@ impl<'a> Router<'a> {
         let Some(id) = self.pick_worker(false) else {
             return;
         };
-        let known_before = self.s.max_id.load(Ordering::SeqCst);
+        let known_before = self.s.was_created(id);
         let r = self.s.registry.deregister(WorkerId::new(id));
         let end = self.s.ticket();
         match r {
@@ -555,7 +593,7 @@ impl<'a> Router<'a> {
                 self.log.kills.push((id, reason));
                 self.saw_dead(id, end, Some(reason));
             }
-            Err(RegistryError::UnknownWorker { .. }) if id > known_before => {}
+            Err(RegistryError::UnknownWorker { .. }) if !known_before => {}
             Err(e) => self.observe_err(id, end, &e),
         }
     }
@@ -567,7 +605,7 @@ impl<'a> Router<'a> {
             Ok(h) => {
                 let id = h.id().get();
                 self.log.created.push((id, None, end));
-                self.s.max_id.fetch_max(id, Ordering::SeqCst);
+                self.s.learn(id);
                 check!(
                     self.s,
                     h.target().is_none(),
@@ -586,7 +624,7 @@ impl<'a> Router<'a> {
         let Some(id) = self.pick_worker(false) else {
             return;
         };
-        let known_before = self.s.max_id.load(Ordering::SeqCst);
+        let known_before = self.s.was_created(id);
         let start = self.s.ticket();
         let info = self.s.registry.worker(WorkerId::new(id));
         let end = self.s.ticket();
@@ -605,7 +643,7 @@ impl<'a> Router<'a> {
                     }
                 }
             }
-            None if id != 0 && id <= known_before => self.saw_dead(id, end, None),
+            None if known_before => self.saw_dead(id, end, None),
             None => {}
         }
     }
@@ -671,6 +709,7 @@ impl<'a> Router<'a> {
         );
         self.log.sweeps.push(SweepRec {
             generation: r.version,
+            stall_credited: !r.stall_credited.is_zero(),
             died: r.died.len(),
             suspected: r.suspected.len(),
             brake: r.brake_engaged,
@@ -760,9 +799,11 @@ fn stress_invariants_hold_under_concurrency() {
             .collect(),
         tickets: AtomicU64::new(1),
         max_id: AtomicU64::new(0),
+        known: std::sync::Mutex::new(HashSet::new()),
         last_created: (0..TARGETS).map(|_| AtomicU64::new(0)).collect(),
         recent: (0..RECENT).map(|_| AtomicU64::new(0)).collect(),
         stop: AtomicBool::new(false),
+        outage: AtomicBool::new(false),
         ops_done: AtomicUsize::new(0),
     };
     let logs: Vec<Log> = std::thread::scope(|scope| {
@@ -802,6 +843,7 @@ impl<'a> Final<'a> {
         let r = s.registry.sweep();
         let final_sweep = SweepRec {
             generation: r.version,
+            stall_credited: !r.stall_credited.is_zero(),
             died: r.died.len(),
             suspected: r.suspected.len(),
             brake: r.brake_engaged,
@@ -1219,6 +1261,10 @@ impl<'a> Final<'a> {
                 ("an exit after drain", st.deaths_exited),
                 ("a deregistration", st.deaths_deregistered),
                 ("a brake engagement", st.brake_engaged),
+                (
+                    "a credited stall",
+                    self.all(|l| &l.sweeps).filter(|r| r.stall_credited).count() as u64,
+                ),
                 ("a capacity rejection", st.rejected_capacity),
                 ("a draining rejection", st.rejected_draining),
                 ("a duplicate", st.duplicates),

@@ -91,6 +91,7 @@ impl<C: Clock> InMemoryRegistry<C> {
                         holder,
                         claimed_at: now,
                         completed_at: None,
+                        stuck: false,
                     };
                     (Op::Put(claim), Admission::Assigned(assignment))
                 }
@@ -194,23 +195,40 @@ impl<C: Clock> InMemoryRegistry<C> {
                 (n < limit).then_some(n + 1)
             })
             .map_err(|_| RegistryError::Rejected(Rejection::CapacityFull { limit }))?;
+        // Ids are unique across restarts: never below the wall clock's milliseconds since the id
+        // epoch, so a new process starts above every id an earlier one handed out (unless that
+        // one created more than one worker per millisecond on average, or the clock stepped back).
+        let wall = inner.clock.wall();
+        let floor = ids_floor(wall);
         // Relaxed: ids need only be unique, which the RMW guarantees; nothing is published.
-        let raw = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let prev = inner
+            .next_id
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |prev| {
+                Some(prev.saturating_add(1).max(floor))
+            })
+            .unwrap_or_else(|prev| prev);
+        let raw = prev.saturating_add(1).max(floor);
         if raw > WorkerId::MAX {
             // AcqRel: returns the reservation (see above).
             inner.live.fetch_sub(1, Ordering::AcqRel);
             return Err(RegistryError::IdsExhausted);
         }
         let id = WorkerId::new(raw);
-        let rec = Arc::new(WorkerRecord::new(
-            id,
-            target,
-            now,
-            inner.clock.wall(),
-            assigned,
-        ));
+        let rec = Arc::new(WorkerRecord::new(id, target, now, wall, assigned));
         inner.events.created(&rec);
         inner.workers.insert(id, rec.clone());
         Ok(rec)
     }
+}
+
+/// The wall-clock instant worker ids count from: 2026-01-01T00:00:00Z (seconds since the Unix
+/// epoch). At one id per millisecond, [`WorkerId::MAX`] is reached in the year 2583.
+pub(crate) const ID_EPOCH_SECS: u64 = 1_767_225_600;
+
+/// The smallest id a worker created at `wall` may get: milliseconds since [`ID_EPOCH_SECS`] (0
+/// before it).
+pub(crate) fn ids_floor(wall: std::time::SystemTime) -> u64 {
+    let epoch = std::time::UNIX_EPOCH + std::time::Duration::from_secs(ID_EPOCH_SECS);
+    wall.duration_since(epoch)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

@@ -83,6 +83,9 @@ pub(crate) struct Claim {
     pub(crate) holder: Option<Arc<WorkerRecord>>,
     pub(crate) claimed_at: u64,
     pub(crate) completed_at: Option<u64>,
+    /// Released by a sweep because it stayed in flight longer than `max_in_flight`; kept (as a
+    /// tombstone) so that the stuck worker's late completion is refused as released.
+    pub(crate) stuck: bool,
 }
 
 /// Where a claim stands at a given time.
@@ -100,6 +103,9 @@ pub(crate) enum Standing {
 
 impl Claim {
     pub(crate) fn standing(&self, now_ms: u64, retention_ms: u64, unbound_ms: u64) -> Standing {
+        if self.stuck {
+            return Standing::Released(ReleaseReason::Stuck);
+        }
         if let Some(done) = self.completed_at {
             return if now_ms.saturating_sub(done) > retention_ms {
                 Standing::Expired
@@ -163,6 +169,7 @@ impl<C: Clock> InMemoryRegistry<C> {
                 holder: None,
                 claimed_at: now,
                 completed_at: None,
+                stuck: false,
             };
             (Op::Put(claim), ClaimOutcome::Claimed)
         })

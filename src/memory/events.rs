@@ -63,6 +63,15 @@ mod with_tokio {
             });
         }
 
+        /// Publishes `DeliveryStuck` for a delivery the sweep released as stuck on `rec`.
+        pub(crate) fn stuck(&self, rec: &WorkerRecord, target: &Target, delivery: &DeliveryId) {
+            self.sender.send(|| Event::DeliveryStuck {
+                worker: rec.id,
+                target: target.clone(),
+                delivery: delivery.clone(),
+            });
+        }
+
         #[inline]
         pub(crate) fn died(&self, rec: &WorkerRecord, reason: DeadReason) {
             self.sender.send(|| Event::WorkerDied {
@@ -103,6 +112,7 @@ mod with_tokio {
 #[cfg(not(feature = "tokio"))]
 mod without_tokio {
     use super::{DeadReason, SweepReport, Word, WorkerRecord};
+    use crate::api::ids::{DeliveryId, Target};
 
     /// No subscribers can exist without tokio: every emission point is empty.
     pub(crate) struct EventHub;
@@ -117,6 +127,8 @@ mod without_tokio {
         pub(crate) fn transition(&self, _: &WorkerRecord, _: Word, _: Word) {}
         #[inline(always)]
         pub(crate) fn suspect(&self, _: &WorkerRecord) {}
+        #[inline(always)]
+        pub(crate) fn stuck(&self, _: &WorkerRecord, _: &Target, _: &DeliveryId) {}
         #[inline(always)]
         pub(crate) fn died(&self, _: &WorkerRecord, _: DeadReason) {}
         #[inline(always)]

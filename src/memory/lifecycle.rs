@@ -159,7 +159,7 @@ impl<C: Clock> InMemoryRegistry<C> {
         self.drain_record(&self.record(id)?, deadline)
     }
 
-    fn drain_record(
+    pub(super) fn drain_record(
         &self,
         rec: &Arc<WorkerRecord>,
         deadline: Duration,

@@ -13,6 +13,7 @@
 //! | `record.rs` | a worker's record and its display copy |
 //! | `cell.rs` | the CAS cell around the pure state word of `crate::state` |
 //! | `sweep.rs` | the maintenance pass |
+//! | `stall.rs` | the stall rule: time the registry itself did not run is not held against workers |
 //! | `events.rs` | where lifecycle events are emitted |
 //! | `counters.rs` | striped statistics counters |
 //! | `contract.rs` | the contract traits, implemented with already-completed futures |
@@ -26,6 +27,7 @@ mod events;
 mod handle;
 mod lifecycle;
 mod record;
+mod stall;
 mod sweep;
 
 use std::fmt;
@@ -37,6 +39,7 @@ use self::claims::{Claim, ClaimKey};
 use self::counters::{Counters, Gauges};
 use self::events::EventHub;
 use self::record::WorkerRecord;
+use self::stall::SweepState;
 use crate::api::ids::{Target, WorkerId};
 use crate::api::snapshot::StatusSnapshot;
 use crate::api::stats::Stats;
@@ -65,6 +68,16 @@ use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, ShardMap, 
 ///   never waits for anything.
 ///
 /// Cloning a `InMemoryRegistry` is cheap and shares the same state (it is an `Arc` inside).
+///
+/// # What survives a restart
+///
+/// Only identity. Claims and workers live in this process's memory and die with it (a delivery
+/// accepted but not finished is lost; GitHub does not redeliver on its own); use a shared backend
+/// when that matters. Worker ids are never below the clock's wall time in milliseconds since
+/// 2026-01-01 (`max(previous + 1, that)`), so a restarted registry hands out no id, and so no
+/// fencing token, that the previous process gave a container still running — as long as that
+/// process created fewer than one worker per millisecond on average and the wall clock did not step
+/// back. Ids reach [`WorkerId::MAX`] in the year 2583.
 ///
 /// **Locking behaviour:** each call locks at most one shard of each map it touches, one at a time,
 /// always in the order claims → targets → workers, and never calls out while holding one; `sweep()`
@@ -115,6 +128,10 @@ pub(crate) struct Limits {
     pub(crate) claim_retention_ms: u64,
     pub(crate) dead_retention_ms: u64,
     pub(crate) suspect_grace_ms: u64,
+    pub(crate) sweep_interval_ms: u64,
+    pub(crate) max_in_flight_ms: u64,
+    /// The longest any judgement the sweep makes waits: older stalls cannot matter any more.
+    pub(crate) stall_horizon_ms: u64,
 }
 
 pub(crate) struct Inner<C> {
@@ -132,7 +149,7 @@ pub(crate) struct Inner<C> {
     pub(crate) retained: AtomicUsize,
     pub(crate) next_id: AtomicU64,
     pub(crate) snapshot: SnapshotCell<StatusSnapshot>,
-    pub(crate) sweep_lock: Mutex<u64>,
+    pub(crate) sweep_lock: Mutex<SweepState>,
     pub(crate) counters: Counters,
     pub(crate) events: EventHub,
 }
@@ -181,6 +198,11 @@ impl<C: Clock> InMemoryRegistry<C> {
             claim_retention_ms: ms(config.claim_retention()),
             dead_retention_ms: ms(config.dead_retention()),
             suspect_grace_ms: ms(config.suspect_grace()),
+            sweep_interval_ms: ms(config.sweep_interval()),
+            max_in_flight_ms: ms(config.max_in_flight()),
+            stall_horizon_ms: ms(config.heartbeat_timeout() + config.startup_grace())
+                .max(ms(config.max_in_flight()))
+                .max(ms(config.suspect_grace())),
         };
         let wall_origin = clock
             .wall()
@@ -197,9 +219,9 @@ impl<C: Clock> InMemoryRegistry<C> {
                 claims: ShardMap::new(shards),
                 live: AtomicUsize::new(0),
                 retained: AtomicUsize::new(0),
-                next_id: AtomicU64::new(1),
+                next_id: AtomicU64::new(0),
                 snapshot: SnapshotCell::new(snapshot),
-                sweep_lock: Mutex::new(0),
+                sweep_lock: Mutex::new(SweepState::new()),
                 counters: Counters::new(),
                 events: EventHub::new(),
                 config,
@@ -343,7 +365,7 @@ impl<C: Clock> InMemoryRegistry<C> {
         self.inner.claims.len()
     }
 
-    pub(crate) fn lock_sweep(&self) -> sync::MutexGuard<'_, u64> {
+    pub(crate) fn lock_sweep(&self) -> sync::MutexGuard<'_, SweepState> {
         sync::lock(&self.inner.sweep_lock)
     }
 }

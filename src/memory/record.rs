@@ -102,6 +102,19 @@ impl WorkerRecord {
             });
     }
 
+    /// Moves a drain deadline that had not passed when `stall` began out by the stall's length:
+    /// the worker keeps the drain time it had left (it could not report its loop's end while the
+    /// registry did not run). Relaxed: as `set_drain_deadline`; both are read-modify-writes, so
+    /// neither is lost.
+    pub(crate) fn extend_drain_deadline(&self, stall: super::stall::Span) {
+        let _ = self
+            .drain_deadline
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| {
+                let at = cur.checked_sub(1)?;
+                (at > stall.start).then(|| at.saturating_add(stall.len()).saturating_add(1))
+            });
+    }
+
     /// When its drain deadline passes, if it was drained. Relaxed: see `set_drain_deadline`.
     pub(crate) fn drain_deadline(&self) -> Option<u64> {
         match self.drain_deadline.load(Ordering::Relaxed) {

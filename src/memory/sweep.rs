@@ -3,11 +3,14 @@
 
 use std::time::Instant;
 
+use std::time::Duration;
+
 use super::claims::Standing;
 use super::record::WorkerRecord;
+use super::stall::Stalls;
 use super::InMemoryRegistry;
 use crate::api::ids::WorkerId;
-use crate::api::report::{ReleasedEvent, SweepReport};
+use crate::api::report::{ReleaseReason, ReleasedEvent, SweepReport};
 use crate::api::snapshot::{ClaimCounts, StatusSnapshot};
 use crate::api::status::{DeadReason, Status};
 use crate::clock::Clock;
@@ -61,7 +64,7 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// assert!(registry.heartbeat(a.worker).is_err());
     /// ```
     pub fn sweep(&self) -> SweepReport {
-        let mut version = self.lock_sweep();
+        let mut state = self.lock_sweep();
         let started = Instant::now();
         let inner = &*self.inner;
         let l = &inner.limits;
@@ -73,7 +76,15 @@ impl<C: Clock> InMemoryRegistry<C> {
             ..SweepReport::default()
         };
 
-        // Pass 1: read every worker once; collect the stale and the purgeable.
+        // The stall rule: a sweep far later than its interval measures how long the registry
+        // itself did not run; from now on that time is not counted against anyone.
+        let stall = state.begin(now, l.sweep_interval_ms, l.stall_horizon_ms);
+        if let Some(span) = stall {
+            report.stall_credited = Duration::from_millis(span.len());
+        }
+        let stalls = &state.stalls;
+
+        // Pass 1: read every worker once; collect the stale, the overdue and the purgeable.
         let mut infos = Vec::with_capacity(self.status().workers.len() + 16);
         let mut stale: Vec<(usize, Arc<WorkerRecord>)> = Vec::new();
         let mut overdue: Vec<(usize, Arc<WorkerRecord>)> = Vec::new();
@@ -91,9 +102,20 @@ impl<C: Clock> InMemoryRegistry<C> {
                 }
             } else {
                 live += 1;
+                if w.status() == Status::Draining {
+                    if let Some(span) = stall {
+                        // Its loop could not report its end while the registry did not run.
+                        rec.extend_drain_deadline(span);
+                    }
+                }
                 if w.status() == Status::Draining && rec.drain_deadline().is_some_and(|d| now > d) {
                     overdue.push((infos.len(), rec.clone()));
-                } else if state::is_stale(w, now, l.timeout_ms, l.startup_grace_ms) {
+                } else if state::is_stale(
+                    w,
+                    stalls.judge(w.ts(), now),
+                    l.timeout_ms,
+                    l.startup_grace_ms,
+                ) {
                     stale.push((infos.len(), rec.clone()));
                 }
             }
@@ -114,17 +136,23 @@ impl<C: Clock> InMemoryRegistry<C> {
             let w = rec.state.load();
             let result = if w.is_suspect() {
                 match rec.suspect_since() {
-                    Some(since) if now.saturating_sub(since) < l.suspect_grace_ms => {
+                    Some(since)
+                        if stalls.judge(since, now).saturating_sub(since) < l.suspect_grace_ms =>
+                    {
                         held = true;
                         continue;
                     }
-                    _ => self.expire_stale(rec, now, &mut report),
+                    _ => self.expire_stale(rec, now, stalls, &mut report),
                 }
             } else if brake {
-                match rec
-                    .state
-                    .transition(|w| state::suspect(w, now, l.timeout_ms, l.startup_grace_ms))
-                {
+                match rec.state.transition(|w| {
+                    state::suspect(
+                        w,
+                        stalls.judge(w.ts(), now),
+                        l.timeout_ms,
+                        l.startup_grace_ms,
+                    )
+                }) {
                     Ok((_, new)) => {
                         rec.mark_suspect_since(now);
                         inner.counters.suspected.inc();
@@ -135,7 +163,7 @@ impl<C: Clock> InMemoryRegistry<C> {
                     Err(seen) => seen,
                 }
             } else {
-                self.expire_stale(rec, now, &mut report)
+                self.expire_stale(rec, now, stalls, &mut report)
             };
             infos[*idx] = rec.info(result, now, origin);
         }
@@ -160,12 +188,40 @@ impl<C: Clock> InMemoryRegistry<C> {
             inner.counters.brake_engaged.inc();
         }
 
-        // Pass 2: claims. Release those whose worker is dead, forget expired ones, count the rest.
+        // Pass 2: claims. Release those whose worker is dead and those stuck in flight, forget
+        // expired ones, count the rest.
         let mut counts = ClaimCounts::default();
         let mut expired = 0usize;
+        let mut stuck: Vec<Arc<WorkerRecord>> = Vec::new();
         inner.claims.retain(|key, claim| {
+            if claim.stuck {
+                // Released and reported already; kept only to refuse the stuck worker's late
+                // completion, which is moot once that worker is dead.
+                return claim
+                    .holder
+                    .as_ref()
+                    .is_some_and(|h| !h.state.load().is_dead());
+            }
             match claim.standing(now, l.claim_retention_ms, l.timeout_ms) {
-                Standing::InFlight => counts.in_flight += 1,
+                Standing::InFlight => match &claim.holder {
+                    Some(holder)
+                        if stalls
+                            .judge(claim.claimed_at, now)
+                            .saturating_sub(claim.claimed_at)
+                            > l.max_in_flight_ms =>
+                    {
+                        claim.stuck = true;
+                        report.released.push(ReleasedEvent::new(
+                            key.target.clone(),
+                            key.event.clone(),
+                            Some(holder.id),
+                            ReleaseReason::Stuck,
+                        ));
+                        inner.events.stuck(holder, &key.target, &key.event);
+                        stuck.push(holder.clone());
+                    }
+                    _ => counts.in_flight += 1,
+                },
                 Standing::Completed => counts.retained += 1,
                 Standing::Expired => {
                     expired += 1;
@@ -178,6 +234,7 @@ impl<C: Clock> InMemoryRegistry<C> {
                         claim.holder.as_ref().map(|h| h.id),
                         reason,
                     ));
+                    inner.counters.claims_released.inc();
                     return false;
                 }
             }
@@ -189,10 +246,27 @@ impl<C: Clock> InMemoryRegistry<C> {
         }
         report.expired_claims = expired;
         inner.counters.claims_expired.add(expired as u64);
-        inner
-            .counters
-            .claims_released
-            .add(report.released.len() as u64);
+        inner.counters.claims_stuck.add(stuck.len() as u64);
+        // A worker holding a stuck delivery is drained: it takes nothing new and is replaced once
+        // its loop ends (or its drain deadline passes). An idle one exits at once.
+        stuck.sort_by_key(|rec| rec.id);
+        stuck.dedup_by_key(|rec| rec.id);
+        for rec in &stuck {
+            let before = rec.state.load();
+            match self.drain_record(rec, cfg.drain_deadline()) {
+                Ok(Status::Draining) if before.is_active() => report.drained_stuck.push(rec.id),
+                Ok(Status::Dead(reason)) if !before.is_dead() => {
+                    report.died.push((rec.id, reason));
+                    if let Some(t) = &rec.target {
+                        report.released_targets.push(t.clone());
+                    }
+                }
+                _ => {}
+            }
+            if let Some(info) = infos.iter_mut().find(|i| i.id == rec.id) {
+                *info = rec.info(rec.state.load(), now, origin);
+            }
+        }
         report.evicted_claims = self.evict_over_limit();
         counts.retained = counts.retained.saturating_sub(report.evicted_claims);
 
@@ -212,10 +286,10 @@ impl<C: Clock> InMemoryRegistry<C> {
             .add(report.purged_workers as u64);
 
         // Publish.
-        *version += 1;
-        report.version = *version;
+        state.version += 1;
+        report.version = state.version;
         let snapshot = StatusSnapshot::new(
-            *version,
+            state.version,
             self.wall_at(now),
             report.at,
             infos,
@@ -237,13 +311,18 @@ impl<C: Clock> InMemoryRegistry<C> {
         &self,
         rec: &Arc<WorkerRecord>,
         now: u64,
+        stalls: &Stalls,
         report: &mut SweepReport,
     ) -> state::Word {
         let l = &self.inner.limits;
-        match rec
-            .state
-            .transition(|w| state::expire(w, now, l.timeout_ms, l.startup_grace_ms))
-        {
+        match rec.state.transition(|w| {
+            state::expire(
+                w,
+                stalls.judge(w.ts(), now),
+                l.timeout_ms,
+                l.startup_grace_ms,
+            )
+        }) {
             Ok((_, new)) => {
                 self.on_death(rec, DeadReason::MissedHeartbeats, now);
                 report.died.push((rec.id, DeadReason::MissedHeartbeats));
