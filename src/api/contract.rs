@@ -228,7 +228,11 @@ pub trait WorkerRegistry: Send + Sync {
     /// Like [`complete`](Self::complete), fenced: only `worker`, the claim's holder, may complete
     /// it. A worker declared dead whose delivery was admitted again onto another worker gets
     /// [`RegistryError::NotHolder`]; one whose claim was released and not yet re-admitted gets
-    /// [`RegistryError::ClaimReleased`]. Neither completes anything.
+    /// [`RegistryError::ClaimReleased`] (or [`RegistryError::UnknownClaim`] once the sweep that
+    /// released it has handed it over). A live worker whose delivery was released as stuck (see
+    /// [`Maintenance::sweep`]) gets `ClaimReleased` with
+    /// [`ReleaseReason::Stuck`](crate::ReleaseReason::Stuck) until the delivery is admitted again,
+    /// then `NotHolder`. None of these completes anything.
     ///
     /// # Examples
     ///
@@ -392,9 +396,12 @@ pub trait WorkerRegistry: Send + Sync {
     /// Sets a worker draining, giving its current loop until `deadline` from now to finish: it
     /// gets no new assignment, its heartbeats are still accepted (answered
     /// [`HeartbeatAck::Draining`]), and when its loop finishes (or it deregisters) it is dead with
-    /// [`DeadReason::Exited`]. A worker still draining at the deadline is declared dead with
-    /// [`DeadReason::DrainTimedOut`] by the next sweep, its in-flight claims released. An idle
-    /// worker has no loop to finish and exits at once.
+    /// [`DeadReason::Exited`]. A worker still draining past the deadline is declared dead with
+    /// [`DeadReason::DrainTimedOut`] by the next sweep (whatever the brake says), its target
+    /// unassigned and its in-flight claims released; its later heartbeats and completions are
+    /// refused. The deadline is on registry running time: a stall of the registry moves it out
+    /// (see the stall rule on [`Maintenance::sweep`]). An idle worker has no loop to finish and
+    /// exits at once.
     ///
     /// Idempotent: draining a draining worker keeps the earlier of the two deadlines. Refused for
     /// a dead or unknown worker.
@@ -558,12 +565,31 @@ pub trait Maintenance: Send + Sync {
     ///   the registry suspects itself (a stall, a paused VM) rather than them: they are marked
     ///   suspect instead of dead. A suspect that heartbeats recovers; one still silent
     ///   [`suspect_grace`](RegistryConfig::suspect_grace) after it was first suspected dies.
-    /// * **Stall rule:** time during which the registry itself was not running (a sweep that comes
-    ///   far later than its interval) is not counted against any worker.
-    /// * Claims in flight longer than `max_in_flight` are released (their worker is drained, so it
-    ///   is replaced once its loop ends); completed claims past `claim_retention` are forgotten,
-    ///   the oldest beyond `max_retained_claims` evicted; dead workers past `dead_retention` are
-    ///   purged.
+    /// * **Stall rule:** time during which the registry itself was not running is never counted
+    ///   against its workers. A sweep that comes more than two
+    ///   [`sweep_interval`](RegistryConfig::sweep_interval)s after the previous one (of any
+    ///   replica; a registry's first sweep has none) measures a stall of everything after the
+    ///   first interval, and reports it in [`SweepReport::stall_credited`]. From then on every
+    ///   duration a sweep judges leaves out the stalled time it overlaps: a worker's silence since
+    ///   its last heartbeat, a delivery's time in flight, a suspect's time under suspicion; a drain
+    ///   deadline that had not passed when the stall began moves out by the stall's length. So a
+    ///   worker whose heartbeat is simply not due yet when the registry resumes is not dead, and a
+    ///   worker that really crashed dies once it has been silent for the timeout of registry
+    ///   running time.
+    /// * **Stuck deliveries:** a delivery in flight on a live worker for longer than
+    ///   [`max_in_flight`](RegistryConfig::max_in_flight) (of registry running time) is released
+    ///   for re-dispatch with [`ReleaseReason::Stuck`](crate::ReleaseReason::Stuck), counted in
+    ///   [`Stats::claims_stuck`], published as
+    ///   [`Event::DeliveryStuck`](crate::Event::DeliveryStuck), and its worker is **drained** with
+    ///   the configured [`drain_deadline`](RegistryConfig::drain_deadline) (listed in
+    ///   [`SweepReport::drained_stuck`]; an idle one exits at once). The worker is not killed: it
+    ///   still heartbeats and may finish its other deliveries, but it takes no new work, is
+    ///   replaced once its loop ends, and its drain deadline bounds how long that may take. Its
+    ///   late completion of the stuck delivery is refused (see
+    ///   [`complete_by`](WorkerRegistry::complete_by)).
+    /// * Completed claims past `claim_retention` are forgotten, the oldest beyond
+    ///   `max_retained_claims` evicted (among claims completed in the same millisecond, in no
+    ///   particular order); dead workers past `dead_retention` are purged.
     /// * A new snapshot is published.
     ///
     /// # Examples
