@@ -108,6 +108,14 @@ pub fn registry(max_workers: usize) -> (InMemoryRegistry<ManualClock>, ManualClo
     build(config(max_workers).brake_fraction(1.0))
 }
 
+/// As [`registry`], with `tweak` applied to its configuration.
+pub fn registry_with(
+    max_workers: usize,
+    tweak: impl FnOnce(RegistryConfigBuilder) -> RegistryConfigBuilder,
+) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+    build(tweak(config(max_workers).brake_fraction(1.0)))
+}
+
 /// As [`registry`], with the brake at its defaults (more than half of at least three live workers
 /// silent at once: suspect them, not kill them).
 pub fn braking_registry(max_workers: usize) -> (InMemoryRegistry<ManualClock>, ManualClock) {
