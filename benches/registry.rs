@@ -23,6 +23,8 @@ mod naive;
 mod ops;
 #[path = "registry/report.rs"]
 mod report;
+#[path = "registry/tail.rs"]
+mod tail;
 
 fn main() {
     let started = SystemTime::now();
@@ -40,6 +42,7 @@ fn main() {
     ops::status(&mut c);
     ops::sweep(&mut c);
     mixed::bench(&mut c);
+    tail::bench(&mut c);
     c.final_summary();
     std::process::exit(report::finish(started));
 }

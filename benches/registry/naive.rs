@@ -39,6 +39,8 @@ pub struct Info {
 
 pub struct Tables {
     workers: HashMap<WorkerId, Worker, Hasher>,
+    /// Completed claims kept at most (oldest dropped by the sweep), as the registry's default.
+    max_retained: usize,
     targets: HashMap<Target, WorkerId, Hasher>,
     claims: HashMap<(Target, DeliveryId), Claim, Hasher>,
     next_id: u64,
@@ -58,6 +60,7 @@ impl Tables {
     fn new(max: usize) -> Self {
         Self {
             workers: HashMap::with_hasher(Hasher::new()),
+            max_retained: worker_registry::DEFAULT_MAX_RETAINED_CLAIMS,
             targets: HashMap::with_hasher(Hasher::new()),
             claims: HashMap::with_hasher(Hasher::new()),
             next_id: 1,
@@ -156,6 +159,19 @@ impl Tables {
         self.claims.retain(|_, c| {
             c.completed_at.is_some() || workers.get(&c.holder).is_some_and(|w| !w.dead)
         });
+        // Keep at most `max_retained` completed claims: drop the oldest (what a user would write).
+        let mut done: Vec<u64> = self
+            .claims
+            .values()
+            .filter_map(|c| c.completed_at)
+            .collect();
+        if done.len() > self.max_retained {
+            let excess = done.len() - self.max_retained;
+            let (_, cutoff, _) = done.select_nth_unstable(excess - 1);
+            let cutoff = *cutoff;
+            self.claims
+                .retain(|_, c| c.completed_at.is_none_or(|t| t > cutoff));
+        }
         died
     }
 

@@ -27,9 +27,21 @@ enum Goal {
     Info,
 }
 
+/// Which figure of a bench a row compares.
+#[derive(Clone, Copy, PartialEq)]
+enum Metric {
+    /// Criterion's median time per element.
+    Median,
+    /// The 99.9th percentile of per-operation latency (`tail.rs`).
+    P999,
+    /// The slowest single operation (`tail.rs`).
+    Max,
+}
+
 struct Row {
     /// Stable name (the gate's key for the 1-thread row).
     name: &'static str,
+    metric: Metric,
     /// Criterion id without the thread suffix.
     op: &'static str,
     /// Baseline id without the thread suffix; `base_1t` pins it to its 1-thread run.
@@ -46,33 +58,35 @@ const TWO: &[usize] = &[2];
 
 #[rustfmt::skip]
 const ROWS: &[Row] = &[
-    Row { name: "heartbeat_by_id", op: "heartbeat/by_id", base: "baseline/dashmap_get_store", base_1t: false, goal: Goal::Ratio(1.3), goal_at: BOTH },
-    Row { name: "heartbeat_handle", op: "heartbeat/handle", base: "baseline/atomic_cas", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
-    Row { name: "heartbeat_vs_mutex", op: "heartbeat/by_id", base: "heartbeat/mutex_by_id", base_1t: false, goal: Goal::Info, goal_at: BOTH },
-    Row { name: "admit_duplicate", op: "admit/duplicate", base: "baseline/dashmap_get_claim", base_1t: false, goal: Goal::Ratio(1.3), goal_at: BOTH },
-    Row { name: "admit_duplicate_vs_moka", op: "admit/duplicate", base: "moka/get_hit", base_1t: false, goal: Goal::Ratio(1.0), goal_at: BOTH },
-    Row { name: "admit_duplicate_vs_mutex", op: "admit/duplicate", base: "admit/mutex_duplicate", base_1t: false, goal: Goal::Info, goal_at: BOTH },
-    Row { name: "admit_fresh_complete", op: "admit/fresh_complete", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
-    Row { name: "admit_fresh_complete_vs_moka", op: "admit/fresh_complete", base: "moka/insert_invalidate", base_1t: false, goal: Goal::Info, goal_at: BOTH },
-    Row { name: "admit_fresh_complete_at_limit", op: "admit/fresh_complete_at_limit", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Info, goal_at: BOTH },
-    Row { name: "admit_sticky", op: "admit/sticky", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Info, goal_at: BOTH },
-    Row { name: "admit_sticky_vs_mutex", op: "admit/sticky", base: "admit/mutex_sticky", base_1t: false, goal: Goal::Info, goal_at: BOTH },
-    Row { name: "status_10", op: "status/arc_10", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
-    Row { name: "status_100k", op: "status/arc_100k", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
-    Row { name: "status_100k_vs_10", op: "status/arc_100k", base: "status/arc_10", base_1t: false, goal: Goal::Ratio(1.2), goal_at: BOTH },
-    Row { name: "status_sweeping", op: "status/arc_sweeping", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
-    Row { name: "status_with_10", op: "status/with_10", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
-    Row { name: "status_with_100k", op: "status/with_100k", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
-    Row { name: "status_with_100k_vs_10", op: "status/with_100k", base: "status/with_10", base_1t: false, goal: Goal::Ratio(1.2), goal_at: BOTH },
-    Row { name: "status_with_sweeping", op: "status/with_sweeping", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
-    Row { name: "status_vs_mutex", op: "status/arc_sweeping", base: "status/mutex_10k", base_1t: false, goal: Goal::Info, goal_at: BOTH },
-    Row { name: "sweep_idle_10k", op: "sweep/idle_10k", base: "baseline/dashmap_scan_10k", base_1t: true, goal: Goal::Ns(5.0), goal_at: BOTH },
-    Row { name: "sweep_idle_100k", op: "sweep/idle_100k", base: "baseline/dashmap_scan_100k", base_1t: true, goal: Goal::Ns(5.0), goal_at: BOTH },
-    Row { name: "sweep_changes_10k", op: "sweep/changes_10k", base: "baseline/dashmap_scan_10k", base_1t: true, goal: Goal::Ns(5.0), goal_at: ONE },
-    Row { name: "sweep_changes_100k", op: "sweep/changes_100k", base: "baseline/dashmap_scan_100k", base_1t: true, goal: Goal::Ns(5.0), goal_at: ONE },
-    Row { name: "sweep_vs_mutex", op: "sweep/idle_10k", base: "sweep/mutex_idle_10k", base_1t: true, goal: Goal::Info, goal_at: ONE },
-    Row { name: "mixed_vs_mutex", op: "mixed/registry", base: "mixed/mutex", base_1t: false, goal: Goal::Faster(3.0), goal_at: TWO },
-    Row { name: "mixed_vs_rwlock", op: "mixed/registry", base: "mixed/rwlock", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "heartbeat_by_id", op: "heartbeat/by_id", base: "baseline/dashmap_get_store", base_1t: false, goal: Goal::Ratio(1.5), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "heartbeat_handle", op: "heartbeat/handle", base: "baseline/atomic_cas", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "heartbeat_vs_mutex", op: "heartbeat/by_id", base: "heartbeat/mutex_by_id", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "admit_duplicate", op: "admit/duplicate", base: "baseline/dashmap_get_claim", base_1t: false, goal: Goal::Ratio(1.3), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "admit_duplicate_vs_moka", op: "admit/duplicate", base: "moka/get_hit", base_1t: false, goal: Goal::Ratio(1.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "admit_duplicate_vs_mutex", op: "admit/duplicate", base: "admit/mutex_duplicate", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "admit_fresh_complete", op: "admit/fresh_complete", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "admit_fresh_complete_vs_moka", op: "admit/fresh_complete", base: "moka/insert_invalidate", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "admit_fresh_complete_at_limit", op: "admit/fresh_complete_at_limit", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Ratio(3.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "admit_sticky", op: "admit/sticky", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "admit_sticky_vs_mutex", op: "admit/sticky", base: "admit/mutex_sticky", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "status_10", op: "status/arc_10", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "status_100k", op: "status/arc_100k", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "status_100k_vs_10", op: "status/arc_100k", base: "status/arc_10", base_1t: false, goal: Goal::Ratio(1.2), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "status_sweeping", op: "status/arc_sweeping", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "status_with_10", op: "status/with_10", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "status_with_100k", op: "status/with_100k", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "status_with_100k_vs_10", op: "status/with_100k", base: "status/with_10", base_1t: false, goal: Goal::Ratio(1.2), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "status_with_sweeping", op: "status/with_sweeping", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "status_vs_mutex", op: "status/arc_sweeping", base: "status/mutex_10k", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "sweep_idle_10k", op: "sweep/idle_10k", base: "baseline/dashmap_scan_10k", base_1t: true, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "sweep_idle_100k", op: "sweep/idle_100k", base: "baseline/dashmap_scan_100k", base_1t: true, goal: Goal::Ratio(2.0), goal_at: BOTH },
+    Row { metric: Metric::Median, name: "sweep_changes_10k", op: "sweep/changes_10k", base: "baseline/dashmap_scan_10k", base_1t: true, goal: Goal::Ns(5.0), goal_at: ONE },
+    Row { metric: Metric::Median, name: "sweep_changes_100k", op: "sweep/changes_100k", base: "baseline/dashmap_scan_100k", base_1t: true, goal: Goal::Ns(5.0), goal_at: ONE },
+    Row { metric: Metric::Median, name: "sweep_vs_mutex", op: "sweep/idle_10k", base: "sweep/mutex_idle_10k", base_1t: true, goal: Goal::Info, goal_at: ONE },
+    Row { metric: Metric::P999, name: "tail_p999_vs_mutex", op: "tail/registry", base: "tail/mutex", base_1t: false, goal: Goal::Ratio(1.0), goal_at: BOTH },
+    Row { metric: Metric::Max, name: "tail_max_vs_mutex", op: "tail/registry", base: "tail/mutex", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "mixed_vs_mutex", op: "mixed/registry", base: "mixed/mutex", base_1t: false, goal: Goal::Faster(3.0), goal_at: TWO },
+    Row { metric: Metric::Median, name: "mixed_vs_rwlock", op: "mixed/registry", base: "mixed/rwlock", base_1t: false, goal: Goal::Info, goal_at: BOTH },
 ];
 
 /// One measured bench: ns per element (criterion's median) and elements per iteration.
@@ -81,7 +95,7 @@ struct Measured {
     ns: f64,
 }
 
-fn criterion_home() -> PathBuf {
+pub fn criterion_home() -> PathBuf {
     if let Some(h) = std::env::var_os("CRITERION_HOME") {
         return h.into();
     }
@@ -93,6 +107,26 @@ fn criterion_home() -> PathBuf {
         .ok()
         .and_then(|p| p.ancestors().nth(3).map(|t| t.join("criterion")))
         .unwrap_or_else(|| "target/criterion".into())
+}
+
+/// The figure `metric` of bench `id`, if this run (started at `since`) wrote it.
+fn load_metric(home: &Path, id: &str, metric: Metric, since: SystemTime) -> Option<Measured> {
+    let field = match metric {
+        Metric::Median => return load(home, id, since),
+        Metric::P999 => "p999",
+        Metric::Max => "max",
+    };
+    let file = home.join(id).join("tail.json");
+    let fresh = std::fs::metadata(&file)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= since);
+    if !fresh {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
+    Some(Measured {
+        ns: v[field].as_f64()?,
+    })
 }
 
 /// The estimate for `id`, if this run (started at `since`) wrote it.
@@ -153,8 +187,10 @@ pub fn finish(started: SystemTime) -> i32 {
         for threads in [1usize, 2] {
             let op = format!("{}/{threads}t", row.op);
             let base = format!("{}/{}t", row.base, if row.base_1t { 1 } else { threads });
-            let (Some(m), Some(b)) = (load(&home, &op, started), load(&home, &base, started))
-            else {
+            let (Some(m), Some(b)) = (
+                load_metric(&home, &op, row.metric, started),
+                load_metric(&home, &base, row.metric, started),
+            ) else {
                 continue;
             };
             rows += 1;
@@ -172,10 +208,15 @@ pub fn finish(started: SystemTime) -> i32 {
                 Some(false) => "FAIL",
                 None => "-",
             };
+            let what = match row.metric {
+                Metric::Median => row.op.to_string(),
+                Metric::P999 => format!("{} p99.9", row.op),
+                Metric::Max => format!("{} max", row.op),
+            };
             let _ = writeln!(
                 out,
                 "| {} | {threads} | {:.1} | {:.1} | {} | {:.1} | {:.2} | {} | {result} |",
-                row.op,
+                what,
                 m.ns,
                 1e3 / m.ns,
                 row.base,

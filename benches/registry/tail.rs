@@ -1,0 +1,127 @@
+//! Tail latency of the hot path at steady state: fresh admit + complete at the default
+//! retained-claims bound (so every completion evicts), while another thread sweeps every
+//! millisecond, on the registry and on the `Mutex<HashMap>` registry doing the same.
+//!
+//! Every operation is timed on its own (`Instant`, wall time: preemption and lock waits count)
+//! into an HDR histogram; criterion's own estimate is the mean. The percentiles of all operations
+//! timed in this run (warm-up included) are written to `<criterion home>/tail/<name>/<n>t/tail.json`
+//! for the report (`report.rs`), which shows p99.9 and max next to the naive registry's.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use hdrhistogram::Histogram;
+use worker_registry::{DeliveryId, InMemoryRegistry, DEFAULT_MAX_RETAINED_CLAIMS};
+
+use crate::common::{config, events, id, run, Fixture, Ring, THREADS, WORKERS};
+use crate::naive::{populate, MutexRegistry, Router};
+
+/// Fresh deliveries per thread: more than the retained bound, so a reused one was evicted long ago.
+const POOL: usize = 1 << 17;
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Fills `r` to the retained-claims bound with completed claims (untimed).
+fn fill<R: Router + ?Sized>(r: &R, targets: &[worker_registry::Target]) {
+    let extra = events(DEFAULT_MAX_RETAINED_CLAIMS + 1024, 0xdead);
+    for (i, e) in extra.iter().enumerate() {
+        let t = &targets[i % targets.len()];
+        r.admit(t, e);
+        r.complete(t, e);
+    }
+}
+
+/// One flavour at `threads` threads: the timed loop, a sweeper beside it, and the percentiles.
+fn measure<R: Router + ?Sized>(
+    c: &mut Criterion,
+    name: &str,
+    threads: usize,
+    r: &R,
+    targets: &[worker_registry::Target],
+) {
+    let ring = Ring::new(WORKERS);
+    let pools: Vec<Vec<DeliveryId>> = (0..threads as u32)
+        .map(|t| events(POOL, 0x7a11 + t))
+        .collect();
+    let next = Mutex::new(vec![0usize; threads]);
+    let all = Mutex::new(histogram());
+    let stop = AtomicBool::new(false);
+    let mut g = c.benchmark_group("tail");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Relaxed: a stop flag; nothing is published through it.
+            while !stop.load(Ordering::Relaxed) {
+                black_box(r.sweep());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        g.throughput(criterion::Throughput::Elements(threads as u64));
+        g.bench_function(id(name, threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |t| {
+                    let (ring, pool, next, all) = (&ring, &pools[t], &next, &all);
+                    move |iters| {
+                        let mut h = histogram();
+                        let mut k = next.lock().unwrap()[t];
+                        let started = Instant::now();
+                        for i in 0..iters {
+                            let tg = &targets[ring.at(t, i)];
+                            let e = &pool[k & (POOL - 1)];
+                            k = k.wrapping_add(1);
+                            let t0 = Instant::now();
+                            black_box(r.admit(tg, e));
+                            black_box(r.complete(tg, e));
+                            let ns = t0.elapsed().as_nanos() as u64;
+                            let _ = h.record(ns.max(1));
+                        }
+                        let took = started.elapsed();
+                        next.lock().unwrap()[t] = k;
+                        let _ = all.lock().unwrap().add(&h);
+                        took
+                    }
+                })
+            })
+        });
+        // Relaxed: see above.
+        stop.store(true, Ordering::Relaxed);
+    });
+    g.finish();
+    let h = all.into_inner().unwrap();
+    if h.is_empty() {
+        return; // filtered out of this run
+    }
+    let dir = crate::report::criterion_home()
+        .join("tail")
+        .join(name)
+        .join(format!("{threads}t"));
+    let _ = std::fs::create_dir_all(&dir);
+    let json = format!(
+        "{{\"count\":{},\"p50\":{},\"p99\":{},\"p999\":{},\"max\":{}}}\n",
+        h.len(),
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.99),
+        h.value_at_quantile(0.999),
+        h.max()
+    );
+    let _ = std::fs::write(dir.join("tail.json"), json);
+}
+
+pub fn bench(c: &mut Criterion) {
+    for threads in THREADS {
+        let f = Fixture::with(InMemoryRegistry::new(config()), WORKERS);
+        fill(&f.registry, &f.targets);
+        measure(c, "registry", threads, &f.registry, &f.targets);
+        drop(f);
+
+        let targets = crate::common::targets(WORKERS);
+        let m = MutexRegistry::new(1 << 20);
+        populate(&m, &targets, &events(WORKERS, 0xfeed));
+        fill(&m, &targets);
+        measure(c, "mutex", threads, &m, &targets);
+    }
+}
