@@ -1,7 +1,8 @@
 //! The one place where the registry gets its shared-memory primitives.
 //!
-//! Everything the registry shares between threads (atomics, `Arc`, the sharded maps, the published
-//! snapshot cell and the sweep mutex) is imported from here and nowhere else. Normally these are
+//! Everything the registry shares between threads (atomics, `Arc`, the sharded maps and shards,
+//! the published snapshot cell, the sweep mutex and the channel that announces new workers) is
+//! imported from here and nowhere else. Normally these are
 //! `std` atomics, [`dashmap::DashMap`] and [`arc_swap::ArcSwap`]. Under
 //! `RUSTFLAGS="--cfg worker_registry_loom"` (which also pulls in the `loom` dependency) they become
 //! loom types, so the models in `loom-tests/` explore every interleaving of the *real*
@@ -28,10 +29,14 @@ use std::hash::Hash;
 #[cfg(not(worker_registry_loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(worker_registry_loom))]
+pub(crate) use std::sync::mpsc::{channel, Receiver, Sender};
+#[cfg(not(worker_registry_loom))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 
 #[cfg(worker_registry_loom)]
 pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(worker_registry_loom)]
+pub(crate) use loom::sync::mpsc::{channel, Receiver, Sender};
 #[cfg(worker_registry_loom)]
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 
@@ -51,6 +56,206 @@ pub(crate) fn hasher() -> Hasher {
     #[cfg(worker_registry_loom)]
     {
         ahash::RandomState::with_seeds(1, 2, 3, 4)
+    }
+}
+
+/// The keyed hash of a network-supplied key (a target, a delivery id), computed once when the key
+/// is validated and stored with it. One `ahash::RandomState` per process, seeded randomly on first
+/// use (fixed under loom): maps that use the stored hash keep their HashDoS resistance, since an
+/// attacker cannot predict it.
+#[inline]
+pub(crate) fn key_hash<T: Hash + ?Sized>(value: &T) -> u64 {
+    static KEYS: std::sync::OnceLock<Hasher> = std::sync::OnceLock::new();
+    KEYS.get_or_init(hasher).hash_one(value)
+}
+
+/// A fixed set of shards, each a `T` on its own cache line, picked by a key's stored hash, plus
+/// one `u64` **mark** per shard, all marks packed together (eight to a cache line) so that finding
+/// the shard with the smallest mark reads a few cache lines, not one per shard. A mark is a hint
+/// (say, the age of the oldest thing in the shard) written by whoever holds the shard's lock and
+/// read by anyone without it; nothing may depend on it being current.
+///
+/// Under loom every distinct hash gets a shard of its own, created on first use (as with
+/// [`ShardMap`]), so keys never share a shard lock in a model.
+#[cfg(not(worker_registry_loom))]
+pub(crate) struct Shards<T> {
+    shards: Box<[crossbeam_utils::CachePadded<T>]>,
+    marks: Box<[std::sync::atomic::AtomicU64]>,
+    mask: u64,
+}
+
+/// A shard of a [`Shards`] and its place among them.
+#[cfg(not(worker_registry_loom))]
+pub(crate) struct ShardRef<'a, T> {
+    shard: &'a T,
+    index: usize,
+}
+
+#[cfg(not(worker_registry_loom))]
+impl<T> std::ops::Deref for ShardRef<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        self.shard
+    }
+}
+
+#[cfg(not(worker_registry_loom))]
+impl<T> Shards<T> {
+    /// Which bits of a stored key hash pick a shard: above the bits hashbrown uses to place an
+    /// entry in a shard's table, below the seven it keeps as the entry's tag, so within one shard
+    /// neither loses any spread.
+    const SHIFT: u32 = 40;
+
+    /// `n` shards (a power of two), each made by `make`, every mark `mark`.
+    pub(crate) fn new(n: usize, make: fn() -> T, mark: u64) -> Self {
+        Self {
+            shards: (0..n)
+                .map(|_| crossbeam_utils::CachePadded::new(make()))
+                .collect(),
+            marks: (0..n)
+                .map(|_| std::sync::atomic::AtomicU64::new(mark))
+                .collect(),
+            mask: n as u64 - 1,
+        }
+    }
+
+    /// The shard for a key with this stored hash.
+    #[inline]
+    pub(crate) fn of(&self, hash: u64) -> ShardRef<'_, T> {
+        let index = ((hash >> Self::SHIFT) & self.mask) as usize;
+        ShardRef {
+            shard: &*self.shards[index],
+            index,
+        }
+    }
+
+    /// Visits every shard, in order.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(ShardRef<'_, T>)) {
+        for (index, shard) in self.shards.iter().enumerate() {
+            f(ShardRef {
+                shard: &**shard,
+                index,
+            });
+        }
+    }
+
+    /// Sets a shard's mark. Relaxed: a hint (see the type's documentation).
+    #[inline]
+    pub(crate) fn set_mark(&self, shard: &ShardRef<'_, T>, mark: u64) {
+        let m = &self.marks[shard.index];
+        if m.load(std::sync::atomic::Ordering::Relaxed) != mark {
+            m.store(mark, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The shard with the smallest mark (the first of equals), unless every mark is `u64::MAX`.
+    /// Relaxed loads: hints.
+    #[inline]
+    pub(crate) fn min_mark(&self) -> Option<ShardRef<'_, T>> {
+        let mut best = (u64::MAX, 0usize);
+        for (i, m) in self.marks.iter().enumerate() {
+            let v = m.load(std::sync::atomic::Ordering::Relaxed);
+            if v < best.0 {
+                best = (v, i);
+            }
+        }
+        (best.0 != u64::MAX).then(|| ShardRef {
+            shard: &*self.shards[best.1],
+            index: best.1,
+        })
+    }
+}
+
+#[cfg(worker_registry_loom)]
+pub(crate) struct Shards<T> {
+    make: fn() -> T,
+    mark: u64,
+    /// A `std` mutex loom does not see: its critical sections contain no loom operation.
+    #[allow(clippy::type_complexity)]
+    shards: std::sync::Mutex<
+        std::collections::BTreeMap<u64, std::sync::Arc<(T, std::sync::atomic::AtomicU64)>>,
+    >,
+}
+
+#[cfg(worker_registry_loom)]
+pub(crate) struct ShardRef<'a, T> {
+    shard: std::sync::Arc<(T, std::sync::atomic::AtomicU64)>,
+    _shards: std::marker::PhantomData<&'a T>,
+}
+
+#[cfg(worker_registry_loom)]
+impl<T> std::ops::Deref for ShardRef<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.shard.0
+    }
+}
+
+#[cfg(worker_registry_loom)]
+impl<T> Shards<T> {
+    pub(crate) fn new(_n: usize, make: fn() -> T, mark: u64) -> Self {
+        Self {
+            make,
+            mark,
+            shards: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+        }
+    }
+
+    fn wrap<'a>(shard: std::sync::Arc<(T, std::sync::atomic::AtomicU64)>) -> ShardRef<'a, T> {
+        ShardRef {
+            shard,
+            _shards: std::marker::PhantomData,
+        }
+    }
+
+    pub(crate) fn of(&self, hash: u64) -> ShardRef<'_, T> {
+        let mut shards = self.shards.lock().unwrap();
+        let shard = shards
+            .entry(hash)
+            .or_insert_with(|| {
+                std::sync::Arc::new(((self.make)(), std::sync::atomic::AtomicU64::new(self.mark)))
+            })
+            .clone();
+        Self::wrap(shard)
+    }
+
+    /// Visits every shard that exists, in hash order; one created meanwhile is visited if it sorts
+    /// after the cursor.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(ShardRef<'_, T>)) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let mut cursor: Option<u64> = None;
+        loop {
+            let next = {
+                let shards = self.shards.lock().unwrap();
+                let lower = cursor.map_or(Unbounded, Excluded);
+                shards
+                    .range((lower, Unbounded))
+                    .next()
+                    .map(|(h, s)| (*h, s.clone()))
+            };
+            let Some((h, shard)) = next else { break };
+            cursor = Some(h);
+            f(Self::wrap(shard));
+        }
+    }
+
+    /// Marks are `std` atomics under loom too: hints decide nothing, so they add no states.
+    pub(crate) fn set_mark(&self, shard: &ShardRef<'_, T>, mark: u64) {
+        shard
+            .shard
+            .1
+            .store(mark, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn min_mark(&self) -> Option<ShardRef<'_, T>> {
+        let shards = self.shards.lock().unwrap();
+        shards
+            .values()
+            .filter(|s| s.1.load(std::sync::atomic::Ordering::Relaxed) != u64::MAX)
+            .min_by_key(|s| s.1.load(std::sync::atomic::Ordering::Relaxed))
+            .cloned()
+            .map(Self::wrap)
     }
 }
 
@@ -74,12 +279,6 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     {
         m.lock().unwrap()
     }
-}
-
-/// Locks `m` if no one holds it; `None` if someone does (or, in std, if it is poisoned by a panic
-/// elsewhere, which only means a sweep must be retried later).
-pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
-    m.try_lock().ok()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -109,17 +308,6 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         self.inner.get(key).map(|r| f(r.value()))
-    }
-
-    /// Runs `f` on the value for `key` under that shard's write lock, if there is one. Unlike
-    /// [`update`](Self::update) it takes the key by reference: it can change a value, never insert.
-    #[inline]
-    pub(crate) fn get_mut_with<Q, R>(&self, key: &Q, f: impl FnOnce(&mut V) -> R) -> Option<R>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.inner.get_mut(key).map(|mut r| f(r.value_mut()))
     }
 
     /// Runs `f` on the slot for `key` under that shard's write lock; `f` sees the current value
@@ -171,16 +359,6 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
             f(r.key(), r.value());
         }
     }
-
-    /// Keeps the entries for which `f` returns true, one shard (write-locked) at a time.
-    pub(crate) fn retain(&self, mut f: impl FnMut(&K, &mut V) -> bool) {
-        self.inner.retain(|k, v| f(k, v));
-    }
-
-    /// Number of entries (sums the shards; approximate under concurrent change).
-    pub(crate) fn len(&self) -> usize {
-        self.inner.len()
-    }
 }
 
 /// The published status snapshot: `ArcSwap` normally (readers never block, never wait for writers).
@@ -210,9 +388,10 @@ impl<T> SnapshotCell<T> {
         f(&self.inner.load())
     }
 
-    /// Publishes a new value; readers holding the old one keep it until they drop it.
-    pub(crate) fn store(&self, value: std::sync::Arc<T>) {
-        self.inner.store(value);
+    /// Publishes a new value and returns the one it replaced; readers holding the old one keep it
+    /// until they drop it (its reference count says whether any still does).
+    pub(crate) fn swap(&self, value: std::sync::Arc<T>) -> std::sync::Arc<T> {
+        self.inner.swap(value)
     }
 }
 
@@ -298,16 +477,6 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
         value.as_ref().map(f)
     }
 
-    pub(crate) fn get_mut_with<Q, R>(&self, key: &Q, f: impl FnOnce(&mut V) -> R) -> Option<R>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let slot = self.slot(key)?;
-        let mut value = slot.value.lock().unwrap();
-        value.as_mut().map(f)
-    }
-
     pub(crate) fn update<R>(&self, key: K, f: impl FnOnce(Option<&mut V>) -> (Op<V>, R)) -> R {
         let slot = self.slot_or_create(key);
         let mut value = slot.value.lock().unwrap();
@@ -363,25 +532,6 @@ impl<K: Eq + Hash, V> ShardMap<K, V> {
             }
         }
     }
-
-    pub(crate) fn retain(&self, mut f: impl FnMut(&K, &mut V) -> bool) {
-        let mut cursor = None;
-        while let Some((pos, slot)) = self.next_slot(cursor) {
-            cursor = Some(pos);
-            let mut value = slot.value.lock().unwrap();
-            if let Some(v) = value.as_mut() {
-                if !f(&slot.key, v) {
-                    *value = None;
-                }
-            }
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        let mut n = 0;
-        self.for_each(|_, _| n += 1);
-        n
-    }
 }
 
 /// The published status snapshot: a loom mutex around a (std) `Arc` under loom. The snapshot's
@@ -409,8 +559,8 @@ impl<T> SnapshotCell<T> {
         f(&self.load())
     }
 
-    pub(crate) fn store(&self, value: std::sync::Arc<T>) {
-        *self.inner.lock().unwrap() = value;
+    pub(crate) fn swap(&self, value: std::sync::Arc<T>) -> std::sync::Arc<T> {
+        std::mem::replace(&mut *self.inner.lock().unwrap(), value)
     }
 }
 

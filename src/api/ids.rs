@@ -198,7 +198,8 @@ pub const MAX_DELIVERY_ID_LEN: usize = 255;
 ///
 /// Validated on construction: `owner/name` with GitHub's character set and length limits, and a
 /// number of at least 1. GitHub treats names case-insensitively, so the name is stored lower-cased
-/// and `Octo/Repo#1` and `octo/repo#1` are the same target. Cloning is cheap (the name is shared).
+/// and `Octo/Repo#1` and `octo/repo#1` are the same target. Cloning is cheap (one pointer is
+/// shared), and its hash is computed once, here, keyed with the process's random seed.
 ///
 /// # Examples
 ///
@@ -211,10 +212,16 @@ pub const MAX_DELIVERY_ID_LEN: usize = 255;
 /// assert!(Target::new("no-slash", 1).is_err());
 /// assert!(Target::new("a/b", 0).is_err());
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Target {
-    repo: Arc<str>,
+#[derive(Clone)]
+pub struct Target(Arc<TargetInner>);
+
+/// A target's parts and its hash, computed once when it is validated.
+struct TargetInner {
+    /// Keyed with the process's random seed (see `crate::sync::key_hash`), so maps can use it
+    /// directly without an attacker being able to choose colliding targets.
+    hash: u64,
     number: u64,
+    repo: Box<str>,
 }
 
 impl Target {
@@ -224,20 +231,58 @@ impl Target {
         if number == 0 {
             return Err(TargetError::ZeroNumber);
         }
-        Ok(Self {
-            repo: Arc::from(repo_full_name.to_ascii_lowercase()),
-            number,
-        })
+        let repo: Box<str> = repo_full_name.to_ascii_lowercase().into_boxed_str();
+        let hash = crate::sync::key_hash(&(repo.as_ref(), number));
+        Ok(Self(Arc::new(TargetInner { hash, number, repo })))
     }
 
     /// The repository full name, `owner/name`, lower-cased.
     pub fn repo(&self) -> &str {
-        &self.repo
+        &self.0.repo
     }
 
     /// The pull request or issue number.
     pub fn number(&self) -> u64 {
-        self.number
+        self.0.number
+    }
+
+    /// The target's keyed hash, computed once at validation.
+    #[inline]
+    pub(crate) fn key_hash(&self) -> u64 {
+        self.0.hash
+    }
+}
+
+impl PartialEq for Target {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.hash == other.0.hash
+                && self.0.number == other.0.number
+                && self.0.repo == other.0.repo)
+    }
+}
+
+impl Eq for Target {}
+
+impl std::hash::Hash for Target {
+    /// Feeds the precomputed keyed hash (equal targets have equal hashes).
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0.hash);
+    }
+}
+
+impl PartialOrd for Target {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Target {
+    /// By repository, then number.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.repo(), self.number()).cmp(&(other.repo(), other.number()))
     }
 }
 
@@ -294,7 +339,7 @@ fn validate_repo(full: &str) -> Result<(), TargetError> {
 
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}#{}", self.repo, self.number)
+        write!(f, "{}#{}", self.repo(), self.number())
     }
 }
 
@@ -385,6 +430,8 @@ impl std::error::Error for TargetError {}
 /// A webhook delivery id (GitHub's `X-GitHub-Delivery`): non-empty, at most 255 bytes of visible ASCII.
 ///
 /// A redelivery carries the same id, which is what makes deduplication possible. Cloning is cheap.
+/// Its hash is computed once, here, keyed with the process's random seed; a canonical UUID (the
+/// shape of GitHub's ids) is also kept as its 16 bytes, which is all the registry stores of it.
 ///
 /// # Examples
 ///
@@ -396,8 +443,14 @@ impl std::error::Error for TargetError {}
 /// assert!(DeliveryId::new("").is_err());
 /// assert!(DeliveryId::new("has space").is_err());
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DeliveryId(Arc<str>);
+#[derive(Clone)]
+pub struct DeliveryId {
+    text: Arc<str>,
+    /// Keyed with the process's random seed; see [`Target`]'s.
+    hash: u64,
+    /// The 16 bytes of a canonical (lower-case, hyphenated) UUID, the shape of GitHub's ids.
+    uuid: Option<[u8; 16]>,
+}
 
 impl DeliveryId {
     /// Validates and wraps a delivery id.
@@ -414,24 +467,141 @@ impl DeliveryId {
         if let Some(b) = id.bytes().find(|b| !b.is_ascii_graphic()) {
             return Err(DeliveryIdError::BadByte { found: b });
         }
-        Ok(Self(Arc::from(id)))
+        let uuid = parse_uuid(id);
+        Ok(Self {
+            hash: delivery_hash(uuid.as_ref(), id),
+            text: Arc::from(id),
+            uuid,
+        })
     }
 
     /// The id as text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
+    }
+
+    /// The id's keyed hash, computed once at validation.
+    #[inline]
+    pub(crate) fn key_hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// The id's 16 bytes, if it is a canonical UUID (then it is exactly its rendering).
+    #[inline]
+    pub(crate) fn uuid(&self) -> Option<&[u8; 16]> {
+        self.uuid.as_ref()
+    }
+
+    /// The id whose canonical rendering is this UUID.
+    pub(crate) fn from_uuid(bytes: [u8; 16]) -> Self {
+        let text = render_uuid(&bytes);
+        Self {
+            hash: delivery_hash(Some(&bytes), &text),
+            text: Arc::from(text.as_str()),
+            uuid: Some(bytes),
+        }
+    }
+
+    /// The id's text, shared.
+    pub(crate) fn shared_text(&self) -> &Arc<str> {
+        &self.text
+    }
+
+    /// An id from text that was validated before (the registry's own copy of one).
+    pub(crate) fn from_validated(text: Arc<str>) -> Self {
+        Self {
+            hash: delivery_hash(None, &text),
+            uuid: None,
+            text,
+        }
+    }
+}
+
+/// A delivery id's keyed hash: of its 16 bytes if it is a canonical UUID, else of its text (the
+/// two are told apart, and a UUID always takes the first form, so equal ids hash equally).
+#[inline]
+pub(crate) fn delivery_hash(uuid: Option<&[u8; 16]>, text: &str) -> u64 {
+    match uuid {
+        Some(bytes) => crate::sync::key_hash(&(0u8, bytes)),
+        None => crate::sync::key_hash(&(1u8, text)),
+    }
+}
+
+/// The 16 bytes of `s` if it is a canonical UUID: 36 characters, lower-case hex digits, hyphens
+/// after the 8th, 12th, 16th and 20th digit. Anything else (upper case included) is not, so that
+/// the bytes render back to exactly `s`.
+fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let b = s.as_bytes();
+    if b.len() != 36 || b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut out = [0u8; 16];
+    let mut digits = b.iter().copied().filter(|c| *c != b'-');
+    for byte in &mut out {
+        let hi = nibble(digits.next()?)?;
+        let lo = nibble(digits.next()?)?;
+        *byte = (hi << 4) | lo;
+    }
+    Some(out)
+}
+
+fn render_uuid(bytes: &[u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(36);
+    for (i, byte) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push(HEX[usize::from(byte >> 4)] as char);
+        s.push(HEX[usize::from(byte & 15)] as char);
+    }
+    s
+}
+
+impl PartialEq for DeliveryId {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.text == other.text
+    }
+}
+
+impl Eq for DeliveryId {}
+
+impl std::hash::Hash for DeliveryId {
+    /// Feeds the precomputed keyed hash (equal ids have equal hashes).
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialOrd for DeliveryId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for DeliveryId {
+    /// By text.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.text.cmp(&other.text)
     }
 }
 
 impl fmt::Display for DeliveryId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.text)
     }
 }
 
 impl fmt::Debug for DeliveryId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DeliveryId({})", &self.0)
+        write!(f, "DeliveryId({})", &self.text)
     }
 }
 

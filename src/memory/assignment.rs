@@ -1,8 +1,8 @@
 //! Assignment: `assign` and `admit` (claim and assign in one critical section), and the creation
 //! of workers under the capacity limit.
 
-use super::claims::{Claim, ClaimKey};
 use super::record::WorkerRecord;
+use super::table::{pair_hash, DeliveryKey, InFlight};
 use super::InMemoryRegistry;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
@@ -50,8 +50,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     ///   held by that worker, in the same critical section;
     /// * if assignment is rejected, **no claim is left behind**: the redelivery can be admitted later.
     ///
-    /// **Locking behaviour:** a duplicate is one claims-shard read lock, no allocation. A new delivery
-    /// holds its claims-shard write lock while it assigns (targets shard, then workers shard).
+    /// **Locking behaviour:** one claims-shard lock for the whole decision (a duplicate is one probe
+    /// under it); a new delivery holds it while it assigns (targets shard, then workers shard). No
+    /// allocation on either path once the shard has room.
     ///
     /// # Examples
     ///
@@ -66,40 +67,44 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// assert!(second.token > first.token);
     /// ```
     pub fn admit(&self, target: &Target, event: &DeliveryId) -> Admission {
-        let now = self.now_ms();
-        if let Some(dup) = self.live_claim(target, event, now) {
-            self.inner.counters.duplicates.inc();
-            return Admission::Duplicate(dup);
-        }
-        let key = ClaimKey {
-            target: target.clone(),
-            event: event.clone(),
-        };
-        self.inner.claims.update(key, |slot| {
-            if let Some(existing) = &slot {
-                if let Some(dup) = self.duplicate_of(existing, now) {
-                    self.inner.counters.duplicates.inc();
-                    return (Op::Keep, Admission::Duplicate(dup));
-                }
+        let hash = pair_hash(target, event.key_hash());
+        let outcome = self.inner.claims.with(hash, |shard| {
+            // Read the clock only when needed: a redelivery of an in-flight delivery does not.
+            let mut read: Option<u64> = None;
+            let mut now = || *read.get_or_insert_with(|| self.now_ms());
+            let loc = shard.find(hash, target, event);
+            if let Some(dup) = loc.and_then(|l| self.duplicate_at(shard, l, &mut now)) {
+                return Admission::Duplicate(dup);
             }
+            let now = now();
             match self.assign_at(target, now, true) {
                 Ok((assignment, holder)) => {
-                    if let Some(existing) = &slot {
-                        self.forget_if_completed(existing);
-                    }
-                    let claim = Claim {
+                    // The claim keeps the worker's own copy of the target: one shared allocation
+                    // for all of a worker's claims, whoever parsed the delivery.
+                    let kept = holder
+                        .as_ref()
+                        .and_then(|h| h.target.clone())
+                        .unwrap_or_else(|| target.clone());
+                    let claim = InFlight {
+                        hash,
+                        target: kept,
+                        delivery: DeliveryKey::of(event),
                         holder,
                         claimed_at: now,
-                        completed_at: None,
                         stuck: false,
                     };
-                    (Op::Put(claim), Admission::Assigned(assignment))
+                    self.put_claim(shard, hash, loc, claim);
+                    Admission::Assigned(assignment)
                 }
-                // A released or expired claim stays as it was (it blocks nothing, and the sweeper
+                // A released or expired claim stays as it was (it blocks nothing, and the sweep
                 // still reports it); a vacant slot stays vacant.
-                Err(rejection) => (Op::Keep, Admission::Rejected(rejection)),
+                Err(rejection) => Admission::Rejected(rejection),
             }
-        })
+        });
+        if let Admission::Duplicate(_) = outcome {
+            self.inner.counters.duplicates.inc();
+        }
+        outcome
     }
 
     /// Assigns `target` at `now`; with `want_holder`, also returns the worker record for a claim.
@@ -129,7 +134,7 @@ impl<C: Clock> InMemoryRegistry<C> {
                     }
                 }
                 // Vacant, or mapped to a dead worker: create one if capacity allows.
-                match self.create_worker(Some(target.clone()), now, true) {
+                match self.create_worker(Some(target.clone()), now, true, want_holder) {
                     Ok(rec) => {
                         let a = Assignment {
                             worker: rec.id,
@@ -168,7 +173,17 @@ impl<C: Clock> InMemoryRegistry<C> {
         rec: &Arc<WorkerRecord>,
         want_holder: bool,
     ) -> Result<(Assignment, Option<Arc<WorkerRecord>>), Word> {
-        rec.state.transition(state::assign)?;
+        // The claim is counted on the worker before the CAS that places it: a death that follows
+        // the CAS then sees it (and has the sweep release it); a refused CAS takes it back.
+        if want_holder {
+            rec.hold();
+        }
+        if let Err(w) = rec.state.transition(state::assign) {
+            if want_holder {
+                rec.unhold();
+            }
+            return Err(w);
+        }
         let a = Assignment {
             worker: rec.id,
             token: rec.next_token(),
@@ -183,6 +198,7 @@ impl<C: Clock> InMemoryRegistry<C> {
         target: Option<Target>,
         now: u64,
         assigned: bool,
+        holds_claim: bool,
     ) -> Result<Arc<WorkerRecord>, RegistryError> {
         let inner = &*self.inner;
         let limit = inner.config.max_workers();
@@ -214,9 +230,18 @@ impl<C: Clock> InMemoryRegistry<C> {
             return Err(RegistryError::IdsExhausted);
         }
         let id = WorkerId::new(raw);
-        let rec = Arc::new(WorkerRecord::new(id, target, now, wall, assigned));
+        let rec = Arc::new(WorkerRecord::new(
+            id,
+            target,
+            now,
+            wall,
+            assigned,
+            holds_claim,
+        ));
         inner.events.created(&rec);
         inner.workers.insert(id, rec.clone());
+        // The roster lives as long as the registry, so the receiver is never gone.
+        let _ = inner.newborns.send(rec.clone());
         Ok(rec)
     }
 }

@@ -1,14 +1,8 @@
-//! Claims: which (target, delivery) pairs are being handled or were handled recently, and the
-//! calls that change them (`claim`, `release`, `complete`, `complete_by`).
-//!
-//! The claims map is keyed by `(Target, DeliveryId)`. Looking a pair up must not allocate (the
-//! redelivery path is hot), yet the map owns its keys, so lookups borrow the key as
-//! `dyn ClaimKeyRef`: a pair of references hashes and compares exactly like the owned key.
-
-use std::borrow::Borrow;
-use std::hash::{Hash, Hasher};
+//! Claims: where a (target, delivery) pair stands, and the calls that change it (`claim`,
+//! `release`, `complete`, `complete_by`). The storage is the claims table (`table.rs`).
 
 use super::record::WorkerRecord;
+use super::table::{pair_hash, DeliveryKey, Found, InFlight, Loc, PutOutcome, Shard};
 use super::InMemoryRegistry;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
@@ -16,109 +10,39 @@ use crate::api::outcome::{AlreadyClaimed, ClaimOutcome, ClaimState};
 use crate::api::report::ReleaseReason;
 use crate::api::status::Status;
 use crate::clock::Clock;
-use crate::sync::{Arc, Op, Ordering};
+use crate::sync::{Arc, Ordering};
 
-/// The owned key of a claim.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct ClaimKey {
-    pub(crate) target: Target,
-    pub(crate) event: DeliveryId,
-}
-
-/// Anything that can stand for a claim key in a lookup.
-pub(crate) trait ClaimKeyRef {
-    fn target(&self) -> &Target;
-    fn event(&self) -> &DeliveryId;
-}
-
-impl ClaimKeyRef for ClaimKey {
-    fn target(&self) -> &Target {
-        &self.target
-    }
-    fn event(&self) -> &DeliveryId {
-        &self.event
-    }
-}
-
-impl ClaimKeyRef for (&Target, &DeliveryId) {
-    fn target(&self) -> &Target {
-        self.0
-    }
-    fn event(&self) -> &DeliveryId {
-        self.1
-    }
-}
-
-impl<'a> Borrow<dyn ClaimKeyRef + 'a> for ClaimKey {
-    fn borrow(&self) -> &(dyn ClaimKeyRef + 'a) {
-        self
-    }
-}
-
-impl Hash for dyn ClaimKeyRef + '_ {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.target().hash(state);
-        self.event().hash(state);
-    }
-}
-
-impl PartialEq for dyn ClaimKeyRef + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        self.target() == other.target() && self.event() == other.event()
-    }
-}
-
-impl Eq for dyn ClaimKeyRef + '_ {}
-
-impl Hash for ClaimKey {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // Must hash exactly as the borrowed form does.
-        (self as &dyn ClaimKeyRef).hash(state);
-    }
-}
-
-/// One claim. Mutated only under its map shard's write lock, so its fields are plain.
-pub(crate) struct Claim {
-    /// The worker handling it; `None` for a bare claim not yet bound to one.
-    pub(crate) holder: Option<Arc<WorkerRecord>>,
-    pub(crate) claimed_at: u64,
-    pub(crate) completed_at: Option<u64>,
-    /// Released by a sweep because it stayed in flight longer than `max_in_flight`; kept (as a
-    /// tombstone) so that the stuck worker's late completion is refused as released.
-    pub(crate) stuck: bool,
-}
-
-/// Where a claim stands at a given time.
+/// Where an in-flight claim stands at a given time (a retained one is a duplicate until its
+/// retention ends).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Standing {
-    /// Its worker is alive and it is not completed: a redelivery is a duplicate.
+    /// Its worker is alive: a redelivery is a duplicate.
     InFlight,
-    /// Completed within the retention window: a redelivery is a duplicate.
-    Completed,
-    /// Its worker died (or an unbound claim was never picked up): a redelivery runs again.
+    /// Its worker died, it was stuck, or an unbound claim was never picked up: a redelivery runs
+    /// again.
     Released(ReleaseReason),
-    /// Completed longer ago than the retention window: forgotten.
-    Expired,
 }
 
-impl Claim {
-    pub(crate) fn standing(&self, now_ms: u64, retention_ms: u64, unbound_ms: u64) -> Standing {
+impl InFlight {
+    /// Where this in-flight claim stands at `now_ms` (`unbound_ms`: how long a bare claim may
+    /// wait for its completion).
+    #[inline]
+    pub(crate) fn standing(&self, now_ms: u64, unbound_ms: u64) -> Standing {
+        self.standing_lazy(|| now_ms, unbound_ms)
+    }
+
+    /// As [`standing`](Self::standing), reading the time only if it matters (a bare claim).
+    #[inline]
+    pub(crate) fn standing_lazy(&self, now_ms: impl FnOnce() -> u64, unbound_ms: u64) -> Standing {
         if self.stuck {
             return Standing::Released(ReleaseReason::Stuck);
-        }
-        if let Some(done) = self.completed_at {
-            return if now_ms.saturating_sub(done) > retention_ms {
-                Standing::Expired
-            } else {
-                Standing::Completed
-            };
         }
         match &self.holder {
             Some(rec) => match rec.state.load().status() {
                 Status::Dead(reason) => Standing::Released(ReleaseReason::WorkerDied(reason)),
                 _ => Standing::InFlight,
             },
-            None if now_ms.saturating_sub(self.claimed_at) > unbound_ms => {
+            None if now_ms().saturating_sub(self.claimed_at) > unbound_ms => {
                 Standing::Released(ReleaseReason::Unbound)
             }
             None => Standing::InFlight,
@@ -133,9 +57,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// what a router normally calls. An unbound claim that is neither completed nor released within
     /// the heartbeat timeout is released (as if its worker had died), so nothing is lost.
     ///
-    /// **Locking behaviour:** a duplicate is detected under one claims-shard read lock, without
-    /// allocating; a new claim takes that shard's write lock once (the entry API: no window between
-    /// the check and the insert).
+    /// **Locking behaviour:** one claims-shard lock: the probe and the insert are one critical
+    /// section, so there is no window between the check and the insert. No allocation once the
+    /// shard has room.
     ///
     /// # Examples
     ///
@@ -149,36 +73,41 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// ```
     pub fn claim(&self, target: &Target, event: &DeliveryId) -> ClaimOutcome {
         let now = self.now_ms();
-        if let Some(dup) = self.live_claim(target, event, now) {
-            self.inner.counters.duplicates.inc();
-            return ClaimOutcome::AlreadyClaimed(dup);
-        }
-        let key = ClaimKey {
-            target: target.clone(),
-            event: event.clone(),
-        };
-        self.inner.claims.update(key, |slot| {
-            if let Some(existing) = slot {
-                if let Some(dup) = self.duplicate_of(existing, now) {
-                    self.inner.counters.duplicates.inc();
-                    return (Op::Keep, ClaimOutcome::AlreadyClaimed(dup));
-                }
-                self.forget_if_completed(existing);
+        let hash = pair_hash(target, event.key_hash());
+        let outcome = self.inner.claims.with(hash, |shard| {
+            let loc = shard.find(hash, target, event);
+            if let Some(dup) = loc.and_then(|l| self.duplicate_at(shard, l, &mut || now)) {
+                return ClaimOutcome::AlreadyClaimed(dup);
             }
-            let claim = Claim {
+            let claim = InFlight {
+                hash,
+                target: target.clone(),
+                delivery: DeliveryKey::of(event),
                 holder: None,
                 claimed_at: now,
-                completed_at: None,
                 stuck: false,
             };
-            (Op::Put(claim), ClaimOutcome::Claimed)
-        })
+            self.put_claim(shard, hash, loc, claim);
+            ClaimOutcome::Claimed
+        });
+        match outcome {
+            ClaimOutcome::AlreadyClaimed(_) => self.inner.counters.duplicates.inc(),
+            _ => {
+                // An unbound claim is released after the heartbeat timeout: the sweep must look.
+                // Relaxed: a deadline hint; the sweep that acts on it locks the shard.
+                let due = now.saturating_add(self.inner.limits.timeout_ms + 1);
+                self.inner
+                    .claims_next_check
+                    .fetch_min(due, Ordering::Relaxed);
+            }
+        }
+        outcome
     }
 
     /// Removes an in-flight claim (for example when the router could not dispatch the event), so a
     /// redelivery is admitted again.
     ///
-    /// **Locking behaviour:** one claims-shard write lock.
+    /// **Locking behaviour:** one claims-shard lock.
     ///
     /// # Examples
     ///
@@ -192,26 +121,24 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// assert_eq!(registry.claim(&t, &e), ClaimOutcome::Claimed);
     /// ```
     pub fn release(&self, target: &Target, event: &DeliveryId) -> Result<(), RegistryError> {
-        let key = ClaimKey {
-            target: target.clone(),
-            event: event.clone(),
-        };
-        self.inner.claims.update(key, |slot| match slot {
-            None => (
-                Op::Keep,
-                Err(RegistryError::UnknownClaim {
+        let hash = pair_hash(target, event.key_hash());
+        self.inner.claims.with(hash, |shard| {
+            let Some(loc) = shard.find(hash, target, event) else {
+                return Err(RegistryError::UnknownClaim {
                     target: target.clone(),
                     delivery: event.clone(),
-                }),
-            ),
-            Some(c) if c.completed_at.is_some() => (
-                Op::Keep,
-                Err(RegistryError::ClaimCompleted {
+                });
+            };
+            if let Found::Retained(_) = shard.get(loc) {
+                return Err(RegistryError::ClaimCompleted {
                     target: target.clone(),
                     delivery: event.clone(),
-                }),
-            ),
-            Some(_) => (Op::Remove, Ok(())),
+                });
+            }
+            if let Some(old) = shard.remove(hash, loc) {
+                unhold(old.holder.as_ref());
+            }
+            Ok(())
         })
     }
 
@@ -221,7 +148,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// Idempotent for a completed claim. Refused with [`RegistryError::ClaimReleased`] if its worker
     /// died first (the event was released for re-dispatch; exactly one of the two wins).
     ///
-    /// **Locking behaviour:** one claims-shard write lock.
+    /// **Locking behaviour:** one claims-shard lock. At the retained bound, the completion then
+    /// evicts the oldest retained claim: one read of each shard's oldest completion time (a word
+    /// per shard) and one more shard lock. No allocation once the shard has room.
     ///
     /// # Examples
     ///
@@ -244,7 +173,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// [`RegistryError::NotHolder`] instead of completing the new worker's claim. Workers should
     /// complete through this (or [`WorkerHandle::complete`]).
     ///
-    /// **Locking behaviour:** one claims-shard write lock.
+    /// [`WorkerHandle::complete`]: crate::WorkerHandle::complete
+    ///
+    /// **Locking behaviour:** as [`complete`](Self::complete).
     ///
     /// # Examples
     ///
@@ -273,88 +204,125 @@ impl<C: Clock> InMemoryRegistry<C> {
         event: &DeliveryId,
         by: Option<WorkerId>,
     ) -> Result<(), RegistryError> {
-        let now = self.now_ms();
         let limits = &self.inner.limits;
         let unknown = || RegistryError::UnknownClaim {
             target: target.clone(),
             delivery: event.clone(),
         };
-        // Looked up by reference (no key clone): completing never inserts.
-        let key: &dyn ClaimKeyRef = &(target, event);
-        let res = self
-            .inner
-            .claims
-            .get_mut_with(key, |c| {
-                let holder = c.holder.as_ref().map(|h| h.id);
-                if let Some(worker) = by.filter(|w| holder != Some(*w)) {
-                    return Err(RegistryError::NotHolder {
-                        target: target.clone(),
-                        delivery: event.clone(),
-                        holder,
-                        worker,
-                    });
-                }
-                match c.standing(now, limits.claim_retention_ms, limits.timeout_ms) {
-                    Standing::Completed => Ok(false),
-                    Standing::InFlight => {
-                        c.completed_at = Some(now);
-                        // AcqRel: the count gates eviction; pairs with the sweeper's reads.
-                        self.inner.retained.fetch_add(1, Ordering::AcqRel);
-                        Ok(true)
+        let not_holder = |holder: Option<WorkerId>, worker| RegistryError::NotHolder {
+            target: target.clone(),
+            delivery: event.clone(),
+            holder,
+            worker,
+        };
+        let hash = pair_hash(target, event.key_hash());
+        let mut completed_by: Option<Arc<WorkerRecord>> = None;
+        let res = self.inner.claims.with(hash, |shard| {
+            // Read under the lock: each shard's completions are then in time order.
+            let now = self.now_ms();
+            let Some(loc) = shard.find(hash, target, event) else {
+                return Err(unknown());
+            };
+            match shard.get(loc) {
+                Found::Retained(c) => {
+                    let holder = c.holder();
+                    if let Some(worker) = by.filter(|w| holder != Some(*w)) {
+                        return Err(not_holder(holder, worker));
                     }
-                    Standing::Released(reason) => Err(RegistryError::ClaimReleased {
-                        target: target.clone(),
-                        delivery: event.clone(),
-                        holder,
-                        reason,
-                    }),
-                    Standing::Expired => Err(unknown()),
+                    if now.saturating_sub(c.completed_at) > limits.claim_retention_ms {
+                        Err(unknown())
+                    } else {
+                        Ok(false)
+                    }
                 }
-            })
-            .unwrap_or_else(|| Err(unknown()));
+                Found::InFlight(c) => {
+                    let holder = c.holder.as_ref().map(|h| h.id);
+                    if let Some(worker) = by.filter(|w| holder != Some(*w)) {
+                        return Err(not_holder(holder, worker));
+                    }
+                    match c.standing(now, limits.timeout_ms) {
+                        Standing::InFlight => {
+                            completed_by = c.holder.clone();
+                            shard.complete(hash, loc, now);
+                            Ok(true)
+                        }
+                        Standing::Released(reason) => Err(RegistryError::ClaimReleased {
+                            target: target.clone(),
+                            delivery: event.clone(),
+                            holder,
+                            reason,
+                        }),
+                    }
+                }
+            }
+        });
         if let Ok(true) = res {
+            unhold(completed_by.as_ref());
             self.inner.counters.claims_completed.inc();
-            self.evict_if_far_over_limit(now);
+            let table = &self.inner.claims;
+            if table.add_retained(1) > self.inner.config.max_retained_claims()
+                && table.evict_oldest()
+            {
+                self.inner.counters.claims_evicted.inc();
+            }
         }
         res.map(|_| ())
     }
 
-    /// The live claim on this pair, if any, looked up without allocating.
+    /// If the claim at `loc` blocks a new delivery now, the answer to give. `now` is asked for
+    /// only when the answer depends on the time (an in-flight claim held by a worker does not).
     #[inline]
-    pub(super) fn live_claim(
+    pub(super) fn duplicate_at(
         &self,
-        target: &Target,
-        event: &DeliveryId,
-        now: u64,
+        shard: &mut Shard,
+        loc: Loc,
+        now: &mut impl FnMut() -> u64,
     ) -> Option<AlreadyClaimed> {
-        let key: &dyn ClaimKeyRef = &(target, event);
-        self.inner
-            .claims
-            .get_with(key, |c| self.duplicate_of(c, now))
-            .flatten()
-    }
-
-    /// If `c` blocks a new delivery at `now`, the answer to give.
-    #[inline]
-    pub(super) fn duplicate_of(&self, c: &Claim, now: u64) -> Option<AlreadyClaimed> {
         let limits = &self.inner.limits;
-        let state = match c.standing(now, limits.claim_retention_ms, limits.timeout_ms) {
-            Standing::InFlight => ClaimState::InFlight,
-            Standing::Completed => ClaimState::Completed,
-            Standing::Released(_) | Standing::Expired => return None,
-        };
-        Some(AlreadyClaimed {
-            holder: c.holder.as_ref().map(|h| h.id),
-            since: self.wall_at(c.claimed_at),
-            state,
-        })
+        match shard.get(loc) {
+            Found::InFlight(c) => match c.standing_lazy(&mut *now, limits.timeout_ms) {
+                Standing::InFlight => Some(AlreadyClaimed {
+                    holder: c.holder.as_ref().map(|h| h.id),
+                    since: self.wall_at(c.claimed_at),
+                    state: ClaimState::InFlight,
+                }),
+                _ => None,
+            },
+            Found::Retained(c) => (now().saturating_sub(c.completed_at)
+                <= limits.claim_retention_ms)
+                .then(|| AlreadyClaimed {
+                    holder: c.holder(),
+                    since: self.wall_at(c.claimed_at()),
+                    state: ClaimState::Completed,
+                }),
+        }
     }
 
-    /// A completed claim is about to be replaced: it no longer counts as retained.
-    pub(super) fn forget_if_completed(&self, c: &Claim) {
-        if c.completed_at.is_some() {
-            // AcqRel: see `complete`.
-            self.inner.retained.fetch_sub(1, Ordering::AcqRel);
+    /// Records `claim` in `shard` where `loc` pointed (a claim that no longer blocks the pair:
+    /// released, or retained past its retention) or anew, keeping the counts exact.
+    pub(super) fn put_claim(
+        &self,
+        shard: &mut Shard,
+        hash: u64,
+        loc: Option<Loc>,
+        claim: InFlight,
+    ) {
+        let replaced_holder = match loc.map(|l| shard.get(l)) {
+            Some(Found::InFlight(old)) => old.holder.clone(),
+            _ => None,
+        };
+        match shard.put(hash, loc, claim) {
+            PutOutcome::Inserted => {}
+            PutOutcome::Replaced => unhold(replaced_holder.as_ref()),
+            PutOutcome::ReplacedRetained => self.inner.claims.sub_retained(1),
         }
+    }
+}
+
+/// One in-flight claim fewer for `holder` (it completed, was released or replaced).
+#[inline]
+pub(super) fn unhold(holder: Option<&Arc<WorkerRecord>>) {
+    if let Some(rec) = holder {
+        rec.unhold();
     }
 }

@@ -65,9 +65,15 @@ impl<C: Clock> WorkerHandle<C> {
     /// **Locking behaviour:** no lock: one clock read and one CAS.
     #[inline]
     pub fn heartbeat(&self) -> Result<HeartbeatAck, RegistryError> {
-        let r = InMemoryRegistry::<C>::beat(&self.rec, self.registry.now_ms());
-        self.registry.count_beat(&r);
-        r
+        match InMemoryRegistry::<C>::beat_word(&self.rec, self.registry.now_ms()) {
+            Ok(ack) => {
+                self.registry.inner.counters.heartbeats.inc();
+                Ok(ack)
+            }
+            Err(w) => Err(self
+                .registry
+                .refused(super::lifecycle::dead_error(self.rec.id, w))),
+        }
     }
 
     /// See [`InMemoryRegistry::loop_started`].

@@ -20,6 +20,11 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// the capacity slot, unmap the target, count the death.
     pub(crate) fn on_death(&self, rec: &Arc<WorkerRecord>, reason: DeadReason, now: u64) {
         rec.record_death(now);
+        if rec.holds_claims() {
+            // Its in-flight claims are released from now on: the next sweep must visit the claims
+            // to report them. Release: pairs with the sweep's AcqRel swap.
+            self.inner.claims_due.store(1, Ordering::Release);
+        }
         // AcqRel: see `create_worker`.
         self.inner.live.fetch_sub(1, Ordering::AcqRel);
         if let Some(t) = &rec.target {
@@ -48,32 +53,36 @@ impl<C: Clock> InMemoryRegistry<C> {
     #[inline]
     pub fn heartbeat(&self, id: WorkerId) -> Result<HeartbeatAck, RegistryError> {
         let now = self.now_ms();
-        let r = self
+        // The closure returns a small value (the error, which is large, is built outside, cold).
+        match self
             .inner
             .workers
-            .get_with(&id, |rec| Self::beat(rec, now))
-            .unwrap_or(Err(RegistryError::UnknownWorker { id }));
-        self.count_beat(&r);
-        r
+            .get_with(&id, |rec| Self::beat_word(rec, now))
+        {
+            Some(Ok(ack)) => {
+                self.inner.counters.heartbeats.inc();
+                Ok(ack)
+            }
+            Some(Err(w)) => Err(self.refused(dead_error(id, w))),
+            None => Err(self.refused(RegistryError::UnknownWorker { id })),
+        }
     }
 
+    /// One heartbeat on `rec`'s word: the ack, or the dead word that refused it.
     #[inline]
-    pub(super) fn beat(rec: &WorkerRecord, now: u64) -> Result<HeartbeatAck, RegistryError> {
+    pub(super) fn beat_word(rec: &WorkerRecord, now: u64) -> Result<HeartbeatAck, Word> {
         match rec.state.transition(|w| state::beat(w, now)) {
             Ok((_, w)) if w.is_active() => Ok(HeartbeatAck::Active),
             Ok(_) => Ok(HeartbeatAck::Draining),
-            Err(IsDead(w)) => Err(dead_error(rec.id, w)),
+            Err(IsDead(w)) => Err(w),
         }
     }
 
-    #[inline]
-    pub(super) fn count_beat(&self, r: &Result<HeartbeatAck, RegistryError>) {
-        let c = &self.inner.counters;
-        if r.is_ok() {
-            c.heartbeats.inc();
-        } else {
-            c.heartbeats_refused.inc();
-        }
+    /// Counts a refused heartbeat and passes its error on.
+    #[cold]
+    pub(super) fn refused(&self, e: RegistryError) -> RegistryError {
+        self.inner.counters.heartbeats_refused.inc();
+        e
     }
 
     pub(super) fn record(&self, id: WorkerId) -> Result<Arc<WorkerRecord>, RegistryError> {
@@ -219,7 +228,7 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// assert_eq!(worker.deregister(), Ok(DeadReason::Deregistered));
     /// ```
     pub fn register(&self) -> Result<WorkerHandle<C>, RegistryError> {
-        let rec = self.create_worker(None, self.now_ms(), false)?;
+        let rec = self.create_worker(None, self.now_ms(), false, false)?;
         Ok(WorkerHandle {
             rec,
             registry: self.clone(),
@@ -270,7 +279,7 @@ impl<C: Clock> InMemoryRegistry<C> {
     }
 }
 
-fn dead_error(id: WorkerId, w: Word) -> RegistryError {
+pub(super) fn dead_error(id: WorkerId, w: Word) -> RegistryError {
     match w.status() {
         Status::Dead(reason) => RegistryError::WorkerDead { id, reason },
         _ => RegistryError::UnknownWorker { id },

@@ -6,13 +6,15 @@
 //! | file | holds |
 //! |---|---|
 //! | `mod.rs` | the registry, its shared state and its reads (`status`, `stats`) |
-//! | `claims.rs` | the claims map's keys and records; `claim`, `release`, `complete` |
+//! | `claims.rs` | where a claim stands; `claim`, `release`, `complete` |
+//! | `table.rs` | the claims table: per-shard index, in-flight slab, retained ring in completion order |
 //! | `assignment.rs` | `assign`, `admit`, and worker creation under the capacity limit |
 //! | `lifecycle.rs` | heartbeats, loop reports, drain, register/deregister, death bookkeeping |
 //! | `handle.rs` | [`WorkerHandle`], a worker's own lookup-free handle |
 //! | `record.rs` | a worker's record and its display copy |
 //! | `cell.rs` | the CAS cell around the pure state word of `crate::state` |
 //! | `sweep.rs` | the maintenance pass |
+//! | `roster.rs` | the sweep's list of workers and the snapshot buffer it recycles |
 //! | `stall.rs` | the stall rule: time the registry itself did not run is not held against workers |
 //! | `events.rs` | where lifecycle events are emitted |
 //! | `counters.rs` | striped statistics counters |
@@ -27,19 +29,23 @@ mod events;
 mod handle;
 mod lifecycle;
 mod record;
+mod roster;
 mod stall;
 mod sweep;
+mod table;
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
 pub use handle::WorkerHandle;
 
-use self::claims::{Claim, ClaimKey};
 use self::counters::{Counters, Gauges};
 use self::events::EventHub;
 use self::record::WorkerRecord;
-use self::stall::SweepState;
+use self::roster::Roster;
+use self::stall::StallWatch;
+use self::sweep::SweepState;
+use self::table::ClaimTable;
 use crate::api::ids::{Target, WorkerId};
 use crate::api::snapshot::StatusSnapshot;
 use crate::api::stats::Stats;
@@ -142,14 +148,19 @@ pub(crate) struct Inner<C> {
     pub(crate) wall_origin: SystemTime,
     pub(crate) workers: ShardMap<WorkerId, Arc<WorkerRecord>>,
     pub(crate) targets: ShardMap<Target, Arc<WorkerRecord>>,
-    pub(crate) claims: ShardMap<ClaimKey, Claim>,
+    pub(crate) claims: ClaimTable,
+    /// 1 when a worker holding in-flight claims died since the sweep last visited the claims.
+    pub(crate) claims_due: AtomicUsize,
+    /// When an in-flight claim can next become stuck or (unbound) released, in ms: the sweep
+    /// visits the claims then, not before (unless a death makes them due).
+    pub(crate) claims_next_check: AtomicU64,
     /// Non-dead workers, reserved before creation and released by whoever kills one.
     pub(crate) live: AtomicUsize,
-    /// Completed claims in the claims map.
-    pub(crate) retained: AtomicUsize,
     pub(crate) next_id: AtomicU64,
     pub(crate) snapshot: SnapshotCell<StatusSnapshot>,
     pub(crate) sweep_lock: Mutex<SweepState>,
+    /// Announces each new worker to the sweep's roster.
+    pub(crate) newborns: sync::Sender<Arc<WorkerRecord>>,
     pub(crate) counters: Counters,
     pub(crate) events: EventHub,
 }
@@ -209,6 +220,7 @@ impl<C: Clock> InMemoryRegistry<C> {
             .checked_sub(clock.now())
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let shards = config.shards();
+        let (roster, newborns) = Roster::new();
         let snapshot = StatusSnapshot::empty(config.max_workers(), clock.wall());
         Self {
             inner: Arc::new(Inner {
@@ -216,12 +228,18 @@ impl<C: Clock> InMemoryRegistry<C> {
                 wall_origin,
                 workers: ShardMap::new(shards),
                 targets: ShardMap::new(shards),
-                claims: ShardMap::new(shards),
+                claims: ClaimTable::new(shards),
+                claims_due: AtomicUsize::new(0),
+                claims_next_check: AtomicU64::new(0),
                 live: AtomicUsize::new(0),
-                retained: AtomicUsize::new(0),
                 next_id: AtomicU64::new(0),
                 snapshot: SnapshotCell::new(snapshot),
-                sweep_lock: Mutex::new(SweepState::new()),
+                sweep_lock: Mutex::new(SweepState {
+                    version: 0,
+                    stall: StallWatch::new(),
+                    roster,
+                }),
+                newborns,
                 counters: Counters::new(),
                 events: EventHub::new(),
                 config,
@@ -303,8 +321,7 @@ impl<C: Clock> InMemoryRegistry<C> {
             self.status_with(|s| inner.clock.now().saturating_sub(s.taken_at_monotonic));
         inner.counters.read(Gauges {
             live_workers: self.live_workers(),
-            // Acquire: a gauge read; see `live_workers`.
-            retained_claims: inner.retained.load(Ordering::Acquire),
+            retained_claims: inner.claims.retained(),
             events_missed: self.events_missed(),
             snapshot_age,
         })
@@ -360,9 +377,9 @@ impl<C: Clock> InMemoryRegistry<C> {
 
     /// Number of claims in the map right now (in flight, retained, or released but not yet swept).
     ///
-    /// **Locking behaviour:** read-locks each claims shard in turn.
+    /// **Locking behaviour:** locks each claims shard in turn.
     pub fn claim_count(&self) -> usize {
-        self.inner.claims.len()
+        self.inner.claims.counts().1
     }
 
     pub(crate) fn lock_sweep(&self) -> sync::MutexGuard<'_, SweepState> {

@@ -25,6 +25,9 @@ pub(crate) struct WorkerRecord {
     suspect_since: AtomicU64,
     /// 1 + when its drain deadline passes, in ms; 0 if it was never drained.
     drain_deadline: AtomicU64,
+    /// In-flight claims it holds (stuck ones included), so that its death tells the sweep whether
+    /// there is anything to release.
+    claims: AtomicU64,
 }
 
 impl WorkerRecord {
@@ -34,6 +37,7 @@ impl WorkerRecord {
         now_ms: u64,
         wall: SystemTime,
         assigned: bool,
+        holds_claim: bool,
     ) -> Self {
         Self {
             id,
@@ -45,7 +49,29 @@ impl WorkerRecord {
             died_at: AtomicU64::new(0),
             suspect_since: AtomicU64::new(0),
             drain_deadline: AtomicU64::new(0),
+            claims: AtomicU64::new(u64::from(holds_claim)),
         }
+    }
+
+    /// One more in-flight claim held. Relaxed: it is sequenced before the assignment CAS that
+    /// places the claim, and a death's CAS acquires that, so the death's `holds_claims` sees it.
+    #[inline]
+    pub(crate) fn hold(&self) {
+        self.claims.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One in-flight claim fewer. Relaxed: a stale read only makes a sweep look at the claims once
+    /// more than it needs to.
+    #[inline]
+    pub(crate) fn unhold(&self) {
+        let _ = self
+            .claims
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Whether it holds in-flight claims. Relaxed: see `hold`.
+    pub(crate) fn holds_claims(&self) -> bool {
+        self.claims.load(Ordering::Relaxed) > 0
     }
 
     /// Records one more assignment and returns its token. Relaxed: a counter whose uniqueness comes
@@ -133,9 +159,23 @@ impl WorkerRecord {
 
     /// A display copy of this record as of `w` (a word read once by the caller).
     pub(crate) fn info(&self, w: Word, now_ms: u64, wall_origin: SystemTime) -> WorkerInfo {
-        let at = |ms: u64| wall_origin + Duration::from_millis(ms);
         let mut info =
             WorkerInfo::new(self.id, self.target.clone(), self.kind(), self.started_wall);
+        self.write_info(&mut info, w, now_ms, wall_origin);
+        info
+    }
+
+    /// Brings `info`, a display copy of this record, up to date as of `w`: only the fields that
+    /// change (no allocation, no reference count touched).
+    #[inline]
+    pub(crate) fn write_info(
+        &self,
+        info: &mut WorkerInfo,
+        w: Word,
+        now_ms: u64,
+        wall_origin: SystemTime,
+    ) {
+        let at = |ms: u64| wall_origin + Duration::from_millis(ms);
         info.status = w.status();
         info.activity = w.activity();
         info.suspect = w.is_suspect();
@@ -154,7 +194,6 @@ impl WorkerRecord {
             None
         };
         info.uptime = Duration::from_millis(now_ms.saturating_sub(self.started_ms));
-        info
     }
 }
 

@@ -14,20 +14,17 @@
 //! before it and no longer matters. The first sweep of a registry has no predecessor, so it
 //! measures nothing.
 
-/// What sweeps keep between them; guarded by the sweep mutex (sweeps run one at a time).
-pub(crate) struct SweepState {
-    /// The version of the last published snapshot.
-    pub(crate) version: u64,
+/// The stall rule's memory between sweeps; kept under the sweep mutex (sweeps run one at a time).
+pub(crate) struct StallWatch {
     /// When the previous sweep ran (ms), if one has.
     last_sweep_ms: Option<u64>,
     /// The stalls measured so far that can still matter.
     pub(crate) stalls: Stalls,
 }
 
-impl SweepState {
+impl StallWatch {
     pub(crate) fn new() -> Self {
         Self {
-            version: 0,
             last_sweep_ms: None,
             stalls: Stalls::default(),
         }
@@ -146,7 +143,7 @@ mod tests {
 
     #[test]
     fn a_sweep_far_later_than_its_interval_measures_the_excess() {
-        let mut s = SweepState::new();
+        let mut s = StallWatch::new();
         assert_eq!(
             s.begin(1_000, 100, 10_000),
             None,
@@ -171,7 +168,7 @@ mod tests {
 
     #[test]
     fn stalls_add_up_and_old_ones_are_forgotten() {
-        let mut s = SweepState::new();
+        let mut s = StallWatch::new();
         s.begin(0, 10, 1_000);
         s.begin(100, 10, 1_000); // stall [10, 100]
         s.begin(110, 10, 1_000);
@@ -196,7 +193,7 @@ mod tests {
 
     #[test]
     fn at_most_max_stalls_are_kept() {
-        let mut s = SweepState::new();
+        let mut s = StallWatch::new();
         let mut t = 0;
         for _ in 0..(MAX_STALLS + 10) {
             s.begin(t, 1, u64::MAX / 4);

@@ -7,15 +7,26 @@ use std::time::Duration;
 
 use super::claims::Standing;
 use super::record::WorkerRecord;
-use super::stall::Stalls;
+use super::roster::Roster;
+use super::stall::{StallWatch, Stalls};
+use super::table::Verdict;
 use super::InMemoryRegistry;
-use crate::api::ids::WorkerId;
 use crate::api::report::{ReleaseReason, ReleasedEvent, SweepReport};
 use crate::api::snapshot::{ClaimCounts, StatusSnapshot};
 use crate::api::status::{DeadReason, Status};
 use crate::clock::Clock;
 use crate::state;
-use crate::sync::{self, Arc, Ordering};
+use crate::sync::{Arc, Ordering};
+
+/// What sweeps keep between them; guarded by the sweep mutex (sweeps run one at a time).
+pub(crate) struct SweepState {
+    /// The version of the last published snapshot.
+    pub(crate) version: u64,
+    /// The stall rule's memory.
+    pub(crate) stall: StallWatch,
+    /// The workers, in the order the snapshot lists them.
+    pub(crate) roster: Roster,
+}
 
 impl<C: Clock> InMemoryRegistry<C> {
     /// Runs one maintenance pass (AC4) and publishes a new [`status`](Self::status) snapshot.
@@ -78,27 +89,33 @@ impl<C: Clock> InMemoryRegistry<C> {
 
         // The stall rule: a sweep far later than its interval measures how long the registry
         // itself did not run; from now on that time is not counted against anyone.
-        let stall = state.begin(now, l.sweep_interval_ms, l.stall_horizon_ms);
+        let SweepState {
+            version,
+            stall: watch,
+            roster,
+        } = &mut *state;
+        let stall = watch.begin(now, l.sweep_interval_ms, l.stall_horizon_ms);
         if let Some(span) = stall {
             report.stall_credited = Duration::from_millis(span.len());
         }
-        let stalls = &state.stalls;
+        let stalls = &watch.stalls;
 
-        // Pass 1: read every worker once; collect the stale, the overdue and the purgeable.
-        let mut infos = Vec::with_capacity(self.status().workers.len() + 16);
+        // Pass 1: read every worker once, in the roster's stable order, bringing its entry in the
+        // recycled snapshot buffer up to date; collect the stale, the overdue and the purgeable.
+        roster.take_newborns();
+        let mut infos = roster.buffer();
         let mut stale: Vec<(usize, Arc<WorkerRecord>)> = Vec::new();
         let mut overdue: Vec<(usize, Arc<WorkerRecord>)> = Vec::new();
-        let mut purge: Vec<WorkerId> = Vec::new();
+        let mut purge: Vec<usize> = Vec::new();
         let mut live = 0usize;
-        inner.workers.for_each(|id, rec| {
+        for (i, rec) in roster.records().iter().enumerate() {
             let w = rec.state.load();
             if w.is_dead() {
                 if rec
                     .died_at()
                     .is_some_and(|d| now.saturating_sub(d) > l.dead_retention_ms)
                 {
-                    purge.push(*id);
-                    return;
+                    purge.push(i);
                 }
             } else {
                 live += 1;
@@ -109,18 +126,23 @@ impl<C: Clock> InMemoryRegistry<C> {
                     }
                 }
                 if w.status() == Status::Draining && rec.drain_deadline().is_some_and(|d| now > d) {
-                    overdue.push((infos.len(), rec.clone()));
+                    overdue.push((i, rec.clone()));
                 } else if state::is_stale(
                     w,
                     stalls.judge(w.ts(), now),
                     l.timeout_ms,
                     l.startup_grace_ms,
                 ) {
-                    stale.push((infos.len(), rec.clone()));
+                    stale.push((i, rec.clone()));
                 }
             }
-            infos.push(rec.info(w, now, origin));
-        });
+            match infos.get_mut(i) {
+                Some(entry) if entry.id == rec.id => rec.write_info(entry, w, now, origin),
+                Some(entry) => *entry = rec.info(w, now, origin),
+                None => infos.push(rec.info(w, now, origin)),
+            }
+        }
+        infos.truncate(roster.records().len());
 
         // The brake: too many silent at once means suspect ourselves, not them. The condition
         // decides what happens to workers newly found silent; a worker already suspect is judged
@@ -188,61 +210,74 @@ impl<C: Clock> InMemoryRegistry<C> {
             inner.counters.brake_engaged.inc();
         }
 
-        // Pass 2: claims. Release those whose worker is dead and those stuck in flight, forget
-        // expired ones, count the rest.
-        let mut counts = ClaimCounts::default();
-        let mut expired = 0usize;
+        // Pass 2: claims. Expire retained claims from the front of each shard's ring (never
+        // visiting the rest); visit the in-flight claims only when something can have changed
+        // for them: a worker holding some died, or one can have become stuck (or, unbound,
+        // released) by now.
         let mut stuck: Vec<Arc<WorkerRecord>> = Vec::new();
-        inner.claims.retain(|key, claim| {
-            if claim.stuck {
-                // Released and reported already; kept only to refuse the stuck worker's late
-                // completion, which is moot once that worker is dead.
-                return claim
-                    .holder
-                    .as_ref()
-                    .is_some_and(|h| !h.state.load().is_dead());
-            }
-            match claim.standing(now, l.claim_retention_ms, l.timeout_ms) {
-                Standing::InFlight => match &claim.holder {
-                    Some(holder)
-                        if stalls
-                            .judge(claim.claimed_at, now)
-                            .saturating_sub(claim.claimed_at)
-                            > l.max_in_flight_ms =>
-                    {
-                        claim.stuck = true;
-                        report.released.push(ReleasedEvent::new(
-                            key.target.clone(),
-                            key.event.clone(),
-                            Some(holder.id),
-                            ReleaseReason::Stuck,
-                        ));
-                        inner.events.stuck(holder, &key.target, &key.event);
-                        stuck.push(holder.clone());
+        let expired = inner.claims.expire(now, l.claim_retention_ms);
+        // AcqRel: pairs with the Release in `on_death`; a death after this swap sets it again.
+        let died_holding = inner.claims_due.swap(0, Ordering::AcqRel) != 0;
+        // Relaxed: a deadline hint (see `claim`).
+        let due = now >= inner.claims_next_check.load(Ordering::Relaxed);
+        if died_holding || due {
+            // Relaxed: a deadline hint. Cleared first, so a bare claim made during the visit
+            // (whose deadline it lowers) is not forgotten; one made before is visited.
+            inner.claims_next_check.store(u64::MAX, Ordering::Relaxed);
+            let mut next = now.saturating_add(l.max_in_flight_ms).saturating_add(1);
+            inner.claims.each(|shard| {
+                shard.sweep_in_flight(|claim| {
+                    if claim.stuck {
+                        // Released and reported already; kept only to refuse the stuck worker's
+                        // late completion, which is moot once that worker is dead.
+                        let dead = claim
+                            .holder
+                            .as_ref()
+                            .is_none_or(|h| h.state.load().is_dead());
+                        return if dead { Verdict::Remove } else { Verdict::Keep };
                     }
-                    _ => counts.in_flight += 1,
-                },
-                Standing::Completed => counts.retained += 1,
-                Standing::Expired => {
-                    expired += 1;
-                    return false;
-                }
-                Standing::Released(reason) => {
-                    report.released.push(ReleasedEvent::new(
-                        key.target.clone(),
-                        key.event.clone(),
-                        claim.holder.as_ref().map(|h| h.id),
-                        reason,
-                    ));
-                    inner.counters.claims_released.inc();
-                    return false;
-                }
-            }
-            true
-        });
-        if expired > 0 {
-            // AcqRel: see `InMemoryRegistry::complete`.
-            inner.retained.fetch_sub(expired, Ordering::AcqRel);
+                    match claim.standing(now, l.timeout_ms) {
+                        Standing::Released(reason) => {
+                            report.released.push(ReleasedEvent::new(
+                                claim.target.clone(),
+                                claim.delivery.to_id(),
+                                claim.holder.as_ref().map(|h| h.id),
+                                reason,
+                            ));
+                            inner.counters.claims_released.inc();
+                            Verdict::Remove
+                        }
+                        _ => {
+                            let ran = stalls
+                                .judge(claim.claimed_at, now)
+                                .saturating_sub(claim.claimed_at);
+                            let Some(holder) = &claim.holder else {
+                                // Unbound: released once the heartbeat timeout has passed (on
+                                // the clock: a bare claim is nobody's work to credit).
+                                next = next.min(claim.claimed_at.saturating_add(l.timeout_ms + 1));
+                                return Verdict::Keep;
+                            };
+                            if ran <= l.max_in_flight_ms {
+                                let left = (l.max_in_flight_ms + 1).saturating_sub(ran);
+                                next = next.min(now.saturating_add(left));
+                                return Verdict::Keep;
+                            }
+                            let delivery = claim.delivery.to_id();
+                            report.released.push(ReleasedEvent::new(
+                                claim.target.clone(),
+                                delivery.clone(),
+                                Some(holder.id),
+                                ReleaseReason::Stuck,
+                            ));
+                            inner.events.stuck(holder, &claim.target, &delivery);
+                            stuck.push(holder.clone());
+                            Verdict::Stuck
+                        }
+                    }
+                });
+            });
+            // Relaxed: see above.
+            inner.claims_next_check.fetch_min(next, Ordering::Relaxed);
         }
         report.expired_claims = expired;
         inner.counters.claims_expired.add(expired as u64);
@@ -263,33 +298,44 @@ impl<C: Clock> InMemoryRegistry<C> {
                 }
                 _ => {}
             }
-            if let Some(info) = infos.iter_mut().find(|i| i.id == rec.id) {
-                *info = rec.info(rec.state.load(), now, origin);
+            if let Some(i) = roster.records().iter().position(|r| r.id == rec.id) {
+                rec.write_info(&mut infos[i], rec.state.load(), now, origin);
             }
         }
-        report.evicted_claims = self.evict_over_limit();
-        counts.retained = counts.retained.saturating_sub(report.evicted_claims);
+        // Completions evict as they go; this only catches up after a burst that raced them.
+        while inner.claims.retained() > cfg.max_retained_claims() && inner.claims.evict_oldest() {
+            report.evicted_claims += 1;
+        }
+        inner
+            .counters
+            .claims_evicted
+            .add(report.evicted_claims as u64);
+        let counts = ClaimCounts {
+            in_flight: inner.claims.counts().0,
+            retained: inner.claims.retained(),
+        };
 
-        // Pass 3: purge dead records past retention (re-checked under the shard lock).
-        for id in &purge {
-            if inner
+        // Pass 3: purge dead records past retention: out of the workers map (re-checked under
+        // its shard lock), the roster and the snapshot.
+        purge.retain(|&i| {
+            let id = roster.records()[i].id;
+            inner
                 .workers
-                .remove_if(id, |rec| rec.state.load().is_dead())
+                .remove_if(&id, |rec| rec.state.load().is_dead())
                 .is_some()
-            {
-                report.purged_workers += 1;
-            }
-        }
+        });
+        report.purged_workers = purge.len();
+        roster.remove(&purge, &mut infos);
         inner
             .counters
             .workers_purged
             .add(report.purged_workers as u64);
 
         // Publish.
-        state.version += 1;
-        report.version = state.version;
+        *version += 1;
+        report.version = *version;
         let snapshot = StatusSnapshot::new(
-            state.version,
+            *version,
             self.wall_at(now),
             report.at,
             infos,
@@ -297,7 +343,8 @@ impl<C: Clock> InMemoryRegistry<C> {
             report.brake_engaged,
             counts,
         );
-        inner.snapshot.store(std::sync::Arc::new(snapshot));
+        let old = inner.snapshot.swap(std::sync::Arc::new(snapshot));
+        roster.keep_spare(old);
         inner.counters.sweeps.inc();
         report.took = started.elapsed();
         inner.counters.sweep_time.observe(report.took);
@@ -332,64 +379,6 @@ impl<C: Clock> InMemoryRegistry<C> {
                 new
             }
             Err(seen) => seen,
-        }
-    }
-
-    /// Evicts the oldest completed claims beyond `max_retained_claims`. Caller holds the sweep lock.
-    fn evict_over_limit(&self) -> usize {
-        let inner = &*self.inner;
-        let max = inner.config.max_retained_claims();
-        // Acquire: pairs with the AcqRel updates in `complete`.
-        let retained = inner.retained.load(Ordering::Acquire);
-        if retained <= max {
-            return 0;
-        }
-        let excess = retained - max;
-        let mut times = Vec::with_capacity(retained);
-        inner.claims.for_each(|_, c| {
-            if let Some(t) = c.completed_at {
-                times.push(t);
-            }
-        });
-        if times.is_empty() {
-            return 0;
-        }
-        let k = excess.min(times.len());
-        let (_, cutoff, _) = times.select_nth_unstable(k - 1);
-        let cutoff = *cutoff;
-        // Everything strictly older than the cutoff goes; of those completed exactly at it, only as
-        // many as needed to reach `k`.
-        let older = times.iter().filter(|t| **t < cutoff).count();
-        let mut ties = k - older;
-        let mut evicted = 0usize;
-        inner.claims.retain(|_, c| match c.completed_at {
-            Some(t) if t < cutoff => {
-                evicted += 1;
-                false
-            }
-            Some(t) if t == cutoff && ties > 0 => {
-                ties -= 1;
-                evicted += 1;
-                false
-            }
-            _ => true,
-        });
-        // AcqRel: see `InMemoryRegistry::complete`.
-        inner.retained.fetch_sub(evicted, Ordering::AcqRel);
-        inner.counters.claims_evicted.add(evicted as u64);
-        evicted
-    }
-
-    /// Called after a completion: if the retained claims are far over the limit (a burst between
-    /// sweeps), evict now rather than wait, unless a sweep is running (it will).
-    pub(crate) fn evict_if_far_over_limit(&self, _now: u64) {
-        let max = self.inner.config.max_retained_claims();
-        // Relaxed: a heuristic trigger; the eviction itself re-reads with Acquire under the lock.
-        if self.inner.retained.load(Ordering::Relaxed) <= max + max / 16 {
-            return;
-        }
-        if let Some(_guard) = sync::try_lock(&self.inner.sweep_lock) {
-            self.evict_over_limit();
         }
     }
 }

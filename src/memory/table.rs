@@ -1,0 +1,538 @@
+//! The claims table: which (target, delivery) pairs are in flight or were completed recently,
+//! laid out so that no call on it costs more than a few shard-local steps.
+//!
+//! The table is sharded by the pair's hash (computed from the hashes the target and the delivery
+//! id carry since they were validated). Each shard, under its own mutex, holds:
+//!
+//! * an **index**, a `hashbrown::HashTable` of 4-byte locations (one probe finds a pair, in flight
+//!   or retained);
+//! * the **in-flight** claims in a slab (a `Vec` with a free list);
+//! * the **retained** (completed) claims in a ring in completion order, so the oldest is always at
+//!   the front: expiry pops fronts until it meets one still within its retention, and eviction
+//!   pops the front of the shard whose front is oldest. Nothing walks the retained claims.
+//!
+//! A retained claim is 56 bytes: its target (a shared pointer), its delivery id (the 16 bytes of a
+//! GitHub UUID, or the id's shared text otherwise), when it completed, who held it and since when.
+//! Equality is exact: a probe compares the stored target and delivery id, never only the hash.
+//!
+//! Every shard publishes the completion time of its oldest retained claim (its mark in
+//! `sync::Shards`, a hint read without the lock and checked under it; the marks are packed eight to
+//! a cache line), so finding the globally oldest claim reads one word per shard, never a claim.
+
+use std::collections::VecDeque;
+use std::sync::Arc as StdArc;
+
+use hashbrown::HashTable;
+
+use super::record::WorkerRecord;
+use crate::api::ids::{DeliveryId, Target, WorkerId};
+use crate::sync::{self, Arc, AtomicUsize, Mutex, MutexGuard, Ordering, ShardRef, Shards};
+
+/// A location in a shard: a slab slot (in flight) or, with this bit, a ring sequence number.
+const RETAINED: u32 = 1 << 31;
+const SEQ_MASK: u32 = RETAINED - 1;
+/// `front` of a shard with no retained claim.
+const EMPTY: u64 = u64::MAX;
+
+/// The hash of a (target, delivery) pair, from the two keyed hashes the ids carry.
+#[inline]
+pub(crate) fn pair_hash(target: &Target, delivery_hash: u64) -> u64 {
+    let h = (target.key_hash() ^ delivery_hash.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h ^ (h >> 29)
+}
+
+/// A delivery id as the table keeps it.
+#[derive(Clone)]
+pub(crate) enum DeliveryKey {
+    /// A canonical UUID (GitHub's ids): its 16 bytes.
+    Uuid([u8; 16]),
+    /// Anything else: the id's text, shared with the `DeliveryId` it came from.
+    Text(StdArc<str>),
+}
+
+impl DeliveryKey {
+    pub(crate) fn of(d: &DeliveryId) -> Self {
+        match d.uuid() {
+            Some(bytes) => Self::Uuid(*bytes),
+            None => Self::Text(d.shared_text().clone()),
+        }
+    }
+
+    /// Exact equality with a delivery id.
+    #[inline]
+    fn matches(&self, d: &DeliveryId) -> bool {
+        match (self, d.uuid()) {
+            (Self::Uuid(a), Some(b)) => a == b,
+            (Self::Text(a), None) => **a == *d.as_str(),
+            _ => false,
+        }
+    }
+
+    /// The delivery id again (allocates its text: for reports, not for hot paths).
+    pub(crate) fn to_id(&self) -> DeliveryId {
+        match self {
+            Self::Uuid(bytes) => DeliveryId::from_uuid(*bytes),
+            Self::Text(text) => DeliveryId::from_validated(text.clone()),
+        }
+    }
+}
+
+/// A claim in flight.
+pub(crate) struct InFlight {
+    /// The pair's hash (see [`pair_hash`]), kept so nothing has to hash the pair again.
+    pub(crate) hash: u64,
+    pub(crate) target: Target,
+    pub(crate) delivery: DeliveryKey,
+    /// The worker handling it; `None` for a bare claim not yet bound to one.
+    pub(crate) holder: Option<Arc<WorkerRecord>>,
+    pub(crate) claimed_at: u64,
+    /// Released by a sweep because it stayed in flight longer than `max_in_flight`; kept (as a
+    /// tombstone) so that the stuck worker's late completion is refused as released.
+    pub(crate) stuck: bool,
+}
+
+/// A completed claim, retained so that a late redelivery is recognised.
+pub(crate) struct Retained {
+    /// The pair's hash, kept so that popping it from the ring needs no hashing and no look at
+    /// the target.
+    hash: u64,
+    pub(crate) target: Target,
+    pub(crate) delivery: DeliveryKey,
+    pub(crate) completed_at: u64,
+    /// The worker that held it (raw id, 0 for none: ids start at 1).
+    holder: u64,
+    /// `completed_at - claimed_at`, saturating (display only: `AlreadyClaimed::since`).
+    in_flight_for: u32,
+    /// Replaced by a newer claim of the same pair while it waited in the ring: not a claim any more.
+    dead: bool,
+}
+
+impl Retained {
+    pub(crate) fn holder(&self) -> Option<WorkerId> {
+        (self.holder != 0).then(|| WorkerId::new(self.holder))
+    }
+
+    pub(crate) fn claimed_at(&self) -> u64 {
+        self.completed_at - u64::from(self.in_flight_for)
+    }
+}
+
+/// What a probe found.
+pub(crate) enum Found<'a> {
+    InFlight(&'a mut InFlight),
+    Retained(&'a Retained),
+}
+
+/// One shard's claims. Every method runs under the shard's mutex.
+pub(crate) struct Shard {
+    index: HashTable<u32>,
+    slab: Vec<Option<InFlight>>,
+    free: Vec<u32>,
+    ring: VecDeque<Retained>,
+    /// The sequence number of `ring[0]`.
+    head_seq: u32,
+    /// Live retained claims in the ring (tombstones excluded).
+    retained: usize,
+    /// In-flight claims that are not stuck tombstones.
+    in_flight: usize,
+    /// The ring's front may have changed since the shard's mark was last published.
+    front_moved: bool,
+}
+
+/// A location found by [`Shard::find`], valid until the shard changes.
+#[derive(Clone, Copy)]
+pub(crate) struct Loc(u32);
+
+impl Shard {
+    fn new() -> Self {
+        Self {
+            index: HashTable::new(),
+            slab: Vec::new(),
+            free: Vec::new(),
+            ring: VecDeque::new(),
+            head_seq: 0,
+            retained: 0,
+            in_flight: 0,
+            front_moved: false,
+        }
+    }
+
+    fn ring_pos(&self, seq: u32) -> usize {
+        (seq.wrapping_sub(self.head_seq) & SEQ_MASK) as usize
+    }
+
+    /// The hash of the entry at `loc` (to rebuild the index as it grows).
+    fn hash_at(slab: &[Option<InFlight>], ring: &VecDeque<Retained>, head: u32, loc: u32) -> u64 {
+        if loc & RETAINED == 0 {
+            slab[loc as usize]
+                .as_ref()
+                .expect("indexed slot is used")
+                .hash
+        } else {
+            ring[(loc.wrapping_sub(head) & SEQ_MASK) as usize].hash
+        }
+    }
+
+    /// Where the claim of this pair is, if there is one.
+    #[inline]
+    pub(crate) fn find(&self, hash: u64, target: &Target, delivery: &DeliveryId) -> Option<Loc> {
+        let (slab, ring, head) = (&self.slab, &self.ring, self.head_seq);
+        self.index
+            .find(hash, |&loc| {
+                if loc & RETAINED == 0 {
+                    slab[loc as usize]
+                        .as_ref()
+                        .is_some_and(|e| e.delivery.matches(delivery) && e.target == *target)
+                } else {
+                    let e = &ring[(loc.wrapping_sub(head) & SEQ_MASK) as usize];
+                    !e.dead && e.delivery.matches(delivery) && e.target == *target
+                }
+            })
+            .map(|&loc| Loc(loc))
+    }
+
+    /// The claim at `loc`.
+    #[inline]
+    pub(crate) fn get(&mut self, loc: Loc) -> Found<'_> {
+        if loc.0 & RETAINED == 0 {
+            Found::InFlight(self.slab[loc.0 as usize].as_mut().expect("used slot"))
+        } else {
+            let pos = self.ring_pos(loc.0);
+            Found::Retained(&self.ring[pos])
+        }
+    }
+
+    /// Records `claim` as the pair's in-flight claim, replacing whatever `loc` held (a released
+    /// in-flight claim, or a retained one past its retention: the caller adjusts the counts).
+    pub(crate) fn put(&mut self, hash: u64, loc: Option<Loc>, claim: InFlight) -> PutOutcome {
+        match loc {
+            Some(Loc(slot)) if slot & RETAINED == 0 => {
+                let old = self.slab[slot as usize].replace(claim);
+                if old.is_some_and(|o| o.stuck) {
+                    self.in_flight += 1;
+                }
+                PutOutcome::Replaced
+            }
+            Some(Loc(seq)) => {
+                // The retained claim stays in the ring, dead, until it reaches the front.
+                let pos = self.ring_pos(seq);
+                self.ring[pos].dead = true;
+                self.retained -= 1;
+                let slot = self.alloc(claim);
+                if let Ok(mut e) = self.index.find_entry(hash, |&l| l == seq) {
+                    *e.get_mut() = slot;
+                }
+                self.in_flight += 1;
+                self.drop_dead_fronts();
+                PutOutcome::ReplacedRetained
+            }
+            None => {
+                let slot = self.alloc(claim);
+                let (slab, ring, head) = (&self.slab, &self.ring, self.head_seq);
+                self.index
+                    .insert_unique(hash, slot, |&l| Self::hash_at(slab, ring, head, l));
+                self.in_flight += 1;
+                PutOutcome::Inserted
+            }
+        }
+    }
+
+    fn alloc(&mut self, claim: InFlight) -> u32 {
+        match self.free.pop() {
+            Some(slot) => {
+                self.slab[slot as usize] = Some(claim);
+                slot
+            }
+            None => {
+                self.slab.push(Some(claim));
+                (self.slab.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Removes the in-flight claim at `loc` (released, or a tombstone no longer needed).
+    pub(crate) fn remove(&mut self, hash: u64, loc: Loc) -> Option<InFlight> {
+        debug_assert_eq!(loc.0 & RETAINED, 0);
+        let e = self.slab[loc.0 as usize].take()?;
+        if let Ok(entry) = self.index.find_entry(hash, |&l| l == loc.0) {
+            entry.remove();
+        }
+        self.free.push(loc.0);
+        if !e.stuck {
+            self.in_flight -= 1;
+        }
+        Some(e)
+    }
+
+    /// Marks the in-flight claim at `loc` released as stuck (it stays, to refuse its completion).
+    pub(crate) fn mark_stuck(&mut self, loc: Loc) {
+        if let Some(e) = self.slab[loc.0 as usize].as_mut() {
+            if !e.stuck {
+                e.stuck = true;
+                self.in_flight -= 1;
+            }
+        }
+    }
+
+    /// Completes the in-flight claim at `loc` at `now`: it moves to the back of the ring.
+    pub(crate) fn complete(&mut self, hash: u64, loc: Loc, now: u64) {
+        let Some(e) = self.slab[loc.0 as usize].take() else {
+            return;
+        };
+        self.free.push(loc.0);
+        self.in_flight -= 1;
+        if self.ring.len() == self.ring.capacity() {
+            // Grow by a quarter, not double: the ring of a shard at the retained bound is most of
+            // the table's memory.
+            self.ring.reserve_exact((self.ring.len() / 4).max(16));
+        }
+        let seq = self.head_seq.wrapping_add(self.ring.len() as u32) & SEQ_MASK;
+        self.front_moved |= self.ring.is_empty();
+        self.ring.push_back(Retained {
+            hash,
+            holder: e.holder.as_ref().map_or(0, |h| h.id.get()),
+            in_flight_for: u32::try_from(now.saturating_sub(e.claimed_at)).unwrap_or(u32::MAX),
+            completed_at: now,
+            target: e.target,
+            delivery: e.delivery,
+            dead: false,
+        });
+        self.retained += 1;
+        if let Ok(mut entry) = self.index.find_entry(hash, |&l| l == loc.0) {
+            *entry.get_mut() = RETAINED | seq;
+        }
+    }
+
+    /// The completion time of the oldest retained claim.
+    fn front_time(&self) -> u64 {
+        self.ring.front().map_or(EMPTY, |e| e.completed_at)
+    }
+
+    /// Pops dead entries off the front, so the front is always a live claim.
+    fn drop_dead_fronts(&mut self) {
+        while self.ring.front().is_some_and(|e| e.dead) {
+            self.ring.pop_front();
+            self.head_seq = self.head_seq.wrapping_add(1) & SEQ_MASK;
+            self.front_moved = true;
+        }
+    }
+
+    /// Pops the oldest retained claim if `pred` holds for it.
+    pub(crate) fn pop_front_if(
+        &mut self,
+        pred: impl FnOnce(&Retained) -> bool,
+    ) -> Option<Retained> {
+        self.drop_dead_fronts();
+        if !self.ring.front().is_some_and(pred) {
+            return None;
+        }
+        let e = self.ring.pop_front()?;
+        self.front_moved = true;
+        let seq = self.head_seq;
+        self.head_seq = self.head_seq.wrapping_add(1) & SEQ_MASK;
+        if let Ok(entry) = self.index.find_entry(e.hash, |&l| l == RETAINED | seq) {
+            entry.remove();
+        }
+        self.retained -= 1;
+        self.drop_dead_fronts();
+        Some(e)
+    }
+
+    /// Visits every in-flight claim; `f` decides what becomes of it.
+    pub(crate) fn sweep_in_flight(&mut self, mut f: impl FnMut(&mut InFlight) -> Verdict) {
+        for slot in 0..self.slab.len() {
+            let Some(e) = self.slab[slot].as_mut() else {
+                continue;
+            };
+            match f(e) {
+                Verdict::Keep => {}
+                Verdict::Stuck => self.mark_stuck(Loc(slot as u32)),
+                Verdict::Remove => {
+                    let hash = e.hash;
+                    self.remove(hash, Loc(slot as u32));
+                }
+            }
+        }
+    }
+
+    /// Gives memory back after a shrink: the ring and the index keep at most a quarter of slack.
+    fn trim(&mut self) {
+        let len = self.ring.len();
+        if self.ring.capacity() > 2 * len + 64 {
+            self.ring.shrink_to(len + len / 4);
+        }
+        if self.slab.len() > 64 && self.free.len() * 2 > self.slab.len() {
+            // Only trailing free slots can go without moving live ones.
+            while self.slab.last().is_some_and(Option::is_none) {
+                self.slab.pop();
+            }
+            let n = self.slab.len() as u32;
+            self.free.retain(|s| *s < n);
+            self.slab.shrink_to_fit();
+            self.free.shrink_to_fit();
+        }
+        let (slab, ring, head) = (&self.slab, &self.ring, self.head_seq);
+        self.index
+            .shrink_to(self.index.len(), |&l| Self::hash_at(slab, ring, head, l));
+    }
+}
+
+/// What [`Shard::put`] replaced.
+pub(crate) enum PutOutcome {
+    Inserted,
+    Replaced,
+    ReplacedRetained,
+}
+
+/// What a sweep decides about one in-flight claim.
+pub(crate) enum Verdict {
+    Keep,
+    /// Released as stuck: keep it as a tombstone.
+    Stuck,
+    /// Released (reported) or no longer needed: remove it.
+    Remove,
+}
+
+/// A locked shard; when it is dropped it publishes the completion time of the shard's oldest
+/// retained claim as the shard's mark (`EMPTY` if none): a hint for eviction's choice of shard
+/// (any answer is correct: eviction pops whatever front it finds under the lock).
+pub(crate) struct Locked<'a> {
+    shards: &'a Shards<Mutex<Shard>>,
+    shard: &'a ShardRef<'a, Mutex<Shard>>,
+    guard: Option<MutexGuard<'a, Shard>>,
+}
+
+impl<'a> Locked<'a> {
+    fn new(shards: &'a Shards<Mutex<Shard>>, shard: &'a ShardRef<'a, Mutex<Shard>>) -> Self {
+        Self {
+            shards,
+            shard,
+            guard: Some(sync::lock(shard)),
+        }
+    }
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Shard;
+    fn deref(&self) -> &Shard {
+        self.guard.as_ref().expect("held until drop")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Shard {
+        self.guard.as_mut().expect("held until drop")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if let Some(mut g) = self.guard.take() {
+            // Only when the front moved: reading the front (the shard's oldest claim, rarely in
+            // cache) on every unlock would cost a cache miss per call.
+            if std::mem::take(&mut g.front_moved) {
+                self.shards.set_mark(self.shard, g.front_time());
+            }
+            drop(g);
+        }
+    }
+}
+
+/// The whole table.
+pub(crate) struct ClaimTable {
+    shards: Shards<Mutex<Shard>>,
+    /// Live retained claims in every shard; gates eviction.
+    retained: AtomicUsize,
+}
+
+impl ClaimTable {
+    pub(crate) fn new(shards: usize) -> Self {
+        Self {
+            shards: Shards::new(shards, || Mutex::new(Shard::new()), EMPTY),
+            retained: AtomicUsize::new(0),
+        }
+    }
+
+    /// Runs `f` on the shard of a pair with this hash, under its lock.
+    #[inline]
+    pub(crate) fn with<R>(&self, hash: u64, f: impl FnOnce(&mut Locked<'_>) -> R) -> R {
+        let shard = self.shards.of(hash);
+        let mut locked = Locked::new(&self.shards, &shard);
+        f(&mut locked)
+    }
+
+    /// Runs `f` on every shard in turn, each under its lock.
+    pub(crate) fn each(&self, mut f: impl FnMut(&mut Locked<'_>)) {
+        self.shards.for_each(|shard| {
+            let mut locked = Locked::new(&self.shards, &shard);
+            f(&mut locked);
+        });
+    }
+
+    /// Live retained claims now.
+    pub(crate) fn retained(&self) -> usize {
+        // Acquire: pairs with the AcqRel updates; a gauge no older than the last change seen.
+        self.retained.load(Ordering::Acquire)
+    }
+
+    /// Adds `n` retained claims (a completion) and returns the new total. AcqRel: the total
+    /// decides eviction, so every change is one read-modify-write in one modification order.
+    pub(crate) fn add_retained(&self, n: usize) -> usize {
+        self.retained.fetch_add(n, Ordering::AcqRel) + n
+    }
+
+    /// Removes `n` retained claims (expired, evicted, replaced). AcqRel: see `add_retained`.
+    pub(crate) fn sub_retained(&self, n: usize) {
+        if n > 0 {
+            self.retained.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+
+    /// Evicts the oldest retained claim: the front of the shard whose mark (oldest completion) is
+    /// smallest, checked under that shard's lock. Returns whether one was evicted; a few retries
+    /// cover a front that moved in between.
+    pub(crate) fn evict_oldest(&self) -> bool {
+        for _ in 0..8 {
+            let Some(shard) = self.shards.min_mark() else {
+                return false;
+            };
+            let mut locked = Locked::new(&self.shards, &shard);
+            if locked.pop_front_if(|_| true).is_some() {
+                drop(locked);
+                self.sub_retained(1);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Pops every retained claim completed longer than `retention_ms` before `now`, shard by
+    /// shard (each stops at its first claim still within retention), and trims what shrank.
+    pub(crate) fn expire(&self, now: u64, retention_ms: u64) -> usize {
+        let mut expired = 0;
+        self.each(|shard| {
+            let before = expired;
+            while shard
+                .pop_front_if(|e| now.saturating_sub(e.completed_at) > retention_ms)
+                .is_some()
+            {
+                expired += 1;
+            }
+            if expired > before {
+                shard.trim();
+            }
+        });
+        self.sub_retained(expired);
+        expired
+    }
+
+    /// In-flight claims (not stuck) and entries of any kind, over every shard.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let (mut in_flight, mut entries) = (0, 0);
+        self.each(|s| {
+            in_flight += s.in_flight;
+            entries += s.slab.len() - s.free.len() + s.retained;
+        });
+        (in_flight, entries)
+    }
+}
