@@ -67,8 +67,15 @@ pub async fn ac5_an_idle_worker_exits_at_once_when_drained<F: Fixture>(fixture: 
     let a = assigned(r.admit(&t(1), &d("1")).await);
     assert_eq!(r.loop_finished(a.worker).await, Ok(Status::Active)); // idle now
     assert_eq!(
-        r.drain_within(a.worker, Duration::from_secs(60)).await,
+        r.drain(a.worker).await,
         Ok(Status::Dead(DeadReason::Exited))
+    );
+    let b = assigned(r.admit(&t(2), &d("2")).await);
+    assert_eq!(r.loop_finished(b.worker).await, Ok(Status::Active));
+    assert_eq!(
+        r.drain_within(b.worker, Duration::from_secs(60)).await,
+        Ok(Status::Dead(DeadReason::Exited)),
+        "whatever the deadline"
     );
 }
 

@@ -157,6 +157,14 @@ pub async fn ac4_a_silent_worker_dies_and_releases_its_target_and_claims<F: Fixt
         s.worker(a.worker).map(|w| w.status),
         Some(Status::Dead(DeadReason::MissedHeartbeats))
     );
+    assert_eq!(
+        r.complete(&target, &delivery).await,
+        Err(RegistryError::UnknownClaim {
+            target: target.clone(),
+            delivery: delivery.clone()
+        }),
+        "the sweep released it and handed it over: it is no longer a claim"
+    );
 
     let b = assigned(r.admit(&target, &delivery).await);
     assert!(
