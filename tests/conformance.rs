@@ -10,3 +10,58 @@ mod memory {
 mod reference {
     worker_registry::conformance_suite!(worker_registry::testkit::ReferenceFixture::new());
 }
+
+/// Every case function is run by the macro and listed in the module documentation, and nothing
+/// else is (the compiler already refuses a macro line that names no function; this catches a case
+/// written but never run, or documented but gone).
+#[test]
+fn every_case_is_run_and_documented() {
+    use std::collections::BTreeSet;
+    use std::fs;
+    use std::path::Path;
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testkit");
+    let mut written = BTreeSet::new();
+    for entry in fs::read_dir(root.join("cases")).unwrap() {
+        let path = entry.unwrap().path();
+        let group = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        if group == "mod" {
+            continue;
+        }
+        for line in fs::read_to_string(&path).unwrap().lines() {
+            if let Some(rest) = line.strip_prefix("pub async fn ") {
+                let name = rest.split(['<', '(']).next().unwrap();
+                written.insert(format!("{group}::{name}"));
+            }
+        }
+    }
+
+    let macro_src = fs::read_to_string(root.join("suite.rs")).unwrap();
+    let list = &macro_src[macro_src.find("__conformance_cases! {").unwrap()..];
+    let list = &list[..list.find("\n        }\n    };").unwrap()];
+    let (mut run, mut group) = (BTreeSet::new(), String::new());
+    for line in list.lines().skip(1).map(str::trim) {
+        if let Some(g) = line.strip_suffix(" {") {
+            group = g.to_owned();
+        } else if let Some(case) = line.strip_suffix(',') {
+            run.insert(format!("{group}::{case}"));
+        }
+    }
+
+    let docs = fs::read_to_string(root.join("mod.rs")).unwrap();
+    let (mut listed, mut group) = (BTreeSet::new(), String::new());
+    for line in docs.lines() {
+        if let Some(rest) = line.strip_prefix("//! * [`") {
+            group = rest.split('`').next().unwrap().to_owned();
+        } else if let Some(rest) = line.strip_prefix("//!   - `") {
+            listed.insert(format!("{group}::{}", rest.trim_end_matches('`')));
+        }
+    }
+
+    assert!(written.len() > 50, "found the cases: {written:?}");
+    assert_eq!(run, written, "the macro runs exactly the cases written");
+    assert_eq!(
+        listed, written,
+        "src/testkit/mod.rs lists exactly the cases written"
+    );
+}

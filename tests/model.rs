@@ -162,7 +162,7 @@ enum Outcome {
     DrainAll(Result<DrainAll, RegistryError>),
     Registered(Result<WorkerId, RegistryError>),
     /// A sweep's report and the snapshot it published, both normalised.
-    Sweep(Result<SweepReport, RegistryError>, StatusSnapshot),
+    Sweep(Box<(Result<SweepReport, RegistryError>, StatusSnapshot)>),
 }
 
 /// The report with its lists in a canonical order and its real-time duration zeroed.
@@ -215,7 +215,7 @@ async fn apply<R: WorkerRegistry + Maintenance>(
         Op::Register => Outcome::Registered(r.register().await),
         Op::Sweep => {
             let report = r.sweep().await.map(normalise);
-            Outcome::Sweep(report, sorted(&r.status()))
+            Outcome::Sweep(Box::new((report, sorted(&r.status()))))
         }
         Op::Advance(_) | Op::Inspect => unreachable!("not a registry call"),
     }
@@ -292,7 +292,9 @@ impl Run {
                 self.learn(a.worker)?
             }
             Outcome::Registered(Ok(id)) => self.learn(id)?,
-            Outcome::Sweep(Ok(report), snapshot) => {
+            Outcome::Sweep(swept) => {
+                let (report, snapshot) = *swept;
+                let report = report.map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(report.version, snapshot.version);
                 prop_assert_eq!(report.at, self.clock.now());
                 check_snapshot(&snapshot)?;

@@ -246,7 +246,7 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// Like [`complete`](Self::complete), but fenced: only `worker`, the claim's holder, may complete
     /// it. A worker that was declared dead and whose event was re-admitted onto another worker gets
     /// [`RegistryError::NotHolder`] instead of completing the new worker's claim. Workers should
-    /// complete through this (or [`WorkerHandle::complete`]).
+    /// complete through this (or [`WorkerHandle::complete`](crate::WorkerHandle::complete)).
     ///
     /// **Locking behaviour:** one claims-shard write lock.
     ///

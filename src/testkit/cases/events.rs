@@ -1,9 +1,9 @@
 //! Lifecycle events through `Subscribe`: what is published, in which order for each worker, to
 //! which handles, and what a subscriber that falls behind is told.
 //!
-//! Events may travel through a server, so cases wait for them (never longer than
-//! [`EVENT_WAIT`](super::super::support::EVENT_WAIT)) and use a marker worker to know that
-//! everything published before it has arrived.
+//! Events may travel through a server, so cases wait for them (failing after 30 s, a guard against
+//! hanging, not a timing) and use a marker worker to know that everything published before it has
+//! arrived.
 
 use std::collections::{BTreeMap, BTreeSet};
 

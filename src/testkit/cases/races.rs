@@ -1,6 +1,5 @@
 //! Races through the seam on a multi-thread runtime, each racer on its own replica
-//! ([`Fixture::replica`]), started together by a barrier, [`ROUNDS`](super::super::support::ROUNDS)
-//! rounds each on a fresh registry. What they check is that each call is one atomic step: the
+//! ([`Fixture::replica`]), started together by a barrier, 20 rounds each on a fresh registry. What they check is that each call is one atomic step: the
 //! outcomes must be explainable by some order of the calls.
 
 use std::sync::atomic::{AtomicBool, Ordering};
