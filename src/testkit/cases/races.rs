@@ -335,15 +335,23 @@ pub async fn a_completion_racing_the_workers_death_either_completes_or_is_releas
             .unwrap_or_else(|_| unreachable!());
         let complete = {
             let (barrier, target, delivery) = (barrier.clone(), target.clone(), delivery.clone());
-            tokio::spawn(async move {
+            async move {
                 barrier.wait().await;
                 finisher.complete_by(w, &target, &delivery).await
-            })
+            }
         };
-        let die = tokio::spawn(async move {
+        let die = async move {
             barrier.wait().await;
             killer.deregister(w).await
-        });
+        };
+        // The task that reaches the barrier last runs on first: alternate who that is.
+        let (complete, die) = if round % 2 == 0 {
+            let complete = tokio::spawn(complete);
+            (complete, tokio::spawn(die))
+        } else {
+            let die = tokio::spawn(die);
+            (tokio::spawn(complete), die)
+        };
         let completion = complete.await.expect("completer");
         assert_eq!(die.await.expect("killer"), Ok(DeadReason::Deregistered));
         let report = sweep(&r).await;
