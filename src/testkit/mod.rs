@@ -67,8 +67,9 @@
 //! that `conformance_suite!(my_fixture_or_skip())` skips every case. A single case can also be run
 //! by hand: see [`cases`].
 //!
-//! This crate runs the suite against [`MemoryFixture`] and [`ReferenceFixture`]
-//! (`tests/conformance.rs`), and its property test (`tests/model.rs`) compares the in-memory
+//! This crate runs the suite against [`MemoryFixture`], [`ReferenceFixture`], and the in-memory
+//! backend on a clock that moves a step on every read, as a server's clock moves while a case
+//! runs (`tests/conformance.rs`); its property test (`tests/model.rs`) compares the in-memory
 //! backend with [`ReferenceRegistry`] call by call.
 //!
 //! # The cases
