@@ -48,6 +48,8 @@ mod state;
 #[cfg(feature = "tokio")]
 mod sweeper;
 mod sync;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 #[cfg(feature = "tokio")]
 pub use api::contract::Subscribe;
