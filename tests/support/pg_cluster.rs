@@ -27,11 +27,22 @@ pub struct Cluster {
     user: Option<String>,
     port: u16,
     running: bool,
+    /// Whether a commit waits for its WAL to be written (`synchronous_commit`): needed by tests
+    /// that crash the server and expect committed work to survive; `fsync` is off either way
+    /// (the machine does not crash, only the server).
+    durable: bool,
 }
 
 impl Cluster {
-    /// initdb + start, on a free port. `Err` says why (no binaries, or they failed).
+    /// initdb + start, on a free port, with `synchronous_commit` off (fastest; a crash of the
+    /// server may lose the last commits). `Err` says why (no binaries, or they failed).
     pub fn start() -> Result<Self, String> {
+        Self::start_with(false)
+    }
+
+    /// As [`start`](Self::start); `durable` keeps `synchronous_commit` on, so that every
+    /// committed transaction survives [`kill`](Self::kill).
+    pub fn start_with(durable: bool) -> Result<Self, String> {
         let bin = find_bin().ok_or("no initdb/pg_ctl found")?;
         let user = if is_root() {
             Some(unprivileged_user()?)
@@ -51,6 +62,7 @@ impl Cluster {
             user,
             port: 0,
             running: false,
+            durable,
         };
         let data = cluster.data();
         cluster.run_as(&[
@@ -111,10 +123,11 @@ impl Cluster {
 
     fn pg_ctl_start(&mut self) -> Result<(), String> {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit={} \
              -c full_page_writes=off -c max_connections=300 -c shared_buffers=64MB",
             self.port,
-            self.dir().display()
+            self.dir().display(),
+            if self.durable { "on" } else { "off" },
         );
         let log = self.dir().join("log");
         self.pg_ctl(&[
@@ -301,7 +314,7 @@ pub fn own_cluster() -> Option<Cluster> {
         );
         return None;
     }
-    match Cluster::start() {
+    match Cluster::start_with(true) {
         Ok(c) => Some(c),
         Err(why) => {
             skip(&why);
