@@ -570,3 +570,183 @@ async fn retention_and_purge_work_through_a_backlog_in_bounded_batches() {
     assert_eq!(r.stats().claims_expired, 10);
     assert_eq!(r.stats().workers_purged, 10);
 }
+
+/// One step of a random history.
+#[derive(Debug, Clone)]
+enum Op {
+    Admit(u64, u8),
+    Claim(u64, u8),
+    Release(u64, u8),
+    Complete(u64, u8),
+    CompleteBy(u64, u64, u8),
+    Assign(u64),
+    Heartbeat(u64),
+    LoopStarted(u64),
+    LoopFinished(u64),
+    Register,
+    Deregister(u64),
+    Drain(u64),
+    DrainAll,
+    Worker(u64),
+    Sweep,
+    Advance,
+}
+
+fn random_op(rng: &mut impl rand::Rng) -> Op {
+    let (t, e, w) = (
+        rng.gen_range(1..=5),
+        rng.gen_range(1..=4),
+        rng.gen_range(1..=12),
+    );
+    match rng.gen_range(0..100) {
+        0..=19 => Op::Admit(t, e),
+        20..=24 => Op::Claim(t, e),
+        25..=27 => Op::Release(t, e),
+        28..=35 => Op::Complete(t, e),
+        36..=40 => Op::CompleteBy(w, t, e),
+        41..=44 => Op::Assign(t),
+        45..=56 => Op::Heartbeat(w),
+        57..=59 => Op::LoopStarted(w),
+        60..=65 => Op::LoopFinished(w),
+        66..=68 => Op::Register,
+        69..=71 => Op::Deregister(w),
+        72..=75 => Op::Drain(w),
+        76 => Op::DrainAll,
+        77..=81 => Op::Worker(w),
+        82..=90 => Op::Sweep,
+        _ => Op::Advance,
+    }
+}
+
+/// What is compared of a worker (its wall-clock times differ between the two time bases).
+fn worker_view(w: &worker_registry::WorkerInfo) -> String {
+    format!(
+        "{} {:?} {:?} {:?} {:?} suspect={} beaten={} {} died={} drain={}",
+        w.id,
+        w.target,
+        w.kind,
+        w.status,
+        w.activity,
+        w.suspect,
+        w.has_heartbeated,
+        w.token,
+        w.died_at.is_some(),
+        w.drain_deadline.is_some()
+    )
+}
+
+async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
+    let target = |n: u64| t(n);
+    let delivery = |e: u8| d(&format!("e{e}"));
+    let id = worker_registry::WorkerId::new;
+    match op {
+        Op::Admit(t, e) => match r.admit(&target(*t), &delivery(*e)).await {
+            Ok(Admission::Duplicate(dup)) => format!("dup {:?} {:?}", dup.holder, dup.state),
+            other => format!("{other:?}"),
+        },
+        Op::Claim(t, e) => match r.claim(&target(*t), &delivery(*e)).await {
+            Ok(worker_registry::ClaimOutcome::AlreadyClaimed(dup)) => {
+                format!("dup {:?} {:?}", dup.holder, dup.state)
+            }
+            other => format!("{other:?}"),
+        },
+        Op::Release(t, e) => format!("{:?}", r.release(&target(*t), &delivery(*e)).await),
+        Op::Complete(t, e) => format!("{:?}", r.complete(&target(*t), &delivery(*e)).await),
+        Op::CompleteBy(w, t, e) => {
+            format!(
+                "{:?}",
+                r.complete_by(id(*w), &target(*t), &delivery(*e)).await
+            )
+        }
+        Op::Assign(t) => format!("{:?}", r.assign(&target(*t)).await),
+        Op::Heartbeat(w) => format!("{:?}", r.heartbeat(id(*w)).await),
+        Op::LoopStarted(w) => format!("{:?}", r.loop_started(id(*w)).await),
+        Op::LoopFinished(w) => format!("{:?}", r.loop_finished(id(*w)).await),
+        Op::Register => format!("{:?}", r.register().await),
+        Op::Deregister(w) => format!("{:?}", r.deregister(id(*w)).await),
+        Op::Drain(w) => format!("{:?}", r.drain(id(*w)).await),
+        Op::DrainAll => format!("{:?}", r.drain_all_within(Duration::from_secs(30)).await),
+        Op::Worker(w) => match r.worker(id(*w)).await {
+            Ok(Some(info)) => worker_view(&info),
+            other => format!("{other:?}"),
+        },
+        Op::Sweep => {
+            let s = r.sweep().await.unwrap();
+            r.acknowledge(&s.released).await.unwrap();
+            let mut died = s.died.clone();
+            died.sort_by_key(|(w, _)| *w);
+            let mut suspected = s.suspected.clone();
+            suspected.sort();
+            let mut released: Vec<_> = s
+                .released
+                .iter()
+                .map(|e| format!("{} {:?} {}", e.delivery, e.holder, e.reason))
+                .collect();
+            released.sort();
+            let mut targets = s.released_targets.clone();
+            targets.sort();
+            let snap = r.status();
+            let mut workers: Vec<_> = snap.workers.iter().map(worker_view).collect();
+            workers.sort();
+            format!(
+                "died={died:?} suspected={suspected:?} brake={} released={released:?} \
+                 targets={targets:?} expired={} evicted={} purged={} counts={:?} capacity={:?} \
+                 claims={:?} workers={workers:?}",
+                s.brake_engaged,
+                s.expired_claims,
+                s.evicted_claims,
+                s.purged_workers,
+                snap.counts,
+                snap.capacity,
+                snap.claims
+            )
+        }
+        Op::Advance => String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_as_the_in_memory_registry_does_on_random_histories() {
+    use rand::SeedableRng;
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    // Decisions are at least seconds from any boundary, so the few milliseconds of real time
+    // that pass on the server during a history cannot change one.
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(10))
+        .missed_heartbeats(4)
+        .startup_grace(Duration::from_secs(20))
+        .sweep_interval(Duration::from_secs(5))
+        .max_workers(5)
+        .claim_retention(Duration::from_secs(110))
+        .max_retained_claims(1_000)
+        .dead_retention(Duration::from_secs(90))
+        .suspect_grace(Duration::from_secs(65))
+        .brake_min_workers(3)
+        .brake_fraction(0.5)
+        .drain_deadline(Duration::from_secs(35))
+        .build()
+        .unwrap();
+    const STEP: Duration = Duration::from_secs(25);
+    for seed in 0..8u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let clock = worker_registry::ManualClock::new();
+        let memory = worker_registry::InMemoryRegistry::with_clock(config.clone(), clock.clone());
+        let pg = open(&url, "differential", config.clone()).await;
+        for step in 0..300 {
+            let op = random_op(&mut rng);
+            if let Op::Advance = op {
+                clock.advance(STEP);
+                pg.advance_time_for_tests(STEP).await.unwrap();
+                continue;
+            }
+            let want = apply(&memory, &op).await;
+            let got = apply(&pg, &op).await;
+            assert_eq!(got, want, "seed {seed}, step {step}: {op:?}");
+            if std::env::var_os("WR_SHOW_HISTORY").is_some() {
+                println!("{op:?} => {want}");
+            }
+        }
+    }
+}
