@@ -581,6 +581,23 @@ impl PostgresRegistry {
         .await
     }
 
+    /// One bare prepared `SELECT 1` through the same path as every call (a pooled connection,
+    /// the statement cache, the timeout): a health check, and the floor under every call's
+    /// latency (the benchmarks compare against it).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(registry: worker_registry::PostgresRegistry) {
+    /// if let Err(e) = registry.ping().await {
+    ///     eprintln!("registry database unreachable: {e}");
+    /// }
+    /// # }
+    /// ```
+    pub async fn ping(&self) -> Result<(), RegistryError> {
+        self.call("SELECT 1", &[], |_| Ok(())).await
+    }
+
     /// Runs one prepared statement that returns one row, with the bounded retry of lost races,
     /// and decodes the row.
     async fn call<T>(

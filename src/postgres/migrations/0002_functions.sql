@@ -11,11 +11,14 @@
 -- multi-worker operations (drain_all) lock all their workers in one statement before anything
 -- else.
 
--- The registry's time: the server clock in ms since the epoch, plus the test offset.
+-- The registry's time: the server clock in ms since the epoch, plus the test offset. (PL/pgSQL,
+-- not SQL, so that its query is planned once per connection rather than on every call.)
 CREATE FUNCTION wr_now(p_reg bigint) RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
-    SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + r.test_offset_ms
-    FROM wr_registries r WHERE r.id = p_reg
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RETURN floor(date_part('epoch', clock_timestamp()) * 1000)::bigint
+           + (SELECT r.test_offset_ms FROM wr_registries r WHERE r.id = p_reg);
+END
 $$;
 
 -- Creates the registry's rows if they do not exist; returns its id.
@@ -39,8 +42,10 @@ $$;
 --   stuck <worker> <target> <delivery>   released <target> <delivery>...
 -- where <target> is repo#number.
 CREATE FUNCTION wr_notify(p_reg bigint, p_payload text) RETURNS void
-LANGUAGE sql AS $$
-    SELECT pg_notify('wr_events_' || p_reg, p_payload)
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('wr_events_' || p_reg, p_payload);
+END
 $$;
 
 CREATE FUNCTION wr_target_text(p_repo text, p_number bigint) RETURNS text
@@ -190,8 +195,11 @@ CREATE FUNCTION wr_assign(
     p_reg bigint, p_repo text, p_number bigint, p_max bigint,
     OUT o_outcome text, OUT o_worker bigint, OUT o_seq bigint, OUT o_new boolean
 )
-LANGUAGE sql AS $$
-    SELECT * FROM wr_place(p_reg, p_repo, p_number, wr_now(p_reg), p_max)
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT p.o_outcome, p.o_worker, p.o_seq, p.o_new INTO o_outcome, o_worker, o_seq, o_new
+      FROM wr_place(p_reg, p_repo, p_number, wr_now(p_reg), p_max) p;
+END
 $$;
 
 -- admit: the duplicate check, the placement and the claim, in one transaction.
@@ -753,7 +761,12 @@ $$;
 
 -- acknowledge: the outbox rows are done with.
 CREATE FUNCTION wr_acknowledge(p_reg bigint, p_ids bigint[]) RETURNS integer
-LANGUAGE sql AS $$
-    WITH gone AS (DELETE FROM wr_released WHERE registry = p_reg AND id = ANY (p_ids) RETURNING 1)
-    SELECT count(*)::integer FROM gone
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM wr_released WHERE registry = p_reg AND id = ANY (p_ids);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
 $$;
