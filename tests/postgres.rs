@@ -750,3 +750,29 @@ async fn answers_as_the_in_memory_registry_does_on_random_histories() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_calls_that_returned_before_subscribe_never_reach_the_subscription() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let r = open(&url, "settle", RegistryConfig::default()).await;
+    for _ in 0..30 {
+        // The creation's NOTIFY is on its way to this handle's listener when `register` returns;
+        // the handle waits until it has passed, so the subscription below cannot see it.
+        let before = r.register().await.unwrap();
+        let mut events = r.subscribe();
+        let after = r.register().await.unwrap();
+        // ...and the event of a call that returned after subscribing is already there.
+        assert_eq!(
+            events.try_recv(),
+            Ok(Some(Event::WorkerCreated {
+                worker: after,
+                target: None
+            }))
+        );
+        assert_eq!(events.try_recv(), Ok(None));
+        r.deregister(before).await.unwrap();
+        r.deregister(after).await.unwrap();
+    }
+}

@@ -3,18 +3,25 @@
 //! committed, in commit order); each handle `LISTEN`s on a dedicated connection and forwards what
 //! arrives into its [`EventSender`].
 //!
-//! The listener is started (and its `LISTEN` confirmed) when the handle connects, so a
-//! subscription made afterwards misses nothing committed afterwards. If the connection drops the
-//! task reconnects with a growing pause; notifications sent meanwhile are lost (Postgres keeps none
-//! for a listener that is not connected), and how many cannot be told, so they are not counted.
+//! The listener is started (and its `LISTEN` confirmed) when the handle connects. A call of this
+//! handle that published events returns only after they passed through its sender
+//! ([`Listener::settle`]): it runs an empty query on the listener's connection, and the server
+//! sends every notification committed before that query ahead of the query's answer, which the
+//! connection's task reads, and forwards, in order. So, as in memory, events caused by calls that
+//! returned before [`subscribe`](crate::Subscribe::subscribe) never reach that subscription, and
+//! a subscription made before a call sees its events once the call returned.
+//!
+//! If the connection drops the task reconnects with a growing pause; notifications sent meanwhile
+//! are lost (Postgres keeps none for a listener that is not connected), and how many cannot be
+//! told, so they are not counted.
 
 use std::future::poll_fn;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
-use tokio_postgres::{AsyncMessage, Config, NoTls, Notification};
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
 
 use super::error::Failure;
 use super::rows;
@@ -27,23 +34,60 @@ pub(crate) fn channel(registry: i64) -> String {
     format!("wr_events_{registry}")
 }
 
-/// Starts the listener task and waits until its `LISTEN` is in place.
-pub(crate) async fn start(
-    config: Config,
-    registry: i64,
-    events: Arc<EventSender>,
-) -> Result<AbortHandle, RegistryError> {
-    let channel = channel(registry);
-    let (ready_tx, ready_rx) = oneshot::channel();
-    let task = tokio::spawn(run(config, channel, events, ready_tx));
-    match ready_rx.await {
-        Ok(Ok(())) => Ok(task.abort_handle()),
-        Ok(Err(f)) => Err(f.into_registry()),
-        Err(_) => Err(RegistryError::backend(
-            super::error::BACKEND,
-            false,
-            "the event listener task ended before it listened",
-        )),
+/// The listener task of one handle, and its connection's client while it is connected.
+pub(crate) struct Listener {
+    task: AbortHandle,
+    client: Arc<Mutex<Option<Arc<Client>>>>,
+    timeout: Duration,
+}
+
+impl Listener {
+    /// Starts the listener task and waits until its `LISTEN` is in place.
+    pub(crate) async fn start(
+        config: Config,
+        registry: i64,
+        events: Arc<EventSender>,
+        timeout: Duration,
+    ) -> Result<Self, RegistryError> {
+        let client = Arc::new(Mutex::new(None));
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let task = tokio::spawn(run(config, channel(registry), events, client.clone(), ready_tx));
+        match ready_rx.await {
+            Ok(Ok(())) => Ok(Self {
+                task: task.abort_handle(),
+                client,
+                timeout,
+            }),
+            Ok(Err(f)) => {
+                task.abort();
+                Err(f.into_registry())
+            }
+            Err(_) => Err(RegistryError::backend(
+                super::error::BACKEND,
+                false,
+                "the event listener task ended before it listened",
+            )),
+        }
+    }
+
+    /// Returns once every notification committed before this call has been forwarded to the
+    /// handle's subscribers (or at once while the listener is reconnecting: those events are
+    /// lost anyway). Never fails: events are best effort.
+    pub(crate) async fn settle(&self) {
+        let client = self.client.lock().map(|c| c.clone()).unwrap_or(None);
+        if let Some(c) = client {
+            let _ = tokio::time::timeout(self.timeout, c.batch_execute("")).await;
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+        // Dropping the client ends its connection, and with it the forwarding task.
+        if let Ok(mut c) = self.client.lock() {
+            c.take();
+        }
     }
 }
 
@@ -51,26 +95,25 @@ async fn run(
     config: Config,
     channel: String,
     events: Arc<EventSender>,
+    slot: Arc<Mutex<Option<Arc<Client>>>>,
     ready: oneshot::Sender<Result<(), Failure>>,
 ) {
     let mut ready = Some(ready);
     let mut pause = Duration::from_millis(50);
     loop {
-        match listen(&config, &channel).await {
-            Ok((client, mut rx)) => {
+        match listen(&config, &channel, &events).await {
+            Ok((client, forwarding)) => {
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(Arc::new(client));
+                }
                 if let Some(tx) = ready.take() {
                     let _ = tx.send(Ok(()));
                 }
                 pause = Duration::from_millis(50);
-                while let Some(n) = rx.recv().await {
-                    match decode(n.payload()) {
-                        Some(event) => events.send(|| event),
-                        // Written by a newer version of the functions, or damaged: not ours to
-                        // guess at; counted as missed.
-                        None => events.record_missed(1),
-                    }
+                let _ = forwarding.await;
+                if let Ok(mut s) = slot.lock() {
+                    s.take();
                 }
-                drop(client);
             }
             Err(f) => {
                 if let Some(tx) = ready.take() {
@@ -84,35 +127,33 @@ async fn run(
     }
 }
 
-/// Connects, issues `LISTEN`, and returns the client (keep it: dropping it closes the connection)
-/// and the notifications, which end when the connection does.
+/// Connects and issues `LISTEN`; returns the client and the task that drives the connection and
+/// forwards its notifications, which ends when the connection does.
 async fn listen(
     config: &Config,
     channel: &str,
-) -> Result<
-    (
-        tokio_postgres::Client,
-        mpsc::UnboundedReceiver<Notification>,
-    ),
-    Failure,
-> {
+    events: &Arc<EventSender>,
+) -> Result<(Client, tokio::task::JoinHandle<()>), Failure> {
     let (client, mut connection) = config.connect(NoTls).await?;
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
+    let events = events.clone();
+    let forwarding = tokio::spawn(async move {
+        // Forwarding here, in the task that reads the connection, keeps events and query answers
+        // in the order the server sent them (what `settle` relies on).
         while let Some(message) = poll_fn(|cx| connection.poll_message(cx)).await {
             match message {
-                Ok(AsyncMessage::Notification(n)) => {
-                    if tx.send(n).is_err() {
-                        break;
-                    }
-                }
+                Ok(AsyncMessage::Notification(n)) => match decode(n.payload()) {
+                    Some(event) => events.send(|| event),
+                    // Written by a newer version of the functions, or damaged: not ours to guess
+                    // at; counted as missed.
+                    None => events.record_missed(1),
+                },
                 Ok(_) => {}
                 Err(_) => break,
             }
         }
     });
     client.batch_execute(&format!("LISTEN {channel}")).await?;
-    Ok((client, rx))
+    Ok((client, forwarding))
 }
 
 /// An event from its notification payload (the format is documented in the migration that

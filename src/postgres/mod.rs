@@ -114,7 +114,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio::task::AbortHandle;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
@@ -222,14 +221,12 @@ struct Inner {
     counters: Counters,
     snapshot: SnapshotCache,
     events: Arc<EventSender>,
-    listener: Option<AbortHandle>,
+    listener: Option<listen::Listener>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some(l) = &self.listener {
-            l.abort();
-        }
+        // The listener stops itself when dropped.
         self.pool.close();
     }
 }
@@ -432,7 +429,7 @@ impl PostgresRegistryBuilder {
 
         let events = Arc::new(EventSender::new());
         let listener = if self.listen {
-            Some(listen::start(pg, id, events.clone()).await?)
+            Some(listen::Listener::start(pg, id, events.clone(), self.call_timeout).await?)
         } else {
             None
         };
@@ -631,6 +628,14 @@ impl PostgresRegistry {
             Ok(())
         })
         .await
+    }
+
+    /// After a call that published lifecycle events: returns once they reached this handle's
+    /// subscribers (see `listen.rs`), so that a subscription made after the call never sees them.
+    async fn settle(&self) {
+        if let Some(l) = &self.inner.listener {
+            l.settle().await;
+        }
     }
 
     fn config_ref(&self) -> &RegistryConfig {

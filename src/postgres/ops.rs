@@ -143,7 +143,12 @@ impl WorkerRegistry for PostgresRegistry {
             .await?;
         match &admission {
             Admission::Duplicate(_) => self.inner.counters.duplicates.inc(),
-            Admission::Assigned(a) => self.count_placement(&Ok(*a)),
+            Admission::Assigned(a) => {
+                self.count_placement(&Ok(*a));
+                if a.new {
+                    self.settle().await;
+                }
+            }
             Admission::Rejected(r) => self.count_placement(&Err(*r)),
         }
         Ok(admission)
@@ -227,6 +232,9 @@ impl WorkerRegistry for PostgresRegistry {
             )
             .await?;
         self.count_placement(&placed);
+        if matches!(placed, Ok(a) if a.new) {
+            self.settle().await;
+        }
         Ok(match placed {
             Ok(a) => AssignOutcome::Assigned(a),
             Err(r) => AssignOutcome::Rejected(r),
@@ -272,6 +280,9 @@ impl WorkerRegistry for PostgresRegistry {
             })
             .await?;
         self.count_kill(&r);
+        if matches!(r, Ok((_, true))) {
+            self.settle().await;
+        }
         r.map(|(s, _)| s)
     }
 
@@ -279,7 +290,7 @@ impl WorkerRegistry for PostgresRegistry {
         let p = &self.inner.params;
         let reg = self.inner.id;
         let limit = self.config_ref().max_workers();
-        self.call(REGISTER, &[&reg, &p.max_workers], |row| {
+        let r = self.call(REGISTER, &[&reg, &p.max_workers], |row| {
             let refused: Option<String> = col(row, "o_refused")?;
             Ok(match refused.as_deref() {
                 None => Ok(rows::worker_id(col(row, "o_id")?)?),
@@ -288,7 +299,11 @@ impl WorkerRegistry for PostgresRegistry {
                 Some(other) => return Err(decode(format!("register refusal {other:?}"))),
             })
         })
-        .await?
+        .await?;
+        if r.is_ok() {
+            self.settle().await;
+        }
+        r
     }
 
     async fn deregister(&self, worker: WorkerId) -> Result<DeadReason, RegistryError> {
@@ -309,6 +324,7 @@ impl WorkerRegistry for PostgresRegistry {
             .await?;
         if let Ok(reason) = &r {
             self.inner.counters.death(*reason).inc();
+            self.settle().await;
         }
         r
     }
@@ -323,6 +339,9 @@ impl WorkerRegistry for PostgresRegistry {
             .call(DRAIN, &[&reg, &id, &ms], |row| worker_outcome(row, worker))
             .await?;
         self.count_kill(&r);
+        if r.is_ok() {
+            self.settle().await;
+        }
         r.map(|(s, _)| s)
     }
 
@@ -341,6 +360,9 @@ impl WorkerRegistry for PostgresRegistry {
             .counters
             .death(DeadReason::Exited)
             .add(out.exited as u64);
+        if out.draining + out.exited > 0 {
+            self.settle().await;
+        }
         Ok(out)
     }
 

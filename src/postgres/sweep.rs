@@ -185,6 +185,7 @@ impl Maintenance for PostgresRegistry {
             c.claims_evicted.add(out.evicted);
             c.workers_purged.add(out.purged);
             c.observe_sweep(report.took);
+            self.settle().await;
         }
         Ok(report)
     }
