@@ -51,7 +51,13 @@ impl Listener {
     ) -> Result<Self, RegistryError> {
         let client = Arc::new(Mutex::new(None));
         let (ready_tx, ready_rx) = oneshot::channel();
-        let task = tokio::spawn(run(config, channel(registry), events, client.clone(), ready_tx));
+        let task = tokio::spawn(run(
+            config,
+            channel(registry),
+            events,
+            client.clone(),
+            ready_tx,
+        ));
         match ready_rx.await {
             Ok(Ok(())) => Ok(Self {
                 task: task.abort_handle(),

@@ -290,16 +290,19 @@ impl WorkerRegistry for PostgresRegistry {
         let p = &self.inner.params;
         let reg = self.inner.id;
         let limit = self.config_ref().max_workers();
-        let r = self.call(REGISTER, &[&reg, &p.max_workers], |row| {
-            let refused: Option<String> = col(row, "o_refused")?;
-            Ok(match refused.as_deref() {
-                None => Ok(rows::worker_id(col(row, "o_id")?)?),
-                Some("capacity") => Err(RegistryError::Rejected(Rejection::CapacityFull { limit })),
-                Some("exhausted") => Err(RegistryError::IdsExhausted),
-                Some(other) => return Err(decode(format!("register refusal {other:?}"))),
+        let r = self
+            .call(REGISTER, &[&reg, &p.max_workers], |row| {
+                let refused: Option<String> = col(row, "o_refused")?;
+                Ok(match refused.as_deref() {
+                    None => Ok(rows::worker_id(col(row, "o_id")?)?),
+                    Some("capacity") => {
+                        Err(RegistryError::Rejected(Rejection::CapacityFull { limit }))
+                    }
+                    Some("exhausted") => Err(RegistryError::IdsExhausted),
+                    Some(other) => return Err(decode(format!("register refusal {other:?}"))),
+                })
             })
-        })
-        .await?;
+            .await?;
         if r.is_ok() {
             self.settle().await;
         }
