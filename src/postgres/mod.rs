@@ -74,8 +74,20 @@
 //! the version moved and caches it behind an `ArcSwap`, so [`status`](WorkerRegistry::status)
 //! never blocks and does no I/O.
 //!
-//! **Lifecycle events**: the functions `NOTIFY` on the registry's channel; every handle listens
-//! on a dedicated connection (see `listen.rs`).
+//! **Lifecycle events**: the functions `NOTIFY` on the registry's channel in the transaction that
+//! made the change, so every handle's subscribers see every committed event in commit order; each
+//! handle listens on a dedicated connection. A call that published events returns only once they
+//! have passed its own listener (an empty query on the listener's connection, answered after every
+//! notification committed before it), so a subscription made after a call never sees that call's
+//! events, as in memory. Only calls that change a worker's status wait so: duplicate detection,
+//! sticky assignment and heartbeats publish nothing and never wait.
+//!
+//! **Where it differs from the in-memory backend**, within what the contract allows: completed
+//! claims beyond `max_retained_claims` are evicted by the sweep only (memory also evicts at once
+//! when a burst of completions goes far over the limit: it bounds memory, which a table need not);
+//! `stats()` gauges come from the last snapshot, not from live counters; and released events not
+//! acknowledged within `release_ack_timeout` are offered again, to any replica including the one
+//! that had them (memory hands each over once).
 //!
 //! **Lock order**, the same everywhere: claim, target, capacity row, worker. The sweep takes
 //! worker rows first but only with `SKIP LOCKED`, so it never waits for one; `drain_all` locks all
