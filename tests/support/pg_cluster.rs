@@ -19,6 +19,9 @@ use std::sync::OnceLock;
 
 /// The variable naming an existing server to test against.
 pub const URL_VAR: &str = "WORKER_REGISTRY_POSTGRES_URL";
+/// The variable naming the directory of `initdb` and `pg_ctl` to use (instead of searching the
+/// `PATH` and `/usr/lib/postgresql/*/bin`).
+pub const BIN_VAR: &str = "WORKER_REGISTRY_POSTGRES_BIN";
 
 /// A throwaway cluster. Stopped (`pg_ctl stop -m immediate`) and deleted on drop.
 pub struct Cluster {
@@ -236,10 +239,14 @@ fn unprivileged_user() -> Result<String, String> {
     Err("running as root and there is no postgres or nobody user to run PostgreSQL as".into())
 }
 
-/// The directory holding `initdb` and `pg_ctl`: on the PATH, or the newest
-/// `/usr/lib/postgresql/*/bin`.
+/// The directory holding `initdb` and `pg_ctl`: the one [`BIN_VAR`] names, or on the PATH, or the
+/// newest `/usr/lib/postgresql/*/bin`.
 fn find_bin() -> Option<PathBuf> {
     let has = |d: &Path| d.join("initdb").is_file() && d.join("pg_ctl").is_file();
+    if let Some(d) = std::env::var_os(BIN_VAR) {
+        let d = PathBuf::from(d);
+        return has(&d).then_some(d);
+    }
     if let Some(path) = std::env::var_os("PATH") {
         for d in std::env::split_paths(&path) {
             if has(&d) {
@@ -266,12 +273,12 @@ static SKIP_SAID: AtomicBool = AtomicBool::new(false);
 /// harness's capture. Panics instead when `CI` is set.
 pub fn skip(why: &str) {
     if std::env::var_os("CI").is_some() {
-        panic!("PostgreSQL tests cannot run under CI: {why} (install postgresql or set {URL_VAR})");
+        panic!("CI is set, and what needs PostgreSQL cannot run: {why} (install postgresql or set {URL_VAR})");
     }
     if !SKIP_SAID.swap(true, Ordering::Relaxed) {
         let _ = writeln!(
             std::io::stderr(),
-            "skipped: PostgreSQL tests ({why}; install postgresql or set {URL_VAR})"
+            "skipped: everything here that needs PostgreSQL ({why}; install postgresql or set {URL_VAR})"
         );
     }
 }
