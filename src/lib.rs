@@ -33,6 +33,7 @@
 //! | `tokio` (default) | the [`Sweeper`] task, [`Subscribe`] and lifecycle events, [`TokioClock`] |
 //! | `http` | `http::admin_router` (axum) and `metrics` (prometheus-client) |
 //! | `testkit` | `testkit`: the conformance suite every backend runs, and the reference model |
+//! | `redis` | [`redis::RedisRegistry`]: the registry shared by router replicas through Redis |
 //!
 #![warn(missing_docs)]
 
@@ -42,6 +43,8 @@ mod config;
 #[cfg(feature = "http")]
 pub mod http;
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "http")]
 pub mod metrics;
 mod state;
