@@ -8,3 +8,4 @@
 mod harness;
 
 mod basics;
+mod differential;
