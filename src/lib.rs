@@ -43,10 +43,10 @@ mod config;
 #[cfg(feature = "http")]
 pub mod http;
 mod memory;
-#[cfg(feature = "redis")]
-pub mod redis;
 #[cfg(feature = "http")]
 pub mod metrics;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod state;
 #[cfg(feature = "tokio")]
 mod sweeper;

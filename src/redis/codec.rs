@@ -75,8 +75,7 @@ fn parse_u64(s: &str, what: &str) -> Result<u64, RegistryError> {
 
 /// A worker id as the scripts write it.
 pub(crate) fn worker_id(s: &str) -> Result<WorkerId, RegistryError> {
-    s.parse()
-        .map_err(|e| bad(format!("worker id {s:?}: {e}")))
+    s.parse().map_err(|e| bad(format!("worker id {s:?}: {e}")))
 }
 
 /// An optional worker id (`""` for none).
@@ -89,8 +88,7 @@ pub(crate) fn opt_worker_id(s: &str) -> Result<Option<WorkerId>, RegistryError> 
 }
 
 fn target(s: &str) -> Result<Target, RegistryError> {
-    s.parse()
-        .map_err(|e| bad(format!("target {s:?}: {e}")))
+    s.parse().map_err(|e| bad(format!("target {s:?}: {e}")))
 }
 
 fn opt_target(s: &str) -> Result<Option<Target>, RegistryError> {
@@ -203,7 +201,11 @@ pub(crate) fn decode_worker(line: &str, now: u64) -> Result<WorkerInfo, Registry
     info.last_heartbeat = wall(hb);
     info.heartbeat_age = Duration::from_millis(now.saturating_sub(hb));
     info.uptime = Duration::from_millis(now.saturating_sub(created));
-    let seq = if n.is_empty() { 0 } else { parse_u64(n, "assignments")? };
+    let seq = if n.is_empty() {
+        0
+    } else {
+        parse_u64(n, "assignments")?
+    };
     info.token = FencingToken::new(id, seq).map_err(|e| bad(format!("worker id: {e}")))?;
     if matches!(info.status, Status::Dead(_)) && !da.is_empty() {
         info.died_at = Some(wall(parse_u64(da, "died at")?));
@@ -308,7 +310,10 @@ mod tests {
         let w = decode_worker("7\to/r#3\t1\t1\t0\t1\t\t1500\t1000\t4\t9000\t", 2000).unwrap();
         assert_eq!(w.id, WorkerId::new(7));
         assert_eq!(w.target, Some(Target::new("o/r", 3).unwrap()));
-        assert_eq!((w.status, w.activity, w.suspect), (Status::Draining, Activity::Busy, false));
+        assert_eq!(
+            (w.status, w.activity, w.suspect),
+            (Status::Draining, Activity::Busy, false)
+        );
         assert!(w.has_heartbeated);
         assert_eq!(w.heartbeat_age, Duration::from_millis(500));
         assert_eq!(w.uptime, Duration::from_millis(1000));
@@ -318,15 +323,27 @@ mod tests {
 
         let d = decode_worker("8\t\t2\t0\t0\t0\t4\t10\t10\t0\t\t20", 30).unwrap();
         assert_eq!(d.status, Status::Dead(DeadReason::DrainTimedOut));
-        assert_eq!((d.kind, d.died_at), (WorkerKind::Registered, Some(wall(20))));
+        assert_eq!(
+            (d.kind, d.died_at),
+            (WorkerKind::Registered, Some(wall(20)))
+        );
         assert!(decode_worker("8\t\t9\t0\t0\t0\t\t10\t10\t0\t\t", 30).is_err());
         assert!(decode_worker("8\t\t0", 30).is_err());
     }
 
     #[test]
     fn snapshots_and_events_decode_and_bad_input_is_a_non_retryable_error() {
-        let s = decode_snapshot("3\t5000\t1\t2\t1\n1\t\t0\t0\t0\t0\t\t5000\t4000\t0\t\t", 8).unwrap();
-        assert_eq!((s.version, s.brake_engaged, s.capacity.used, s.capacity.limit), (3, true, 1, 8));
+        let s =
+            decode_snapshot("3\t5000\t1\t2\t1\n1\t\t0\t0\t0\t0\t\t5000\t4000\t0\t\t", 8).unwrap();
+        assert_eq!(
+            (
+                s.version,
+                s.brake_engaged,
+                s.capacity.used,
+                s.capacity.limit
+            ),
+            (3, true, 1, 8)
+        );
         assert_eq!((s.claims.in_flight, s.claims.retained), (2, 1));
         assert_eq!(s.taken_at_monotonic, Duration::from_millis(5000));
 
@@ -336,7 +353,10 @@ mod tests {
             e,
             Event::TargetReleased {
                 target: Target::new("o/r", 1).unwrap(),
-                deliveries: vec![DeliveryId::new("d-1").unwrap(), DeliveryId::new("d-2").unwrap()],
+                deliveries: vec![
+                    DeliveryId::new("d-1").unwrap(),
+                    DeliveryId::new("d-2").unwrap()
+                ],
             }
         );
         let (_, e) = decode_event("1\tX\t4\t\t3").unwrap();

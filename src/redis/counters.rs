@@ -157,6 +157,9 @@ mod tests {
         c.add(C::Duplicates, 2);
         c.death(DeadReason::DrainTimedOut);
         let s = c.read(0, Duration::ZERO);
-        assert_eq!((s.live_workers, s.duplicates, s.deaths_drain_timed_out), (3, 2, 1));
+        assert_eq!(
+            (s.live_workers, s.duplicates, s.deaths_drain_timed_out),
+            (3, 2, 1)
+        );
     }
 }

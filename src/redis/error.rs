@@ -15,8 +15,7 @@ pub(crate) const BACKEND: &str = "redis";
 
 /// Whether retrying later can help.
 pub(crate) fn is_retryable(e: &RedisError) -> bool {
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
-    {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
         return true;
     }
     match e.kind() {
@@ -134,11 +133,15 @@ mod tests {
         ));
         let e = backend(script);
         assert!(!e.is_retryable());
-        assert!(matches!(e, RegistryError::Backend { backend: "redis", .. }));
-        let loading = RedisError::from((
-            ErrorKind::Server(ServerErrorKind::BusyLoading),
-            "loading",
+        assert!(matches!(
+            e,
+            RegistryError::Backend {
+                backend: "redis",
+                ..
+            }
         ));
+        let loading =
+            RedisError::from((ErrorKind::Server(ServerErrorKind::BusyLoading), "loading"));
         assert!(backend(loading).is_retryable());
     }
 }

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::codec;
 use super::error;
+use super::scripts::SCRIPTS;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 
@@ -36,12 +37,22 @@ impl Drop for Listener {
 
 /// What the listener needs.
 pub(crate) struct Channel {
-    pub(crate) client: redis::Client,
+    pub(crate) client: ::redis::Client,
     /// For reading the sequence number after each (re)subscription.
     pub(crate) conn: ConnectionManager,
     pub(crate) channel: String,
-    pub(crate) seq_key: String,
+    /// KEYS[1] and ARGV[1] of the scripts.
+    pub(crate) offset_key: String,
+    pub(crate) prefix: String,
+    /// Makes each epoch value this listener proposes unique.
+    pub(crate) replica: String,
     pub(crate) connect_timeout: Duration,
+}
+
+/// Where the event numbering stood when a subscription began.
+struct Position {
+    epoch: String,
+    seq: u64,
 }
 
 impl Listener {
@@ -62,17 +73,29 @@ impl Listener {
     }
 }
 
-/// Subscribes and reads the sequence number reached so far.
-async fn subscribe(ch: &Channel) -> Result<(redis::aio::PubSub, u64), RegistryError> {
+/// Subscribes, then reads where the numbering stands (events up to it were published before).
+async fn subscribe(ch: &Channel) -> Result<(::redis::aio::PubSub, Position), RegistryError> {
     let attempt = async {
         let mut pubsub = ch.client.get_async_pubsub().await?;
         pubsub.subscribe(&ch.channel).await?;
         let mut conn = ch.conn.clone();
-        let seq: Option<u64> = redis::cmd("GET")
-            .arg(&ch.seq_key)
-            .query_async(&mut conn)
+        // Unique per listener and attempt; kept only by the first to propose one.
+        let proposal = format!(
+            "{}-{}",
+            ch.replica,
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        );
+        let (epoch, seq): (String, u64) = SCRIPTS
+            .listen
+            .key(&ch.offset_key)
+            .arg(&ch.prefix)
+            .arg(proposal)
+            .invoke_async(&mut conn)
             .await?;
-        Ok::<_, redis::RedisError>((pubsub, seq.unwrap_or(0)))
+        Ok::<_, ::redis::RedisError>((pubsub, Position { epoch, seq }))
     };
     match tokio::time::timeout(ch.connect_timeout * 2, attempt).await {
         Ok(r) => r.map_err(error::backend),
@@ -84,12 +107,17 @@ async fn subscribe(ch: &Channel) -> Result<(redis::aio::PubSub, u64), RegistryEr
     }
 }
 
-async fn run(ch: Channel, sender: Arc<EventSender>, ready: oneshot::Sender<Result<(), RegistryError>>) {
+async fn run(
+    ch: Channel,
+    sender: Arc<EventSender>,
+    ready: oneshot::Sender<Result<(), RegistryError>>,
+) {
     let mut ready = Some(ready);
     let mut last: Option<u64> = None;
+    let mut epoch = String::new();
     let mut pause = BACKOFF.0;
     loop {
-        let (pubsub, baseline) = match subscribe(&ch).await {
+        let (pubsub, at) = match subscribe(&ch).await {
             Ok(ok) => ok,
             Err(e) => {
                 if let Some(ready) = ready.take() {
@@ -102,15 +130,19 @@ async fn run(ch: Channel, sender: Arc<EventSender>, ready: oneshot::Sender<Resul
             }
         };
         pause = BACKOFF.0;
-        // Events numbered up to `baseline` were published before we (re)subscribed: the ones we
-        // had not seen are lost. A baseline below what we saw means the server lost its data
-        // (a restart without persistence): start over from it.
+        // Events numbered up to `at.seq` were published before we (re)subscribed: the ones we
+        // had not seen are lost. A new epoch means the server lost the registry's data (a
+        // restart without persistence) and numbering started over: all of them are lost.
         if let Some(seen) = last {
-            if baseline > seen {
-                sender.record_missed(baseline - seen);
-            }
+            let missed = if at.epoch == epoch {
+                at.seq.saturating_sub(seen)
+            } else {
+                at.seq
+            };
+            sender.record_missed(missed);
         }
-        last = Some(baseline);
+        epoch = at.epoch;
+        last = Some(at.seq);
         if let Some(ready) = ready.take() {
             let _ = ready.send(Ok(()));
         }

@@ -89,8 +89,6 @@ pub(crate) struct Keys {
     pub(crate) offset: String,
     /// The pub/sub channel of lifecycle events.
     pub(crate) events: String,
-    /// The last event sequence number.
-    pub(crate) event_seq: String,
     /// The counter replica ids come from.
     pub(crate) next_replica_id: String,
     /// The maintenance lease.
@@ -105,7 +103,6 @@ impl Keys {
         Self {
             offset: key("test_offset_ms"),
             events: key("events"),
-            event_seq: key("event_seq"),
             next_replica_id: key("next_replica_id"),
             lease: key("sweep_lease"),
             prefix,
@@ -144,7 +141,7 @@ mod tests {
         assert_eq!(k.prefix, "{pool-a}:");
         assert_eq!(k.offset, "{pool-a}:test_offset_ms");
         assert_eq!(k.claim("o/r#1:d"), "{pool-a}:c:o/r#1:d");
-        for key in [&k.offset, &k.events, &k.event_seq, &k.next_replica_id, &k.lease] {
+        for key in [&k.offset, &k.events, &k.next_replica_id, &k.lease] {
             assert!(key.starts_with("{pool-a}:"), "{key}");
         }
     }

@@ -36,7 +36,7 @@
 //! | `{n}:released` | stream | released deliveries, consumer group `dispatch` |
 //! | `{n}:deliveries` | zset | stream entries by when they were handed out (re-offered after `release_ack_timeout`) |
 //! | `{n}:snapshot`, `{n}:snapshot_version` | string | the published status snapshot |
-//! | `{n}:events`, `{n}:event_seq` | channel, string | lifecycle events and their sequence number |
+//! | `{n}:events`, `{n}:event_seq`, `{n}:epoch` | channel, strings | lifecycle events, their sequence number, and a value set once (a listener that sees it change knows the data was lost) |
 //! | `{n}:sweep_lease` | string | the maintenance lease: owner and expiry |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
 //!
@@ -346,7 +346,9 @@ impl RedisRegistryBuilder {
                 client,
                 conn: conn.clone(),
                 channel: keys.events.clone(),
-                seq_key: keys.event_seq.clone(),
+                offset_key: keys.offset.clone(),
+                prefix: keys.prefix.clone(),
+                replica: format!("r{replica}"),
                 connect_timeout: self.connection_timeout,
             },
             events.clone(),

@@ -44,6 +44,7 @@ scripts! {
     sweep => "sweep.lua",
     acknowledge => "acknowledge.lua",
     snapshot => "snapshot.lua",
+    listen => "listen.lua",
 }
 
 #[cfg(test)]

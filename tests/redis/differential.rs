@@ -135,12 +135,7 @@ fn report(r: &SweepReport) -> String {
     format!(
         "swept={} v{} died={died:?} suspected={suspected:?} brake={} targets={targets:?} \
          released={released:?} expired={} evicted={} purged={}",
-        r.swept,
-        r.version,
-        r.brake_engaged,
-        r.expired_claims,
-        r.evicted_claims,
-        r.purged_workers
+        r.swept, r.version, r.brake_engaged, r.expired_claims, r.evicted_claims, r.purged_workers
     )
 }
 
@@ -160,7 +155,9 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
             Err(e) => format!("{e:?}"),
         },
         Op::Claim(t, d) => match r.claim(&target(t), &delivery(d)).await {
-            Ok(ClaimOutcome::AlreadyClaimed(c)) => format!("Already({:?}, {:?})", c.holder, c.state),
+            Ok(ClaimOutcome::AlreadyClaimed(c)) => {
+                format!("Already({:?}, {:?})", c.holder, c.state)
+            }
             other => format!("{other:?}"),
         },
         Op::Release(t, d) => format!("{:?}", r.release(&target(t), &delivery(d)).await),
@@ -176,7 +173,8 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
         Op::Deregister(id) => format!("{:?}", r.deregister(w(id)).await),
         Op::Drain(id, s) => format!(
             "{:?}",
-            r.drain_within(w(id), Duration::from_secs(u64::from(s))).await
+            r.drain_within(w(id), Duration::from_secs(u64::from(s)))
+                .await
         ),
         Op::DrainAll(s) => format!(
             "{:?}",

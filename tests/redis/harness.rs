@@ -133,7 +133,11 @@ impl Server {
             )
             .env(
                 "WR_REMOVE_DIR",
-                if self.remove_dir { self.dir.as_os_str() } else { "".as_ref() },
+                if self.remove_dir {
+                    self.dir.as_os_str()
+                } else {
+                    "".as_ref()
+                },
             )
             .arg("sh")
             .args(&args)

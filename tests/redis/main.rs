@@ -9,3 +9,5 @@ mod harness;
 
 mod basics;
 mod differential;
+mod faults;
+mod replicas;

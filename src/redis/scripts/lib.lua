@@ -27,6 +27,7 @@ local K = {
   snapshot = P .. 'snapshot',       -- string: the published status snapshot
   snapshot_version = P .. 'snapshot_version',
   lease = P .. 'sweep_lease',       -- string: "<owner>\t<expires at, registry ms>", with PX
+  epoch = P .. 'epoch',             -- string: set once; changes only if the server lost the data
 }
 
 local function wkey(id) return P .. 'w:' .. id end
