@@ -330,7 +330,10 @@ impl RegistryConfig {
             ("drain_deadline", self.drain_deadline),
             ("max_in_flight", self.max_in_flight),
             ("release_ack_timeout", self.release_ack_timeout),
-            ("heartbeat_interval x missed_heartbeats", self.heartbeat_timeout()),
+            (
+                "heartbeat_interval x missed_heartbeats",
+                self.heartbeat_timeout(),
+            ),
         ] {
             if d > MAX_DURATION {
                 return bad(field, format!("{d:?}"), "at most a year (MAX_DURATION)");

@@ -52,14 +52,14 @@ mod state;
 mod sweeper;
 mod sync;
 
-pub use api::contract::{Maintenance, WorkerRegistry};
 #[cfg(feature = "tokio")]
 pub use api::contract::Subscribe;
+pub use api::contract::{Maintenance, WorkerRegistry};
 pub use api::dynamic::{Backend, BoxFuture, DynBackend, DynRegistry};
 pub use api::error::{BackendSource, RegistryError};
+pub use api::events::{Event, RecvError, EVENT_BUFFER};
 #[cfg(feature = "tokio")]
 pub use api::events::{EventSender, Subscription};
-pub use api::events::{Event, RecvError, EVENT_BUFFER};
 pub use api::ids::{
     DeliveryId, DeliveryIdError, FencingToken, Target, TargetError, WorkerId, WorkerIdError,
     MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,

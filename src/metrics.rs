@@ -308,8 +308,8 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
             stats.claims_evicted,
         )?;
 
-        let deaths =
-            DeadReason::ALL.map(|reason| (reason.as_str(), ConstCounter::new(stats.deaths(reason))));
+        let deaths = DeadReason::ALL
+            .map(|reason| (reason.as_str(), ConstCounter::new(stats.deaths(reason))));
         family(
             e,
             "worker_registry_deaths",

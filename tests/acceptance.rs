@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use worker_registry::{
     Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, DeliveryId,
-    HeartbeatAck, ManualClock, PoolStatus, InMemoryRegistry, RegistryConfig, RegistryError, Rejection,
-    Status, Target, WorkerId, WorkerKind,
+    HeartbeatAck, InMemoryRegistry, ManualClock, PoolStatus, RegistryConfig, RegistryError,
+    Rejection, ReleaseReason, Status, Target, WorkerId, WorkerKind,
 };
 
 const HB: Duration = Duration::from_secs(30);
@@ -76,7 +76,7 @@ fn ac1_record_holds_id_target_start_heartbeat_and_status() {
         Duration::from_secs(3),
         "wall-clock display times derive from the monotonic clock"
     );
-    assert_eq!(w.generation, a.generation);
+    assert_eq!(w.token, a.token);
     assert_eq!(w.died_at, None);
 }
 
@@ -170,7 +170,7 @@ fn ac2_unbound_claim_is_released_after_the_heartbeat_timeout() {
     clock.advance(MS);
     let report = r.sweep();
     assert_eq!(
-        report.released_events,
+        report.released_pairs(),
         vec![(target.clone(), event.clone())]
     );
     assert_eq!(r.claim(&target, &event), ClaimOutcome::Claimed);
@@ -306,13 +306,13 @@ fn ac3_same_target_maps_to_same_worker_while_active() {
     let target = t("o/r", 1);
     let first = assigned(r.admit(&target, &e("1")));
     assert!(first.new);
-    let mut last = first.generation;
+    let mut last = first.token;
     for i in 2..10 {
         let a = assigned(r.admit(&target, &e(&i.to_string())));
         assert_eq!(a.worker, first.worker);
         assert!(!a.new);
-        assert!(a.generation > last, "fencing token increases");
-        last = a.generation;
+        assert!(a.token > last, "fencing token increases");
+        last = a.token;
     }
     let AssignOutcome::Assigned(a) = r.assign(&target) else {
         panic!()
@@ -334,7 +334,9 @@ fn ac3_capacity_rejects_new_targets_but_not_existing_ones() {
     assert!(matches!(r.assign(&t("o/r", 2)), AssignOutcome::Assigned(_)));
     assert!(matches!(
         r.register(),
-        Err(RegistryError::CapacityFull { limit: 3 })
+        Err(RegistryError::Rejected(Rejection::CapacityFull {
+            limit: 3
+        }))
     ));
     assert_eq!(r.stats().rejected_capacity, 1);
 }
@@ -384,10 +386,7 @@ fn ac3_draining_target_gets_no_second_worker_until_the_first_is_dead() {
     let b = assigned(r.admit(&target, &e("2")));
     assert!(b.new);
     assert_ne!(b.worker, a.worker);
-    assert!(
-        b.generation > a.generation,
-        "the new owner's tokens are higher"
-    );
+    assert!(b.token > a.token, "the new owner's tokens are higher");
 }
 
 // ---- AC4: stale detection -----------------------------------------------------------------------
@@ -409,7 +408,7 @@ fn ac4_missing_n_intervals_is_dead_and_releases_target_and_claims() {
     assert_eq!(report.died, vec![(a.worker, DeadReason::MissedHeartbeats)]);
     assert_eq!(report.released_targets, vec![target.clone()]);
     assert_eq!(
-        report.released_events,
+        report.released_pairs(),
         vec![(target.clone(), event.clone())]
     );
     assert_eq!(r.live_workers(), 0);
@@ -531,7 +530,7 @@ fn ac5_drained_worker_exiting_releases_its_unfinished_events() {
     assert_eq!(r.deregister(a.worker), Ok(DeadReason::Exited));
     let report = r.sweep();
     assert_eq!(
-        report.released_events,
+        report.released_pairs(),
         vec![(target.clone(), event.clone())]
     );
     assert!(matches!(r.admit(&target, &event), Admission::Assigned(_)));
@@ -572,8 +571,8 @@ fn ac6_snapshot_lists_every_worker_and_counts_agree() {
     let before = r.status();
     let report = r.sweep();
     let s = r.status();
-    assert!(s.generation > before.generation);
-    assert_eq!(s.generation, report.generation);
+    assert!(s.version > before.version);
+    assert_eq!(s.version, report.version);
     assert_eq!(s.workers.len(), 4);
     assert_eq!(
         (s.counts.active, s.counts.draining, s.counts.dead),
@@ -636,7 +635,7 @@ fn complete_after_the_worker_died_is_refused_as_released() {
         r.complete(&target, &event),
         Err(RegistryError::UnknownClaim {
             target: target.clone(),
-            event: event.clone()
+            delivery: event.clone()
         }),
         "the sweep released and removed it"
     );
@@ -647,8 +646,9 @@ fn complete_after_the_worker_died_is_refused_as_released() {
         r.complete(&target, &event),
         Err(RegistryError::ClaimReleased {
             target,
-            event,
-            holder: Some(b.worker)
+            delivery: event,
+            holder: Some(b.worker),
+            reason: ReleaseReason::WorkerDied(DeadReason::Deregistered),
         })
     );
     assert_ne!(a.worker, b.worker);
@@ -663,7 +663,7 @@ fn a_fenced_worker_cannot_complete_the_claim_of_its_successor() {
     clock.advance(TIMEOUT + MS);
     let report = r.sweep(); // old dies; its event is released and re-admitted
     assert_eq!(
-        report.released_events,
+        report.released_pairs(),
         vec![(target.clone(), event.clone())]
     );
     let new = assigned(r.admit(&target, &event));
@@ -674,7 +674,7 @@ fn a_fenced_worker_cannot_complete_the_claim_of_its_successor() {
         old_handle.complete(&target, &event),
         Err(RegistryError::NotHolder {
             target: target.clone(),
-            event: event.clone(),
+            delivery: event.clone(),
             holder: Some(new.worker),
             worker: old.worker,
         })

@@ -8,9 +8,9 @@ use std::str::FromStr;
 
 use proptest::prelude::*;
 use worker_registry::{
-    Admission, ClaimOutcome, DeliveryId, DeliveryIdError, HeartbeatAck, ManualClock, InMemoryRegistry,
-    RegistryConfig, RegistryError, Target, TargetError, WorkerId, WorkerIdError, MAX_DELIVERY_ID_LEN,
-    MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
+    Admission, ClaimOutcome, DeliveryId, DeliveryIdError, HeartbeatAck, InMemoryRegistry,
+    ManualClock, RegistryConfig, RegistryError, Target, TargetError, WorkerId, WorkerIdError,
+    MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
 };
 
 // ---- input generators ----------------------------------------------------------------------------
@@ -218,12 +218,21 @@ proptest! {
         any::<u64>().prop_map(|n| n.to_string()),
         re("[+-]?[0-9]{18,22}"),
     ]) {
+        // Canonical decimal only: digits, no sign, no leading zero, at most WorkerId::MAX.
+        let canonical = !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && (s == "0" || !s.starts_with('0'));
         match (WorkerId::from_str(&s), s.parse::<u64>()) {
             (Ok(id), Ok(n)) => {
+                prop_assert!(canonical && n <= WorkerId::MAX, "{s:?} accepted");
                 prop_assert_eq!(id.get(), n);
                 prop_assert_eq!(WorkerId::from_str(&id.to_string()), Ok(id));
             }
-            (Err(WorkerIdError { input, .. }), Err(_)) => {
+            (Err(WorkerIdError::OutOfRange { id }), Ok(n)) => {
+                prop_assert!(canonical && n > WorkerId::MAX && id == n, "{s:?}");
+            }
+            (Err(WorkerIdError::NotANumber { input }), _) => {
+                prop_assert!(!canonical || s.parse::<u64>().is_err(), "{s:?} refused");
                 prop_assert!(is_bounded_prefix(&input, &s, 64), "{input:?} vs {s:?}");
             }
             (a, b) => prop_assert!(false, "{a:?} vs {b:?}"),
@@ -297,7 +306,7 @@ proptest! {
             let before = registry.claim_count();
             match registry.admit(&t, &e) {
                 Admission::Assigned(a) => {
-                    prop_assert_eq!(a.generation.worker(), a.worker);
+                    prop_assert_eq!(a.token.worker(), a.worker);
                     prop_assert_eq!(registry.worker(a.worker).unwrap().target, Some(t.clone()));
                 }
                 Admission::Duplicate(_) => {}
@@ -305,14 +314,14 @@ proptest! {
                     prop_assert_eq!(registry.claim_count(), before, "a rejection left a claim");
                     prop_assert_eq!(
                         registry.release(&t, &e),
-                        Err(RegistryError::UnknownClaim { target: t.clone(), event: e.clone() })
+                        Err(RegistryError::UnknownClaim { target: t.clone(), delivery: e.clone() })
                     );
                     continue;
                 }
             }
             prop_assert!(matches!(registry.claim(&t, &e), ClaimOutcome::AlreadyClaimed(_)));
             prop_assert_eq!(registry.complete(&t, &e), Ok(()));
-            let completed = RegistryError::ClaimCompleted { target: t.clone(), event: e.clone() };
+            let completed = RegistryError::ClaimCompleted { target: t.clone(), delivery: e.clone() };
             prop_assert_eq!(registry.release(&t, &e), Err(completed.clone()));
             let shown = completed.to_string();
             prop_assert!(shown.contains(e.as_str()) && shown.contains(&t.to_string()));
@@ -353,14 +362,18 @@ fn length_limits_are_exact() {
     );
     // A megabyte of input: refused by length, and the error does not keep a copy of it.
     let huge = "a".repeat(1 << 20);
-    let err = WorkerId::from_str(&huge).unwrap_err();
-    assert!(err.input.len() <= 64);
+    let Err(WorkerIdError::NotANumber { input }) = WorkerId::from_str(&huge) else {
+        panic!()
+    };
+    assert!(input.len() <= 64);
     let Err(TargetError::NotOwnerSlashName { input }) = Target::new(&huge, 1) else {
         panic!()
     };
     assert!(input.len() <= 160);
     // Multi-byte characters at the cut point are not split.
     let wide = "é".repeat(100);
-    let err = WorkerId::from_str(&wide).unwrap_err();
-    assert!(err.input.len() <= 64 && wide.starts_with(&err.input));
+    let Err(WorkerIdError::NotANumber { input }) = WorkerId::from_str(&wide) else {
+        panic!()
+    };
+    assert!(input.len() <= 64 && wide.starts_with(&input));
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use worker_registry::{
-    Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, ManualClock, InMemoryRegistry,
+    Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, InMemoryRegistry, ManualClock,
     RegistryConfig, RegistryConfigBuilder, RegistryError, Status, SweepReport, Target, WorkerId,
     DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS, DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_MISSED_HEARTBEATS, DEFAULT_STARTUP_GRACE,
@@ -126,7 +126,7 @@ fn router_stall_suspects_everyone_and_nobody_dies_when_heartbeats_resume() {
     assert!(r.brake_engaged, "{r:?}");
     assert!(r.died.is_empty(), "{r:?}");
     assert_eq!(suspected(&r), f.ids(0..10));
-    assert!(r.released_targets.is_empty() && r.released_events.is_empty());
+    assert!(r.released_targets.is_empty() && r.released.is_empty());
     let s = f.registry.status();
     assert!(s.brake_engaged);
     assert_eq!(
@@ -245,7 +245,7 @@ fn a_single_crash_among_many_dies_at_once_without_the_brake() {
     );
     assert_eq!(died(&r), f.ids([crashed]));
     assert_eq!(r.released_targets, vec![target(crashed)]);
-    assert_eq!(r.released_events, vec![(target(crashed), event(crashed))]);
+    assert_eq!(r.released_pairs(), vec![(target(crashed), event(crashed))]);
     assert!(!f.registry.status().brake_engaged);
     assert_eq!(f.registry.status().counts.suspect, 0);
     assert_eq!(
@@ -358,7 +358,7 @@ fn a_genuine_mass_crash_is_suspected_first_then_dies_after_the_suspect_grace() {
     let r = f.registry.sweep();
     assert!(r.brake_engaged && r.died.is_empty());
     assert_eq!(suspected(&r), f.ids(0..10));
-    assert!(r.released_events.is_empty());
+    assert!(r.released.is_empty());
     assert_eq!(f.registry.status().claims.in_flight, 10);
     assert_eq!(f.registry.live_workers(), 10);
 
@@ -368,7 +368,7 @@ fn a_genuine_mass_crash_is_suspected_first_then_dies_after_the_suspect_grace() {
         let r = f.registry.sweep();
         assert!(r.brake_engaged, "{r:?}");
         assert!(r.died.is_empty() && r.suspected.is_empty(), "{r:?}");
-        assert!(r.released_targets.is_empty() && r.released_events.is_empty());
+        assert!(r.released_targets.is_empty() && r.released.is_empty());
         assert_eq!(f.registry.status().counts.suspect, 10);
     }
     // A redelivery while they are suspect is still a duplicate (nothing is dispatched twice).
@@ -390,7 +390,7 @@ fn a_genuine_mass_crash_is_suspected_first_then_dies_after_the_suspect_grace() {
     );
     let released: BTreeSet<Target> = r.released_targets.iter().cloned().collect();
     assert_eq!(released, (0..10).map(target).collect());
-    let events: BTreeSet<(Target, DeliveryId)> = r.released_events.iter().cloned().collect();
+    let events: BTreeSet<(Target, DeliveryId)> = r.released_pairs().into_iter().collect();
     assert_eq!(events, (0..10).map(|i| (target(i), event(i))).collect());
 
     let s = f.registry.status();
@@ -534,7 +534,7 @@ fn a_new_worker_that_never_heartbeats_dies_after_the_grace() {
     clock.advance(MS);
     let r = registry.sweep();
     assert_eq!(r.died, vec![(a.worker, DeadReason::MissedHeartbeats)]);
-    assert_eq!(r.released_events, vec![(target(0), event(0))]);
+    assert_eq!(r.released_pairs(), vec![(target(0), event(0))]);
 }
 
 /// Self-registered pool workers get the same start-up grace.

@@ -3,23 +3,77 @@
 use std::time::Duration;
 
 use worker_registry::{
-    ConfigError, DeliveryId, DeliveryIdError, FencingToken, RegistryConfig, Target, TargetError, WorkerId,
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS, DEFAULT_SWEEP_INTERVAL,
+    ConfigError, DeliveryId, DeliveryIdError, FencingToken, RegistryConfig, Target, TargetError,
+    WorkerId, WorkerIdError, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS,
+    DEFAULT_SWEEP_INTERVAL,
 };
 
 #[test]
 fn defaults_follow_the_worker_pool_document() {
     let c = RegistryConfig::default();
-    assert_eq!(c.heartbeat_interval, Duration::from_secs(30));
-    assert_eq!(c.heartbeat_interval, DEFAULT_HEARTBEAT_INTERVAL);
-    assert_eq!(c.missed_heartbeats, DEFAULT_MISSED_HEARTBEATS);
+    assert_eq!(c.heartbeat_interval(), Duration::from_secs(30));
+    assert_eq!(c.heartbeat_interval(), DEFAULT_HEARTBEAT_INTERVAL);
+    assert_eq!(c.missed_heartbeats(), DEFAULT_MISSED_HEARTBEATS);
     assert_eq!(
         c.heartbeat_timeout(),
         Duration::from_secs(120),
         "stale after 2 min"
     );
-    assert_eq!(c.sweep_interval, DEFAULT_SWEEP_INTERVAL);
-    c.validate().unwrap();
+    assert_eq!(c.sweep_interval(), DEFAULT_SWEEP_INTERVAL);
+    assert_eq!(
+        c.max_in_flight(),
+        Duration::from_secs(30 * 60),
+        "the pool's stale-task age"
+    );
+    assert_eq!(
+        RegistryConfig::builder().build(),
+        Ok(c),
+        "the defaults pass the builder's validation"
+    );
+}
+
+#[test]
+fn a_configuration_cannot_bypass_validation() {
+    // Every way to get a config goes through the builder: shards that dashmap would panic on,
+    // a single missed heartbeat, and durations absurd enough to overflow sums are all refused.
+    assert_eq!(
+        field_of(RegistryConfig::builder().shards(3).build().unwrap_err()),
+        "shards"
+    );
+    assert_eq!(
+        field_of(
+            RegistryConfig::builder()
+                .missed_heartbeats(0)
+                .build()
+                .unwrap_err()
+        ),
+        "missed_heartbeats"
+    );
+    assert_eq!(
+        field_of(
+            RegistryConfig::builder()
+                .claim_retention(Duration::MAX)
+                .build()
+                .unwrap_err()
+        ),
+        "claim_retention"
+    );
+    let huge = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(200 * 24 * 3600))
+        .missed_heartbeats(4)
+        .sweep_interval(Duration::from_secs(1))
+        .build()
+        .unwrap_err();
+    assert_eq!(field_of(huge), "heartbeat_interval x missed_heartbeats");
+    assert_eq!(
+        field_of(
+            RegistryConfig::builder()
+                .max_in_flight(Duration::ZERO)
+                .build()
+                .unwrap_err()
+        ),
+        "max_in_flight"
+    );
 }
 
 fn field_of(err: ConfigError) -> &'static str {
@@ -143,15 +197,40 @@ fn event_ids_are_validated() {
 fn worker_ids_parse_or_say_what_they_got() {
     assert_eq!("17".parse::<WorkerId>().unwrap(), WorkerId::new(17));
     let err = "abc".parse::<WorkerId>().unwrap_err();
-    assert_eq!(err.input, "abc");
-    assert!("-1".parse::<WorkerId>().is_err());
-    assert!("18446744073709551616".parse::<WorkerId>().is_err());
+    assert_eq!(
+        err,
+        WorkerIdError::NotANumber {
+            input: "abc".into()
+        }
+    );
+    for refused in ["-1", "+1", "01", "", " 1", "1 ", "18446744073709551616"] {
+        assert!(refused.parse::<WorkerId>().is_err(), "{refused:?}");
+    }
+    assert_eq!(
+        (WorkerId::MAX + 1).to_string().parse::<WorkerId>(),
+        Err(WorkerIdError::OutOfRange {
+            id: WorkerId::MAX + 1
+        })
+    );
+    assert_eq!("0".parse::<WorkerId>(), Ok(WorkerId::new(0)));
 }
 
 #[test]
-fn generations_order_by_worker_then_sequence_and_saturate() {
-    let a = FencingToken::new(WorkerId::new(1), u64::MAX);
-    assert_eq!(a.seq(), u32::MAX as u64, "saturates instead of spilling");
+fn tokens_order_by_worker_then_sequence_saturate_and_refuse_ids_that_do_not_fit() {
+    let a = FencingToken::new(WorkerId::new(1), u64::MAX).unwrap();
+    assert_eq!(
+        a.seq(),
+        FencingToken::MAX_SEQ,
+        "saturates instead of spilling"
+    );
     assert_eq!(a.worker(), WorkerId::new(1));
-    assert!(FencingToken::new(WorkerId::new(2), 1) > a);
+    assert!(FencingToken::new(WorkerId::new(2), 1).unwrap() > a);
+    let top = FencingToken::new(WorkerId::new(WorkerId::MAX), 1).unwrap();
+    assert_eq!(top.worker(), WorkerId::new(WorkerId::MAX), "no truncation");
+    assert_eq!(
+        FencingToken::new(WorkerId::new(WorkerId::MAX + 1), 1),
+        Err(WorkerIdError::OutOfRange {
+            id: WorkerId::MAX + 1
+        })
+    );
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use worker_registry::{
-    Admission, DeadReason, Event, DeliveryId, ManualClock, RecvError, InMemoryRegistry, RegistryConfig,
-    Subscription, Target, WorkerId, EVENT_BUFFER,
+    Admission, DeadReason, DeliveryId, Event, InMemoryRegistry, ManualClock, RecvError,
+    RegistryConfig, Subscription, Target, WorkerId, EVENT_BUFFER,
 };
 
 fn t(n: u64) -> Target {
@@ -92,7 +92,7 @@ async fn created_draining_dead_and_released_arrive_in_order() {
     }
     let Event::TargetReleased {
         target,
-        events: mut released,
+        deliveries: mut released,
     } = events.recv().await.unwrap()
     else {
         panic!("expected TargetReleased");

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use worker_registry::http::{admin_router, AdminOptions};
 use worker_registry::metrics::Metrics;
 use worker_registry::{
-    Admission, DeliveryId, ManualClock, InMemoryRegistry, RegistryConfig, Target, WorkerId,
+    Admission, DeliveryId, InMemoryRegistry, ManualClock, RegistryConfig, Target, WorkerId,
 };
 
 fn t(n: u64) -> Target {
@@ -54,7 +54,10 @@ struct Api {
 }
 
 impl Api {
-    async fn new<C: worker_registry::Clock>(registry: &InMemoryRegistry<C>, options: AdminOptions) -> Self {
+    async fn new<C: worker_registry::Clock>(
+        registry: &InMemoryRegistry<C>,
+        options: AdminOptions,
+    ) -> Self {
         Self {
             base: serve(admin_router(registry.clone(), options)).await,
             client: Client::new(),
@@ -101,7 +104,7 @@ async fn list_serves_the_snapshot_with_counts_capacity_and_rfc3339_times() {
 
     let (status, body) = api.get("/workers").await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body["generation"], 0, "no sweep yet: the empty snapshot");
+    assert_eq!(body["version"], 0, "no sweep yet: the empty snapshot");
     assert_eq!(body["workers"], json!([]));
 
     clock.advance(Duration::from_millis(1500));
@@ -116,7 +119,7 @@ async fn list_serves_the_snapshot_with_counts_capacity_and_rfc3339_times() {
 
     let (status, body) = api.get("/workers").await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body["generation"], 1);
+    assert_eq!(body["version"], 1);
     assert_eq!(body["taken_at"], "2026-01-01T00:00:01.500Z");
     assert_eq!(
         body["counts"],
@@ -144,7 +147,7 @@ async fn list_serves_the_snapshot_with_counts_capacity_and_rfc3339_times() {
     assert_eq!(w["last_heartbeat"], "2026-01-01T00:00:01.500Z");
     assert_eq!(w["has_heartbeated"], false);
     assert_eq!(w["died_at"], Value::Null);
-    assert_eq!(w["generation"], (busy.get() << 32) | 1);
+    assert_eq!(w["token"], (busy.get() << 20) | 1);
     assert_eq!(workers[1]["status"], "draining");
     assert_eq!(workers[2]["target"], Value::Null);
     assert_eq!(workers[2]["kind"], "registered");
@@ -177,18 +180,35 @@ async fn get_reads_one_worker_live_and_refuses_unknown_and_bad_ids() {
     assert_eq!(body["heartbeat_age_ms"], 250);
     assert_eq!(body["uptime_ms"], 3250);
     assert_eq!(body["has_heartbeated"], true);
-    assert_eq!(body["generation"], (w.get() << 32) | 1);
+    assert_eq!(body["token"], (w.get() << 20) | 1);
 
     let (status, body) = api.get("/workers/999").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body, json!({"error": "unknown worker 999"}));
 
-    for bad in ["abc", "-1", "1.5", "99999999999999999999999", "%20"] {
+    for bad in [
+        "abc",
+        "-1",
+        "+1",
+        "01",
+        "1.5",
+        "99999999999999999999999",
+        "%20",
+    ] {
         let (status, body) = api.get(&format!("/workers/{bad}")).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
         let msg = body["error"].as_str().unwrap();
-        assert!(msg.contains("not a non-negative integer"), "{bad}: {msg}");
+        assert!(
+            msg.contains("is not a non-negative decimal integer"),
+            "{bad}: {msg}"
+        );
     }
+    let (status, body) = api.get("/workers/17592186044416").await; // WorkerId::MAX + 1
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body,
+        json!({"error": "worker id 17592186044416 is larger than 17592186044415"})
+    );
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use worker_registry::{
-    Admission, AssignOutcome, DeliveryId, ManualClock, InMemoryRegistry, RegistryConfig, Target,
+    Admission, AssignOutcome, DeliveryId, InMemoryRegistry, ManualClock, RegistryConfig, Target,
 };
 
 struct Counting;

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use worker_registry::metrics::Metrics;
-use worker_registry::{Admission, DeliveryId, ManualClock, InMemoryRegistry, RegistryConfig, Target};
+use worker_registry::{
+    Admission, DeliveryId, InMemoryRegistry, ManualClock, RegistryConfig, Target,
+};
 
 fn t(n: u64) -> Target {
     Target::new("octo/repo", n).unwrap()
@@ -71,7 +73,7 @@ fn every_metric_matches_what_the_registry_did() {
     clock.advance(timeout / 2 + Duration::from_millis(1));
     let report = registry.sweep();
     assert_eq!(report.died.len(), 1);
-    assert_eq!(report.released_events, vec![(t(2), e("d2"))]);
+    assert_eq!(report.released_pairs(), vec![(t(2), e("d2"))]);
     clock.advance(Duration::from_secs(2));
 
     let mut metrics = Metrics::new(&registry);
@@ -142,7 +144,7 @@ fn every_metric_matches_what_the_registry_did() {
     assert_eq!(m.get("worker_registry_capacity_limit"), 3.0);
     assert_eq!(m.get("worker_registry_sweeps_total"), 1.0);
     assert_eq!(m.get("worker_registry_brake_active"), 0.0);
-    assert_eq!(m.get("worker_registry_snapshot_generation"), 1.0);
+    assert_eq!(m.get("worker_registry_snapshot_version"), 1.0);
     assert_eq!(m.get("worker_registry_snapshot_age_seconds"), 2.0);
     assert_eq!(m.get("worker_registry_events_missed_total"), 0.0);
     assert_eq!(

@@ -17,9 +17,10 @@ use std::time::{Duration, SystemTime};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use worker_registry::{
-    Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, DeliveryId, FencingToken,
-    HeartbeatAck, ManualClock, InMemoryRegistry, RegistryConfig, RegistryError, Rejection, Status, Target,
-    WorkerId, WorkerInfo, WorkerKind, MANUAL_CLOCK_WALL_ORIGIN_SECS,
+    Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, DeliveryId,
+    FencingToken, HeartbeatAck, InMemoryRegistry, ManualClock, RegistryConfig, RegistryError,
+    Rejection, ReleaseReason, Status, Target, WorkerId, WorkerInfo, WorkerKind,
+    MANUAL_CLOCK_WALL_ORIGIN_SECS,
 };
 
 const TARGETS: usize = 4;
@@ -159,7 +160,7 @@ fn admission_obs(a: Admission) -> AdmitObs {
     match a {
         Admission::Assigned(a) => AdmitObs::Assigned {
             worker: a.worker,
-            generation: a.generation,
+            generation: a.token,
             new: a.new,
         },
         Admission::Duplicate(d) => AdmitObs::Duplicate(DupObs {
@@ -202,7 +203,7 @@ fn info_obs(w: &WorkerInfo) -> InfoObs {
         heartbeat_age: w.heartbeat_age,
         has_heartbeated: w.has_heartbeated,
         died_at: w.died_at,
-        generation: w.generation,
+        generation: w.token,
         uptime: w.uptime,
     }
 }
@@ -252,7 +253,7 @@ impl MWorker {
             heartbeat_age: Duration::from_millis(now - self.ts),
             has_heartbeated: self.beaten,
             died_at: self.dead().then(|| wall(self.died_at)),
-            generation: FencingToken::new(self.id, self.assignments),
+            generation: FencingToken::new(self.id, self.assignments).unwrap(),
             uptime: Duration::from_millis(now - self.started),
         }
     }
@@ -476,7 +477,7 @@ impl Model {
         let rec = &self.workers[w];
         AdmitObs::Assigned {
             worker: rec.id,
-            generation: FencingToken::new(rec.id, rec.assignments),
+            generation: FencingToken::new(rec.id, rec.assignments).unwrap(),
             new,
         }
     }
@@ -530,10 +531,14 @@ impl Model {
     fn release(&mut self, t: usize, e: usize) -> Result<(), RegistryError> {
         let (target, event) = (target(t), event(e));
         match self.claims.get(&(t, e)) {
-            None => Err(RegistryError::UnknownClaim { target, event }),
-            Some(c) if c.completed_at.is_some() => {
-                Err(RegistryError::ClaimCompleted { target, event })
-            }
+            None => Err(RegistryError::UnknownClaim {
+                target,
+                delivery: event,
+            }),
+            Some(c) if c.completed_at.is_some() => Err(RegistryError::ClaimCompleted {
+                target,
+                delivery: event,
+            }),
             Some(_) => {
                 self.claims.remove(&(t, e));
                 Ok(())
@@ -544,7 +549,10 @@ impl Model {
     fn complete(&mut self, t: usize, e: usize) -> Result<(), RegistryError> {
         let (target, event) = (target(t), event(e));
         let Some(c) = self.claims.get(&(t, e)) else {
-            return Err(RegistryError::UnknownClaim { target, event });
+            return Err(RegistryError::UnknownClaim {
+                target,
+                delivery: event,
+            });
         };
         match self.standing(c) {
             Standing::Completed => Ok(()),
@@ -556,10 +564,17 @@ impl Model {
             }
             Standing::Released => Err(RegistryError::ClaimReleased {
                 target,
-                event,
+                delivery: event,
                 holder: c.holder.map(|w| self.workers[w].id),
+                reason: match c.holder.map(|w| self.workers[w].status) {
+                    Some(Status::Dead(r)) => ReleaseReason::WorkerDied(r),
+                    _ => ReleaseReason::Unbound,
+                },
             }),
-            Standing::Expired => Err(RegistryError::UnknownClaim { target, event }),
+            Standing::Expired => Err(RegistryError::UnknownClaim {
+                target,
+                delivery: event,
+            }),
         }
     }
 
@@ -886,7 +901,9 @@ impl Run {
                     let idx = m.create(None, false, real.clone().ok())?;
                     Ok(m.workers[idx].id)
                 } else {
-                    Err(RegistryError::CapacityFull { limit: MAX_WORKERS })
+                    Err(RegistryError::Rejected(Rejection::CapacityFull {
+                        limit: MAX_WORKERS,
+                    }))
                 };
                 prop_assert_eq!(real, expected);
             }
@@ -894,7 +911,7 @@ impl Run {
                 let report = reg.sweep();
                 let snapshot = reg.status();
                 let mut real = SweepObs {
-                    generation: report.generation,
+                    generation: report.version,
                     died: report
                         .died
                         .iter()
@@ -906,7 +923,7 @@ impl Run {
                     suspected: report.suspected.clone(),
                     brake_engaged: report.brake_engaged,
                     released_targets: report.released_targets.clone(),
-                    released_events: report.released_events.clone(),
+                    released_events: report.released_pairs(),
                     expired_claims: report.expired_claims,
                     evicted_claims: report.evicted_claims,
                     purged_workers: report.purged_workers,
@@ -932,7 +949,7 @@ impl Run {
     fn check_snapshot(&self) -> Res {
         let s = self.registry.status();
         let m = &self.model;
-        prop_assert_eq!(s.generation, m.counts.sweeps);
+        prop_assert_eq!(s.version, m.counts.sweeps);
         prop_assert_eq!(s.taken_at_monotonic, Duration::from_millis(m.now));
         prop_assert_eq!(s.taken_at, wall(m.now));
         let mut real: Vec<InfoObs> = s.workers.iter().map(info_obs).collect();
@@ -999,7 +1016,7 @@ impl Run {
         prop_assert_eq!(real, m.counts.clone());
         prop_assert_eq!(reg.live_workers(), m.live());
         prop_assert_eq!(reg.claim_count(), m.claims.len());
-        prop_assert_eq!(reg.status().generation, m.counts.sweeps);
+        prop_assert_eq!(reg.status().version, m.counts.sweeps);
         // Never two live workers for one target; never more live workers than the limit.
         let mut per_target: BTreeMap<usize, usize> = BTreeMap::new();
         for w in m.workers.iter().filter(|w| !w.dead()) {

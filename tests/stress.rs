@@ -38,7 +38,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use worker_registry::{
-    Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, ManualClock, InMemoryRegistry,
+    Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, InMemoryRegistry, ManualClock,
     RegistryConfig, RegistryError, Rejection, Status, StatusCounts, Target, WorkerId,
 };
 
@@ -365,13 +365,13 @@ impl<'a> Router<'a> {
                 let id = a.worker.get();
                 check!(
                     self.s,
-                    a.generation.worker() == a.worker && a.generation.seq() >= 1,
+                    a.token.worker() == a.worker && a.token.seq() >= 1,
                     "assignment {a:?} carries a token of another worker"
                 );
                 if a.new {
                     check!(
                         self.s,
-                        a.generation.seq() == 1,
+                        a.token.seq() == 1,
                         "a new worker's first token is not 1: {a:?}"
                     );
                     self.log.created.push((id, Some(pair.0), end));
@@ -401,7 +401,7 @@ impl<'a> Router<'a> {
                 self.believe(id);
                 AdmitRes::Assigned {
                     worker: id,
-                    seq: a.generation.seq(),
+                    seq: a.token.seq(),
                     new: a.new,
                 }
             }
@@ -575,7 +575,7 @@ impl<'a> Router<'a> {
                 );
                 self.believe(id);
             }
-            Err(RegistryError::CapacityFull { limit }) => {
+            Err(RegistryError::Rejected(Rejection::CapacityFull { limit })) => {
                 check!(self.s, limit == MAX_WORKERS, "wrong limit {limit}");
             }
             Err(e) => self.s.fail(format!("register gave {e:?}")),
@@ -670,11 +670,11 @@ impl<'a> Router<'a> {
             "more targets released than workers died: {r:?}"
         );
         self.log.sweeps.push(SweepRec {
-            generation: r.generation,
+            generation: r.version,
             died: r.died.len(),
             suspected: r.suspected.len(),
             brake: r.brake_engaged,
-            released_events: r.released_events.len(),
+            released_events: r.released.len(),
             purged: r.purged_workers,
             expired: r.expired_claims,
             evicted: r.evicted_claims,
@@ -692,12 +692,12 @@ impl<'a> Router<'a> {
         let s = self.s.registry.status();
         check!(
             self.s,
-            s.generation >= self.last_generation,
+            s.version >= self.last_generation,
             "snapshot generation went back from {} to {}",
             self.last_generation,
-            s.generation
+            s.version
         );
-        self.last_generation = s.generation;
+        self.last_generation = s.version;
         check!(
             self.s,
             s.counts == StatusCounts::of(&s.workers),
@@ -801,11 +801,11 @@ impl<'a> Final<'a> {
         // Quiescent: one more sweep (no time passes) releases whatever the last deaths held.
         let r = s.registry.sweep();
         let final_sweep = SweepRec {
-            generation: r.generation,
+            generation: r.version,
             died: r.died.len(),
             suspected: r.suspected.len(),
             brake: r.brake_engaged,
-            released_events: r.released_events.len(),
+            released_events: r.released.len(),
             purged: r.purged_workers,
             expired: r.expired_claims,
             evicted: r.evicted_claims,
@@ -1107,10 +1107,10 @@ impl<'a> Final<'a> {
             if let Some(i) = s.registry.worker(WorkerId::new(*w)) {
                 check!(
                     s,
-                    i.generation.seq() == seqs.len() as u64
+                    i.token.seq() == seqs.len() as u64
                         && seqs.iter().max() == Some(&(seqs.len() as u64)),
                     "worker {w}: token {} but the threads saw {} assignments",
-                    i.generation,
+                    i.token,
                     seqs.len()
                 );
             }

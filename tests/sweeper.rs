@@ -3,7 +3,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use worker_registry::{DeadReason, InMemoryRegistry, RegistryConfig, RegistryError, Sweeper, TokioClock};
+use worker_registry::{
+    DeadReason, InMemoryRegistry, RegistryConfig, RegistryError, Sweeper, TokioClock,
+};
 
 fn config() -> RegistryConfig {
     RegistryConfig::builder()
@@ -55,7 +57,7 @@ async fn sweeper_declares_a_silent_worker_dead_on_schedule() {
     assert_eq!(reports.len(), 25, "one sweep every 5 s for 125 s");
     let deaths: Vec<_> = reports.iter().flat_map(|r| r.died.clone()).collect();
     assert_eq!(deaths, vec![(silent.id(), DeadReason::MissedHeartbeats)]);
-    assert_eq!(registry.status().generation, 25);
+    assert_eq!(registry.status().version, 25);
     assert_eq!(registry.status().counts.dead, 1);
 
     sweeper.shutdown().await;
@@ -67,10 +69,10 @@ async fn shutdown_stops_sweeping() {
     let registry = InMemoryRegistry::with_clock(config(), TokioClock::new());
     let sweeper = Sweeper::spawn(registry.clone(), |_| {});
     tokio::time::sleep(Duration::from_secs(11)).await;
-    assert_eq!(registry.status().generation, 2);
+    assert_eq!(registry.status().version, 2);
     sweeper.shutdown().await;
     tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(registry.status().generation, 2, "no sweep after shutdown");
+    assert_eq!(registry.status().version, 2, "no sweep after shutdown");
 }
 
 #[tokio::test(start_paused = true)]
@@ -78,5 +80,5 @@ async fn dropping_the_sweeper_stops_it_too() {
     let registry = InMemoryRegistry::with_clock(config(), TokioClock::new());
     drop(Sweeper::spawn(registry.clone(), |_| {}));
     tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(registry.status().generation, 0);
+    assert_eq!(registry.status().version, 0);
 }

@@ -236,11 +236,11 @@ pub fn status(c: &mut Criterion) {
         };
         both(&mut g, &format!("arc_{name}"), |_| {
             let r = &f.registry;
-            move |iters| timed(iters, |_| r.status().generation)
+            move |iters| timed(iters, |_| r.status().version)
         });
         both(&mut g, &format!("with_{name}"), |_| {
             let r = &f.registry;
-            move |iters| timed(iters, |_| r.status_with(|s| s.generation))
+            move |iters| timed(iters, |_| r.status_with(|s| s.version))
         });
     }
     // Readers while another thread sweeps 10k workers in a loop.
@@ -255,11 +255,11 @@ pub fn status(c: &mut Criterion) {
         });
         both(&mut g, "arc_sweeping", |_| {
             let r = &f.registry;
-            move |iters| timed(iters, |_| r.status().generation)
+            move |iters| timed(iters, |_| r.status().version)
         });
         both(&mut g, "with_sweeping", |_| {
             let r = &f.registry;
-            move |iters| timed(iters, |_| r.status_with(|s| s.generation))
+            move |iters| timed(iters, |_| r.status_with(|s| s.version))
         });
         // Relaxed: see above.
         stop.store(true, Ordering::Relaxed);
@@ -284,7 +284,7 @@ pub fn sweep(c: &mut Criterion) {
         // No state changes: every worker alive, nothing to release, expire or purge.
         let f = Fixture::new(n);
         g.bench_function(id(&format!("idle_{k}"), 1), |b| {
-            b.iter_custom(|iters| timed(iters, |_| black_box(f.registry.sweep().generation)))
+            b.iter_custom(|iters| timed(iters, |_| black_box(f.registry.sweep().version)))
         });
         // The same while another thread heartbeats (the hot path keeps running during a sweep).
         g.bench_function(id(&format!("idle_{k}"), 2), |b| {
@@ -302,7 +302,7 @@ pub fn sweep(c: &mut Criterion) {
                             }
                             return Duration::ZERO;
                         }
-                        let d = timed(iters, |_| black_box(f.registry.sweep().generation));
+                        let d = timed(iters, |_| black_box(f.registry.sweep().version));
                         // Relaxed: a stop flag.
                         stop.store(true, Ordering::Relaxed);
                         d

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use worker_registry::{
-    DeliveryId, Fault, ManualClock, InMemoryRegistry, RegistryConfig, RegistryConfigBuilder, Target,
-    DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS,
+    DeliveryId, Fault, InMemoryRegistry, ManualClock, RegistryConfig, RegistryConfigBuilder,
+    Target, DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS,
 };
 
 /// How far loom explores: `None` means no preemption bound, i.e. every interleaving of the model's
@@ -135,7 +135,10 @@ pub const MISSED: u32 = 2;
 
 /// A small registry on a manual clock: 2 s heartbeat timeout, no start-up grace, the
 /// mass-staleness brake off, and the given capacity. `faults` are injected before it is returned.
-pub fn registry(max_workers: usize, faults: &[Fault]) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+pub fn registry(
+    max_workers: usize,
+    faults: &[Fault],
+) -> (InMemoryRegistry<ManualClock>, ManualClock) {
     build(config(max_workers).brake_fraction(1.0), faults)
 }
 
@@ -162,9 +165,13 @@ fn config(max_workers: usize) -> RegistryConfigBuilder {
         .max_workers(max_workers)
 }
 
-fn build(config: RegistryConfigBuilder, faults: &[Fault]) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+fn build(
+    config: RegistryConfigBuilder,
+    faults: &[Fault],
+) -> (InMemoryRegistry<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    let registry = InMemoryRegistry::with_clock(config.build().expect("valid model config"), clock.clone());
+    let registry =
+        InMemoryRegistry::with_clock(config.build().expect("valid model config"), clock.clone());
     for f in faults {
         registry.inject_fault(*f);
     }

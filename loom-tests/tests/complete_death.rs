@@ -42,9 +42,9 @@ fn complete_against_death(faults: &'static [Fault], death: Death) {
     if let Death::Deregister = death {
         reg.deregister(w).expect("alive until now");
     }
-    let mut released = reg.sweep().released_events;
+    let mut released = reg.sweep().released_pairs();
     let completed = completer.join().unwrap();
-    released.extend(reg.sweep().released_events);
+    released.extend(reg.sweep().released_pairs());
 
     let was_released = released.contains(&(t.clone(), e.clone()));
     invariant!(

@@ -20,7 +20,7 @@ fn assert_consistent(s: &StatusSnapshot) {
             && s.capacity.used == c.active + c.draining
             && c.active + c.draining + c.dead == s.workers.len(),
         "generation {}: counts {:?} / capacity {:?}, but its list counts {c:?}",
-        s.generation,
+        s.version,
         s.counts,
         s.capacity
     );
@@ -36,7 +36,7 @@ fn status_against_sweep(faults: &'static [Fault]) {
 
     let sweeper = {
         let reg = reg.clone();
-        spawn(move || reg.sweep().generation)
+        spawn(move || reg.sweep().version)
     };
     let leaver = {
         let reg = reg.clone();
@@ -48,10 +48,10 @@ fn status_against_sweep(faults: &'static [Fault]) {
     assert_consistent(&second);
     invariant!(
         "generation-monotone",
-        second.generation >= first.generation,
+        second.version >= first.version,
         "read generation {} after {}",
-        second.generation,
-        first.generation
+        second.version,
+        first.version
     );
     let published = sweeper.join().unwrap();
     leaver.join().unwrap().expect("alive until now");
@@ -59,9 +59,9 @@ fn status_against_sweep(faults: &'static [Fault]) {
     assert_consistent(&last);
     invariant!(
         "generation-monotone",
-        last.generation == published && published == 1,
+        last.version == published && published == 1,
         "one sweep published generation {published}; a reader now sees {}",
-        last.generation
+        last.version
     );
 }
 
@@ -72,26 +72,26 @@ fn status_against_two_sweeps(faults: &'static [Fault]) {
     let sweepers: Vec<_> = (0..2)
         .map(|_| {
             let reg = reg.clone();
-            spawn(move || reg.sweep().generation)
+            spawn(move || reg.sweep().version)
         })
         .collect();
     let first = reg.status();
     let second = reg.status();
     invariant!(
         "generation-monotone",
-        second.generation >= first.generation,
+        second.version >= first.version,
         "read generation {} after {}",
-        second.generation,
-        first.generation
+        second.version,
+        first.version
     );
     let mut gens: Vec<u64> = sweepers.into_iter().map(|h| h.join().unwrap()).collect();
     gens.sort_unstable();
     let last = reg.status();
     invariant!(
         "generation-monotone",
-        gens == [1, 2] && last.generation == 2,
+        gens == [1, 2] && last.version == 2,
         "sweeps published {gens:?}; a reader now sees {}",
-        last.generation
+        last.version
     );
     assert_consistent(&last);
 }

@@ -426,7 +426,10 @@ pub trait WorkerRegistry: Send + Sync {
     /// # Examples
     ///
     /// See [`loop_finished`](Self::loop_finished).
-    fn drain(&self, worker: WorkerId) -> impl Future<Output = Result<Status, RegistryError>> + Send {
+    fn drain(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
         self.drain_within(worker, self.config().drain_deadline())
     }
 

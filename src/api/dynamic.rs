@@ -46,37 +46,84 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// [`Subscribe`]: crate::Subscribe
 pub trait DynBackend: Send + Sync + 'static {
     /// See [`WorkerRegistry::admit`].
-    fn admit<'a>(&'a self, target: &'a Target, delivery: &'a DeliveryId) -> BoxFuture<'a, Result<Admission, RegistryError>>;
+    fn admit<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<Admission, RegistryError>>;
     /// See [`WorkerRegistry::claim`].
-    fn claim<'a>(&'a self, target: &'a Target, delivery: &'a DeliveryId) -> BoxFuture<'a, Result<ClaimOutcome, RegistryError>>;
+    fn claim<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, RegistryError>>;
     /// See [`WorkerRegistry::release`].
-    fn release<'a>(&'a self, target: &'a Target, delivery: &'a DeliveryId) -> BoxFuture<'a, Result<(), RegistryError>>;
+    fn release<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<(), RegistryError>>;
     /// See [`WorkerRegistry::complete`].
-    fn complete<'a>(&'a self, target: &'a Target, delivery: &'a DeliveryId) -> BoxFuture<'a, Result<(), RegistryError>>;
+    fn complete<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<(), RegistryError>>;
     /// See [`WorkerRegistry::complete_by`].
-    fn complete_by<'a>(&'a self, worker: WorkerId, target: &'a Target, delivery: &'a DeliveryId) -> BoxFuture<'a, Result<(), RegistryError>>;
+    fn complete_by<'a>(
+        &'a self,
+        worker: WorkerId,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<(), RegistryError>>;
     /// See [`WorkerRegistry::assign`].
-    fn assign<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<AssignOutcome, RegistryError>>;
+    fn assign<'a>(
+        &'a self,
+        target: &'a Target,
+    ) -> BoxFuture<'a, Result<AssignOutcome, RegistryError>>;
     /// See [`WorkerRegistry::heartbeat`].
-    fn heartbeat<'a>(&'a self, worker: WorkerId) -> BoxFuture<'a, Result<HeartbeatAck, RegistryError>>;
+    fn heartbeat<'a>(
+        &'a self,
+        worker: WorkerId,
+    ) -> BoxFuture<'a, Result<HeartbeatAck, RegistryError>>;
     /// See [`WorkerRegistry::loop_started`].
-    fn loop_started<'a>(&'a self, worker: WorkerId) -> BoxFuture<'a, Result<Status, RegistryError>>;
+    fn loop_started<'a>(&'a self, worker: WorkerId)
+        -> BoxFuture<'a, Result<Status, RegistryError>>;
     /// See [`WorkerRegistry::loop_finished`].
-    fn loop_finished<'a>(&'a self, worker: WorkerId) -> BoxFuture<'a, Result<Status, RegistryError>>;
+    fn loop_finished<'a>(
+        &'a self,
+        worker: WorkerId,
+    ) -> BoxFuture<'a, Result<Status, RegistryError>>;
     /// See [`WorkerRegistry::register`].
     fn register<'a>(&'a self) -> BoxFuture<'a, Result<WorkerId, RegistryError>>;
     /// See [`WorkerRegistry::deregister`].
-    fn deregister<'a>(&'a self, worker: WorkerId) -> BoxFuture<'a, Result<DeadReason, RegistryError>>;
+    fn deregister<'a>(
+        &'a self,
+        worker: WorkerId,
+    ) -> BoxFuture<'a, Result<DeadReason, RegistryError>>;
     /// See [`WorkerRegistry::drain_within`].
-    fn drain_within<'a>(&'a self, worker: WorkerId, deadline: Duration) -> BoxFuture<'a, Result<Status, RegistryError>>;
+    fn drain_within<'a>(
+        &'a self,
+        worker: WorkerId,
+        deadline: Duration,
+    ) -> BoxFuture<'a, Result<Status, RegistryError>>;
     /// See [`WorkerRegistry::drain_all_within`].
-    fn drain_all_within<'a>(&'a self, deadline: Duration) -> BoxFuture<'a, Result<DrainAll, RegistryError>>;
+    fn drain_all_within<'a>(
+        &'a self,
+        deadline: Duration,
+    ) -> BoxFuture<'a, Result<DrainAll, RegistryError>>;
     /// See [`WorkerRegistry::worker`].
-    fn worker<'a>(&'a self, worker: WorkerId) -> BoxFuture<'a, Result<Option<WorkerInfo>, RegistryError>>;
+    fn worker<'a>(
+        &'a self,
+        worker: WorkerId,
+    ) -> BoxFuture<'a, Result<Option<WorkerInfo>, RegistryError>>;
     /// See [`Maintenance::sweep`].
     fn sweep<'a>(&'a self) -> BoxFuture<'a, Result<SweepReport, RegistryError>>;
     /// See [`Maintenance::acknowledge`].
-    fn acknowledge<'a>(&'a self, released: &'a [ReleasedEvent]) -> BoxFuture<'a, Result<(), RegistryError>>;
+    fn acknowledge<'a>(
+        &'a self,
+        released: &'a [ReleasedEvent],
+    ) -> BoxFuture<'a, Result<(), RegistryError>>;
     /// See [`WorkerRegistry::status`].
     fn status(&self) -> Arc<StatusSnapshot>;
     /// See [`WorkerRegistry::stats`].
@@ -89,52 +136,103 @@ pub trait DynBackend: Send + Sync + 'static {
 }
 
 impl<T: Backend> DynBackend for T {
-    fn admit<'a>(&'a self, target: &'a Target, delivery: &'a DeliveryId) -> BoxFuture<'a, Result<Admission, RegistryError>> {
+    fn admit<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<Admission, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::admit(self, target, delivery))
     }
-    fn claim<'a>(&'a self, target: &'a Target, delivery: &'a DeliveryId) -> BoxFuture<'a, Result<ClaimOutcome, RegistryError>> {
+    fn claim<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::claim(self, target, delivery))
     }
-    fn release<'a>(&'a self, target: &'a Target, delivery: &'a DeliveryId) -> BoxFuture<'a, Result<(), RegistryError>> {
+    fn release<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<(), RegistryError>> {
         Box::pin(<T as WorkerRegistry>::release(self, target, delivery))
     }
-    fn complete<'a>(&'a self, target: &'a Target, delivery: &'a DeliveryId) -> BoxFuture<'a, Result<(), RegistryError>> {
+    fn complete<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<(), RegistryError>> {
         Box::pin(<T as WorkerRegistry>::complete(self, target, delivery))
     }
-    fn complete_by<'a>(&'a self, worker: WorkerId, target: &'a Target, delivery: &'a DeliveryId) -> BoxFuture<'a, Result<(), RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::complete_by(self, worker, target, delivery))
+    fn complete_by<'a>(
+        &'a self,
+        worker: WorkerId,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<(), RegistryError>> {
+        Box::pin(<T as WorkerRegistry>::complete_by(
+            self, worker, target, delivery,
+        ))
     }
-    fn assign<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, Result<AssignOutcome, RegistryError>> {
+    fn assign<'a>(
+        &'a self,
+        target: &'a Target,
+    ) -> BoxFuture<'a, Result<AssignOutcome, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::assign(self, target))
     }
-    fn heartbeat<'a>(&'a self, worker: WorkerId) -> BoxFuture<'a, Result<HeartbeatAck, RegistryError>> {
+    fn heartbeat<'a>(
+        &'a self,
+        worker: WorkerId,
+    ) -> BoxFuture<'a, Result<HeartbeatAck, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::heartbeat(self, worker))
     }
-    fn loop_started<'a>(&'a self, worker: WorkerId) -> BoxFuture<'a, Result<Status, RegistryError>> {
+    fn loop_started<'a>(
+        &'a self,
+        worker: WorkerId,
+    ) -> BoxFuture<'a, Result<Status, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::loop_started(self, worker))
     }
-    fn loop_finished<'a>(&'a self, worker: WorkerId) -> BoxFuture<'a, Result<Status, RegistryError>> {
+    fn loop_finished<'a>(
+        &'a self,
+        worker: WorkerId,
+    ) -> BoxFuture<'a, Result<Status, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::loop_finished(self, worker))
     }
     fn register<'a>(&'a self) -> BoxFuture<'a, Result<WorkerId, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::register(self))
     }
-    fn deregister<'a>(&'a self, worker: WorkerId) -> BoxFuture<'a, Result<DeadReason, RegistryError>> {
+    fn deregister<'a>(
+        &'a self,
+        worker: WorkerId,
+    ) -> BoxFuture<'a, Result<DeadReason, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::deregister(self, worker))
     }
-    fn drain_within<'a>(&'a self, worker: WorkerId, deadline: Duration) -> BoxFuture<'a, Result<Status, RegistryError>> {
+    fn drain_within<'a>(
+        &'a self,
+        worker: WorkerId,
+        deadline: Duration,
+    ) -> BoxFuture<'a, Result<Status, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::drain_within(self, worker, deadline))
     }
-    fn drain_all_within<'a>(&'a self, deadline: Duration) -> BoxFuture<'a, Result<DrainAll, RegistryError>> {
+    fn drain_all_within<'a>(
+        &'a self,
+        deadline: Duration,
+    ) -> BoxFuture<'a, Result<DrainAll, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::drain_all_within(self, deadline))
     }
-    fn worker<'a>(&'a self, worker: WorkerId) -> BoxFuture<'a, Result<Option<WorkerInfo>, RegistryError>> {
+    fn worker<'a>(
+        &'a self,
+        worker: WorkerId,
+    ) -> BoxFuture<'a, Result<Option<WorkerInfo>, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::worker(self, worker))
     }
     fn sweep<'a>(&'a self) -> BoxFuture<'a, Result<SweepReport, RegistryError>> {
         Box::pin(<T as Maintenance>::sweep(self))
     }
-    fn acknowledge<'a>(&'a self, released: &'a [ReleasedEvent]) -> BoxFuture<'a, Result<(), RegistryError>> {
+    fn acknowledge<'a>(
+        &'a self,
+        released: &'a [ReleasedEvent],
+    ) -> BoxFuture<'a, Result<(), RegistryError>> {
         Box::pin(<T as Maintenance>::acknowledge(self, released))
     }
     fn status(&self) -> Arc<StatusSnapshot> {
@@ -153,50 +251,83 @@ impl<T: Backend> DynBackend for T {
 }
 
 impl WorkerRegistry for DynRegistry {
-    fn admit(&self, target: &Target, delivery: &DeliveryId) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
+    fn admit(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
         let backend = self.0.clone();
         let target = target.to_owned();
         let delivery = delivery.to_owned();
         async move { backend.admit(&target, &delivery).await }
     }
-    fn claim(&self, target: &Target, delivery: &DeliveryId) -> impl Future<Output = Result<ClaimOutcome, RegistryError>> + Send {
+    fn claim(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<ClaimOutcome, RegistryError>> + Send {
         let backend = self.0.clone();
         let target = target.to_owned();
         let delivery = delivery.to_owned();
         async move { backend.claim(&target, &delivery).await }
     }
-    fn release(&self, target: &Target, delivery: &DeliveryId) -> impl Future<Output = Result<(), RegistryError>> + Send {
+    fn release(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         let backend = self.0.clone();
         let target = target.to_owned();
         let delivery = delivery.to_owned();
         async move { backend.release(&target, &delivery).await }
     }
-    fn complete(&self, target: &Target, delivery: &DeliveryId) -> impl Future<Output = Result<(), RegistryError>> + Send {
+    fn complete(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         let backend = self.0.clone();
         let target = target.to_owned();
         let delivery = delivery.to_owned();
         async move { backend.complete(&target, &delivery).await }
     }
-    fn complete_by(&self, worker: WorkerId, target: &Target, delivery: &DeliveryId) -> impl Future<Output = Result<(), RegistryError>> + Send {
+    fn complete_by(
+        &self,
+        worker: WorkerId,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         let backend = self.0.clone();
         let target = target.to_owned();
         let delivery = delivery.to_owned();
         async move { backend.complete_by(worker, &target, &delivery).await }
     }
-    fn assign(&self, target: &Target) -> impl Future<Output = Result<AssignOutcome, RegistryError>> + Send {
+    fn assign(
+        &self,
+        target: &Target,
+    ) -> impl Future<Output = Result<AssignOutcome, RegistryError>> + Send {
         let backend = self.0.clone();
         let target = target.to_owned();
         async move { backend.assign(&target).await }
     }
-    fn heartbeat(&self, worker: WorkerId) -> impl Future<Output = Result<HeartbeatAck, RegistryError>> + Send {
+    fn heartbeat(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<HeartbeatAck, RegistryError>> + Send {
         let backend = self.0.clone();
         async move { backend.heartbeat(worker).await }
     }
-    fn loop_started(&self, worker: WorkerId) -> impl Future<Output = Result<Status, RegistryError>> + Send {
+    fn loop_started(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
         let backend = self.0.clone();
         async move { backend.loop_started(worker).await }
     }
-    fn loop_finished(&self, worker: WorkerId) -> impl Future<Output = Result<Status, RegistryError>> + Send {
+    fn loop_finished(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
         let backend = self.0.clone();
         async move { backend.loop_finished(worker).await }
     }
@@ -204,19 +335,32 @@ impl WorkerRegistry for DynRegistry {
         let backend = self.0.clone();
         async move { backend.register().await }
     }
-    fn deregister(&self, worker: WorkerId) -> impl Future<Output = Result<DeadReason, RegistryError>> + Send {
+    fn deregister(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<DeadReason, RegistryError>> + Send {
         let backend = self.0.clone();
         async move { backend.deregister(worker).await }
     }
-    fn drain_within(&self, worker: WorkerId, deadline: Duration) -> impl Future<Output = Result<Status, RegistryError>> + Send {
+    fn drain_within(
+        &self,
+        worker: WorkerId,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
         let backend = self.0.clone();
         async move { backend.drain_within(worker, deadline).await }
     }
-    fn drain_all_within(&self, deadline: Duration) -> impl Future<Output = Result<DrainAll, RegistryError>> + Send {
+    fn drain_all_within(
+        &self,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<DrainAll, RegistryError>> + Send {
         let backend = self.0.clone();
         async move { backend.drain_all_within(deadline).await }
     }
-    fn worker(&self, worker: WorkerId) -> impl Future<Output = Result<Option<WorkerInfo>, RegistryError>> + Send {
+    fn worker(
+        &self,
+        worker: WorkerId,
+    ) -> impl Future<Output = Result<Option<WorkerInfo>, RegistryError>> + Send {
         let backend = self.0.clone();
         async move { backend.worker(worker).await }
     }

@@ -164,7 +164,9 @@ impl Event {
             | Self::WorkerDraining { target, .. }
             | Self::WorkerSuspect { target, .. }
             | Self::WorkerDied { target, .. } => target.as_ref(),
-            Self::DeliveryStuck { target, .. } | Self::TargetReleased { target, .. } => Some(target),
+            Self::DeliveryStuck { target, .. } | Self::TargetReleased { target, .. } => {
+                Some(target)
+            }
         }
     }
 }

@@ -230,3 +230,24 @@ pub struct SweepReport {
     /// Dead worker records purged after `dead_retention`.
     pub purged_workers: usize,
 }
+
+impl SweepReport {
+    /// The released deliveries as (target, delivery) pairs, in report order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{DeliveryId, ReleaseReason, ReleasedEvent, SweepReport, Target};
+    ///
+    /// let mut r = SweepReport::default();
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+    /// r.released.push(ReleasedEvent::new(t.clone(), d.clone(), None, ReleaseReason::Unbound));
+    /// assert_eq!(r.released_pairs(), vec![(t, d)]);
+    /// ```
+    pub fn released_pairs(&self) -> Vec<(Target, DeliveryId)> {
+        self.released
+            .iter()
+            .map(|e| (e.target.clone(), e.delivery.clone()))
+            .collect()
+    }
+}

@@ -31,7 +31,9 @@ fn worker_id(path: Result<Path<String>, PathRejection>) -> Result<WorkerId, ApiE
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
     ),
 )]
-pub(crate) async fn list_workers<R: WorkerRegistry + Clone + 'static>(State(s): State<AdminState<R>>) -> Json<WorkersBody> {
+pub(crate) async fn list_workers<R: WorkerRegistry + Clone + 'static>(
+    State(s): State<AdminState<R>>,
+) -> Json<WorkersBody> {
     Json(WorkersBody::from(&*s.registry.status()))
 }
 
@@ -112,7 +114,9 @@ pub(crate) async fn drain_worker<R: WorkerRegistry + Clone + 'static>(
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
     ),
 )]
-pub(crate) async fn metrics<R: WorkerRegistry + Clone + 'static>(State(s): State<AdminState<R>>) -> impl IntoResponse {
+pub(crate) async fn metrics<R: WorkerRegistry + Clone + 'static>(
+    State(s): State<AdminState<R>>,
+) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         s.metrics.encode(),
@@ -142,7 +146,9 @@ pub(crate) async fn healthz() -> Json<HealthBody> {
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
     ),
 )]
-pub(crate) async fn openapi_json<R: WorkerRegistry + Clone + 'static>(State(s): State<AdminState<R>>) -> impl IntoResponse {
+pub(crate) async fn openapi_json<R: WorkerRegistry + Clone + 'static>(
+    State(s): State<AdminState<R>>,
+) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],
         s.openapi.clone(),

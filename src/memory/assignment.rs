@@ -2,14 +2,14 @@
 //! of workers under the capacity limit.
 
 use super::claims::{Claim, ClaimKey};
+#[cfg(worker_registry_loom)]
+use super::faults::Fault;
 use super::record::WorkerRecord;
 use super::InMemoryRegistry;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{Admission, AssignOutcome, Assignment, Rejection};
 use crate::clock::Clock;
-#[cfg(worker_registry_loom)]
-use super::faults::Fault;
 use crate::state::{self, Word};
 use crate::sync::{Arc, Op, Ordering};
 
@@ -65,7 +65,7 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// let Admission::Assigned(first) = registry.admit(&t, &DeliveryId::new("a").unwrap()) else { panic!() };
     /// let Admission::Assigned(second) = registry.admit(&t, &DeliveryId::new("b").unwrap()) else { panic!() };
     /// assert_eq!(first.worker, second.worker);
-    /// assert!(second.generation > first.generation);
+    /// assert!(second.token > first.token);
     /// ```
     pub fn admit(&self, target: &Target, event: &DeliveryId) -> Admission {
         let now = self.now_ms();

@@ -84,4 +84,3 @@ impl StateCell {
         Ok((cur, next))
     }
 }
-

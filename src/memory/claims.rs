@@ -8,6 +8,8 @@
 use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
 
+#[cfg(worker_registry_loom)]
+use super::faults::Fault;
 use super::record::WorkerRecord;
 use super::InMemoryRegistry;
 use crate::api::error::RegistryError;
@@ -16,8 +18,6 @@ use crate::api::outcome::{AlreadyClaimed, ClaimOutcome, ClaimState};
 use crate::api::report::ReleaseReason;
 use crate::api::status::Status;
 use crate::clock::Clock;
-#[cfg(worker_registry_loom)]
-use super::faults::Fault;
 use crate::sync::{Arc, Op, Ordering};
 
 /// The owned key of a claim.
@@ -324,7 +324,12 @@ impl<C: Clock> InMemoryRegistry<C> {
 
     /// The live claim on this pair, if any, looked up without allocating.
     #[inline]
-    pub(super) fn live_claim(&self, target: &Target, event: &DeliveryId, now: u64) -> Option<AlreadyClaimed> {
+    pub(super) fn live_claim(
+        &self,
+        target: &Target,
+        event: &DeliveryId,
+        now: u64,
+    ) -> Option<AlreadyClaimed> {
         let key: &dyn ClaimKeyRef = &(target, event);
         self.inner
             .claims

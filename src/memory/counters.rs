@@ -70,33 +70,33 @@ impl Counters {
     }
 
     pub(crate) fn read(&self, g: Gauges) -> Stats {
-        let mut s = Stats::default();
-        s.admitted_new = self.admitted_new.get();
-        s.admitted_sticky = self.admitted_sticky.get();
-        s.duplicates = self.duplicates.get();
-        s.rejected_capacity = self.rejected_capacity.get();
-        s.rejected_draining = self.rejected_draining.get();
-        s.heartbeats = self.heartbeats.get();
-        s.heartbeats_refused = self.heartbeats_refused.get();
-        s.deaths_missed_heartbeats = self.death(DeadReason::MissedHeartbeats).get();
-        s.deaths_exited = self.death(DeadReason::Exited).get();
-        s.deaths_deregistered = self.death(DeadReason::Deregistered).get();
-        s.deaths_drain_timed_out = self.death(DeadReason::DrainTimedOut).get();
-        s.claims_completed = self.claims_completed.get();
-        s.claims_released = self.claims_released.get();
-        s.claims_stuck = self.claims_stuck.get();
-        s.claims_expired = self.claims_expired.get();
-        s.claims_evicted = self.claims_evicted.get();
-        s.workers_purged = self.workers_purged.get();
-        s.sweeps = self.sweeps.get();
-        s.brake_engaged = self.brake_engaged.get();
-        s.suspected = self.suspected.get();
-        s.sweep_durations = self.sweep_time.read();
-        s.live_workers = g.live_workers;
-        s.retained_claims = g.retained_claims;
-        s.events_missed = g.events_missed;
-        s.snapshot_age = g.snapshot_age;
-        s
+        Stats {
+            admitted_new: self.admitted_new.get(),
+            admitted_sticky: self.admitted_sticky.get(),
+            duplicates: self.duplicates.get(),
+            rejected_capacity: self.rejected_capacity.get(),
+            rejected_draining: self.rejected_draining.get(),
+            heartbeats: self.heartbeats.get(),
+            heartbeats_refused: self.heartbeats_refused.get(),
+            deaths_missed_heartbeats: self.death(DeadReason::MissedHeartbeats).get(),
+            deaths_exited: self.death(DeadReason::Exited).get(),
+            deaths_deregistered: self.death(DeadReason::Deregistered).get(),
+            deaths_drain_timed_out: self.death(DeadReason::DrainTimedOut).get(),
+            claims_completed: self.claims_completed.get(),
+            claims_released: self.claims_released.get(),
+            claims_stuck: self.claims_stuck.get(),
+            claims_expired: self.claims_expired.get(),
+            claims_evicted: self.claims_evicted.get(),
+            workers_purged: self.workers_purged.get(),
+            sweeps: self.sweeps.get(),
+            brake_engaged: self.brake_engaged.get(),
+            suspected: self.suspected.get(),
+            sweep_durations: self.sweep_time.read(),
+            live_workers: g.live_workers,
+            retained_claims: g.retained_claims,
+            events_missed: g.events_missed,
+            snapshot_age: g.snapshot_age,
+        }
     }
 }
 

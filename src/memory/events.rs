@@ -21,8 +21,8 @@ mod with_tokio {
 
     use super::{DeadReason, SweepReport, Word, WorkerRecord};
     use crate::api::events::{Event, EventSender};
-    use crate::api::status::Status;
     use crate::api::ids::{DeliveryId, Target};
+    use crate::api::status::Status;
 
     /// The registry's event sender and its emission points.
     pub(crate) struct EventHub {

@@ -159,7 +159,11 @@ impl<C: Clock> InMemoryRegistry<C> {
         self.drain_record(&self.record(id)?, deadline)
     }
 
-    fn drain_record(&self, rec: &Arc<WorkerRecord>, deadline: Duration) -> Result<Status, RegistryError> {
+    fn drain_record(
+        &self,
+        rec: &Arc<WorkerRecord>,
+        deadline: Duration,
+    ) -> Result<Status, RegistryError> {
         let status = self.apply(rec, state::drain)?;
         if status == Status::Draining {
             rec.set_drain_deadline(self.now_ms().saturating_add(millis(deadline)));
@@ -265,7 +269,6 @@ impl<C: Clock> InMemoryRegistry<C> {
             .get_with(&id, |rec| rec.info(rec.state.load(), now, origin))
     }
 }
-
 
 fn dead_error(id: WorkerId, w: Word) -> RegistryError {
     match w.status() {

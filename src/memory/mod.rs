@@ -46,7 +46,6 @@ use crate::clock::{millis, Clock, SystemClock};
 use crate::config::RegistryConfig;
 use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, ShardMap, SnapshotCell};
 
-
 /// The in-memory worker registry: duplicate-delivery detection, sticky assignment under a capacity
 /// limit, heartbeat liveness, drain, and a status snapshot that never blocks.
 ///
@@ -160,7 +159,7 @@ impl InMemoryRegistry<SystemClock> {
     /// use worker_registry::{InMemoryRegistry, RegistryConfig};
     ///
     /// let registry = InMemoryRegistry::new(RegistryConfig::builder().max_workers(4).build().unwrap());
-    /// assert_eq!(registry.config().max_workers, 4);
+    /// assert_eq!(registry.config().max_workers(), 4);
     /// ```
     pub fn new(config: RegistryConfig) -> Self {
         Self::with_clock(config, SystemClock::new())
@@ -285,7 +284,8 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// [`WorkerRegistry::stats`]: crate::WorkerRegistry::stats
     pub fn stats(&self) -> Stats {
         let inner = &*self.inner;
-        let snapshot_age = self.status_with(|s| inner.clock.now().saturating_sub(s.taken_at_monotonic));
+        let snapshot_age =
+            self.status_with(|s| inner.clock.now().saturating_sub(s.taken_at_monotonic));
         inner.counters.read(Gauges {
             live_workers: self.live_workers(),
             // Acquire: a gauge read; see `live_workers`.

@@ -121,7 +121,8 @@ impl WorkerRecord {
     /// A display copy of this record as of `w` (a word read once by the caller).
     pub(crate) fn info(&self, w: Word, now_ms: u64, wall_origin: SystemTime) -> WorkerInfo {
         let at = |ms: u64| wall_origin + Duration::from_millis(ms);
-        let mut info = WorkerInfo::new(self.id, self.target.clone(), self.kind(), self.started_wall);
+        let mut info =
+            WorkerInfo::new(self.id, self.target.clone(), self.kind(), self.started_wall);
         info.status = w.status();
         info.activity = w.activity();
         info.suspect = w.is_suspect();

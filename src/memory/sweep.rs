@@ -6,9 +6,9 @@ use std::time::Instant;
 use super::claims::Standing;
 use super::record::WorkerRecord;
 use super::InMemoryRegistry;
+use crate::api::ids::WorkerId;
 use crate::api::report::{ReleasedEvent, SweepReport};
 use crate::api::snapshot::{ClaimCounts, StatusSnapshot};
-use crate::api::ids::WorkerId;
 use crate::api::status::{DeadReason, Status};
 use crate::clock::Clock;
 use crate::state;
@@ -91,9 +91,7 @@ impl<C: Clock> InMemoryRegistry<C> {
                 }
             } else {
                 live += 1;
-                if w.status() == Status::Draining
-                    && rec.drain_deadline().is_some_and(|d| now > d)
-                {
+                if w.status() == Status::Draining && rec.drain_deadline().is_some_and(|d| now > d) {
                     overdue.push((infos.len(), rec.clone()));
                 } else if state::is_stale(w, now, l.timeout_ms, l.startup_grace_ms) {
                     stale.push((infos.len(), rec.clone()));
@@ -108,8 +106,8 @@ impl<C: Clock> InMemoryRegistry<C> {
         // enough workers recover after a stall, the ones whose heartbeat is simply not due yet
         // would be killed).
         let cfg = &inner.config;
-        let brake =
-            live >= cfg.brake_min_workers() && stale.len() as f64 > cfg.brake_fraction() * live as f64;
+        let brake = live >= cfg.brake_min_workers()
+            && stale.len() as f64 > cfg.brake_fraction() * live as f64;
         let mut held = false;
 
         for (idx, rec) in &stale {

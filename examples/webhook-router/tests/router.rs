@@ -6,20 +6,16 @@
 //! so heartbeats, loops and sweeps happen in virtual time. Nothing sleeps on the wall clock: where a
 //! test waits for the sweep or a worker, it polls observable state (the admin API) a bounded number
 //! of times, each poll letting a little virtual time pass.
-#![cfg(feature = "http")]
-
-#[allow(dead_code)]
-#[path = "../examples/webhook_router/app.rs"]
-mod app;
+use webhook_router::app;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use app::github;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
+use webhook_router::github;
 use worker_registry::{InMemoryRegistry, RegistryConfig, TokioClock};
 
 const HEARTBEAT: Duration = Duration::from_millis(100);
@@ -205,7 +201,7 @@ async fn assigned_then_duplicate_then_sticky() {
         (second.body["new"].as_bool(), worker_of(&second)),
         (Some(false), w)
     );
-    assert!(second.body["generation"].as_u64() > first.body["generation"].as_u64());
+    assert!(second.body["token"].as_u64() > first.body["token"].as_u64());
 
     // The worker runs both loops and completes them; a late redelivery is still a duplicate.
     let done = eventually(|| async {
@@ -690,8 +686,7 @@ async fn metrics_parse_as_prometheus_text() {
     h.deliver("push", "x-2", &json!({})).await;
     // Let a sweep publish the snapshot the gauges read.
     h.until_status(1, "active").await;
-    eventually(|| async { (h.server.app().registry().status().generation > 0).then_some(()) })
-        .await;
+    eventually(|| async { (h.server.app().registry().status().version > 0).then_some(()) }).await;
 
     let res = h
         .http

@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::{interval, sleep, sleep_until, Instant, MissedTickBehavior};
 use worker_registry::{
-    Clock, DeadReason, DeliveryId, FencingToken, HeartbeatAck, InMemoryRegistry, RegistryError, Status, Target,
-    WorkerHandle, WorkerId,
+    Clock, DeadReason, DeliveryId, FencingToken, HeartbeatAck, InMemoryRegistry, RegistryError,
+    Status, Target, WorkerHandle, WorkerId,
 };
 
 /// One event handed to a worker.
@@ -25,7 +25,7 @@ pub struct Job {
     /// The delivery.
     pub event: DeliveryId,
     /// The fencing token of this assignment.
-    pub generation: FencingToken,
+    pub token: FencingToken,
 }
 
 /// How a worker task ended.
@@ -118,7 +118,7 @@ pub async fn run<C: Clock>(
             if let Err(e) = me.loop_started() {
                 return fenced(id, &e);
             }
-            tracing::debug!(worker = %id, target = %job.target, event = %job.event, generation = %job.generation, "loop started");
+            tracing::debug!(worker = %id, target = %job.target, event = %job.event, token = %job.token, "loop started");
             match work(&me, &mut beat, &crash, t.work, &mut draining).await {
                 Ok(()) => {}
                 Err(Wake::Crash) => return Exit::Crashed,

@@ -1,5 +1,4 @@
-//! The reference webhook router, as a library both `examples/webhook_router.rs` and
-//! `tests/router.rs` include, so the tests exercise the real thing.
+//! The router's state and HTTP app.
 //!
 //! * [`App`] owns the [`InMemoryRegistry`], one mailbox per simulated worker, and the router's metrics;
 //!   [`App::dispatch`] is the whole decision for one delivery: `admit`, then hand the event to the
@@ -10,10 +9,8 @@
 //!   [`Server::shutdown`] is the Ctrl-C path: refuse new deliveries, drain every worker, wait for
 //!   them within a deadline.
 
-#[path = "github.rs"]
-pub mod github;
-#[path = "worker.rs"]
-pub mod worker;
+use crate::github;
+use crate::worker;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -41,8 +38,8 @@ use tokio::task::JoinHandle;
 use worker_registry::http::{admin_router, require_bearer, AdminOptions};
 use worker_registry::metrics::Metrics;
 use worker_registry::{
-    Admission, AlreadyClaimed, Assignment, ClaimState, Clock, DrainAll, DeliveryId, InMemoryRegistry,
-    Rejection, Status, Sweeper, SystemClock, Target, WorkerId,
+    Admission, AlreadyClaimed, Assignment, ClaimState, Clock, DeliveryId, DrainAll,
+    InMemoryRegistry, Rejection, Status, Sweeper, SystemClock, Target, WorkerId,
 };
 
 use github::Route;
@@ -179,7 +176,7 @@ impl<C: Clock> App<C> {
     /// A router over `registry`.
     pub fn new(registry: InMemoryRegistry<C>, opts: Options) -> Self {
         let timings = Timings {
-            heartbeat: registry.config().heartbeat_interval,
+            heartbeat: registry.config().heartbeat_interval(),
             work: opts.work,
             idle: opts.idle,
         };
@@ -254,7 +251,7 @@ impl<C: Clock> App<C> {
         let job = Job {
             target: target.clone(),
             event: event.clone(),
-            generation: a.generation,
+            token: a.token,
         };
         match mailbox.jobs.try_send(job) {
             Ok(()) => Dispatch::Assigned(a),
@@ -430,7 +427,7 @@ impl<C: Clock> App<C> {
                 self.inner.opts.work
             }
             Dispatch::Closing => cfg.heartbeat_timeout(),
-            _ => cfg.sweep_interval,
+            _ => cfg.sweep_interval(),
         };
         let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         HeaderValue::from(secs.max(1))
@@ -545,7 +542,7 @@ impl IntoResponse for Reply {
                     "outcome": outcome,
                     "worker": a.worker.get(),
                     "new": a.new,
-                    "generation": a.generation.get(),
+                    "token": a.token.get(),
                 })),
             )
                 .into_response(),
@@ -665,7 +662,7 @@ pub async fn serve<C: Clock>(app: App<C>, listener: TcpListener) -> io::Result<S
         for (id, reason) in &report.died {
             tracing::warn!(worker = %id, %reason, "worker declared dead");
         }
-        redispatcher.after_sweep(&mut pending, &report.released_events);
+        redispatcher.after_sweep(&mut pending, &report.released);
     });
     let (stop_http, stopped) = oneshot::channel::<()>();
     let router = app.router();
@@ -709,7 +706,7 @@ impl<C: Clock> Server<C> {
         ShutdownReport {
             drained,
             still_running,
-            not_redispatched: self.app.pending_redispatch() + last.released_events.len(),
+            not_redispatched: self.app.pending_redispatch() + last.released.len(),
         }
     }
 }

@@ -326,9 +326,9 @@ pub async fn run(server: Server, plan: Plan) -> bool {
         if plan.rate == 0 { "full speed".to_owned() } else { format!("{}/s", plan.rate) },
         plan.clients,
         server.addr(),
-        app.registry().config().max_workers,
-        app.registry().config().heartbeat_interval,
-        app.registry().config().missed_heartbeats,
+        app.registry().config().max_workers(),
+        app.registry().config().heartbeat_interval(),
+        app.registry().config().missed_heartbeats(),
         app.options().work,
     );
 
@@ -439,7 +439,7 @@ pub async fn run(server: Server, plan: Plan) -> bool {
                     "[{secs:5.1}s] {sent}/{total} sent, {:.0} req/s | workers {}/{} live | assigned {} duplicate {} ignored {} 503 {} | crashed {} drained {}",
                     sent as f64 / secs.max(1e-3),
                     app.registry().live_workers(),
-                    app.registry().config().max_workers,
+                    app.registry().config().max_workers(),
                     tally.get(Outcome::AssignedNew) + tally.get(Outcome::AssignedExisting),
                     tally.get(Outcome::Duplicate),
                     tally.get(Outcome::Ignored),
@@ -494,7 +494,7 @@ pub async fn run(server: Server, plan: Plan) -> bool {
     }
 
     // Let the sweeps re-dispatch what crashed workers held and the workers finish everything.
-    let sweep = app.registry().config().sweep_interval;
+    let sweep = app.registry().config().sweep_interval();
     let settle_started = Instant::now();
     let settle_limit = Duration::from_secs(10);
     // A sweep publishes its snapshot before its callback re-dispatches what it released, so a quiet
@@ -507,7 +507,7 @@ pub async fn run(server: Server, plan: Plan) -> bool {
         let quiet = s.claims.in_flight == 0 && s.counts.busy == 0 && app.pending_redispatch() == 0;
         if quiet
             && previous.is_some_and(|(generation, before)| {
-                s.generation > generation && redispatched == before
+                s.version > generation && redispatched == before
             })
         {
             break;
@@ -515,7 +515,7 @@ pub async fn run(server: Server, plan: Plan) -> bool {
         if settle_started.elapsed() > settle_limit {
             break;
         }
-        previous = Some((s.generation, redispatched));
+        previous = Some((s.version, redispatched));
         sleep(sweep).await;
     }
     let settled_in = settle_started.elapsed();
@@ -660,7 +660,7 @@ fn status_table(
     let _ = writeln!(
         out,
         "status     {when}, snapshot #{}: {} active, {} draining, {} dead ({} exited, {} missed heartbeats); capacity {}/{}; claims {} in flight, {} retained",
-        s.generation,
+        s.version,
         s.counts.active,
         s.counts.draining,
         s.counts.dead,
@@ -699,8 +699,8 @@ fn status_table(
             status,
             w.activity.as_str(),
             w.heartbeat_age.as_millis(),
-            w.generation.get(),
-            w.generation.seq(),
+            w.token.get(),
+            w.token.seq(),
         );
     }
     let hidden_live = live.len().saturating_sub(show_live);

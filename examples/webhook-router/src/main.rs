@@ -18,10 +18,7 @@
 //! * Ctrl-C refuses new deliveries, drains every worker and exits when they are done (or at the
 //!   deadline).
 
-#[path = "webhook_router/app.rs"]
-mod app;
-#[path = "webhook_router/sim.rs"]
-mod sim;
+use webhook_router::{app, sim};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -255,10 +252,10 @@ async fn main() -> ExitCode {
         "listening on http://{addr}: POST /webhook | GET /workers, /workers/{{id}}, /metrics, /openapi.json, /healthz | POST /workers/{{id}}/drain, /debug/workers/{{id}}/crash"
     );
     tracing::info!(
-        capacity = cfg.max_workers,
-        heartbeat = ?cfg.heartbeat_interval,
-        missed_heartbeats = cfg.missed_heartbeats,
-        sweep = ?cfg.sweep_interval,
+        capacity = cfg.max_workers(),
+        heartbeat = ?cfg.heartbeat_interval(),
+        missed_heartbeats = cfg.missed_heartbeats(),
+        sweep = ?cfg.sweep_interval(),
         work = ?server.app().options().work,
         idle = ?server.app().options().idle,
         "registry configured"
