@@ -251,8 +251,9 @@ async fn replicas_racing_on_one_delivery_and_on_the_last_slot_get_the_in_memory_
             })
             .collect();
         assert_eq!(won.len(), 1, "round {round}: {answers:?}");
-        assert!(answers.iter().any(|a| *a
-            == worker_registry::AssignOutcome::Rejected(Rejection::CapacityFull { limit: 1 })));
+        assert!(answers.contains(&worker_registry::AssignOutcome::Rejected(
+            Rejection::CapacityFull { limit: 1 }
+        )));
         a.deregister(won[0]).await.unwrap();
     }
     assert_eq!(a.stats().admitted_new + b.stats().admitted_new, 40);
