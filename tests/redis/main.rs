@@ -8,6 +8,7 @@
 mod harness;
 
 mod basics;
+mod cost;
 mod differential;
 mod faults;
 mod replicas;
