@@ -498,6 +498,7 @@ impl Maintenance for RedisRegistry {
         inv.arg(&i.replica)
             .arg(have)
             .arg(l.timeout_ms)
+            .arg(l.startup_grace_ms)
             .arg(l.retention_ms)
             .arg(l.dead_retention_ms)
             .arg(l.suspect_grace_ms)

@@ -25,8 +25,7 @@ end
 if st ~= 'none' then forget_claim(member, c) end
 local id, n, new = do_place(plan, target, now, now + timeout + grace)
 redis.call('HSET', ckey(member), 'h', id, 'ca', now)
-redis.call('ZADD', K.inflight, now, member)
-redis.call('SADD', wckey(id), member)
+redis.call('ZADD', wckey(id), now, member)
 local live = -1
 if new == 1 then live = redis.call('ZCARD', K.live) end
 return { 'assigned', id, n, new, live, now }

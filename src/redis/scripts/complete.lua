@@ -39,9 +39,8 @@ end
 redis.call('HSET', ckey(member), 'dn', now)
 redis.call('PEXPIRE', ckey(member), ttl)
 redis.call('ZADD', K.done, now, member)
-redis.call('ZREM', K.inflight, member)
 redis.call('ZREM', K.unbound, member)
-if c[1] then redis.call('SREM', wckey(c[1]), member) end
+if c[1] then redis.call('ZREM', wckey(c[1]), member) end
 for _, m in ipairs(victims) do
   redis.call('DEL', ckey(m))
   redis.call('ZREM', K.done, m)

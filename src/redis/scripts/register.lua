@@ -5,10 +5,10 @@ local max_workers, timeout, grace = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumb
 
 local now = clock()
 if redis.call('ZCARD', K.live) >= max_workers then return { 'full' } end
-local last = tonumber(redis.call('GET', K.next_id) or '0') or 0
+local last = tonumber(redis.call('GET', K.next_worker_id) or '0') or 0
 if last + 1 > MAX_ID then return { 'exhausted' } end
 
-local id = I(redis.call('INCR', K.next_id))
+local id = I(redis.call('INCR', K.next_worker_id))
 redis.call('HSET', wkey(id), 's', 0, 'b', 0, 'x', 0, 'bt', 0, 'hb', now, 'c', now, 'n', 0)
 redis.call('ZADD', K.live, now + timeout + grace, id)
 emit({ 'C', id, '' })

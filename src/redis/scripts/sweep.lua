@@ -1,23 +1,23 @@
 -- sweep: the maintenance pass (for the lease holder), then this replica's share of released
 -- events and, if newer than the caller's, the published snapshot.
--- ARGV: prefix, replica id, caller's snapshot version, timeout_ms, retention_ms,
+-- ARGV: prefix, replica id, caller's snapshot version, timeout_ms, startup_grace_ms, retention_ms,
 --       dead_retention_ms, suspect_grace_ms, brake_fraction, brake_min_workers,
 --       max_retained_claims, lease_ttl_ms, release_ack_timeout_ms, handout_batch, expiry_batch
 -- Returns {swept, now, version, brake, snapshot|'', died{id, reason...}, suspected{ids},
 --          released_targets{targets}, expired, evicted, purged, released, collected{entry id,
 --          target, delivery, holder, reason...}, live, retained}
 local me, have = ARGV[2], tonumber(ARGV[3])
-local timeout, retention = tonumber(ARGV[4]), tonumber(ARGV[5])
-local dead_retention, suspect_grace = tonumber(ARGV[6]), tonumber(ARGV[7])
-local brake_fraction, brake_min = tonumber(ARGV[8]), tonumber(ARGV[9])
-local max_retained, lease_ttl = tonumber(ARGV[10]), tonumber(ARGV[11])
-local ack_timeout, handout, expiry_batch = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local timeout, grace, retention = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local dead_retention, suspect_grace = tonumber(ARGV[7]), tonumber(ARGV[8])
+local brake_fraction, brake_min = tonumber(ARGV[9]), tonumber(ARGV[10])
+local max_retained, lease_ttl = tonumber(ARGV[11]), tonumber(ARGV[12])
+local ack_timeout, handout, expiry_batch = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
 
 local now = clock()
 
 -- The lease: free, ours, or lapsed (on the registry's time, or by the key's own expiry).
 local function lease_is_ours()
-  local l = redis.call('GET', K.lease)
+  local l = redis.call('GET', K.sweep_lease)
   if not l then return true end
   local tab = string.find(l, '\t', 1, true)
   if not tab then return true end
@@ -50,8 +50,12 @@ if swept then
   ---------------------------------------------------------------------------- read phase
   local live_ids = redis.call('ZRANGE', K.live, 0, -1)
   local dead_ids = redis.call('ZRANGE', K.dead, 0, -1)
-  local W, order = {}, {}
-  for _, id in ipairs(live_ids) do W[id] = read_worker(id); order[#order + 1] = id end
+  local W, order, claims_of = {}, {}, {}
+  for _, id in ipairs(live_ids) do
+    W[id] = read_worker(id)
+    order[#order + 1] = id
+    claims_of[id] = redis.call('ZCARD', wckey(id))
+  end
   for _, id in ipairs(dead_ids) do W[id] = read_worker(id); order[#order + 1] = id end
 
   -- Draining workers past their deadline die whatever the brake says; the rest of the silent
@@ -59,11 +63,24 @@ if swept then
   local overdue = redis.call('ZRANGEBYSCORE', K.drain, '-inf', '(' .. I(now))
   local is_overdue = {}
   for _, id in ipairs(overdue) do is_overdue[id] = true end
-  local stale = {}
+  -- A worker's score in `live` is a lower bound of its deadline (heartbeats do not touch the
+  -- index): a candidate that beat since is re-scored, not stale.
+  local stale, rescore, ghosts = {}, {}, {}
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.live, '-inf', '(' .. I(now))) do
-    if not is_overdue[id] then stale[#stale + 1] = id end
+    local f = W[id]
+    if not f[2] then
+      ghosts[#ghosts + 1] = id
+    elseif not is_overdue[id] then
+      local deadline = tonumber(f[7]) + timeout
+      if f[5] ~= '1' then deadline = deadline + grace end
+      if deadline < now then
+        stale[#stale + 1] = id
+      else
+        rescore[#rescore + 1] = { deadline, id }
+      end
+    end
   end
-  local live = #live_ids
+  local live = #live_ids - #ghosts
   local brake = live >= brake_min and #stale > brake_fraction * live
 
   local kills, suspects, held = {}, {}, false
@@ -141,6 +158,8 @@ if swept then
     redis.call('XGROUP', 'CREATE', K.released, 'dispatch', '0', 'MKSTREAM')
     need_group = false
   end
+  for _, r in ipairs(rescore) do redis.call('ZADD', K.live, r[1], r[2]) end
+  for _, id in ipairs(ghosts) do redis.call('ZREM', K.live, id) end
   for _, id in ipairs(suspects) do
     redis.call('HSET', wkey(id), 'x', 1, 'ss', now)
     W[id][4] = '1'
@@ -153,6 +172,7 @@ if swept then
     local f = W[id]
     f[2], f[4], f[6], f[11] = '2', '0', I(reason), I(now)
     if reason ~= R_MISSED then f[3] = '0' end
+    claims_of[id] = 0
     died[#died + 1] = id
     died[#died + 1] = reason
     if f[1] then released_targets[#released_targets + 1] = f[1] end
@@ -166,7 +186,6 @@ if swept then
     local t, d = split_member(m)
     redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', r[2], 'r', r[3])
     redis.call('DEL', ckey(m))
-    redis.call('ZREM', K.inflight, m)
     redis.call('ZREM', K.unbound, m)
     redis.call('SREM', K.rel_pending, m)
     if not by_target[t] then by_target[t] = {}; targets[#targets + 1] = t end
@@ -201,7 +220,8 @@ if swept then
     version = have + 1
     redis.call('SET', K.snapshot_version, version)
   end
-  local in_flight = redis.call('ZCARD', K.inflight) + redis.call('ZCARD', K.unbound)
+  local in_flight = redis.call('ZCARD', K.unbound)
+  for _, id in ipairs(live_ids) do in_flight = in_flight + (claims_of[id] or 0) end
   local lines = { table.concat({ I(version), I(now), brake_engaged and '1' or '0', I(in_flight),
     I(redis.call('ZCARD', K.done)) }, '\t') }
   for _, id in ipairs(order) do
@@ -218,7 +238,7 @@ if swept then
     emit(fields)
   end
 
-  redis.call('SET', K.lease, me .. '\t' .. I(now + lease_ttl), 'PX', lease_ttl)
+  redis.call('SET', K.sweep_lease, me .. '\t' .. I(now + lease_ttl), 'PX', lease_ttl)
 elseif version > have then
   snapshot = redis.call('GET', K.snapshot) or ''
 end
