@@ -279,11 +279,7 @@ fn redis_benchmark(url: &str, sha: &str) {
             match out {
                 Ok(o) if o.status.success() => {
                     let text = String::from_utf8_lossy(&o.stdout);
-                    let line = text
-                        .lines()
-                        .filter(|l| !l.trim().is_empty())
-                        .last()
-                        .unwrap_or("");
+                    let line = text.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
                     let line = line.rsplit('\r').next().unwrap_or(line).trim();
                     println!("  -c {clients:>2}  {line}");
                 }
