@@ -35,16 +35,39 @@ enum Placed {
 
 impl RedisRegistry {
     /// An invocation of `script` with the arguments every script takes (the offset key, the
-    /// prefix).
+    /// prefix, this replica's id).
     fn prepare(&self, script: &'static Script) -> ScriptInvocation<'static> {
         let mut inv = script.key(&self.inner.keys.offset);
-        inv.arg(&self.inner.keys.prefix);
+        inv.arg(&self.inner.keys.prefix).arg(&self.inner.replica);
         inv
     }
 
     async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Value, RegistryError> {
         let mut conn = self.inner.conn.clone();
         inv.invoke_async(&mut conn).await.map_err(error::backend)
+    }
+
+    /// Invokes a script that may publish events (its reply is `{events, reply}`): this handle's
+    /// subscribers get the events now, in order, as the in-memory registry's would (the listener
+    /// skips them when they come back through the channel); the reply is returned.
+    async fn invoke_emitting(&self, inv: &ScriptInvocation<'_>) -> Result<Value, RegistryError> {
+        let v = self.invoke(inv).await?;
+        let Value::Array(mut parts) = v else {
+            return Err(bad(format!("expected {{events, reply}}, got {v:?}")));
+        };
+        if parts.len() != 2 {
+            return Err(bad(format!(
+                "expected {{events, reply}}, got {} parts",
+                parts.len()
+            )));
+        }
+        let reply = parts.pop().unwrap_or(Value::Nil);
+        let mut events = Reply::of(&parts[0])?;
+        while events.remaining() > 0 {
+            let (seq, event) = codec::decode_event(&events.text()?)?;
+            self.inner.events.deliver_own(seq, event);
+        }
+        Ok(reply)
     }
 
     /// Fetches the published snapshot if it is newer than the cached one.
@@ -223,7 +246,7 @@ impl RedisRegistry {
         for id in ids {
             inv.arg(id.get());
         }
-        let v = self.invoke(&inv).await?;
+        let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         let n = r.remaining().saturating_sub(2);
         let mut out = Vec::with_capacity(n);
@@ -268,7 +291,7 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms)
             .arg(l.retention_ms);
-        let v = self.invoke(&inv).await?;
+        let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         let tag = r.text()?;
         if tag == "dup" {
@@ -339,7 +362,7 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.max_workers)
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms);
-        let v = self.invoke(&inv).await?;
+        let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         let tag = r.text()?;
         Ok(match self.placed(&tag, &mut r)? {
@@ -382,7 +405,7 @@ impl WorkerRegistry for RedisRegistry {
     async fn loop_finished(&self, worker: WorkerId) -> Result<Status, RegistryError> {
         let mut inv = self.prepare(&SCRIPTS.loop_finished);
         inv.arg(worker.get());
-        let v = self.invoke(&inv).await?;
+        let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         let tag = r.text()?;
         if tag != "ok" {
@@ -402,7 +425,7 @@ impl WorkerRegistry for RedisRegistry {
         inv.arg(l.max_workers)
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms);
-        let v = self.invoke(&inv).await?;
+        let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         match &*r.text()? {
             "ok" => {
@@ -421,7 +444,7 @@ impl WorkerRegistry for RedisRegistry {
     async fn deregister(&self, worker: WorkerId) -> Result<DeadReason, RegistryError> {
         let mut inv = self.prepare(&SCRIPTS.deregister);
         inv.arg(worker.get());
-        let v = self.invoke(&inv).await?;
+        let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         let tag = r.text()?;
         if tag != "ok" {
@@ -480,7 +503,7 @@ impl WorkerRegistry for RedisRegistry {
     fn stats(&self) -> Stats {
         self.inner
             .counters
-            .read(self.inner.events.missed(), self.inner.snapshot.age())
+            .read(self.inner.events.sender.missed(), self.inner.snapshot.age())
     }
 
     fn config(&self) -> &RegistryConfig {
@@ -495,8 +518,7 @@ impl Maintenance for RedisRegistry {
         let l = &i.limits;
         let have = i.snapshot.version();
         let mut inv = self.prepare(&SCRIPTS.sweep);
-        inv.arg(&i.replica)
-            .arg(have)
+        inv.arg(have)
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms)
             .arg(l.retention_ms)
@@ -509,7 +531,7 @@ impl Maintenance for RedisRegistry {
             .arg(l.ack_timeout_ms)
             .arg(HANDOUT_BATCH)
             .arg(EXPIRY_BATCH);
-        let v = self.invoke(&inv).await?;
+        let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         let swept = r.int()? == 1;
         let now = r.uint()?;
@@ -592,6 +614,6 @@ impl Maintenance for RedisRegistry {
 
 impl Subscribe for RedisRegistry {
     fn subscribe(&self) -> crate::Subscription {
-        self.inner.events.subscribe()
+        self.inner.events.sender.subscribe()
     }
 }

@@ -120,7 +120,6 @@ use self::counters::Counters;
 use self::keys::Keys;
 use self::snapshot::SnapshotCache;
 use crate::api::error::RegistryError;
-use crate::api::events::EventSender;
 use crate::api::snapshot::StatusSnapshot;
 use crate::clock::millis;
 use crate::config::RegistryConfig;
@@ -201,7 +200,7 @@ pub(crate) struct Inner {
     pub(crate) replica: String,
     pub(crate) snapshot: SnapshotCache,
     pub(crate) counters: Counters,
-    pub(crate) events: Arc<EventSender>,
+    pub(crate) events: Arc<events::Events>,
     /// Forwards the server's lifecycle events into `events`; stopped when this is dropped.
     _listener: events::Listener,
 }
@@ -334,13 +333,18 @@ impl RedisRegistryBuilder {
             .map_err(unavailable)?;
         check_version(&mut conn).await?;
         let keys = Keys::new(&self.name);
-        let replica: u64 = ::redis::cmd("INCR")
+        // The counter makes ids unique among live replicas; the server's clock (µs) keeps them
+        // unique across a data loss that resets the counter.
+        let (n, (secs, micros)): (u64, (u64, u64)) = ::redis::pipe()
+            .cmd("INCR")
             .arg(&keys.next_replica_id)
+            .cmd("TIME")
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
+        let replica = format!("r{n}-{}", secs * 1_000_000 + micros);
         let config = self.config.clone();
-        let events = Arc::new(EventSender::new());
+        let events = Arc::new(events::Events::new());
         let listener = events::Listener::start(
             events::Channel {
                 client,
@@ -348,7 +352,7 @@ impl RedisRegistryBuilder {
                 channel: keys.events.clone(),
                 offset_key: keys.offset.clone(),
                 prefix: keys.prefix.clone(),
-                replica: format!("r{replica}"),
+                replica: replica.clone(),
                 connect_timeout: self.connection_timeout,
             },
             events.clone(),
@@ -365,7 +369,7 @@ impl RedisRegistryBuilder {
                 config,
                 keys,
                 conn,
-                replica: format!("r{replica}"),
+                replica,
                 counters: Counters::new(),
                 events,
                 _listener: listener,

@@ -97,17 +97,27 @@ async fn a_restarted_server_is_a_retryable_error_meanwhile_and_the_same_handle_r
         admit_until_answered(&r, &t(1), &d("b")).await,
         Admission::Assigned(a) if a.new
     ));
-    // Events published while the listener was reconnecting are lost, and counted: once it is
-    // back, every event published since the restart was either received or counted missed.
-    let mut published = 1; // the worker the admit above created
-    let mut received = 0;
+    // This handle's own events reach its subscribers with the reply, restart or not.
+    let w = r.register().await.unwrap();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), events.recv()).await {
+            Ok(Ok(Event::WorkerCreated { worker, .. })) if worker == w => break,
+            Ok(Ok(_)) => continue,
+            other => panic!("own event not delivered: {other:?}"),
+        }
+    }
+    // Another replica's events come through the listener, which resubscribes by itself: those
+    // published while it was reconnecting are lost, and counted. Once it is back, every event of
+    // the other replica was either received or counted missed.
+    let other = connect(&server, "restart").await;
+    let (mut published, mut received) = (0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(10);
     'recovered: loop {
         assert!(
             Instant::now() < deadline,
             "no event from the listener within 10 s"
         );
-        let w = r.register().await.unwrap();
+        let w = other.register().await.unwrap();
         published += 1;
         while let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(200), events.recv()).await
         {
@@ -119,7 +129,7 @@ async fn a_restarted_server_is_a_retryable_error_meanwhile_and_the_same_handle_r
                 break 'recovered;
             }
         }
-        r.deregister(w).await.unwrap();
+        other.deregister(w).await.unwrap();
         published += 1;
     }
     assert_eq!(r.stats().events_missed, published - received);

@@ -193,6 +193,29 @@ async fn events_caused_by_one_replica_reach_every_replicas_subscribers() {
     assert_eq!(a.stats().events_missed, 0);
 }
 
+#[tokio::test]
+async fn a_subscription_sees_what_happens_after_it_and_nothing_from_before() {
+    let Some((a, _b)) = pair("subscribe-after").await else {
+        return;
+    };
+    let before = a.register().await.unwrap();
+    let mut sub = a.subscribe();
+    let after = a.register().await.unwrap();
+    a.deregister(before).await.unwrap();
+    assert_eq!(
+        sub.try_recv(),
+        Ok(Some(Event::WorkerCreated {
+            worker: after,
+            target: None
+        })),
+        "the handle's own events are delivered with the reply, in order"
+    );
+    assert!(
+        matches!(sub.try_recv(), Ok(Some(Event::WorkerDied { worker, .. })) if worker == before)
+    );
+    assert_eq!(sub.try_recv(), Ok(None));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_racing_on_one_delivery_and_on_the_last_slot_get_the_in_memory_answers() {
     let Some(url) = harness::shared("replicas") else {

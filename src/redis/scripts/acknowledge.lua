@@ -1,5 +1,5 @@
 -- acknowledge: released events re-dispatched; they are not offered again.
--- ARGV: prefix, stream entry ids...
+-- ARGV: prefix, replica id, stream entry ids...
 -- Returns the number of entries that were still pending.
 if redis.call('EXISTS', K.released) == 0 then return 0 end
 local acked = 0

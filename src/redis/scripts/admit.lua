@@ -1,5 +1,5 @@
 -- admit: dedupe + sticky lookup + capacity + claim, in one step.
--- ARGV: prefix, target, delivery, max_workers, timeout_ms, startup_grace_ms, retention_ms
+-- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms, retention_ms
 -- Returns {'dup', holder|'', claimed_at, 'in_flight'|'completed'}
 --       | {'assigned', worker, assignments, new(0/1), live (-1: unchanged), now}
 --       | {'rejected', 'capacity'|'draining', worker|''}
@@ -13,12 +13,12 @@ local now = clock()
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
 local st = standing(c, now, retention, timeout)
 if st == 'in_flight' or st == 'completed' then
-  return { 'dup', c[1] or '', c[2], st }
+  return finish({ 'dup', c[1] or '', c[2], st })
 end
 local plan = plan_place(target, max_workers)
 if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
   -- A released or expired claim stays as it was (the sweep still reports it).
-  return refuse_place(plan, target)
+  return finish(refuse_place(plan, target))
 end
 
 -- Write phase.
@@ -28,4 +28,4 @@ redis.call('HSET', ckey(member), 'h', id, 'ca', now)
 redis.call('ZADD', wckey(id), now, member)
 local live = -1
 if new == 1 then live = redis.call('ZCARD', K.live) end
-return { 'assigned', id, n, new, live, now }
+return finish({ 'assigned', id, n, new, live, now })

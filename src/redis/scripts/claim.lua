@@ -1,5 +1,5 @@
 -- claim: record a bare claim (bound to no worker) unless the pair is in flight or retained.
--- ARGV: prefix, target, delivery, timeout_ms, retention_ms
+-- ARGV: prefix, replica id, target, delivery, timeout_ms, retention_ms
 -- Returns {'dup', holder|'', claimed_at, state} | {'claimed'}
 local member = ARGV[2] .. ':' .. ARGV[3]
 local timeout, retention = tonumber(ARGV[4]), tonumber(ARGV[5])

@@ -1,5 +1,5 @@
 -- complete / complete_by: mark a claim completed (fenced when a worker is given).
--- ARGV: prefix, target, delivery, by (worker id or ''), timeout_ms, retention_ms,
+-- ARGV: prefix, replica id, target, delivery, by (worker id or ''), timeout_ms, retention_ms,
 --       max_retained_claims, key_ttl_ms
 -- Returns {'ok', changed(0/1), evicted, retained (-1: unchanged), now}
 --       | {'unknown'} | {'not_holder', holder|''} | {'released', holder|'', reason}

@@ -1,6 +1,6 @@
 -- drain / drain_all: a busy active worker drains (until now + deadline, the earlier deadline
 -- kept); an idle one exits at once; a draining one keeps draining.
--- ARGV: prefix, deadline_ms, worker ids... (none: every live worker)
+-- ARGV: prefix, replica id, deadline_ms, worker ids... (none: every live worker)
 -- Returns, per worker, {status} flattened: 1 draining, 2 exited now, or
 -- 'unknown' / 'dead:<reason>'; then the live count and the time.
 local deadline = tonumber(ARGV[2])
@@ -48,4 +48,4 @@ for i, p in ipairs(plans) do
 end
 out[#out + 1] = redis.call('ZCARD', K.live)
 out[#out + 1] = now
-return out
+return finish(out)

@@ -1,5 +1,5 @@
 -- heartbeat: record a beat now; refused for a dead or unknown worker.
--- ARGV: prefix, worker, timeout_ms
+-- ARGV: prefix, replica id, worker, timeout_ms
 -- Returns {'ok', status(0 active | 1 draining)} | {'unknown'} | {'dead', reason}
 local id = ARGV[2]
 

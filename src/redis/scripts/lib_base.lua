@@ -2,8 +2,9 @@
 -- lib_claims.lua / lib_workers.lua where a script needs them). Kept small: it runs on every call.
 --
 -- KEYS[1] is the registry's test time offset key, `{name}:test_offset_ms`; ARGV[1] is the key
--- prefix `{name}:`. Every other key is built from the prefix, so all of a registry's keys share
--- the hash tag `{name}` and live on one Cluster slot.
+-- prefix `{name}:`, ARGV[2] the calling replica's id (removed from ARGV here, so that a script's
+-- own arguments start at ARGV[2]). Every other key is built from the prefix, so all of a
+-- registry's keys share the hash tag `{name}` and live on one Cluster slot.
 --
 -- Discipline: every script reads (and so validates) everything first and writes afterwards, so
 -- that an error (a corrupted key of the wrong type, a bug) aborts it before its first write and
@@ -29,6 +30,7 @@
 --   epoch             string  set once; changes only if the server lost the registry's data
 
 local P = ARGV[1]
+local ME = table.remove(ARGV, 2)
 local K = setmetatable({ offset = KEYS[1] }, {
   __index = function(t, suffix)
     local key = P .. suffix
@@ -53,9 +55,17 @@ local function clock()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + off
 end
 
--- Publishes one lifecycle event: its fields, tab-separated, after a registry-wide sequence number
--- (a subscriber that sees a gap knows how many it missed).
+-- Publishes one lifecycle event: a registry-wide sequence number (a listener that sees a gap knows
+-- how many it missed), the replica that caused it, its fields, tab-separated. The caller gets its
+-- own events in the reply (see `finish`) and hands them to its subscribers at once; the other
+-- replicas' listeners forward them from the channel.
+local EMITTED = {}
 local function emit(fields)
-  local seq = redis.call('INCR', K.event_seq)
-  redis.call('PUBLISH', K.events, I(seq) .. '\t' .. table.concat(fields, '\t'))
+  local seq = I(redis.call('INCR', K.event_seq))
+  local body = table.concat(fields, '\t')
+  redis.call('PUBLISH', K.events, seq .. '\t' .. ME .. '\t' .. body)
+  EMITTED[#EMITTED + 1] = seq .. '\t' .. body
 end
+
+-- The reply of a script that may emit events: {events, reply}.
+local function finish(reply) return { EMITTED, reply } end

@@ -1,5 +1,5 @@
 -- loop_started: the worker is busy.
--- ARGV: prefix, worker
+-- ARGV: prefix, replica id, worker
 -- Returns {'ok', status} | {'unknown'} | {'dead', reason}
 local id = ARGV[2]
 

@@ -1,5 +1,5 @@
 -- release: remove an in-flight (or released) claim so that a redelivery is admitted again.
--- ARGV: prefix, target, delivery
+-- ARGV: prefix, replica id, target, delivery
 -- Returns {'ok'} | {'unknown'} | {'completed'}
 local member = ARGV[2] .. ':' .. ARGV[3]
 

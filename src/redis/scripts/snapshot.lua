@@ -1,5 +1,5 @@
 -- snapshot: the published snapshot, if newer than the caller's.
--- ARGV: prefix, the caller's version
+-- ARGV: prefix, replica id, the caller's version
 -- Returns {now, version, snapshot|''}
 local now = clock()
 local v = tonumber(redis.call('GET', K.snapshot_version) or '0') or 0

@@ -3,15 +3,15 @@
 -- ARGV: prefix, replica id, caller's snapshot version, timeout_ms, startup_grace_ms, retention_ms,
 --       dead_retention_ms, suspect_grace_ms, brake_fraction, brake_min_workers,
 --       max_retained_claims, lease_ttl_ms, release_ack_timeout_ms, handout_batch, expiry_batch
--- Returns {swept, now, version, brake, snapshot|'', died{id, reason...}, suspected{ids},
+-- Returns (inside `finish`) {swept, now, version, brake, snapshot|'', died{id, reason...}, suspected{ids},
 --          released_targets{targets}, expired, evicted, purged, released, collected{entry id,
 --          target, delivery, holder, reason...}, live, retained}
-local me, have = ARGV[2], tonumber(ARGV[3])
-local timeout, grace, retention = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local dead_retention, suspect_grace = tonumber(ARGV[7]), tonumber(ARGV[8])
-local brake_fraction, brake_min = tonumber(ARGV[9]), tonumber(ARGV[10])
-local max_retained, lease_ttl = tonumber(ARGV[11]), tonumber(ARGV[12])
-local ack_timeout, handout, expiry_batch = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+local me, have = ME, tonumber(ARGV[2])
+local timeout, grace, retention = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local dead_retention, suspect_grace = tonumber(ARGV[6]), tonumber(ARGV[7])
+local brake_fraction, brake_min = tonumber(ARGV[8]), tonumber(ARGV[9])
+local max_retained, lease_ttl = tonumber(ARGV[10]), tonumber(ARGV[11])
+local ack_timeout, handout, expiry_batch = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 
 local now = clock()
 
@@ -268,6 +268,6 @@ if fresh and fresh[1] then
   for _, entry in ipairs(fresh[1][2]) do take(entry) end
 end
 
-return { swept and 1 or 0, now, version, brake_engaged and 1 or 0, snapshot, died, suspected,
-  released_targets, n_expired, n_evicted, n_purged, n_released, collected,
-  redis.call('ZCARD', K.live), redis.call('ZCARD', K.done) }
+return finish({ swept and 1 or 0, now, version, brake_engaged and 1 or 0, snapshot, died,
+  suspected, released_targets, n_expired, n_evicted, n_purged, n_released, collected,
+  redis.call('ZCARD', K.live), redis.call('ZCARD', K.done) })

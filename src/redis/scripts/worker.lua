@@ -1,5 +1,5 @@
 -- worker: one worker's state, read now.
--- ARGV: prefix, worker
+-- ARGV: prefix, replica id, worker
 -- Returns {now, encoded worker} | {now}
 local id = ARGV[2]
 local now = clock()
