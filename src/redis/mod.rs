@@ -62,6 +62,11 @@
 //! itself, so the same handle recovers when the server is back. A script error or a reply that
 //! does not decode is `retryable: false`. Nothing panics.
 //!
+//! **Cost.** A sweep is one script that reads every worker (the snapshot lists them all): about
+//! 8 ms of server time with 1 000 workers and 90 ms with 10 000 on the 2-core VM this was measured
+//! on, during which the server runs nothing else; raise the response timeout for registries that
+//! large. A retained claim costs about 400 bytes of server memory (see the README).
+//!
 //! **Not yet implemented** (as in the in-memory backend): releasing claims stuck longer than
 //! `max_in_flight` (the data is ready: held claims are in `{n}:inflight` by claim time) and the
 //! stall rule.
