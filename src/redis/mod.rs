@@ -62,6 +62,12 @@
 //! itself, so the same handle recovers when the server is back. A script error or a reply that
 //! does not decode is `retryable: false`. Nothing panics.
 //!
+//! **Operating it.** Run the server with `maxmemory-policy noeviction` (or a `volatile-*`
+//! policy): an `allkeys-*` policy may evict workers and in-flight claims. Turn on AOF
+//! (`appendonly yes`) for claims to survive a server restart. The keys are laid out for Redis
+//! Cluster (one slot per registry), but the connection here is to one node (or a proxy in front
+//! of a cluster); a cluster client is not wired in.
+//!
 //! **Cost.** A sweep is one script that reads every worker (the snapshot lists them all): about
 //! 8 ms of server time with 1 000 workers and 90 ms with 10 000 on the 2-core VM this was measured
 //! on, during which the server runs nothing else; raise the response timeout for registries that
