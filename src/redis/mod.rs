@@ -24,13 +24,13 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `{n}:w:<id>` | hash | a worker: status, busy, suspect, beaten, reason, last beat, created, assignments, drain deadline, death |
-//! | `{n}:live` | zset | live workers by staleness deadline (last beat + timeout, + start-up grace before the first): capacity is `ZCARD`, the stale are one range query |
+//! | `{n}:live` | zset | live workers by a lower bound of their staleness deadline (last beat + timeout, + start-up grace before the first): capacity is `ZCARD`, the stale are one range query. A heartbeat writes only the worker's hash (after its first); the sweep re-scores the candidates that beat since |
 //! | `{n}:drain` / `{n}:dead` | zset | draining workers by drain deadline; dead ones by time of death (purge) |
 //! | `{n}:targets` | hash | target → its live worker (sticky assignment) |
 //! | `{n}:next_worker_id` | string | the worker id counter (`INCR`: ids survive replica restarts, never reused) |
 //! | `{n}:c:<target>:<delivery>` | hash | a claim: holder, claimed at, completed at, release reason; a completed one expires with `PEXPIRE` = `claim_retention` + `sweep_interval` |
-//! | `{n}:wc:<id>` | set | a worker's in-flight claims (released in the step that kills it) |
-//! | `{n}:inflight` / `{n}:unbound` | zset | held / bare in-flight claims by claim time (stuck and unbound claims are range queries) |
+//! | `{n}:wc:<id>` | zset | a worker's in-flight claims by claim time (released in the step that kills it; claims stuck past `max_in_flight` would be one range query per worker) |
+//! | `{n}:unbound` | zset | bare claims by claim time (those past the heartbeat timeout are one range query) |
 //! | `{n}:done` | zset | completed claims by completion time (`max_retained_claims` eviction, retention) |
 //! | `{n}:rel_pending` | set | claims released since the last sweep |
 //! | `{n}:released` | stream | released deliveries, consumer group `dispatch` |
@@ -40,11 +40,13 @@
 //! | `{n}:sweep_lease` | string | the maintenance lease: owner and expiry |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
 //!
-//! **Scripts** (`src/redis/scripts/`): `lib.lua` (the prelude: key names, clock, claim standing,
-//! placement, death bookkeeping), and one file per operation: `admit`, `assign`, `claim`,
-//! `release`, `complete` (both `complete` and `complete_by`), `heartbeat`, `loop_started`,
-//! `loop_finished`, `register`, `deregister`, `drain` (`drain_within` and `drain_all_within`),
-//! `worker`, `sweep`, `acknowledge`, `snapshot`.
+//! **Scripts** (`src/redis/scripts/`): `lib_base.lua` (the prelude every script starts with: key
+//! names, clock, events), `lib_claims.lua` (claim standing and removal) and `lib_workers.lua`
+//! (placement, death bookkeeping, encoding), included by the scripts that use them, and one file
+//! per operation: `admit`, `assign`, `claim`, `release`, `complete` (both `complete` and
+//! `complete_by`), `heartbeat`, `loop_started`, `loop_finished`, `register`, `deregister`, `drain`
+//! (`drain_within` and `drain_all_within`), `worker`, `sweep`, `acknowledge`, `snapshot`, `listen`
+//! (where the event numbering stands, for the listener).
 //!
 //! **Maintenance**: every replica's [`sweep`](crate::Maintenance::sweep) runs the sweep script;
 //! the one holding the lease (see `lease.rs`) does the maintenance: stale workers from one range
