@@ -169,7 +169,7 @@ impl<'a> Reply<'a> {
     }
 }
 
-/// Decodes one worker line (`id t s b x bt r hb c n dd da`, see `scripts/lib.lua`) as of `now`.
+/// Decodes one worker line (`id t s b x bt r hb c n dd da`, see `scripts/lib_workers.lua`) as of `now`.
 pub(crate) fn decode_worker(line: &str, now: u64) -> Result<WorkerInfo, RegistryError> {
     let f: Vec<&str> = line.split('\t').collect();
     let [id, t, s, b, x, bt, r, hb, c, n, dd, da] = f[..] else {

@@ -1,7 +1,7 @@
 //! The key layout of one registry: every key starts with `{<name>}:`, so that all of them share
 //! one hash tag (one Cluster slot) and a script may touch any of them.
 //!
-//! The scripts build most keys themselves from the prefix (see `scripts/lib.lua`, which lists
+//! The scripts build most keys themselves from the prefix (see `scripts/lib_base.lua`, which lists
 //! them all); this module holds the name's validation and the few keys the Rust side names.
 
 use std::fmt;

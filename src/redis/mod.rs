@@ -76,8 +76,8 @@
 //! large. A retained claim costs about 400 bytes of server memory (see the README).
 //!
 //! **Not yet implemented** (as in the in-memory backend): releasing claims stuck longer than
-//! `max_in_flight` (the data is ready: held claims are in `{n}:inflight` by claim time) and the
-//! stall rule.
+//! `max_in_flight` (the data is ready: each worker's held claims are in `{n}:wc:<id>` by claim
+//! time) and the stall rule (a sweep would store its time and credit a late one's gap).
 //!
 //! # Examples
 //!
