@@ -194,6 +194,69 @@ async fn events_caused_by_one_replica_reach_every_replicas_subscribers() {
 }
 
 #[tokio::test]
+async fn a_sweeper_on_each_replica_redispatches_every_released_delivery_once() {
+    let Some(url) = harness::shared("replicas") else {
+        return;
+    };
+    let cfg = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_millis(500))
+        .missed_heartbeats(2)
+        .sweep_interval(Duration::from_millis(50))
+        .startup_grace(Duration::ZERO)
+        .build()
+        .unwrap();
+    let a = harness::registry(&url, "sweeper", cfg).await;
+    let b = a.connect_replica().await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let sweepers: Vec<_> = [a.clone(), b.clone()]
+        .into_iter()
+        .map(|r| {
+            let (router, tx) = (r.clone(), tx.clone());
+            worker_registry::Sweeper::spawn_async(r, move |report| {
+                let (router, tx) = (router.clone(), tx.clone());
+                async move {
+                    for e in &report.released {
+                        // Re-dispatch: admitted again, as new (and done at once, so that
+                        // nothing stays in flight on a worker that never beats).
+                        let again = router.admit(&e.target, &e.delivery).await;
+                        router.complete(&e.target, &e.delivery).await.unwrap();
+                        let _ = tx.send((e.delivery.clone(), again));
+                    }
+                }
+            })
+        })
+        .collect();
+    for i in 0..5 {
+        a.claim(&t(1), &d(&format!("bare-{i}"))).await.unwrap();
+    }
+    a.advance_time_for_tests(Duration::from_millis(1_001))
+        .await
+        .unwrap();
+    let mut seen = BTreeSet::new();
+    while seen.len() < 5 {
+        let (delivery, again) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("every released delivery re-dispatched within 10 s")
+            .unwrap();
+        assert!(matches!(again, Ok(Admission::Assigned(_))), "{again:?}");
+        assert!(
+            seen.insert(delivery.clone()),
+            "{delivery} re-dispatched twice"
+        );
+    }
+    // Acknowledged by the sweepers: not offered again, even past release_ack_timeout.
+    a.advance_time_for_tests(Duration::from_secs(6))
+        .await
+        .unwrap();
+    let late = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await;
+    assert!(late.is_err(), "offered again: {late:?}");
+    for s in sweepers {
+        assert_eq!(s.errors(), 0);
+        s.shutdown().await;
+    }
+}
+
+#[tokio::test]
 async fn a_subscription_sees_what_happens_after_it_and_nothing_from_before() {
     let Some((a, _b)) = pair("subscribe-after").await else {
         return;
