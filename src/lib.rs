@@ -32,7 +32,9 @@
 //! |---|---|
 //! | `tokio` (default) | the [`Sweeper`] task, [`Subscribe`] and lifecycle events, [`TokioClock`] |
 //! | `http` | `http::admin_router` (axum) and `metrics` (prometheus-client) |
+//! | `postgres` | [`PostgresRegistry`]: the registry in PostgreSQL, shared by router replicas |
 //! | `testkit` | `testkit`: the conformance suite every backend runs, and the reference model |
+//! | `redis` | [`redis::RedisRegistry`]: the registry shared by router replicas through Redis |
 //!
 #![warn(missing_docs)]
 
@@ -44,10 +46,16 @@ pub mod http;
 mod memory;
 #[cfg(feature = "http")]
 pub mod metrics;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod state;
 #[cfg(feature = "tokio")]
 mod sweeper;
 mod sync;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 #[cfg(feature = "tokio")]
 pub use api::contract::Subscribe;
@@ -81,6 +89,11 @@ pub use config::{
     DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
 };
 pub use memory::{InMemoryRegistry, WorkerHandle};
+#[cfg(feature = "postgres")]
+pub use postgres::{
+    PostgresRegistry, PostgresRegistryBuilder, DEFAULT_BATCH, DEFAULT_CALL_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_REGISTRY_NAME,
+};
 #[cfg(feature = "tokio")]
 pub use sweeper::Sweeper;
 

@@ -211,19 +211,9 @@ impl<C: Clock> InMemoryRegistry<C> {
                 (n < limit).then_some(n + 1)
             })
             .map_err(|_| RegistryError::Rejected(Rejection::CapacityFull { limit }))?;
-        // Ids are unique across restarts: never below the wall clock's milliseconds since the id
-        // epoch, so a new process starts above every id an earlier one handed out (unless that
-        // one created more than one worker per millisecond on average, or the clock stepped back).
-        let wall = inner.clock.wall();
-        let floor = ids_floor(wall);
-        // Relaxed: ids need only be unique, which the RMW guarantees; nothing is published.
-        let prev = inner
-            .next_id
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |prev| {
-                Some(prev.saturating_add(1).max(floor))
-            })
-            .unwrap_or_else(|prev| prev);
-        let raw = prev.saturating_add(1).max(floor);
+        // Relaxed: ids need only be unique, which the RMW guarantees; nothing is published. They
+        // start at the registry's start time (see `first_id`), so they are unique across restarts.
+        let raw = inner.next_id.fetch_add(1, Ordering::Relaxed);
         if raw > WorkerId::MAX {
             // AcqRel: returns the reservation (see above).
             inner.live.fetch_sub(1, Ordering::AcqRel);
@@ -234,7 +224,7 @@ impl<C: Clock> InMemoryRegistry<C> {
             id,
             target,
             now,
-            wall,
+            inner.clock.wall(),
             assigned,
             holds_claim,
         ));
@@ -250,10 +240,13 @@ impl<C: Clock> InMemoryRegistry<C> {
 /// epoch). At one id per millisecond, [`WorkerId::MAX`] is reached in the year 2583.
 pub(crate) const ID_EPOCH_SECS: u64 = 1_767_225_600;
 
-/// The smallest id a worker created at `wall` may get: milliseconds since [`ID_EPOCH_SECS`] (0
-/// before it).
-pub(crate) fn ids_floor(wall: std::time::SystemTime) -> u64 {
+/// The first id a registry started at `wall` hands out: milliseconds since [`ID_EPOCH_SECS`], and
+/// at least 1. A registry that starts later than another one created its last worker starts
+/// above all of its ids, as long as that one created fewer workers than milliseconds passed
+/// between the two starts (and the wall clock did not step back).
+pub(crate) fn first_id(wall: std::time::SystemTime) -> u64 {
     let epoch = std::time::UNIX_EPOCH + std::time::Duration::from_secs(ID_EPOCH_SECS);
     wall.duration_since(epoch)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .max(1)
 }

@@ -122,17 +122,26 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// ```
     pub fn release(&self, target: &Target, event: &DeliveryId) -> Result<(), RegistryError> {
         let hash = pair_hash(target, event.key_hash());
+        let unknown = || RegistryError::UnknownClaim {
+            target: target.clone(),
+            delivery: event.clone(),
+        };
         self.inner.claims.with(hash, |shard| {
             let Some(loc) = shard.find(hash, target, event) else {
-                return Err(RegistryError::UnknownClaim {
-                    target: target.clone(),
-                    delivery: event.clone(),
-                });
+                return Err(unknown());
             };
-            if let Found::Retained(_) = shard.get(loc) {
-                return Err(RegistryError::ClaimCompleted {
-                    target: target.clone(),
-                    delivery: event.clone(),
+            if let Found::Retained(c) = shard.get(loc) {
+                // Its retention ended: forgotten, as for `claim` and `complete`; the next sweep
+                // removes and counts it.
+                let expired = self.now_ms().saturating_sub(c.completed_at)
+                    > self.inner.limits.claim_retention_ms;
+                return Err(if expired {
+                    unknown()
+                } else {
+                    RegistryError::ClaimCompleted {
+                        target: target.clone(),
+                        delivery: event.clone(),
+                    }
                 });
             }
             if let Some(old) = shard.remove(hash, loc) {

@@ -79,11 +79,11 @@ use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, ShardMap, 
 ///
 /// Only identity. Claims and workers live in this process's memory and die with it (a delivery
 /// accepted but not finished is lost; GitHub does not redeliver on its own); use a shared backend
-/// when that matters. Worker ids are never below the clock's wall time in milliseconds since
-/// 2026-01-01 (`max(previous + 1, that)`), so a restarted registry hands out no id, and so no
-/// fencing token, that the previous process gave a container still running — as long as that
-/// process created fewer than one worker per millisecond on average and the wall clock did not step
-/// back. Ids reach [`WorkerId::MAX`] in the year 2583.
+/// when that matters. Worker ids start at the clock's wall time in milliseconds since 2026-01-01
+/// when the registry is made (and count up from there), so a restarted registry hands out no id,
+/// and so no fencing token, that the previous process gave a container still running — as long
+/// as that process created fewer workers than milliseconds passed between the two starts and the
+/// wall clock did not step back. Ids reach [`WorkerId::MAX`] in the year 2583.
 ///
 /// **Locking behaviour:** each call locks at most one shard of each map it touches, one at a time,
 /// always in the order claims → targets → workers, and never calls out while holding one; `sweep()`
@@ -232,7 +232,7 @@ impl<C: Clock> InMemoryRegistry<C> {
                 claims_due: AtomicUsize::new(0),
                 claims_next_check: AtomicU64::new(0),
                 live: AtomicUsize::new(0),
-                next_id: AtomicU64::new(0),
+                next_id: AtomicU64::new(assignment::first_id(clock.wall())),
                 snapshot: SnapshotCell::new(snapshot),
                 sweep_lock: Mutex::new(SweepState {
                     version: 0,
