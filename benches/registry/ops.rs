@@ -311,6 +311,21 @@ pub fn sweep(c: &mut Criterion) {
             })
         });
         drop(f);
+        if n == WORKERS {
+            // The same with 100k completed claims retained (a router at the default bound): a
+            // sweep must not walk them, so this costs what the idle sweep costs.
+            let f = Fixture::new(n);
+            let extra = events(100_000, 0x5e7a);
+            for (i, e) in extra.iter().enumerate() {
+                let t = &f.targets[i % n];
+                f.registry.admit(t, e);
+                let _ = f.registry.complete(t, e);
+            }
+            f.registry.sweep();
+            g.bench_function(id("idle_10k_retained_100k", 1), |b| {
+                b.iter_custom(|iters| timed(iters, |_| black_box(f.registry.sweep().version)))
+            });
+        }
         // With state changes: each sweep, 1% of the workers have gone silent and die (their claims
         // are released, their targets unmapped), 1% new workers arrived since the last one, and the
         // dead of five sweeps ago are purged.

@@ -11,6 +11,7 @@ use super::roster::Roster;
 use super::stall::{StallWatch, Stalls};
 use super::table::Verdict;
 use super::InMemoryRegistry;
+use crate::api::ids::WorkerId;
 use crate::api::report::{ReleaseReason, ReleasedEvent, SweepReport};
 use crate::api::snapshot::{ClaimCounts, StatusSnapshot};
 use crate::api::status::{DeadReason, Status};
@@ -286,6 +287,16 @@ impl<C: Clock> InMemoryRegistry<C> {
         // its loop ends (or its drain deadline passes). An idle one exits at once.
         stuck.sort_by_key(|rec| rec.id);
         stuck.dedup_by_key(|rec| rec.id);
+        let at: std::collections::HashMap<WorkerId, usize> = if stuck.is_empty() {
+            std::collections::HashMap::new()
+        } else {
+            roster
+                .records()
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.id, i))
+                .collect()
+        };
         for rec in &stuck {
             let before = rec.state.load();
             match self.drain_record(rec, cfg.drain_deadline()) {
@@ -298,7 +309,7 @@ impl<C: Clock> InMemoryRegistry<C> {
                 }
                 _ => {}
             }
-            if let Some(i) = roster.records().iter().position(|r| r.id == rec.id) {
+            if let Some(&i) = at.get(&rec.id) {
                 rec.write_info(&mut infos[i], rec.state.load(), now, origin);
             }
         }
