@@ -3,7 +3,7 @@
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::IntoResponse;
 use axum::Json;
 
@@ -13,6 +13,7 @@ use super::AdminState;
 use crate::api::contract::WorkerRegistry;
 use crate::api::error::RegistryError;
 use crate::api::ids::WorkerId;
+use crate::metrics::Format;
 
 fn worker_id(path: Result<Path<String>, PathRejection>) -> Result<WorkerId, ApiError> {
     let Path(raw) = path.map_err(|e| ApiError::BadPath(e.body_text()))?;
@@ -106,20 +107,36 @@ pub(crate) async fn drain_worker<R: WorkerRegistry + Clone + 'static>(
     get,
     path = "/metrics",
     tag = "operations",
-    description = "The registry's metrics (and any the application registered) in the OpenMetrics \
-                   text format, which Prometheus scrapes.",
+    description = "The registry's metrics (and any the application registered). The format follows \
+                   the `Accept` header: OpenMetrics text when it asks for \
+                   `application/openmetrics-text` (as Prometheus does), the classic Prometheus text \
+                   format 0.0.4 otherwise.",
+    params(("Accept" = Option<String>, Header, description = "`application/openmetrics-text` for OpenMetrics; anything else (or nothing) for the classic text format")),
     responses(
-        (status = 200, description = "OpenMetrics text", body = String,
-         content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        (status = 200, description = "The metrics", content(
+            (String = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            (String = "text/plain; version=0.0.4; charset=utf-8"),
+        )),
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
     ),
 )]
 pub(crate) async fn metrics<R: WorkerRegistry + Clone + 'static>(
     State(s): State<AdminState<R>>,
+    headers: HeaderMap,
 ) -> impl IntoResponse {
+    let accept = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    let format = Format::from_accept((!accept.is_empty()).then_some(accept.as_str()));
     (
-        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        s.metrics.encode(),
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "accept"),
+        ],
+        s.metrics.encode_as(format),
     )
 }
 

@@ -14,9 +14,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::time::{sleep, sleep_until, Instant};
-use worker_registry::{DeadReason, Status, StatusSnapshot, WorkerInfo};
+use worker_registry::{DeadReason, Status, StatusSnapshot, WorkerInfo, WorkerRegistry};
 
-use crate::app::{github, Server};
+use crate::github;
+use crate::server::Server;
 
 /// What to simulate.
 #[derive(Debug, Clone)]
@@ -253,7 +254,8 @@ impl Client {
             (200, Some("duplicate")) => Outcome::Duplicate,
             (202, Some("ignored")) => Outcome::Ignored,
             (503, Some("capacity")) => Outcome::Capacity,
-            (503, Some("draining")) => Outcome::Draining,
+            // The PR's worker is draining, the router is shutting down, or its backend is away.
+            (503, Some("draining" | "closing" | "unavailable")) => Outcome::Draining,
             (400..=499, _) => Outcome::Refused,
             _ => Outcome::Failed,
         };
@@ -438,7 +440,7 @@ pub async fn run(server: Server, plan: Plan) -> bool {
                 let line = format!(
                     "[{secs:5.1}s] {sent}/{total} sent, {:.0} req/s | workers {}/{} live | assigned {} duplicate {} ignored {} 503 {} | crashed {} drained {}",
                     sent as f64 / secs.max(1e-3),
-                    app.registry().live_workers(),
+                    app.registry().stats().live_workers,
                     app.registry().config().max_workers(),
                     tally.get(Outcome::AssignedNew) + tally.get(Outcome::AssignedExisting),
                     tally.get(Outcome::Duplicate),
@@ -559,7 +561,7 @@ pub async fn run(server: Server, plan: Plan) -> bool {
         .filter(|d| d.has_target && !d.redelivery)
         .count();
     let ms = |us: u64| us as f64 / 1000.0;
-    let _ = writeln!(out, "\n== webhook_router --simulate: summary ==");
+    let _ = writeln!(out, "\n== webhook-router --simulate: summary ==");
     let _ = writeln!(
         out,
         "traffic    {sent} deliveries in {:.2} s = {:.0} req/s ({} clients, {}); {redeliveries} redeliveries ({:.1}%), {with_target} distinct PR deliveries",
@@ -621,15 +623,29 @@ pub async fn run(server: Server, plan: Plan) -> bool {
     status_table(&mut out, "final", &status, usize::MAX, 4);
     let _ = writeln!(
         out,
-        "shutdown   in {:.0} ms: {} busy workers drained, {} idle ones exited at once; {} still running at the deadline; {} released events not re-dispatched",
+        "shutdown   in {:.0} ms: {} busy workers drained, {} idle ones exited at once; {} deliveries completed meanwhile; {} workers stopped at the deadline; {} accepted deliveries not completed{}",
         shutdown_took.as_secs_f64() * 1000.0,
         report.drained.draining,
         report.drained.exited,
-        report.still_running,
-        report.not_redispatched,
+        report.completed,
+        report.stopped_at_deadline,
+        report.unfinished.len(),
+        if report.unfinished.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({})",
+                report
+                    .unfinished
+                    .iter()
+                    .map(|u| u.delivery.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
+        },
     );
     print!("{out}");
-    lost == 0
+    lost == 0 && report.unfinished.is_empty()
 }
 
 /// Remembers that a delivery was placed (or needs a retry).
@@ -678,7 +694,7 @@ fn status_table(
     let _ = writeln!(
         out,
         "  {:>5}  {:<26} {:<26} {:<8} {:>10}  {:>14} {:>6}",
-        "id", "target", "status", "activity", "last beat", "generation", "events"
+        "id", "target", "status", "activity", "last beat", "token", "events"
     );
     for w in live
         .iter()
