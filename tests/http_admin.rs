@@ -331,7 +331,15 @@ async fn metrics_are_openmetrics_text_with_the_registry_and_application_metrics(
     registry.sweep();
     webhooks.inc_by(2);
 
-    let res = api.send(Method::GET, "/metrics", None).await;
+    // Prometheus asks for OpenMetrics; without that Accept header the classic text format is served
+    // (tested in the router's metrics tests through real parsers).
+    let res = api
+        .client
+        .get(format!("{}/metrics", api.base))
+        .header(header::ACCEPT, "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let ct = res.headers()[header::CONTENT_TYPE]
         .to_str()
