@@ -336,7 +336,10 @@ async fn metrics_are_openmetrics_text_with_the_registry_and_application_metrics(
     let res = api
         .client
         .get(format!("{}/metrics", api.base))
-        .header(header::ACCEPT, "application/openmetrics-text; version=1.0.0")
+        .header(
+            header::ACCEPT,
+            "application/openmetrics-text; version=1.0.0",
+        )
         .send()
         .await
         .unwrap();

@@ -251,6 +251,11 @@ impl App {
         }
     }
 
+    /// The router's own metrics.
+    pub fn metrics(&self) -> &RouterMetrics {
+        &self.inner.metrics
+    }
+
     /// The Prometheus registry to serve, once (the HTTP app takes it; add more metrics first).
     pub fn take_metrics(&self) -> Option<Metrics> {
         self.inner.export.lock().ok().and_then(|mut m| m.take())

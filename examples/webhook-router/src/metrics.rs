@@ -78,6 +78,11 @@ impl RouterMetrics {
         m
     }
 
+    /// `webhook_router_shutdown_unfinished_total` now.
+    pub fn shutdown_unfinished(&self) -> u64 {
+        self.shutdown_unfinished.get()
+    }
+
     /// Counts one answer to `POST /webhook`.
     pub fn delivery(&self, outcome: &'static str) {
         self.deliveries
