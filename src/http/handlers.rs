@@ -44,10 +44,11 @@ pub(crate) async fn list_workers<R: WorkerRegistry + Clone + 'static>(
     path = "/workers/{id}",
     tag = "workers",
     description = "One worker's current state, read now (not from the snapshot).",
-    params(("id" = u64, Path, description = "Worker id")),
+    params(("id" = u64, Path, minimum = 0, maximum = 17592186044415_u64,
+        description = "Worker id: a decimal integer without sign or leading zeros, at most 2^44 - 1")),
     responses(
         (status = 200, description = "The worker", body = WorkerBody),
-        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 400, description = "The id is not a canonical decimal integer of at most 2^44 - 1", body = ErrorBody),
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
         (status = 404, description = "No such worker (never existed, or dead and purged)", body = ErrorBody),
         (status = 503, description = "The registry's backend cannot answer now", body = ErrorBody),
@@ -81,11 +82,12 @@ async fn worker_body<R: WorkerRegistry>(
     description = "Sets the worker draining: it gets no new assignment and exits when its current \
                    loop finishes. Idempotent. A worker that is idle has no loop to finish and exits \
                    at once: the answer then shows it dead with reason `exited`.",
-    params(("id" = u64, Path, description = "Worker id")),
+    params(("id" = u64, Path, minimum = 0, maximum = 17592186044415_u64,
+        description = "Worker id: a decimal integer without sign or leading zeros, at most 2^44 - 1")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The worker, now draining (or exited, if it was idle)", body = WorkerBody),
-        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 400, description = "The id is not a canonical decimal integer of at most 2^44 - 1", body = ErrorBody),
         (status = 401, description = "Bearer token missing or wrong (when one is configured)", body = ErrorBody),
         (status = 404, description = "No such worker", body = ErrorBody),
         (status = 409, description = "The worker is already dead", body = ErrorBody),

@@ -220,9 +220,7 @@ where
     let state = AdminState {
         registry,
         metrics,
-        // Serialising a document built from static attributes cannot fail; fall back to an empty
-        // object rather than panic if it ever did.
-        openapi: axum::body::Bytes::from(doc.to_json().unwrap_or_else(|_| "{}".to_owned())),
+        openapi: axum::body::Bytes::from(openapi_json(&doc)),
     };
 
     // The token is checked per method (`MethodRouter::route_layer`), so a wrong method is 405
@@ -326,6 +324,53 @@ where
 /// ```
 pub fn bearer_matches(headers: &axum::http::HeaderMap, expected: &str) -> bool {
     auth::authorized(headers, expected.as_bytes())
+}
+
+/// `doc` as JSON, as `GET /openapi.json` serves it. Use this rather than utoipa's own `to_json`:
+/// utoipa 5 writes the fields of a link object in snake case (`operation_id`), which OpenAPI tools
+/// do not read; this writes them as the specification spells them (`operationId`).
+///
+/// # Examples
+///
+/// ```
+/// let json = worker_registry::http::openapi_json(&worker_registry::http::openapi());
+/// assert!(json.contains("\"operationId\":\"get_worker\""));
+/// assert!(!json.contains("operation_id"));
+/// ```
+pub fn openapi_json(doc: &utoipa::openapi::OpenApi) -> String {
+    // Serialising a document built from static attributes cannot fail; fall back to an empty
+    // object rather than panic if it ever did.
+    let Ok(mut value) = serde_json::to_value(doc) else {
+        return "{}".to_owned();
+    };
+    if let Some(paths) = value.get_mut("paths").and_then(|p| p.as_object_mut()) {
+        for operation in paths.values_mut().filter_map(|p| p.as_object_mut()) {
+            for op in operation.values_mut() {
+                let Some(responses) = op.get_mut("responses").and_then(|r| r.as_object_mut())
+                else {
+                    continue;
+                };
+                for response in responses.values_mut() {
+                    let Some(links) = response.get_mut("links").and_then(|l| l.as_object_mut())
+                    else {
+                        continue;
+                    };
+                    for link in links.values_mut().filter_map(|l| l.as_object_mut()) {
+                        for (snake, camel) in [
+                            ("operation_id", "operationId"),
+                            ("operation_ref", "operationRef"),
+                            ("request_body", "requestBody"),
+                        ] {
+                            if let Some(v) = link.remove(snake) {
+                                link.insert(camel.to_owned(), v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    value.to_string()
 }
 
 /// The admin API's OpenAPI 3 document (what `GET /openapi.json` serves), to merge into your own.

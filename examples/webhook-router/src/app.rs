@@ -15,7 +15,9 @@
 //! Every registry call is awaited; a backend that cannot answer is a typed error, answered 503 with
 //! `Retry-After` (a delivery whose admission failed was not accepted), never a panic.
 
+use crate::body::BodyLimits;
 use crate::metrics::RouterMetrics;
+use crate::routing::{Decision, Policy};
 use crate::worker::{self, Exit, Job, Timings};
 
 use std::collections::HashSet;
@@ -55,6 +57,10 @@ pub struct Options {
     pub idle: Duration,
     /// Queued events per worker before 503 (1 ..= [`MAX_MAILBOX`]).
     pub mailbox: usize,
+    /// Which events start, reach or drain a pull request's worker.
+    pub policy: Arc<Policy>,
+    /// How delivery bodies are read (size cap, time limit, memory budget).
+    pub body: BodyLimits,
 }
 
 impl fmt::Debug for Options {
@@ -71,6 +77,8 @@ impl fmt::Debug for Options {
             .field("work", &self.work)
             .field("idle", &self.idle)
             .field("mailbox", &self.mailbox)
+            .field("policy", &self.policy)
+            .field("body", &self.body)
             .finish()
     }
 }
@@ -137,6 +145,27 @@ impl Dispatch {
         "closing",
         "unavailable",
     ];
+}
+
+/// What the router did with one pull request of a delivery, under the routing policy's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetOutcome {
+    /// `start`, or `reach` with a live worker: the admission's result.
+    Dispatched(Dispatch),
+    /// `drain`: the worker got the event as its last one and is draining.
+    Drained {
+        /// The assignment of that last event.
+        assignment: Assignment,
+    },
+    /// `drain` of a worker that already drains: nothing more to do.
+    AlreadyDraining {
+        /// The worker.
+        worker: WorkerId,
+    },
+    /// `reach` or `drain`, and the pull request has no live worker: nothing is started.
+    NoWorker(Decision),
+    /// The policy ignores this event.
+    Ignored,
 }
 
 /// Why an accepted delivery was not completed before the router stopped.
@@ -412,9 +441,70 @@ impl App {
         self.inner.tasks.insert(id, task.abort_handle());
     }
 
-    /// The worker of this router that serves `target`, if it has one.
-    pub fn worker_of(&self, target: &Target) -> Option<WorkerId> {
-        self.inner.targets.get(target).map(|w| *w)
+    /// The live worker that serves `target`, if there is one: this router's own (checked live in the
+    /// registry), else one the published snapshot lists (another replica's, with a shared backend).
+    pub async fn live_worker_of(&self, target: &Target) -> Result<Option<WorkerId>, RegistryError> {
+        let local = self.inner.targets.get(target).map(|w| *w);
+        if let Some(w) = local {
+            match self.inner.registry.worker(w).await? {
+                Some(info) if info.status.is_alive() => return Ok(Some(w)),
+                _ => {
+                    self.inner.targets.remove_if(target, |_, v| *v == w);
+                }
+            }
+        }
+        // Only when this router has none; the snapshot holds at most max_workers live workers.
+        let snapshot = self.inner.registry.status();
+        Ok(snapshot
+            .workers
+            .iter()
+            .find(|w| w.status.is_alive() && w.target.as_ref() == Some(target))
+            .map(|w| w.id))
+    }
+
+    /// Carries out the routing policy's `decision` for one pull request of a delivery.
+    pub async fn apply(
+        &self,
+        decision: Decision,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> TargetOutcome {
+        match decision {
+            Decision::Ignore => TargetOutcome::Ignored,
+            Decision::Start => {
+                TargetOutcome::Dispatched(self.dispatch(target, delivery, Source::Webhook).await)
+            }
+            Decision::Reach | Decision::Drain => {
+                if self.is_closing() {
+                    return TargetOutcome::Dispatched(Dispatch::Closing);
+                }
+                match self.live_worker_of(target).await {
+                    Err(e) => TargetOutcome::Dispatched(Dispatch::Unavailable(e)),
+                    Ok(None) => TargetOutcome::NoWorker(decision),
+                    Ok(Some(_)) if decision == Decision::Reach => TargetOutcome::Dispatched(
+                        self.dispatch(target, delivery, Source::Webhook).await,
+                    ),
+                    Ok(Some(_)) => match self.dispatch(target, delivery, Source::Webhook).await {
+                        // The worker (or, if it died a moment ago, a new one) runs this event last.
+                        Dispatch::Assigned(a) => {
+                            match self.inner.registry.drain(a.worker).await {
+                                Ok(status) => {
+                                    tracing::info!(%target, worker = %a.worker, %status, "pull request closed: worker drained")
+                                }
+                                Err(e) => {
+                                    tracing::warn!(%target, worker = %a.worker, "could not drain the worker of a closed pull request: {e}")
+                                }
+                            }
+                            TargetOutcome::Drained { assignment: a }
+                        }
+                        Dispatch::Rejected(Rejection::TargetDraining { worker }) => {
+                            TargetOutcome::AlreadyDraining { worker }
+                        }
+                        other => TargetOutcome::Dispatched(other),
+                    },
+                }
+            }
+        }
     }
 
     /// Makes a worker's container crash: it stops heartbeating and working, without telling the

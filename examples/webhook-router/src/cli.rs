@@ -5,6 +5,9 @@
 
 use crate::app::{self, MAX_MAILBOX};
 use crate::backend::RegistryChoice;
+use crate::body::{BodyBudget, BodyLimits};
+use crate::github;
+use crate::routing::Policy;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -61,6 +64,16 @@ pub struct Args {
     /// [default: none / a random one]
     #[arg(long, env = "WEBHOOK_ROUTER_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// A routing rule, `event[.action]=start|reach|drain|ignore`, overriding the default policy
+    /// (repeatable; in the environment, comma-separated).
+    #[arg(long = "route", env = "WEBHOOK_ROUTER_ROUTES", value_delimiter = ',')]
+    pub routes: Vec<String>,
+    /// Time a client has to send a delivery's whole body, ms (GitHub gives up after 10 s).
+    #[arg(long, env = "WEBHOOK_ROUTER_BODY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub body_timeout_ms: u64,
+    /// Memory for delivery bodies being received at once, MiB (at least 25, one maximal delivery).
+    #[arg(long, env = "WEBHOOK_ROUTER_BODY_BUDGET_MIB", default_value_t = 64)]
+    pub body_budget_mib: usize,
     /// How long Ctrl-C waits for draining workers before stopping them, ms [default: 10000 / 5000].
     #[arg(long, env = "WEBHOOK_ROUTER_SHUTDOWN_MS")]
     pub shutdown_ms: Option<u64>,
@@ -184,7 +197,28 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
             a.mailbox
         ));
     }
+    let mut policy = Policy::default();
+    for rule in &a.routes {
+        policy = policy.with_rule(rule)?;
+    }
+    let min_budget = github::MAX_PAYLOAD_BYTES >> 20;
+    if !(min_budget..=64 * 1024).contains(&a.body_budget_mib) {
+        return Err(format!(
+            "--body-budget-mib {} is out of range: {min_budget} (one delivery at GitHub's cap) to 65536",
+            a.body_budget_mib
+        ));
+    }
+    let body_timeout = ms("--body-timeout-ms", a.body_timeout_ms)?;
+    if body_timeout.is_zero() {
+        return Err("--body-timeout-ms must be at least 1".into());
+    }
     let options = app::Options {
+        policy: Arc::new(policy),
+        body: BodyLimits {
+            max: github::MAX_PAYLOAD_BYTES,
+            timeout: body_timeout,
+            budget: BodyBudget::new(a.body_budget_mib << 20),
+        },
         webhook_secret: secret.map(|s| Arc::from(s.into_bytes())),
         admin_token,
         work: pick("--work-ms", a.work_ms, 2_000, 20)?,
@@ -252,6 +286,26 @@ mod tests {
             "2"
         ])
         .is_ok());
+    }
+
+    #[test]
+    fn routing_rules_and_body_limits_are_validated() {
+        let s = parse(&[
+            "--route",
+            "pull_request.closed=ignore",
+            "--route",
+            "check_run=start",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.options.policy.decide("pull_request", Some("closed")),
+            crate::routing::Decision::Ignore
+        );
+        assert!(parse(&["--route", "push=start"]).is_err());
+        assert!(parse(&["--body-budget-mib", "1"]).is_err());
+        assert!(parse(&["--body-budget-mib", "18446744073709551615"]).is_err());
+        assert!(parse(&["--body-timeout-ms", "0"]).is_err());
+        assert!(parse(&["--body-timeout-ms", &u64::MAX.to_string()]).is_err());
     }
 
     #[test]

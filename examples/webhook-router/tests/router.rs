@@ -165,6 +165,7 @@ async fn signatures_are_checked_when_a_secret_is_set() {
         let mut req = h
             .http
             .post(format!("{}/webhook", h.base))
+            .header("content-type", "application/json")
             .header(github::EVENT_HEADER, "pull_request")
             .header(github::DELIVERY_HEADER, "s-2")
             .body(body.clone());
@@ -196,7 +197,11 @@ async fn signatures_are_checked_when_a_secret_is_set() {
 async fn malformed_deliveries_are_400_with_the_reason() {
     let h = start(Setup::default()).await;
     let raw = |event: Option<&str>, id: Option<&str>, body: &'static str| {
-        let mut req = h.http.post(format!("{}/webhook", h.base)).body(body);
+        let mut req = h
+            .http
+            .post(format!("{}/webhook", h.base))
+            .header("content-type", "application/json")
+            .body(body);
         if let Some(e) = event {
             req = req.header(github::EVENT_HEADER, e);
         }
@@ -271,6 +276,7 @@ async fn payloads_above_githubs_cap_are_413() {
     let res = h
         .http
         .post(format!("{}/webhook", h.base))
+        .header("content-type", "application/json")
         .header(github::EVENT_HEADER, "push")
         .header(github::DELIVERY_HEADER, "big")
         .body(body)
@@ -286,6 +292,7 @@ async fn payloads_above_githubs_cap_are_413() {
     let res = h
         .http
         .post(format!("{}/webhook", h.base))
+        .header("content-type", "application/json")
         .header(github::EVENT_HEADER, "push")
         .header(github::DELIVERY_HEADER, "at-cap")
         .body(body)
@@ -602,8 +609,11 @@ async fn admin_token_guards_drain_and_crash() {
         h.post(&format!("/debug/workers/{w}/crash")).await.status,
         StatusCode::ACCEPTED
     );
-    // Reads stay open.
-    assert_eq!(h.get(&format!("/workers/{w}")).await.status, StatusCode::OK);
+    // Reads need the token too (issue 13: the list names repositories and pull requests).
+    assert_eq!(
+        h.get(&format!("/workers/{w}")).await.status,
+        StatusCode::UNAUTHORIZED
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -2,7 +2,7 @@
 //! paused clock, a client, and helpers to send deliveries and poll state.
 #![allow(dead_code)] // each test file uses part of it
 
-use webhook_router::{app, server};
+use webhook_router::{app, body, routing, server};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,6 +25,9 @@ pub struct Setup {
     pub token: Option<&'static str>,
     pub work: Duration,
     pub mailbox: usize,
+    pub policy: routing::Policy,
+    pub body_timeout: Duration,
+    pub body_budget: usize,
 }
 
 impl Default for Setup {
@@ -35,6 +38,9 @@ impl Default for Setup {
             token: None,
             work: Duration::from_millis(10),
             mailbox: 8,
+            policy: routing::Policy::default(),
+            body_timeout: body::DEFAULT_BODY_TIMEOUT,
+            body_budget: body::DEFAULT_BODY_BUDGET,
         }
     }
 }
@@ -76,6 +82,12 @@ pub async fn start_with(
         // Workers stay until drained, crashed or shut down (unless a test advances an hour).
         idle: Duration::from_secs(3600),
         mailbox: setup.mailbox,
+        policy: Arc::new(setup.policy.clone()),
+        body: body::BodyLimits {
+            max: github::MAX_PAYLOAD_BYTES,
+            timeout: setup.body_timeout,
+            budget: body::BodyBudget::new(setup.body_budget),
+        },
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = server::serve(app::App::new(registry, options), listener)
