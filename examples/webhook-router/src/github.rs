@@ -406,8 +406,8 @@ pub const PR_EVENTS: [&str; 10] = [
 
 /// Finds the pull requests a delivery of `event` concerns from its JSON `body`.
 ///
-/// Every body must be JSON (even for ignored events); the events that concern a pull request must
-/// carry the fields naming it.
+/// Every body must be a JSON object (even for ignored events); the events that concern a pull
+/// request must carry the fields naming it.
 pub fn route(event: &str, body: &[u8]) -> Result<Route, PayloadError> {
     let json_err = |source| PayloadError::Json {
         event: event.to_owned(),
@@ -498,7 +498,9 @@ pub fn route(event: &str, body: &[u8]) -> Result<Route, PayloadError> {
             }
         }
         other => {
-            serde_json::from_slice::<IgnoredAny>(body).map_err(json_err)?;
+            // Every GitHub payload is a JSON object, whatever its event.
+            serde_json::from_slice::<std::collections::BTreeMap<String, IgnoredAny>>(body)
+                .map_err(json_err)?;
             Ok(Route::Ignored(if other == "ping" {
                 "ping: the webhook is set up".to_owned()
             } else {
@@ -686,6 +688,12 @@ mod tests {
         assert_eq!(merge_queue_number("gh-readonly-queue/main/pr--abc"), None);
 
         assert!(matches!(route("push", b"{}").unwrap(), Route::Ignored(_)));
+        for not_an_object in [&b"8115548734529121.0"[..], b"[]", b"\"x\"", b"null"] {
+            assert!(matches!(
+                route("push", not_an_object),
+                Err(PayloadError::Json { .. })
+            ));
+        }
         assert!(matches!(
             route("push", b"{"),
             Err(PayloadError::Json { .. })

@@ -12,7 +12,7 @@ use crate::answer::{
 };
 use crate::app::{App, CrashError, Dispatch, TargetOutcome};
 use crate::body::{self, BodyError};
-use crate::github::{self, Route, Verifier};
+use crate::github::{self, Route, SignatureError, Verifier};
 
 use std::time::Duration;
 
@@ -273,12 +273,12 @@ impl App {
             Ok(d) => d,
             Err(e) => return Reply::error(e.status(), e),
         };
-        let verify = match &self.options().webhook_secret {
-            Some(secret) => match github::signature(headers) {
-                Ok(digest) => Some((Verifier::new(secret), digest)),
-                Err(e) => return Reply::error(StatusCode::UNAUTHORIZED, e),
-            },
-            None => None,
+        // A signature header must be well-formed even without a secret (GitHub never sends a
+        // malformed one); with a secret it must be there, and match.
+        let verify = match (&self.options().webhook_secret, github::signature(headers)) {
+            (Some(secret), Ok(digest)) => Some((Verifier::new(secret), digest)),
+            (None, Ok(_) | Err(SignatureError::Missing)) => None,
+            (_, Err(e)) => return Reply::error(StatusCode::UNAUTHORIZED, e),
         };
         let limits = &self.options().body;
         let announced = headers
@@ -416,9 +416,12 @@ fn summary(answers: &[TargetAnswer]) -> Outcome {
                    drain or ignore) and admits the delivery to each one's worker. A redelivery (same \
                    `X-GitHub-Delivery`) is a duplicate. Headers are checked before the body is read.",
     params(
-        ("X-GitHub-Event" = String, Header, description = "The event name, e.g. `pull_request`"),
-        ("X-GitHub-Delivery" = String, Header, description = "The delivery id (visible ASCII, at most 255 bytes); a redelivery repeats it"),
-        ("X-Hub-Signature-256" = Option<String>, Header, description = "`sha256=` and the hex HMAC-SHA256 of the body under the webhook secret (required when the router has one)"),
+        ("X-GitHub-Event" = String, Header, pattern = r"^[!-~]{1,64}$",
+         description = "The event name, e.g. `pull_request` (visible ASCII, at most 64 bytes)"),
+        ("X-GitHub-Delivery" = String, Header, pattern = r"^[!-~]{1,255}$",
+         description = "The delivery id (visible ASCII, at most 255 bytes); a redelivery repeats it"),
+        ("X-Hub-Signature-256" = Option<String>, Header, pattern = r"^sha256=[0-9a-fA-F]{64}$",
+         description = "`sha256=` and the hex HMAC-SHA256 of the body under the webhook secret (required when the router has one)"),
     ),
     request_body(
         description = "The event's payload as JSON, or form-encoded with the JSON in its `payload` field (GitHub's two content types); at most 25 MiB",
@@ -431,7 +434,7 @@ fn summary(answers: &[TargetAnswer]) -> Outcome {
         (status = 200, description = "Every pull request it concerns already has it (a redelivery)", body = DeliveryAnswer),
         (status = 202, description = "Assigned, drained or ignored", body = DeliveryAnswer),
         (status = 400, description = "A missing, repeated or invalid header, or a payload that is not what its event promises", body = ErrorAnswer),
-        (status = 401, description = "A missing, malformed or wrong X-Hub-Signature-256", body = ErrorAnswer),
+        (status = 401, description = "A malformed X-Hub-Signature-256, or (when the router has a secret) a missing or wrong one", body = ErrorAnswer),
         (status = 408, description = "The body was not received in time", body = ErrorAnswer),
         (status = 413, description = "Larger than GitHub's 25 MiB", body = ErrorAnswer),
         (status = 415, description = "Not application/json nor application/x-www-form-urlencoded", body = ErrorAnswer),
@@ -450,7 +453,8 @@ pub(crate) async fn webhook(State(app): State<App>, request: Request) -> Respons
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)] // a schema only
 pub(crate) struct FormDelivery {
-    /// The JSON payload.
+    /// The event's JSON payload, as the `application/json` body would be.
+    #[schema(content_media_type = "application/json")]
     payload: String,
 }
 

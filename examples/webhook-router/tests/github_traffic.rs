@@ -302,3 +302,38 @@ async fn enterprise_managed_user_owners_are_routed() {
         .unwrap()
         .contains("starts with '-'"));
 }
+
+/// Found by schemathesis: a malformed signature header is refused even by a router without a
+/// secret, and a payload that is not a JSON object is refused whatever the event.
+#[tokio::test(start_paused = true)]
+async fn malformed_signatures_and_non_object_payloads_are_refused() {
+    let h = start(Setup::default()).await;
+    let res = h
+        .http
+        .post(format!("{}/webhook", h.base))
+        .header("content-type", "application/json")
+        .header(github::EVENT_HEADER, "push")
+        .header(github::DELIVERY_HEADER, "s-1")
+        .header(github::SIGNATURE_HEADER, "{}")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    for (i, body) in ["8115548734529121.0", "[]", "\"x\""]
+        .into_iter()
+        .enumerate()
+    {
+        let res = h
+            .http
+            .post(format!("{}/webhook", h.base))
+            .header("content-type", "application/json")
+            .header(github::EVENT_HEADER, "G")
+            .header(github::DELIVERY_HEADER, format!("n-{i}"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{body}");
+    }
+}
