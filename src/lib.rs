@@ -32,6 +32,7 @@
 //! |---|---|
 //! | `tokio` (default) | the [`Sweeper`] task, [`Subscribe`] and lifecycle events, [`TokioClock`] |
 //! | `http` | `http::admin_router` (axum) and `metrics` (prometheus-client) |
+//! | `postgres` | [`PostgresRegistry`]: the registry in PostgreSQL, shared by router replicas |
 //! | `testkit` | `testkit`: the conformance suite every backend runs, and the reference model |
 //!
 #![warn(missing_docs)]
@@ -44,10 +45,14 @@ pub mod http;
 mod memory;
 #[cfg(feature = "http")]
 pub mod metrics;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod state;
 #[cfg(feature = "tokio")]
 mod sweeper;
 mod sync;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 #[cfg(feature = "tokio")]
 pub use api::contract::Subscribe;
@@ -86,6 +91,11 @@ pub use config::{
 #[doc(hidden)]
 pub use memory::faults::Fault;
 pub use memory::{InMemoryRegistry, WorkerHandle};
+#[cfg(feature = "postgres")]
+pub use postgres::{
+    PostgresRegistry, PostgresRegistryBuilder, DEFAULT_BATCH, DEFAULT_CALL_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_REGISTRY_NAME,
+};
 #[cfg(feature = "tokio")]
 pub use sweeper::{Deferred, Sweeper, SweeperMonitor};
 

@@ -1,6 +1,10 @@
-//! Acceptance criteria AC1-AC6 and the DoD1 unit-test list, on a `ManualClock` (no sleeps).
+//! Acceptance criteria AC1-AC6 and the DoD1 unit-test list: what is particular to the in-memory
+//! backend, on a `ManualClock` (no sleeps). What every backend must do lives in the conformance
+//! suite (`src/testkit/cases/`, run by `tests/conformance.rs`); what stays here needs the in-memory
+//! registry itself: exact millisecond boundaries and display times of a manual clock,
+//! `claim_count`, `WorkerHandle`, and races on OS threads against one shared registry whose
+//! counters all racers share.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
@@ -8,7 +12,7 @@ use std::time::Duration;
 use worker_registry::{
     Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, DeliveryId,
     HeartbeatAck, InMemoryRegistry, ManualClock, PoolStatus, RegistryConfig, RegistryError,
-    Rejection, ReleaseReason, Status, Target, WorkerId, WorkerKind,
+    Rejection, Status, Target, WorkerId, WorkerKind,
 };
 
 const HB: Duration = Duration::from_secs(30);
@@ -80,82 +84,7 @@ fn ac1_record_holds_id_target_start_heartbeat_and_status() {
     assert_eq!(w.died_at, None);
 }
 
-#[test]
-fn ac1_worker_ids_are_never_reused() {
-    let (r, clock) = registry();
-    let mut seen = HashSet::new();
-    for round in 0..5 {
-        let a = assigned(r.admit(&t("o/r", 1), &e(&format!("d{round}"))));
-        assert!(seen.insert(a.worker), "id {} reused", a.worker);
-        r.deregister(a.worker).unwrap();
-        clock.advance(Duration::from_secs(3600));
-        r.sweep(); // purges the dead record: its id must still not come back
-    }
-}
-
-#[test]
-fn ac1_status_is_forward_only_and_dead_is_terminal() {
-    let (r, _clock) = registry();
-    let a = assigned(r.admit(&t("o/r", 1), &e("d")));
-    assert_eq!(r.drain(a.worker), Ok(Status::Draining));
-    assert_eq!(
-        r.loop_started(a.worker),
-        Ok(Status::Draining),
-        "no way back"
-    );
-    assert_eq!(
-        r.loop_finished(a.worker),
-        Ok(Status::Dead(DeadReason::Exited))
-    );
-    let dead = Err(RegistryError::WorkerDead {
-        id: a.worker,
-        reason: DeadReason::Exited,
-    });
-    assert_eq!(r.heartbeat(a.worker).map(|_| ()), dead.clone());
-    assert_eq!(r.loop_started(a.worker).map(|_| ()), dead.clone());
-    assert_eq!(r.drain(a.worker).map(|_| ()), dead.clone());
-    assert_eq!(r.deregister(a.worker).map(|_| ()), dead);
-}
-
 // ---- AC2: idempotency ---------------------------------------------------------------------------
-
-#[test]
-fn ac2_duplicate_claim_is_rejected_with_holder_and_time() {
-    let (r, clock) = registry();
-    let (target, event) = (t("o/r", 9), e("delivery-1"));
-    let a = assigned(r.admit(&target, &event));
-    clock.advance(Duration::from_secs(1));
-    let Admission::Duplicate(d) = r.admit(&target, &event) else {
-        panic!("redelivery must be a duplicate")
-    };
-    assert_eq!(d.holder, Some(a.worker));
-    assert_eq!(d.state, ClaimState::InFlight);
-    assert_eq!(r.stats().admitted_new, 1, "no second worker spawned");
-    assert_eq!(r.live_workers(), 1);
-
-    // The same delivery id on another target is a different claim.
-    assert!(matches!(
-        r.admit(&t("o/other", 9), &event),
-        Admission::Assigned(_)
-    ));
-}
-
-#[test]
-fn ac2_bare_claim_is_idempotent_and_releasable() {
-    let (r, _clock) = registry();
-    let (target, event) = (t("o/r", 1), e("x"));
-    assert_eq!(r.claim(&target, &event), ClaimOutcome::Claimed);
-    let ClaimOutcome::AlreadyClaimed(d) = r.claim(&target, &event) else {
-        panic!()
-    };
-    assert_eq!(d.holder, None, "a bare claim is bound to no worker");
-    r.release(&target, &event).unwrap();
-    assert_eq!(r.claim(&target, &event), ClaimOutcome::Claimed);
-    assert!(matches!(
-        r.release(&t("o/r", 2), &event),
-        Err(RegistryError::UnknownClaim { .. })
-    ));
-}
 
 #[test]
 fn ac2_unbound_claim_is_released_after_the_heartbeat_timeout() {
@@ -240,45 +169,6 @@ fn ac2_completed_claim_is_retained_for_late_redeliveries_then_forgotten() {
 }
 
 #[test]
-fn ac2_retained_claims_are_bounded_oldest_evicted_first() {
-    let config = RegistryConfig::builder()
-        .max_retained_claims(3)
-        .max_workers(10)
-        .build()
-        .unwrap();
-    let (r, clock) = registry_with(config);
-    let target = t("o/r", 1);
-    for i in 0..5 {
-        r.admit(&target, &e(&format!("d{i}")));
-        r.complete(&target, &e(&format!("d{i}"))).unwrap();
-        clock.advance(Duration::from_secs(1));
-    }
-    // Eviction happens at completion time when far over the limit, and at every sweep otherwise.
-    r.sweep();
-    assert_eq!(r.stats().claims_evicted, 2);
-    assert_eq!(r.stats().retained_claims, 3);
-    assert_eq!(r.status().claims.retained, 3);
-    for i in 0..2 {
-        assert!(
-            matches!(
-                r.claim(&target, &e(&format!("d{i}"))),
-                ClaimOutcome::Claimed
-            ),
-            "d{i} is among the oldest and was evicted"
-        );
-    }
-    for i in 2..5 {
-        assert!(
-            matches!(
-                r.claim(&target, &e(&format!("d{i}"))),
-                ClaimOutcome::AlreadyClaimed(_)
-            ),
-            "d{i} is among the newest and is kept"
-        );
-    }
-}
-
-#[test]
 fn ac2_admit_rejected_leaves_no_claim_behind() {
     let config = RegistryConfig::builder().max_workers(1).build().unwrap();
     let (r, _clock) = registry_with(config);
@@ -299,47 +189,6 @@ fn ac2_admit_rejected_leaves_no_claim_behind() {
 }
 
 // ---- AC3: assignment ----------------------------------------------------------------------------
-
-#[test]
-fn ac3_same_target_maps_to_same_worker_while_active() {
-    let (r, _clock) = registry();
-    let target = t("o/r", 1);
-    let first = assigned(r.admit(&target, &e("1")));
-    assert!(first.new);
-    let mut last = first.token;
-    for i in 2..10 {
-        let a = assigned(r.admit(&target, &e(&i.to_string())));
-        assert_eq!(a.worker, first.worker);
-        assert!(!a.new);
-        assert!(a.token > last, "fencing token increases");
-        last = a.token;
-    }
-    let AssignOutcome::Assigned(a) = r.assign(&target) else {
-        panic!()
-    };
-    assert_eq!(a.worker, first.worker);
-    assert_eq!(r.live_workers(), 1);
-}
-
-#[test]
-fn ac3_capacity_rejects_new_targets_but_not_existing_ones() {
-    let (r, _clock) = registry(); // max 3
-    for n in 1..=3 {
-        assigned(r.admit(&t("o/r", n), &e(&format!("e{n}"))));
-    }
-    assert_eq!(
-        r.assign(&t("o/r", 4)),
-        AssignOutcome::Rejected(Rejection::CapacityFull { limit: 3 })
-    );
-    assert!(matches!(r.assign(&t("o/r", 2)), AssignOutcome::Assigned(_)));
-    assert!(matches!(
-        r.register(),
-        Err(RegistryError::Rejected(Rejection::CapacityFull {
-            limit: 3
-        }))
-    ));
-    assert_eq!(r.stats().rejected_capacity, 1);
-}
 
 #[test]
 fn ac3_capacity_is_never_exceeded_by_racing_threads() {
@@ -455,157 +304,10 @@ fn ac4_new_worker_is_measured_from_its_assignment_with_startup_grace() {
     assert!(r.heartbeat(a.worker).is_err());
 }
 
-#[test]
-fn ac4_dead_record_is_purged_after_retention() {
-    let config = RegistryConfig::builder()
-        .dead_retention(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let (r, clock) = registry_with(config);
-    let w = r.register().unwrap();
-    w.deregister().unwrap();
-    r.sweep();
-    assert_eq!(r.status().counts.dead, 1);
-    clock.advance(Duration::from_secs(61));
-    assert_eq!(r.sweep().purged_workers, 1);
-    assert_eq!(r.status().workers.len(), 0);
-    assert_eq!(
-        r.heartbeat(w.id()),
-        Err(RegistryError::UnknownWorker { id: w.id() })
-    );
-}
-
-// ---- AC5: drain ---------------------------------------------------------------------------------
-
-#[test]
-fn ac5_drain_then_loop_finishes_then_dead_exited() {
-    let (r, _clock) = registry();
-    let target = t("o/r", 1);
-    let a = assigned(r.admit(&target, &e("1")));
-    assert_eq!(r.drain(a.worker), Ok(Status::Draining));
-    assert_eq!(r.drain(a.worker), Ok(Status::Draining), "idempotent");
-    assert_eq!(
-        r.heartbeat(a.worker),
-        Ok(HeartbeatAck::Draining),
-        "heartbeats still accepted, and tell the worker to wind down"
-    );
-    assert!(matches!(
-        r.admit(&target, &e("2")),
-        Admission::Rejected(Rejection::TargetDraining { .. })
-    ));
-    // The in-flight event can still be completed.
-    r.complete(&target, &e("1")).unwrap();
-    assert_eq!(
-        r.loop_finished(a.worker),
-        Ok(Status::Dead(DeadReason::Exited))
-    );
-    assert_eq!(r.live_workers(), 0);
-    assert_eq!(
-        r.drain(a.worker),
-        Err(RegistryError::WorkerDead {
-            id: a.worker,
-            reason: DeadReason::Exited
-        }),
-        "draining a dead worker returns its status"
-    );
-    assert_eq!(r.stats().deaths_exited, 1);
-}
-
-#[test]
-fn ac5_idle_worker_has_no_loop_to_finish_and_exits_on_drain() {
-    let (r, _clock) = registry();
-    let w = r.register().unwrap(); // pool workers start idle
-    assert_eq!(r.drain(w.id()), Ok(Status::Dead(DeadReason::Exited)));
-    let a = assigned(r.admit(&t("o/r", 1), &e("1")));
-    r.loop_finished(a.worker).unwrap(); // idle now
-    assert_eq!(r.drain(a.worker), Ok(Status::Dead(DeadReason::Exited)));
-}
-
-#[test]
-fn ac5_drained_worker_exiting_releases_its_unfinished_events() {
-    let (r, _clock) = registry();
-    let (target, event) = (t("o/r", 1), e("unfinished"));
-    let a = assigned(r.admit(&target, &event));
-    r.drain(a.worker).unwrap();
-    assert_eq!(r.deregister(a.worker), Ok(DeadReason::Exited));
-    let report = r.sweep();
-    assert_eq!(
-        report.released_pairs(),
-        vec![(target.clone(), event.clone())]
-    );
-    assert!(matches!(r.admit(&target, &event), Admission::Assigned(_)));
-}
-
-#[test]
-fn ac5_drain_all_drains_busy_and_retires_idle() {
-    let (r, _clock) = registry();
-    let busy = assigned(r.admit(&t("o/r", 1), &e("1")));
-    let idle = r.register().unwrap();
-    let all = r.drain_all();
-    assert_eq!((all.draining, all.exited), (1, 1));
-    assert_eq!(r.worker(busy.worker).unwrap().status, Status::Draining);
-    assert_eq!(
-        r.worker(idle.id()).unwrap().status,
-        Status::Dead(DeadReason::Exited)
-    );
-}
-
-// ---- AC6: status snapshot -----------------------------------------------------------------------
-
-#[test]
-fn ac6_snapshot_lists_every_worker_and_counts_agree() {
-    let (r, clock) = registry_with(
-        RegistryConfig::builder()
-            .max_workers(10)
-            .startup_grace(Duration::ZERO)
-            .build()
-            .unwrap(),
-    );
-    let a = assigned(r.admit(&t("o/r", 1), &e("1")));
-    let b = assigned(r.admit(&t("o/r", 2), &e("2")));
-    let c = r.register().unwrap();
-    let d = r.register().unwrap();
-    r.drain(b.worker).unwrap();
-    d.deregister().unwrap();
-    clock.advance(Duration::from_secs(1));
-    let before = r.status();
-    let report = r.sweep();
-    let s = r.status();
-    assert!(s.version > before.version);
-    assert_eq!(s.version, report.version);
-    assert_eq!(s.workers.len(), 4);
-    assert_eq!(
-        (s.counts.active, s.counts.draining, s.counts.dead),
-        (2, 1, 1)
-    );
-    assert_eq!(s.counts.busy, 2, "a (new) and b (draining, busy)");
-    assert_eq!(s.counts.idle, 1, "c (registered)");
-    assert_eq!(s.capacity.used, 3);
-    assert_eq!(s.capacity.limit, 10);
-    assert_eq!(s.worker(a.worker).unwrap().status, Status::Active);
-    assert_eq!(s.worker(c.id()).unwrap().kind, WorkerKind::Registered);
-    assert_eq!(
-        s.worker(d.id()).unwrap().status,
-        Status::Dead(DeadReason::Deregistered)
-    );
-    assert_eq!(s.claims.in_flight, 2);
-    assert_eq!(
-        s.counts,
-        worker_registry::StatusCounts::of(&s.workers),
-        "counts are derived from the list"
-    );
-}
-
-#[test]
-fn ac6_snapshot_is_immutable_for_its_readers() {
-    let (r, _clock) = registry();
-    r.sweep();
-    let held = r.status();
-    assigned(r.admit(&t("o/r", 1), &e("1")));
-    r.sweep();
-    assert!(held.workers.is_empty(), "a reader's snapshot never changes");
-    assert_eq!(r.status().workers.len(), 1);
-}
+// ---- AC5, AC6 ----------------------------------------------------------------------------------
+//
+// Drain and the status snapshot: entirely in the conformance suite (`cases::drain`,
+// `cases::snapshot`).
 
 // ---- errors -------------------------------------------------------------------------------------
 
@@ -622,36 +324,6 @@ fn unknown_worker_is_a_typed_error_for_every_worker_call() {
     assert_eq!(r.handle(id).map(|_| ()), Err(unknown));
     assert!(r.worker(id).is_none());
     assert_eq!(r.stats().heartbeats_refused, 1);
-}
-
-#[test]
-fn complete_after_the_worker_died_is_refused_as_released() {
-    let (r, clock) = registry();
-    let (target, event) = (t("o/r", 1), e("d"));
-    let a = assigned(r.admit(&target, &event));
-    clock.advance(TIMEOUT + MS);
-    r.sweep();
-    assert_eq!(
-        r.complete(&target, &event),
-        Err(RegistryError::UnknownClaim {
-            target: target.clone(),
-            delivery: event.clone()
-        }),
-        "the sweep released and removed it"
-    );
-    // Released but not yet swept: refused with the holder named.
-    let b = assigned(r.admit(&target, &event));
-    r.deregister(b.worker).unwrap();
-    assert_eq!(
-        r.complete(&target, &event),
-        Err(RegistryError::ClaimReleased {
-            target,
-            delivery: event,
-            holder: Some(b.worker),
-            reason: ReleaseReason::WorkerDied(DeadReason::Deregistered),
-        })
-    );
-    assert_ne!(a.worker, b.worker);
 }
 
 #[test]

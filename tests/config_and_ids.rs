@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use worker_registry::{
     ConfigError, DeliveryId, DeliveryIdError, FencingToken, RegistryConfig, Target, TargetError,
-    WorkerId, WorkerIdError, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS,
-    DEFAULT_SWEEP_INTERVAL,
+    WorkerId, WorkerIdError, DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS,
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS, DEFAULT_SWEEP_INTERVAL,
 };
 
 #[test]
@@ -25,6 +25,13 @@ fn defaults_follow_the_worker_pool_document() {
         Duration::from_secs(30 * 60),
         "the pool's stale-task age"
     );
+    assert_eq!(
+        (c.brake_fraction(), c.brake_min_workers()),
+        (0.5, 3),
+        "the brake: more than half of at least three (Kubernetes' unhealthy-zone rule)"
+    );
+    assert_eq!(DEFAULT_BRAKE_FRACTION, 0.5);
+    assert_eq!(DEFAULT_BRAKE_MIN_WORKERS, 3);
     assert_eq!(
         RegistryConfig::builder().build(),
         Ok(c),

@@ -1,14 +1,17 @@
 #![cfg(not(worker_registry_loom))]
-//! Lifecycle events (`InMemoryRegistry::subscribe`): what is published, in which order, and what a
-//! subscriber that falls behind is told. InMemoryRegistry time is a `ManualClock`; nothing sleeps.
+//! Lifecycle events of the in-memory registry: its global publication order (the contract promises
+//! only each worker's order), that its events are there the moment the call returns, that a
+//! `WorkerHandle`'s heartbeat publishes nothing, and that dropping it closes subscriptions. What
+//! every backend publishes (per-worker order, nothing on hot paths, only after subscribing,
+//! suspects under the brake, lagging subscribers, every handle sees every event) is in the
+//! conformance suite (`src/testkit/cases/events.rs`). Time is a `ManualClock`; nothing sleeps.
 #![cfg(feature = "tokio")]
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use worker_registry::{
     Admission, DeadReason, DeliveryId, Event, InMemoryRegistry, ManualClock, RecvError,
-    RegistryConfig, Subscription, Target, WorkerId, EVENT_BUFFER,
+    RegistryConfig, Subscription, Target, WorkerId,
 };
 
 fn t(n: u64) -> Target {
@@ -130,99 +133,6 @@ async fn hot_paths_publish_nothing() {
             reason: DeadReason::Exited
         }]
     );
-}
-
-#[tokio::test]
-async fn a_subscriber_sees_only_what_happens_after_it_subscribed() {
-    let registry = InMemoryRegistry::default();
-    let before = registry.register().unwrap();
-    let mut events = registry.subscribe();
-    let after = registry.register().unwrap();
-    before.deregister().unwrap();
-    assert_eq!(
-        drain_now(&mut events),
-        vec![
-            Event::WorkerCreated {
-                worker: after.id(),
-                target: None
-            },
-            Event::WorkerDied {
-                worker: before.id(),
-                target: None,
-                reason: DeadReason::Deregistered
-            },
-        ]
-    );
-}
-
-#[tokio::test]
-async fn the_brake_publishes_suspects_not_deaths() {
-    let clock = ManualClock::new();
-    let config = RegistryConfig::builder()
-        .startup_grace(Duration::ZERO)
-        .brake_min_workers(3)
-        .brake_fraction(0.5)
-        .build()
-        .unwrap();
-    let registry = InMemoryRegistry::with_clock(config, clock.clone());
-    let ids: BTreeSet<WorkerId> = (1..=4)
-        .map(|n| assigned(registry.admit(&t(n), &e("d"))))
-        .collect();
-    let mut events = registry.subscribe();
-
-    clock.advance(registry.config().heartbeat_timeout() + Duration::from_millis(1));
-    let report = registry.sweep();
-    assert!(report.brake_engaged);
-
-    let suspects: BTreeSet<WorkerId> = drain_now(&mut events)
-        .into_iter()
-        .map(|ev| match ev {
-            Event::WorkerSuspect {
-                worker,
-                target: Some(_),
-            } => worker,
-            other => panic!("expected only suspects, got {other:?}"),
-        })
-        .collect();
-    assert_eq!(suspects, ids);
-}
-
-#[tokio::test]
-async fn a_lagging_subscriber_is_told_how_many_it_missed_and_never_slows_publishing() {
-    let registry = InMemoryRegistry::new(RegistryConfig::builder().max_workers(4).build().unwrap());
-    let mut slow = registry.subscribe();
-    let mut fast = registry.subscribe();
-
-    // Each register + deregister publishes two events. The slow subscriber reads nothing, so
-    // publishing must not wait for it (if it did, this loop would never finish).
-    let extra = 10;
-    let total = EVENT_BUFFER + extra;
-    let mut fast_seen = 0;
-    for _ in 0..total / 2 {
-        registry.register().unwrap().deregister().unwrap();
-        fast_seen += drain_now(&mut fast).len();
-    }
-    assert_eq!(
-        fast_seen, total,
-        "the subscriber that keeps up misses nothing"
-    );
-
-    assert_eq!(
-        slow.recv().await,
-        Err(RecvError::Lagged {
-            missed: extra as u64
-        })
-    );
-    assert_eq!(registry.events_missed(), extra as u64);
-    // It then continues with the oldest event still buffered, and gets all of them.
-    let rest = drain_now(&mut slow);
-    assert_eq!(rest.len(), EVENT_BUFFER);
-    assert!(
-        matches!(rest[0], Event::WorkerCreated { .. }),
-        "{:?}",
-        rest[0]
-    );
-    assert!(matches!(rest.last(), Some(Event::WorkerDied { .. })));
 }
 
 #[tokio::test]

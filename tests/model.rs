@@ -1,26 +1,34 @@
-//! Model-based test: random operation sequences run against the registry and against a plain,
-//! sequential re-implementation of its documented semantics (`Model`, below: `Vec`s and `HashMap`s,
-//! no atomics, no sharding). After every operation both must give the same answer: admission
-//! outcome and worker identity, assignment tokens, heartbeat acks and errors, loop/drain/deregister
-//! results, claim results, sweep reports (deaths, suspects, brake, released targets and events,
-//! expiries, purges), every field of the published snapshot, every worker's live record, the
-//! counters and the gauges. Time moves only through `Advance` steps on a `ManualClock`.
+//! Model-based test: random operation sequences run, through the contract traits, against the
+//! in-memory registry and against the sequential reference model
+//! (`worker_registry::testkit::ReferenceRegistry`: maps and vectors under one lock, written from
+//! the contract's documentation, not from the in-memory code). After every operation both must
+//! give the same answer: admission outcome and worker identity, assignment tokens, heartbeat acks
+//! and errors, loop/drain/deregister results, claim and completion results (fenced or not), sweep
+//! reports (deaths and their reasons, suspects, brake, released targets and events with holders
+//! and reasons, expiries, evictions, purges), every field of the published snapshot, every
+//! worker's live record, the counters and the gauges. Time moves only through `Advance` steps: a
+//! `ManualClock` for the in-memory registry, the model's own time for the reference.
 //!
-//! The model is written from the documentation (README, rustdoc of `InMemoryRegistry`, `InMemoryRegistry::sweep`,
-//! `SweepReport`, `StatusSnapshot`, issue 3's brake), not from the code. Worker ids are whatever the
-//! registry hands out: the model learns each new worker's id from the registry's answer and checks
-//! that the mapping stays a bijection.
+//! Worker ids are whatever the registries hand out (both count from the same start, so they must
+//! agree); the test checks no id is handed out twice.
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, SystemTime};
+#![cfg(feature = "testkit")]
+
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
+use worker_registry::testkit::ReferenceRegistry;
 use worker_registry::{
-    Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, DeliveryId,
-    FencingToken, HeartbeatAck, InMemoryRegistry, ManualClock, RegistryConfig, RegistryError,
-    Rejection, ReleaseReason, Status, Target, WorkerId, WorkerInfo, WorkerKind,
-    MANUAL_CLOCK_WALL_ORIGIN_SECS,
+    Activity, Admission, AssignOutcome, ClaimOutcome, Clock, DeadReason, DeliveryId, DrainAll,
+    HeartbeatAck, InMemoryRegistry, Maintenance, ManualClock, RegistryConfig, RegistryError, Stats,
+    Status, StatusCounts, StatusSnapshot, SweepDurations, SweepReport, Target, WorkerId,
+    WorkerRegistry,
 };
 
 const TARGETS: usize = 4;
@@ -50,7 +58,7 @@ fn config() -> RegistryConfig {
         .brake_fraction(BRAKE_FRACTION)
         .brake_min_workers(BRAKE_MIN)
         // Eviction order among claims completed in the same millisecond is unspecified, so the
-        // model keeps eviction out of reach (the key space is TARGETS x EVENTS).
+        // test keeps eviction out of reach (the key space is TARGETS x EVENTS).
         .max_retained_claims(1_000)
         .build()
         .unwrap()
@@ -64,16 +72,18 @@ fn event(e: usize) -> DeliveryId {
     DeliveryId::new(&format!("d{e}")).unwrap()
 }
 
-fn wall(ms: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH
-        + Duration::from_secs(MANUAL_CLOCK_WALL_ORIGIN_SECS)
-        + Duration::from_millis(ms)
+/// Both registries answer with already-completed futures: poll once.
+fn now<T>(f: impl Future<Output = T>) -> T {
+    match pin!(f).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the in-memory registry and the reference answer at once"),
+    }
 }
 
 // ---- operations -------------------------------------------------------------------------------
 
-/// A worker named by an operation: one the model knows (index into creation order, modulo), or any
-/// raw id at all.
+/// A worker named by an operation: one handed out so far (index into creation order, modulo), or
+/// any raw id at all.
 #[derive(Debug, Clone, Copy)]
 enum W {
     Known(usize),
@@ -87,11 +97,15 @@ enum Op {
     Claim(usize, usize),
     Release(usize, usize),
     Complete(usize, usize),
+    CompleteBy(W, usize, usize),
     Heartbeat(W),
+    /// In-memory only: a `WorkerHandle`'s heartbeat (the reference answers as the registry would,
+    /// except that an unknown id is refused by `handle()` before any heartbeat is counted).
     HandleHeartbeat(W),
     LoopStarted(W),
     LoopFinished(W),
     Drain(W),
+    DrainWithin(W, u64),
     Deregister(W),
     DrainAll,
     Register,
@@ -115,12 +129,15 @@ fn op() -> impl Strategy<Value = Op> {
         1 => t.clone().prop_map(Op::Assign),
         1 => (t.clone(), e.clone()).prop_map(|(t, e)| Op::Claim(t, e)),
         1 => (t.clone(), e.clone()).prop_map(|(t, e)| Op::Release(t, e)),
-        3 => (t, e).prop_map(|(t, e)| Op::Complete(t, e)),
+        3 => (t.clone(), e.clone()).prop_map(|(t, e)| Op::Complete(t, e)),
+        2 => (worker_ref(), t, e).prop_map(|(w, t, e)| Op::CompleteBy(w, t, e)),
         5 => worker_ref().prop_map(Op::Heartbeat),
         1 => worker_ref().prop_map(Op::HandleHeartbeat),
         1 => worker_ref().prop_map(Op::LoopStarted),
         2 => worker_ref().prop_map(Op::LoopFinished),
         1 => worker_ref().prop_map(Op::Drain),
+        1 => (worker_ref(), prop_oneof![0u64..=60, 95u64..=105, 195u64..=330])
+            .prop_map(|(w, ms)| Op::DrainWithin(w, ms)),
         1 => worker_ref().prop_map(Op::Deregister),
         1 => Just(Op::DrainAll),
         1 => Just(Op::Register),
@@ -130,675 +147,77 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-// ---- observations (comparable, since the library's structs are non-exhaustive) ----------------
+// ---- one operation through the seam, on either registry ----------------------------------------
 
-#[derive(Debug, Clone, PartialEq)]
-enum AdmitObs {
-    Assigned {
-        worker: WorkerId,
-        generation: FencingToken,
-        new: bool,
-    },
-    Duplicate(DupObs),
-    Rejected(Rejection),
+/// What a call answered, comparable between the two registries.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Admission(Result<Admission, RegistryError>),
+    Assign(Result<AssignOutcome, RegistryError>),
+    Claim(Result<ClaimOutcome, RegistryError>),
+    Done(Result<(), RegistryError>),
+    Ack(Result<HeartbeatAck, RegistryError>),
+    Status(Result<Status, RegistryError>),
+    Reason(Result<DeadReason, RegistryError>),
+    DrainAll(Result<DrainAll, RegistryError>),
+    Registered(Result<WorkerId, RegistryError>),
+    /// A sweep's report and the snapshot it published, both normalised.
+    Sweep(Box<(Result<SweepReport, RegistryError>, StatusSnapshot)>),
 }
 
-#[derive(Debug, Clone, PartialEq)]
-struct DupObs {
-    holder: Option<WorkerId>,
-    since: SystemTime,
-    state: ClaimState,
+/// The report with its lists in a canonical order and its real-time duration zeroed.
+fn normalise(mut r: SweepReport) -> SweepReport {
+    r.took = Duration::ZERO;
+    r.died.sort_by_key(|(id, reason)| (*id, reason.as_str()));
+    r.suspected.sort();
+    r.released_targets.sort();
+    r.drained_stuck.sort();
+    r.released
+        .sort_by_key(|e| (e.target.clone(), e.delivery.clone()));
+    r
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum ClaimObs {
-    Claimed,
-    AlreadyClaimed(DupObs),
+/// The snapshot with its workers in id order.
+fn sorted(s: &Arc<StatusSnapshot>) -> StatusSnapshot {
+    let mut s = StatusSnapshot::clone(s);
+    s.workers.sort_by_key(|w| w.id);
+    s
 }
 
-fn admission_obs(a: Admission) -> AdmitObs {
-    match a {
-        Admission::Assigned(a) => AdmitObs::Assigned {
-            worker: a.worker,
-            generation: a.token,
-            new: a.new,
-        },
-        Admission::Duplicate(d) => AdmitObs::Duplicate(DupObs {
-            holder: d.holder,
-            since: d.since,
-            state: d.state,
-        }),
-        Admission::Rejected(r) => AdmitObs::Rejected(r),
-    }
+/// The stats with the sweep-duration histogram (real time) reduced to its count.
+fn comparable(mut s: Stats) -> (Stats, u64) {
+    let count = s.sweep_durations.count();
+    s.sweep_durations = SweepDurations::default();
+    (s, count)
 }
 
-/// Everything a `WorkerInfo` shows, as a comparable tuple-struct.
-#[derive(Debug, Clone, PartialEq)]
-struct InfoObs {
-    id: WorkerId,
-    target: Option<Target>,
-    kind: WorkerKind,
-    status: Status,
-    activity: Activity,
-    suspect: bool,
-    started_at: SystemTime,
-    last_heartbeat: SystemTime,
-    heartbeat_age: Duration,
-    has_heartbeated: bool,
-    died_at: Option<SystemTime>,
-    generation: FencingToken,
-    uptime: Duration,
-}
-
-fn info_obs(w: &WorkerInfo) -> InfoObs {
-    InfoObs {
-        id: w.id,
-        target: w.target.clone(),
-        kind: w.kind,
-        status: w.status,
-        activity: w.activity,
-        suspect: w.suspect,
-        started_at: w.started_at,
-        last_heartbeat: w.last_heartbeat,
-        heartbeat_age: w.heartbeat_age,
-        has_heartbeated: w.has_heartbeated,
-        died_at: w.died_at,
-        generation: w.token,
-        uptime: w.uptime,
-    }
-}
-
-// ---- the model ------------------------------------------------------------------------------------
-
-#[derive(Debug, Clone)]
-struct MWorker {
-    id: WorkerId,
-    target: Option<usize>,
-    started: u64,
-    status: Status,
-    busy: bool,
-    suspect: bool,
-    beaten: bool,
-    /// Last heartbeat, or creation before the first.
-    ts: u64,
-    suspect_since: u64,
-    died_at: u64,
-    assignments: u64,
-    purged: bool,
-}
-
-impl MWorker {
-    fn dead(&self) -> bool {
-        !self.status.is_alive()
-    }
-
-    fn info(&self, now: u64) -> InfoObs {
-        InfoObs {
-            id: self.id,
-            target: self.target.map(target),
-            kind: if self.target.is_some() {
-                WorkerKind::Spawned
-            } else {
-                WorkerKind::Registered
-            },
-            status: self.status,
-            activity: if self.busy {
-                Activity::Busy
-            } else {
-                Activity::Idle
-            },
-            suspect: self.suspect,
-            started_at: wall(self.started),
-            last_heartbeat: wall(self.ts),
-            heartbeat_age: Duration::from_millis(now - self.ts),
-            has_heartbeated: self.beaten,
-            died_at: self.dead().then(|| wall(self.died_at)),
-            generation: FencingToken::new(self.id, self.assignments).unwrap(),
-            uptime: Duration::from_millis(now - self.started),
+async fn apply<R: WorkerRegistry + Maintenance>(
+    r: &R,
+    op: &Op,
+    id: impl Fn(W) -> WorkerId,
+) -> Outcome {
+    match *op {
+        Op::Admit(t, e) => Outcome::Admission(r.admit(&target(t), &event(e)).await),
+        Op::Assign(t) => Outcome::Assign(r.assign(&target(t)).await),
+        Op::Claim(t, e) => Outcome::Claim(r.claim(&target(t), &event(e)).await),
+        Op::Release(t, e) => Outcome::Done(r.release(&target(t), &event(e)).await),
+        Op::Complete(t, e) => Outcome::Done(r.complete(&target(t), &event(e)).await),
+        Op::CompleteBy(w, t, e) => Outcome::Done(r.complete_by(id(w), &target(t), &event(e)).await),
+        Op::Heartbeat(w) | Op::HandleHeartbeat(w) => Outcome::Ack(r.heartbeat(id(w)).await),
+        Op::LoopStarted(w) => Outcome::Status(r.loop_started(id(w)).await),
+        Op::LoopFinished(w) => Outcome::Status(r.loop_finished(id(w)).await),
+        Op::Drain(w) => Outcome::Status(r.drain(id(w)).await),
+        Op::DrainWithin(w, ms) => {
+            Outcome::Status(r.drain_within(id(w), Duration::from_millis(ms)).await)
         }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct MClaim {
-    holder: Option<usize>,
-    claimed_at: u64,
-    completed_at: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Standing {
-    InFlight,
-    Completed,
-    Released,
-    Expired,
-}
-
-/// The model's counters, named as `Stats`' fields.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Counts {
-    admitted_new: u64,
-    admitted_sticky: u64,
-    duplicates: u64,
-    rejected_capacity: u64,
-    rejected_draining: u64,
-    heartbeats: u64,
-    heartbeats_refused: u64,
-    deaths_missed_heartbeats: u64,
-    deaths_exited: u64,
-    deaths_deregistered: u64,
-    claims_completed: u64,
-    claims_released: u64,
-    claims_expired: u64,
-    claims_evicted: u64,
-    workers_purged: u64,
-    sweeps: u64,
-    brake_engaged: u64,
-    suspected: u64,
-    live_workers: usize,
-    retained_claims: usize,
-}
-
-#[derive(Default)]
-struct Model {
-    now: u64,
-    workers: Vec<MWorker>,
-    by_id: HashMap<WorkerId, usize>,
-    targets: HashMap<usize, usize>,
-    claims: HashMap<(usize, usize), MClaim>,
-    counts: Counts,
-    /// The last published snapshot's workers (by id) and generation.
-    snapshot: Vec<InfoObs>,
-}
-
-type Res = Result<(), TestCaseError>;
-
-impl Model {
-    fn live(&self) -> usize {
-        self.counts.live_workers
-    }
-
-    /// The worker an operation names: its id, and the model's record if it is known and not purged.
-    fn resolve(&self, w: W) -> (WorkerId, Option<usize>) {
-        let id = match w {
-            W::Known(_) if self.workers.is_empty() => WorkerId::new(u64::MAX - 1),
-            W::Known(i) => self.workers[i % self.workers.len()].id,
-            W::Raw(raw) => WorkerId::new(raw),
-        };
-        let idx = self
-            .by_id
-            .get(&id)
-            .copied()
-            .filter(|i| !self.workers[*i].purged);
-        (id, idx)
-    }
-
-    fn standing(&self, c: &MClaim) -> Standing {
-        if let Some(done) = c.completed_at {
-            return if self.now - done > CLAIM_RETENTION_MS {
-                Standing::Expired
-            } else {
-                Standing::Completed
-            };
+        Op::Deregister(w) => Outcome::Reason(r.deregister(id(w)).await),
+        Op::DrainAll => Outcome::DrainAll(r.drain_all_within(r.config().drain_deadline()).await),
+        Op::Register => Outcome::Registered(r.register().await),
+        Op::Sweep => {
+            let report = r.sweep().await.map(normalise);
+            Outcome::Sweep(Box::new((report, sorted(&r.status()))))
         }
-        match c.holder {
-            Some(w) if self.workers[w].dead() => Standing::Released,
-            Some(_) => Standing::InFlight,
-            None if self.now - c.claimed_at > TIMEOUT_MS => Standing::Released,
-            None => Standing::InFlight,
-        }
-    }
-
-    fn duplicate(&self, key: (usize, usize)) -> Option<DupObs> {
-        let c = self.claims.get(&key)?;
-        let state = match self.standing(c) {
-            Standing::InFlight => ClaimState::InFlight,
-            Standing::Completed => ClaimState::Completed,
-            Standing::Released | Standing::Expired => return None,
-        };
-        Some(DupObs {
-            holder: c.holder.map(|w| self.workers[w].id),
-            since: wall(c.claimed_at),
-            state,
-        })
-    }
-
-    /// A claim is being replaced: if it was completed it no longer counts as retained.
-    fn forget(&mut self, key: (usize, usize)) {
-        if let Some(old) = self.claims.get(&key) {
-            if old.completed_at.is_some() {
-                self.counts.retained_claims -= 1;
-            }
-        }
-    }
-
-    /// Creates a worker if capacity allows. `id` is the id the registry gave, if it created one;
-    /// the model checks the registry created one exactly when the model does, and that ids are
-    /// never reused.
-    fn create(
-        &mut self,
-        target: Option<usize>,
-        busy: bool,
-        id: Option<WorkerId>,
-    ) -> Result<usize, TestCaseError> {
-        let id = id.ok_or_else(|| {
-            TestCaseError::fail("the model creates a worker here; the registry did not")
-        })?;
-        prop_assert!(
-            !self.by_id.contains_key(&id),
-            "worker id {id} handed out twice"
-        );
-        let idx = self.workers.len();
-        self.workers.push(MWorker {
-            id,
-            target,
-            started: self.now,
-            status: Status::Active,
-            busy,
-            suspect: false,
-            beaten: false,
-            ts: self.now,
-            suspect_since: 0,
-            died_at: 0,
-            assignments: u64::from(busy),
-            purged: false,
-        });
-        self.by_id.insert(id, idx);
-        self.counts.live_workers += 1;
-        if let Some(t) = target {
-            self.targets.insert(t, idx);
-        }
-        Ok(idx)
-    }
-
-    fn kill(&mut self, w: usize, reason: DeadReason) {
-        let rec = &mut self.workers[w];
-        assert!(!rec.dead());
-        rec.status = Status::Dead(reason);
-        rec.suspect = false;
-        rec.died_at = self.now;
-        self.counts.live_workers -= 1;
-        if let Some(t) = rec.target {
-            if self.targets.get(&t) == Some(&w) {
-                self.targets.remove(&t);
-            }
-        }
-        match reason {
-            DeadReason::MissedHeartbeats => self.counts.deaths_missed_heartbeats += 1,
-            DeadReason::Exited => self.counts.deaths_exited += 1,
-            DeadReason::Deregistered => self.counts.deaths_deregistered += 1,
-            _ => unreachable!(),
-        }
-    }
-
-    fn dead_error(&self, w: usize) -> RegistryError {
-        match self.workers[w].status {
-            Status::Dead(reason) => RegistryError::WorkerDead {
-                id: self.workers[w].id,
-                reason,
-            },
-            _ => unreachable!(),
-        }
-    }
-
-    /// AC3: the target's worker while it is active; a new one if there is none and capacity allows.
-    fn assign(
-        &mut self,
-        t: usize,
-        new_id: Option<WorkerId>,
-    ) -> Result<Result<usize, Rejection>, TestCaseError> {
-        let r = match self.targets.get(&t).copied() {
-            Some(w) => {
-                let rec = &mut self.workers[w];
-                prop_assert!(!rec.dead(), "a dead worker stayed mapped");
-                if rec.status == Status::Active {
-                    rec.busy = true;
-                    rec.assignments += 1;
-                    self.counts.admitted_sticky += 1;
-                    Ok(w)
-                } else {
-                    self.counts.rejected_draining += 1;
-                    Err(Rejection::TargetDraining { worker: rec.id })
-                }
-            }
-            None if self.live() < MAX_WORKERS => {
-                self.counts.admitted_new += 1;
-                Ok(self.create(Some(t), true, new_id)?)
-            }
-            None => {
-                self.counts.rejected_capacity += 1;
-                Err(Rejection::CapacityFull { limit: MAX_WORKERS })
-            }
-        };
-        Ok(r)
-    }
-
-    fn assigned_obs(&self, w: usize, new: bool) -> AdmitObs {
-        let rec = &self.workers[w];
-        AdmitObs::Assigned {
-            worker: rec.id,
-            generation: FencingToken::new(rec.id, rec.assignments).unwrap(),
-            new,
-        }
-    }
-
-    fn admit(
-        &mut self,
-        t: usize,
-        e: usize,
-        new_id: Option<WorkerId>,
-    ) -> Result<AdmitObs, TestCaseError> {
-        if let Some(d) = self.duplicate((t, e)) {
-            self.counts.duplicates += 1;
-            return Ok(AdmitObs::Duplicate(d));
-        }
-        let live_before = self.workers.len();
-        Ok(match self.assign(t, new_id)? {
-            Ok(w) => {
-                self.forget((t, e));
-                self.claims.insert(
-                    (t, e),
-                    MClaim {
-                        holder: Some(w),
-                        claimed_at: self.now,
-                        completed_at: None,
-                    },
-                );
-                self.assigned_obs(w, self.workers.len() > live_before)
-            }
-            // A rejection leaves any released or expired claim as it was, and adds none.
-            Err(r) => AdmitObs::Rejected(r),
-        })
-    }
-
-    fn claim(&mut self, t: usize, e: usize) -> ClaimObs {
-        if let Some(d) = self.duplicate((t, e)) {
-            self.counts.duplicates += 1;
-            return ClaimObs::AlreadyClaimed(d);
-        }
-        self.forget((t, e));
-        self.claims.insert(
-            (t, e),
-            MClaim {
-                holder: None,
-                claimed_at: self.now,
-                completed_at: None,
-            },
-        );
-        ClaimObs::Claimed
-    }
-
-    fn release(&mut self, t: usize, e: usize) -> Result<(), RegistryError> {
-        let (target, event) = (target(t), event(e));
-        match self.claims.get(&(t, e)) {
-            None => Err(RegistryError::UnknownClaim {
-                target,
-                delivery: event,
-            }),
-            Some(c) if c.completed_at.is_some() => Err(RegistryError::ClaimCompleted {
-                target,
-                delivery: event,
-            }),
-            Some(_) => {
-                self.claims.remove(&(t, e));
-                Ok(())
-            }
-        }
-    }
-
-    fn complete(&mut self, t: usize, e: usize) -> Result<(), RegistryError> {
-        let (target, event) = (target(t), event(e));
-        let Some(c) = self.claims.get(&(t, e)) else {
-            return Err(RegistryError::UnknownClaim {
-                target,
-                delivery: event,
-            });
-        };
-        match self.standing(c) {
-            Standing::Completed => Ok(()),
-            Standing::InFlight => {
-                self.claims.get_mut(&(t, e)).unwrap().completed_at = Some(self.now);
-                self.counts.retained_claims += 1;
-                self.counts.claims_completed += 1;
-                Ok(())
-            }
-            Standing::Released => Err(RegistryError::ClaimReleased {
-                target,
-                delivery: event,
-                holder: c.holder.map(|w| self.workers[w].id),
-                reason: match c.holder.map(|w| self.workers[w].status) {
-                    Some(Status::Dead(r)) => ReleaseReason::WorkerDied(r),
-                    _ => ReleaseReason::Unbound,
-                },
-            }),
-            Standing::Expired => Err(RegistryError::UnknownClaim {
-                target,
-                delivery: event,
-            }),
-        }
-    }
-
-    fn heartbeat(&mut self, w: W, count_unknown: bool) -> Result<HeartbeatAck, RegistryError> {
-        let (id, idx) = self.resolve(w);
-        let r = match idx {
-            None => Err(RegistryError::UnknownWorker { id }),
-            Some(i) if self.workers[i].dead() => Err(self.dead_error(i)),
-            Some(i) => {
-                let now = self.now;
-                let rec = &mut self.workers[i];
-                rec.ts = rec.ts.max(now);
-                rec.beaten = true;
-                rec.suspect = false;
-                Ok(if rec.status == Status::Active {
-                    HeartbeatAck::Active
-                } else {
-                    HeartbeatAck::Draining
-                })
-            }
-        };
-        match &r {
-            Ok(_) => self.counts.heartbeats += 1,
-            Err(RegistryError::UnknownWorker { .. }) if !count_unknown => {}
-            Err(_) => self.counts.heartbeats_refused += 1,
-        }
-        r
-    }
-
-    /// A transition named by the docs, applied to a live worker; `None` from `f` means "dies".
-    fn transition(
-        &mut self,
-        w: W,
-        f: impl FnOnce(&mut MWorker) -> Option<DeadReason>,
-    ) -> Result<Status, RegistryError> {
-        let (id, idx) = self.resolve(w);
-        let i = idx.ok_or(RegistryError::UnknownWorker { id })?;
-        if self.workers[i].dead() {
-            return Err(self.dead_error(i));
-        }
-        if let Some(reason) = f(&mut self.workers[i]) {
-            self.kill(i, reason);
-        }
-        Ok(self.workers[i].status)
-    }
-
-    fn loop_started(&mut self, w: W) -> Result<Status, RegistryError> {
-        self.transition(w, |r| {
-            r.busy = true;
-            None
-        })
-    }
-
-    /// AC5: a loop ends; a draining worker exits.
-    fn loop_finished(&mut self, w: W) -> Result<Status, RegistryError> {
-        self.transition(w, |r| {
-            r.busy = false;
-            (r.status == Status::Draining).then_some(DeadReason::Exited)
-        })
-    }
-
-    /// AC5: busy -> draining, idle -> exits at once, draining -> unchanged.
-    fn drain(&mut self, w: W) -> Result<Status, RegistryError> {
-        self.transition(w, |r| match r.status {
-            Status::Active if r.busy => {
-                r.status = Status::Draining;
-                None
-            }
-            Status::Active => Some(DeadReason::Exited),
-            _ => None,
-        })
-    }
-
-    fn deregister(&mut self, w: W) -> Result<DeadReason, RegistryError> {
-        let s = self.transition(w, |r| {
-            r.busy = false;
-            Some(if r.status == Status::Draining {
-                DeadReason::Exited
-            } else {
-                DeadReason::Deregistered
-            })
-        })?;
-        match s {
-            Status::Dead(reason) => Ok(reason),
-            _ => unreachable!(),
-        }
-    }
-
-    fn drain_all(&mut self) -> (usize, usize) {
-        let (mut draining, mut exited) = (0, 0);
-        for i in 0..self.workers.len() {
-            if self.workers[i].purged || self.workers[i].dead() {
-                continue;
-            }
-            match self.drain(W::Raw(self.workers[i].id.get())) {
-                Ok(Status::Draining) => draining += 1,
-                Ok(Status::Dead(_)) => exited += 1,
-                other => unreachable!("{other:?}"),
-            }
-        }
-        (draining, exited)
-    }
-
-    fn stale(&self, w: &MWorker) -> bool {
-        let allowed = if w.beaten {
-            TIMEOUT_MS
-        } else {
-            TIMEOUT_MS + STARTUP_GRACE_MS
-        };
-        !w.dead() && self.now - w.ts > allowed
-    }
-
-    /// AC4 and issue 3's brake, as documented on `InMemoryRegistry::sweep`.
-    fn sweep(&mut self) -> SweepObs {
-        let now = self.now;
-        let mut r = SweepObs::default();
-        let mut purge = Vec::new();
-        let mut stale = Vec::new();
-        let mut live = 0;
-        for (i, w) in self.workers.iter().enumerate() {
-            if w.purged {
-                continue;
-            }
-            if w.dead() {
-                if now - w.died_at > DEAD_RETENTION_MS {
-                    purge.push(i);
-                }
-                continue;
-            }
-            live += 1;
-            if self.stale(w) {
-                stale.push(i);
-            }
-        }
-        // More than `brake_fraction` of at least `brake_min_workers` live workers silent at once:
-        // suspect ourselves, not them.
-        let brake = live >= BRAKE_MIN && stale.len() as f64 > BRAKE_FRACTION * live as f64;
-        let mut held = false;
-        for i in stale {
-            let w = &mut self.workers[i];
-            if w.suspect {
-                if now - w.suspect_since < SUSPECT_GRACE_MS {
-                    held = true;
-                    continue;
-                }
-            } else if brake {
-                w.suspect = true;
-                w.suspect_since = now;
-                r.suspected.push(w.id);
-                continue;
-            }
-            let id = w.id;
-            let t = w.target;
-            self.kill(i, DeadReason::MissedHeartbeats);
-            r.died.push(id);
-            if let Some(t) = t {
-                r.released_targets.push(target(t));
-            }
-        }
-        r.brake_engaged = held || !r.suspected.is_empty();
-        let mut keys: Vec<(usize, usize)> = self.claims.keys().copied().collect();
-        keys.sort();
-        let (mut in_flight, mut retained) = (0, 0);
-        for key in keys {
-            match self.standing(&self.claims[&key]) {
-                Standing::InFlight => in_flight += 1,
-                Standing::Completed => retained += 1,
-                Standing::Expired => {
-                    self.claims.remove(&key);
-                    self.counts.retained_claims -= 1;
-                    r.expired_claims += 1;
-                }
-                Standing::Released => {
-                    self.claims.remove(&key);
-                    r.released_events.push((target(key.0), event(key.1)));
-                }
-            }
-        }
-        for &i in &purge {
-            self.workers[i].purged = true;
-        }
-        r.purged_workers = purge.len();
-        self.counts.sweeps += 1;
-        self.counts.brake_engaged += u64::from(r.brake_engaged);
-        self.counts.suspected += r.suspected.len() as u64;
-        self.counts.claims_released += r.released_events.len() as u64;
-        self.counts.claims_expired += r.expired_claims as u64;
-        self.counts.workers_purged += r.purged_workers as u64;
-        r.generation = self.counts.sweeps;
-        r.in_flight = in_flight;
-        r.retained = retained;
-        self.snapshot = self
-            .workers
-            .iter()
-            .filter(|w| !w.purged)
-            .map(|w| w.info(now))
-            .collect();
-        r.normalise();
-        r
-    }
-}
-
-/// A sweep report plus the claim counts of its snapshot, in a canonical order.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct SweepObs {
-    generation: u64,
-    died: Vec<WorkerId>,
-    suspected: Vec<WorkerId>,
-    brake_engaged: bool,
-    released_targets: Vec<Target>,
-    released_events: Vec<(Target, DeliveryId)>,
-    expired_claims: usize,
-    evicted_claims: usize,
-    purged_workers: usize,
-    in_flight: usize,
-    retained: usize,
-}
-
-impl SweepObs {
-    fn normalise(&mut self) {
-        self.died.sort();
-        self.suspected.sort();
-        self.released_targets.sort();
-        self.released_events.sort();
+        Op::Advance(_) | Op::Inspect => unreachable!("not a registry call"),
     }
 }
 
@@ -806,228 +225,143 @@ impl SweepObs {
 
 struct Run {
     clock: ManualClock,
-    registry: InMemoryRegistry<ManualClock>,
-    model: Model,
+    memory: InMemoryRegistry<ManualClock>,
+    reference: ReferenceRegistry,
+    /// Every id handed out, in creation order.
+    known: Vec<WorkerId>,
+    seen: HashSet<WorkerId>,
 }
+
+type Res = Result<(), TestCaseError>;
 
 impl Run {
     fn new() -> Self {
         let clock = ManualClock::new();
         Self {
-            registry: InMemoryRegistry::with_clock(config(), clock.clone()),
+            memory: InMemoryRegistry::with_clock(config(), clock.clone()),
+            reference: ReferenceRegistry::new(config()),
             clock,
-            model: Model::default(),
+            known: Vec::new(),
+            seen: HashSet::new(),
         }
     }
 
     fn id(&self, w: W) -> WorkerId {
-        self.model.resolve(w).0
+        match w {
+            W::Known(_) if self.known.is_empty() => WorkerId::new(u64::MAX - 1),
+            W::Known(i) => self.known[i % self.known.len()],
+            W::Raw(raw) => WorkerId::new(raw),
+        }
+    }
+
+    /// Learns a worker the registries created, checking that its id is new.
+    fn learn(&mut self, id: WorkerId) -> Res {
+        prop_assert!(self.seen.insert(id), "worker id {id} handed out twice");
+        self.known.push(id);
+        Ok(())
     }
 
     fn step(&mut self, op: &Op) -> Res {
-        let (reg, m) = (&self.registry, &mut self.model);
         match *op {
-            Op::Admit(t, e) => {
-                let real = admission_obs(reg.admit(&target(t), &event(e)));
-                let new_id = match &real {
-                    AdmitObs::Assigned {
-                        worker, new: true, ..
-                    } => Some(*worker),
-                    _ => None,
-                };
-                let expected = m.admit(t, e, new_id)?;
-                prop_assert_eq!(real, expected);
-            }
-            Op::Assign(t) => {
-                let real = reg.assign(&target(t));
-                let new_id = match real {
-                    AssignOutcome::Assigned(a) if a.new => Some(a.worker),
-                    _ => None,
-                };
-                let before = m.workers.len();
-                let expected = match m.assign(t, new_id)? {
-                    Ok(w) => m.assigned_obs(w, m.workers.len() > before),
-                    Err(r) => AdmitObs::Rejected(r),
-                };
-                let real = match real {
-                    AssignOutcome::Assigned(a) => admission_obs(Admission::Assigned(a)),
-                    AssignOutcome::Rejected(r) => AdmitObs::Rejected(r),
-                };
-                prop_assert_eq!(real, expected);
-            }
-            Op::Claim(t, e) => {
-                let real = match reg.claim(&target(t), &event(e)) {
-                    ClaimOutcome::Claimed => ClaimObs::Claimed,
-                    ClaimOutcome::AlreadyClaimed(d) => ClaimObs::AlreadyClaimed(DupObs {
-                        holder: d.holder,
-                        since: d.since,
-                        state: d.state,
-                    }),
-                };
-                prop_assert_eq!(real, m.claim(t, e));
-            }
-            Op::Release(t, e) => {
-                prop_assert_eq!(reg.release(&target(t), &event(e)), m.release(t, e));
-            }
-            Op::Complete(t, e) => {
-                prop_assert_eq!(reg.complete(&target(t), &event(e)), m.complete(t, e));
-            }
-            Op::Heartbeat(w) => {
-                prop_assert_eq!(reg.heartbeat(self.id(w)), self.model.heartbeat(w, true));
-            }
-            Op::HandleHeartbeat(w) => {
-                let real = reg.handle(self.id(w)).and_then(|h| h.heartbeat());
-                prop_assert_eq!(real, self.model.heartbeat(w, false));
-            }
-            Op::LoopStarted(w) => {
-                prop_assert_eq!(reg.loop_started(self.id(w)), self.model.loop_started(w));
-            }
-            Op::LoopFinished(w) => {
-                prop_assert_eq!(reg.loop_finished(self.id(w)), self.model.loop_finished(w));
-            }
-            Op::Drain(w) => {
-                prop_assert_eq!(reg.drain(self.id(w)), self.model.drain(w));
-            }
-            Op::Deregister(w) => {
-                prop_assert_eq!(reg.deregister(self.id(w)), self.model.deregister(w));
-            }
-            Op::DrainAll => {
-                let real = reg.drain_all();
-                prop_assert_eq!((real.draining, real.exited), m.drain_all());
-            }
-            Op::Register => {
-                let real = reg.register().map(|h| h.id());
-                let expected = if m.live() < MAX_WORKERS {
-                    let idx = m.create(None, false, real.clone().ok())?;
-                    Ok(m.workers[idx].id)
-                } else {
-                    Err(RegistryError::Rejected(Rejection::CapacityFull {
-                        limit: MAX_WORKERS,
-                    }))
-                };
-                prop_assert_eq!(real, expected);
-            }
-            Op::Sweep => {
-                let report = reg.sweep();
-                let snapshot = reg.status();
-                let mut real = SweepObs {
-                    generation: report.version,
-                    died: report
-                        .died
-                        .iter()
-                        .map(|(id, reason)| {
-                            assert_eq!(*reason, DeadReason::MissedHeartbeats);
-                            *id
-                        })
-                        .collect(),
-                    suspected: report.suspected.clone(),
-                    brake_engaged: report.brake_engaged,
-                    released_targets: report.released_targets.clone(),
-                    released_events: report.released_pairs(),
-                    expired_claims: report.expired_claims,
-                    evicted_claims: report.evicted_claims,
-                    purged_workers: report.purged_workers,
-                    in_flight: snapshot.claims.in_flight,
-                    retained: snapshot.claims.retained,
-                };
-                real.normalise();
-                let expected = m.sweep();
-                prop_assert_eq!(real, expected);
-                prop_assert_eq!(report.at, Duration::from_millis(m.now));
-                self.check_snapshot()?;
-            }
             Op::Advance(ms) => {
                 self.clock.advance(Duration::from_millis(ms));
-                m.now += ms;
+                self.reference.advance(Duration::from_millis(ms));
+                return Ok(());
             }
-            Op::Inspect => self.inspect()?,
+            Op::Inspect => return self.inspect(),
+            Op::HandleHeartbeat(w) => {
+                let id = self.id(w);
+                let real = self.memory.handle(id).and_then(|h| h.heartbeat());
+                let expected = match now(self.reference.worker(id)).unwrap() {
+                    None => Err(RegistryError::UnknownWorker { id }),
+                    Some(_) => now(self.reference.heartbeat(id)),
+                };
+                prop_assert_eq!(real, expected);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let real = now(apply(&self.memory, op, |w| self.id(w)));
+        let expected = now(apply(&self.reference, op, |w| self.id(w)));
+        prop_assert_eq!(&real, &expected);
+        match real {
+            Outcome::Admission(Ok(Admission::Assigned(a)))
+            | Outcome::Assign(Ok(AssignOutcome::Assigned(a)))
+                if a.new =>
+            {
+                self.learn(a.worker)?
+            }
+            Outcome::Registered(Ok(id)) => self.learn(id)?,
+            Outcome::Sweep(swept) => {
+                let (report, snapshot) = *swept;
+                let report = report.map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(report.version, snapshot.version);
+                prop_assert_eq!(report.at, self.clock.now());
+                check_snapshot(&snapshot)?;
+            }
+            _ => {}
         }
         Ok(())
     }
 
-    /// The published snapshot is the model's last one, and its derived fields agree with its list.
-    fn check_snapshot(&self) -> Res {
-        let s = self.registry.status();
-        let m = &self.model;
-        prop_assert_eq!(s.version, m.counts.sweeps);
-        prop_assert_eq!(s.taken_at_monotonic, Duration::from_millis(m.now));
-        prop_assert_eq!(s.taken_at, wall(m.now));
-        let mut real: Vec<InfoObs> = s.workers.iter().map(info_obs).collect();
-        real.sort_by_key(|w| w.id);
-        let mut expected = m.snapshot.clone();
-        expected.sort_by_key(|w| w.id);
-        prop_assert_eq!(real, expected.clone());
-        let live: Vec<&InfoObs> = expected.iter().filter(|w| w.status.is_alive()).collect();
-        let c = s.counts;
-        prop_assert_eq!(
-            (c.active, c.draining, c.dead),
-            (
-                live.iter().filter(|w| w.status == Status::Active).count(),
-                live.iter().filter(|w| w.status == Status::Draining).count(),
-                expected.len() - live.len()
-            )
-        );
-        prop_assert_eq!(
-            (c.idle, c.busy, c.suspect),
-            (
-                live.iter().filter(|w| w.activity == Activity::Idle).count(),
-                live.iter().filter(|w| w.activity == Activity::Busy).count(),
-                live.iter().filter(|w| w.suspect).count()
-            )
-        );
-        prop_assert_eq!(
-            (s.capacity.used, s.capacity.limit),
-            (live.len(), MAX_WORKERS)
-        );
-        Ok(())
-    }
-
-    /// Live reads: every worker ever created, the counters, the gauges and the claims map's size.
+    /// Live reads: every worker ever created, the counters, the gauges, the claims map's size, and
+    /// the invariants (never two live workers for one target, never more than the limit).
     fn inspect(&self) -> Res {
-        let (reg, m) = (&self.registry, &self.model);
-        for w in &m.workers {
-            let real = reg.worker(w.id).map(|i| info_obs(&i));
-            let expected = (!w.purged).then(|| w.info(m.now));
-            prop_assert_eq!(real, expected);
-        }
-        let s = reg.stats();
-        let real = Counts {
-            admitted_new: s.admitted_new,
-            admitted_sticky: s.admitted_sticky,
-            duplicates: s.duplicates,
-            rejected_capacity: s.rejected_capacity,
-            rejected_draining: s.rejected_draining,
-            heartbeats: s.heartbeats,
-            heartbeats_refused: s.heartbeats_refused,
-            deaths_missed_heartbeats: s.deaths_missed_heartbeats,
-            deaths_exited: s.deaths_exited,
-            deaths_deregistered: s.deaths_deregistered,
-            claims_completed: s.claims_completed,
-            claims_released: s.claims_released,
-            claims_expired: s.claims_expired,
-            claims_evicted: s.claims_evicted,
-            workers_purged: s.workers_purged,
-            sweeps: s.sweeps,
-            brake_engaged: s.brake_engaged,
-            suspected: s.suspected,
-            live_workers: s.live_workers,
-            retained_claims: s.retained_claims,
-        };
-        prop_assert_eq!(real, m.counts.clone());
-        prop_assert_eq!(reg.live_workers(), m.live());
-        prop_assert_eq!(reg.claim_count(), m.claims.len());
-        prop_assert_eq!(reg.status().version, m.counts.sweeps);
-        // Never two live workers for one target; never more live workers than the limit.
-        let mut per_target: BTreeMap<usize, usize> = BTreeMap::new();
-        for w in m.workers.iter().filter(|w| !w.dead()) {
-            if let Some(t) = w.target {
-                *per_target.entry(t).or_default() += 1;
+        let (mem, reference) = (&self.memory, &self.reference);
+        let mut per_target: BTreeMap<Target, usize> = BTreeMap::new();
+        let mut live = 0;
+        for id in &self.known {
+            let real = now(WorkerRegistry::worker(mem, *id)).unwrap();
+            prop_assert_eq!(&real, &now(reference.worker(*id)).unwrap());
+            if let Some(w) = real.filter(|w| w.status.is_alive()) {
+                live += 1;
+                if let Some(t) = w.target {
+                    *per_target.entry(t).or_default() += 1;
+                }
             }
         }
-        prop_assert!(per_target.values().all(|n| *n == 1));
-        prop_assert!(m.live() <= MAX_WORKERS);
+        prop_assert!(per_target.values().all(|n| *n == 1), "{per_target:?}");
+        prop_assert!(live <= MAX_WORKERS);
+        let (stats, sweeps) = comparable(WorkerRegistry::stats(mem));
+        prop_assert_eq!((stats, sweeps), comparable(reference.stats()));
+        prop_assert_eq!(sweeps, stats.sweeps);
+        prop_assert_eq!(mem.live_workers(), live);
+        prop_assert_eq!(stats.live_workers, live);
+        prop_assert_eq!(mem.claim_count(), reference.claim_count());
+        prop_assert_eq!(
+            WorkerRegistry::status(mem).version,
+            reference.status().version
+        );
         Ok(())
     }
+}
+
+/// The published snapshot's derived fields agree with its list.
+fn check_snapshot(s: &StatusSnapshot) -> Res {
+    let live: Vec<_> = s.workers.iter().filter(|w| w.status.is_alive()).collect();
+    let c = s.counts;
+    prop_assert_eq!(c, StatusCounts::of(&s.workers));
+    prop_assert_eq!(
+        (c.active, c.draining, c.dead),
+        (
+            live.iter().filter(|w| w.status == Status::Active).count(),
+            live.iter().filter(|w| w.status == Status::Draining).count(),
+            s.workers.len() - live.len()
+        )
+    );
+    prop_assert_eq!(
+        (c.idle, c.busy, c.suspect),
+        (
+            live.iter().filter(|w| w.activity == Activity::Idle).count(),
+            live.iter().filter(|w| w.activity == Activity::Busy).count(),
+            live.iter().filter(|w| w.suspect).count()
+        )
+    );
+    prop_assert_eq!(
+        (s.capacity.used, s.capacity.limit),
+        (live.len(), MAX_WORKERS)
+    );
+    Ok(())
 }
 
 fn run(ops: &[Op]) -> Res {
@@ -1046,19 +380,26 @@ use proptest_support::proptest_config;
 proptest! {
     #![proptest_config(proptest_config(256))]
 
-    /// Any sequence of operations: the registry and the model agree after every one.
+    /// Any sequence of operations: the in-memory registry and the reference agree after every one.
     #[test]
-    fn registry_matches_the_sequential_model(ops in proptest::collection::vec(op(), 1..150)) {
+    fn registry_matches_the_reference_model(ops in proptest::collection::vec(op(), 1..150)) {
         run(&ops)?;
     }
 }
 
 // ---- fixed sequences (the shapes the random search found worth keeping) ---------------------------
 
-fn fixed(ops: &[Op]) {
-    if let Err(e) = run(ops) {
+fn fixed(ops: &[Op]) -> Run {
+    let mut run = Run::new();
+    for (i, op) in ops.iter().enumerate() {
+        if let Err(e) = run.step(op) {
+            panic!("at op #{i} {op:?}: {e}");
+        }
+    }
+    if let Err(e) = run.step(&Op::Sweep).and_then(|()| run.inspect()) {
         panic!("{e}");
     }
+    run
 }
 
 /// The router stalls with four workers; they are suspected; two beat again; the brake's condition
@@ -1083,13 +424,12 @@ fn staggered_recovery_after_a_stall_kills_nobody() {
         Sweep,
         Inspect,
     ]);
-    fixed(&ops);
-    let mut run = Run::new();
-    for op in &ops {
-        run.step(op).unwrap();
-    }
-    assert_eq!(run.registry.live_workers(), 4);
-    assert_eq!(run.registry.stats().deaths_missed_heartbeats, 0);
+    let run = fixed(&ops);
+    assert_eq!(run.memory.live_workers(), 4);
+    assert_eq!(
+        WorkerRegistry::stats(&run.memory).deaths_missed_heartbeats,
+        0
+    );
 }
 
 /// Released, completed, expired and replaced claims all keep the retained-claims gauge exact.
@@ -1115,4 +455,33 @@ fn claim_life_cycle_keeps_the_gauges_exact() {
         Sweep,
         Inspect,
     ]);
+}
+
+/// Drain deadlines and fenced completions: a worker drained with a short deadline dies with
+/// `DrainTimedOut` at the first sweep after it; its late `complete_by` is refused as released, then
+/// unknown; a stranger's is refused as not the holder.
+#[test]
+fn drain_deadlines_and_fenced_completions_agree() {
+    use Op::*;
+    let run = fixed(&[
+        Admit(0, 0),
+        Admit(1, 0),
+        Heartbeat(W::Known(0)),
+        CompleteBy(W::Known(1), 0, 0),
+        DrainWithin(W::Known(0), 100),
+        DrainWithin(W::Known(0), 300),
+        Advance(60),
+        Heartbeat(W::Known(0)),
+        Sweep,
+        Advance(50),
+        Heartbeat(W::Known(0)),
+        Sweep,
+        CompleteBy(W::Known(0), 0, 0),
+        Deregister(W::Known(1)),
+        CompleteBy(W::Known(1), 1, 0),
+        Sweep,
+        Inspect,
+    ]);
+    let died = WorkerRegistry::stats(&run.memory).deaths_drain_timed_out;
+    assert_eq!(died, 1, "the earlier deadline held");
 }

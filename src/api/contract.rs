@@ -61,7 +61,8 @@ use crate::config::RegistryConfig;
 /// [`max_retained_claims`](RegistryConfig::max_retained_claims), oldest forgotten first). While a
 /// claim is in flight or retained, the same pair is a duplicate. A claim whose worker dies is
 /// **released**: from that instant a redelivery of the pair is admitted again, and the next
-/// [`sweep`](Maintenance::sweep) reports it for re-dispatch.
+/// [`sweep`](Maintenance::sweep) reports it for re-dispatch (unless it was admitted again before
+/// that sweep: then it is in flight again, and there is nothing to re-dispatch).
 ///
 /// Assignment is **sticky**: a target whose worker is active goes to that worker; a target whose
 /// worker is draining gets no second worker until the first is dead; a target without a live worker
@@ -228,7 +229,8 @@ pub trait WorkerRegistry: Send + Sync {
     /// Like [`complete`](Self::complete), fenced: only `worker`, the claim's holder, may complete
     /// it. A worker declared dead whose delivery was admitted again onto another worker gets
     /// [`RegistryError::NotHolder`]; one whose claim was released and not yet re-admitted gets
-    /// [`RegistryError::ClaimReleased`]. Neither completes anything.
+    /// [`RegistryError::ClaimReleased`] until a sweep hands the delivery over for re-dispatch, and
+    /// [`RegistryError::UnknownClaim`] after. None of them completes anything.
     ///
     /// # Examples
     ///

@@ -94,8 +94,9 @@ pub enum Event {
         /// The delivery.
         delivery: DeliveryId,
     },
-    /// A sweep released work on this target: its worker died in that sweep, and/or deliveries
-    /// that were in flight on a dead worker are listed in `deliveries` for re-dispatch.
+    /// A sweep released work on this target: its worker died in that sweep, and/or the
+    /// deliveries it hands over for re-dispatch (in flight on a dead worker, or bare claims nobody
+    /// completed) are listed in `deliveries`.
     TargetReleased {
         /// The target.
         target: Target,

@@ -210,7 +210,8 @@ pub struct Capacity {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClaimCounts {
-    /// Claims whose worker is alive and that are not completed.
+    /// Claims that are neither completed nor released: their worker is alive, or (a bare claim)
+    /// they are within the heartbeat timeout.
     pub in_flight: usize,
     /// Completed claims remembered for redelivery detection.
     pub retained: usize,

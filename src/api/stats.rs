@@ -103,7 +103,8 @@ pub struct Stats {
     pub admitted_sticky: u64,
     /// Deliveries refused as duplicates (by `admit` or `claim`).
     pub duplicates: u64,
-    /// Deliveries, assignments or registrations refused for capacity.
+    /// Deliveries and assignments refused for capacity (a registration refused for capacity is
+    /// an error to its caller and is not counted here).
     pub rejected_capacity: u64,
     /// Deliveries or assignments refused because the target's worker is draining.
     pub rejected_draining: u64,

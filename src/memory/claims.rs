@@ -191,26 +191,31 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// assert_eq!(registry.claim(&t, &e), ClaimOutcome::Claimed);
     /// ```
     pub fn release(&self, target: &Target, event: &DeliveryId) -> Result<(), RegistryError> {
+        let now = self.now_ms();
+        let limits = &self.inner.limits;
         let key = ClaimKey {
             target: target.clone(),
             event: event.clone(),
         };
+        let unknown = || RegistryError::UnknownClaim {
+            target: target.clone(),
+            delivery: event.clone(),
+        };
         self.inner.claims.update(key, |slot| match slot {
-            None => (
-                Op::Keep,
-                Err(RegistryError::UnknownClaim {
-                    target: target.clone(),
-                    delivery: event.clone(),
-                }),
-            ),
-            Some(c) if c.completed_at.is_some() => (
-                Op::Keep,
-                Err(RegistryError::ClaimCompleted {
-                    target: target.clone(),
-                    delivery: event.clone(),
-                }),
-            ),
-            Some(_) => (Op::Remove, Ok(())),
+            None => (Op::Keep, Err(unknown())),
+            Some(c) => match c.standing(now, limits.claim_retention_ms, limits.timeout_ms) {
+                Standing::Completed => (
+                    Op::Keep,
+                    Err(RegistryError::ClaimCompleted {
+                        target: target.clone(),
+                        delivery: event.clone(),
+                    }),
+                ),
+                // Its retention ended: forgotten, as for `claim` and `complete`; the next sweep
+                // removes and counts it.
+                Standing::Expired => (Op::Keep, Err(unknown())),
+                Standing::InFlight | Standing::Released(_) => (Op::Remove, Ok(())),
+            },
         })
     }
 
@@ -241,7 +246,7 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// Like [`complete`](Self::complete), but fenced: only `worker`, the claim's holder, may complete
     /// it. A worker that was declared dead and whose event was re-admitted onto another worker gets
     /// [`RegistryError::NotHolder`] instead of completing the new worker's claim. Workers should
-    /// complete through this (or [`WorkerHandle::complete`]).
+    /// complete through this (or [`WorkerHandle::complete`](crate::WorkerHandle::complete)).
     ///
     /// **Locking behaviour:** one claims-shard write lock.
     ///

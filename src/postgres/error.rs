@@ -1,0 +1,176 @@
+//! How driver and pool errors become [`RegistryError::Backend`], which of them a retry can
+//! resolve, and the bounded retry of transactions that lost a race (serialization failures and
+//! deadlocks).
+
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use deadpool_postgres::PoolError;
+use tokio_postgres::error::SqlState;
+
+use crate::api::error::RegistryError;
+
+/// The backend's name in [`RegistryError::Backend`].
+pub(crate) const BACKEND: &str = "postgres";
+
+/// How many times one call runs its transaction before a lost race is reported as a (retryable)
+/// backend error.
+pub(crate) const MAX_ATTEMPTS: u32 = 12;
+
+/// A failure inside one attempt of a call.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The driver or the server refused.
+    Pg(tokio_postgres::Error),
+    /// No connection could be had.
+    Pool(PoolError),
+    /// The server answered something this version of the crate cannot read (a bug, or a schema
+    /// from another version).
+    Decode(String),
+}
+
+impl From<tokio_postgres::Error> for Failure {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Self::Pg(e)
+    }
+}
+
+impl From<PoolError> for Failure {
+    fn from(e: PoolError) -> Self {
+        Self::Pool(e)
+    }
+}
+
+impl Failure {
+    /// Whether this attempt lost a race that another attempt can win: a serialization failure
+    /// (raised by the functions themselves when a concurrent transaction committed first) or a
+    /// deadlock the server broke.
+    fn is_conflict(&self) -> bool {
+        match self {
+            Self::Pg(e) => matches!(
+                e.code(),
+                Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+            ),
+            _ => false,
+        }
+    }
+
+    /// The contract's error for this failure.
+    pub(crate) fn into_registry(self) -> RegistryError {
+        match self {
+            Self::Pg(e) => {
+                let retryable = pg_retryable(&e);
+                RegistryError::backend(BACKEND, retryable, e)
+            }
+            Self::Pool(e) => {
+                let retryable = match &e {
+                    PoolError::Backend(pg) => pg_retryable(pg),
+                    PoolError::Timeout(_) => true,
+                    _ => false,
+                };
+                RegistryError::backend(BACKEND, retryable, e)
+            }
+            Self::Decode(what) => RegistryError::backend(BACKEND, false, DecodeError(what)),
+        }
+    }
+}
+
+/// Whether a driver error is transient: the connection failed or went away (no SQLSTATE), the
+/// server is shutting down, starting up or out of resources, or a lock or statement timed out.
+/// Anything else (a constraint, a syntax error, a missing function) is a bug or a schema from
+/// another version, and retrying will not help.
+fn pg_retryable(e: &tokio_postgres::Error) -> bool {
+    let Some(code) = e.code() else {
+        return true;
+    };
+    let code = code.code();
+    code.starts_with("08") // connection exception
+        || code.starts_with("40") // transaction rollback: serialization, deadlock
+        || code.starts_with("53") // insufficient resources (too many connections, ...)
+        || code.starts_with("57P") // admin shutdown, crash shutdown, cannot connect now
+        || code == "57014" // query canceled (statement_timeout)
+        || code == "55P03" // lock not available (lock_timeout)
+}
+
+/// The server answered something this crate cannot read.
+#[derive(Debug)]
+pub(crate) struct DecodeError(pub(crate) String);
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unexpected answer from the database: {}", self.0)
+    }
+}
+
+impl Error for DecodeError {}
+
+/// A call did not finish within the handle's call timeout.
+#[derive(Debug)]
+pub(crate) struct TimedOut(pub(crate) Duration);
+
+impl fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no answer from the database within {:?}", self.0)
+    }
+}
+
+impl Error for TimedOut {}
+
+/// Runs `attempt` until it succeeds, fails for a reason other than a lost race, or has lost
+/// [`MAX_ATTEMPTS`] races; all of it within `timeout`.
+pub(crate) async fn retrying<T, F, Fut>(
+    timeout: Duration,
+    mut attempt: F,
+) -> Result<T, RegistryError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Failure>>,
+{
+    let run = async {
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            match attempt().await {
+                Ok(v) => return Ok(v),
+                Err(f) if f.is_conflict() && tries < MAX_ATTEMPTS => {
+                    // The race is usually already decided (the winner committed); a short,
+                    // growing pause spreads out the rare longer pile-ups.
+                    tokio::time::sleep(Duration::from_micros(50 * u64::from(tries * tries))).await;
+                }
+                Err(f) => return Err(f.into_registry()),
+            }
+        }
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Ok(r) => r,
+        Err(_) => Err(RegistryError::backend(BACKEND, true, TimedOut(timeout))),
+    }
+}
+
+/// A decode failure for `what`.
+pub(crate) fn decode(what: impl Into<String>) -> Failure {
+    Failure::Decode(what.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_errors_are_not_retryable_and_say_what_was_seen() {
+        let e = decode("outcome \"maybe\"").into_registry();
+        assert!(!e.is_retryable());
+        assert_eq!(
+            e.to_string(),
+            "postgres backend unavailable: unexpected answer from the database: outcome \"maybe\""
+        );
+    }
+
+    #[test]
+    fn pool_timeouts_are_retryable() {
+        let e = Failure::Pool(PoolError::Timeout(deadpool_postgres::TimeoutType::Wait));
+        assert!(e.into_registry().is_retryable());
+    }
+}

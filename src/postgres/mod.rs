@@ -1,0 +1,662 @@
+//! [`PostgresRegistry`] (feature `postgres`): the registry kept in PostgreSQL, so that several
+//! router replicas share one set of workers, claims and capacity, and its history is durable and
+//! queryable. The contract it implements is documented on [`WorkerRegistry`]; this page says how
+//! it is kept in SQL.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | the handle, its builder, the call path (pool, prepared statement, retries) |
+//! | `ops.rs` | the contract's per-call methods, each one function call |
+//! | `sweep.rs` | `sweep` and `acknowledge` |
+//! | `migrate.rs`, `migrations/*.sql` | the schema and the functions, applied on connect |
+//! | `rows.rs` | from stored columns to the contract's types |
+//! | `snapshot.rs` | the cached status snapshot |
+//! | `listen.rs` | lifecycle events: `NOTIFY` in the functions, `LISTEN` per handle |
+//! | `error.rs` | backend errors, and the bounded retry of lost races |
+//! | `counters.rs` | this handle's statistics |
+//!
+//! # Design
+//!
+//! **One function, one transaction, one round trip per call.** Every decision is a PL/pgSQL
+//! function (`migrations/0002_functions.sql`) called as one statement in autocommit, so the
+//! decision and its writes are one transaction that takes the locks it needs and nothing is
+//! decided on the client between two statements (no check-then-act across round trips). The
+//! client prepares each call once per connection and runs it with one round trip.
+//!
+//! **Time** is the server's: `clock_timestamp()` in milliseconds, plus the registry's test
+//! offset (`wr_registries.test_offset_ms`, zero unless a `testkit` build moved it), read once at
+//! the start of each function. Replicas with skewed clocks therefore agree on who is dead.
+//!
+//! **Duplicate detection** (`wr_admit`, `wr_claim`): a redelivery is one primary-key lookup
+//! without a lock or a write. A new pair is claimed by `INSERT ... ON CONFLICT`: two admits of
+//! one new pair serialise on the key; the one that commits second finds a live claim in its
+//! upsert, raises a serialization failure that undoes its placement, and its retry answers
+//! `Duplicate`. A released or expired claim is replaced by the same upsert.
+//!
+//! **Sticky assignment** (`wr_place`): the target's row in `wr_targets` is locked `FOR UPDATE`
+//! (inserted with `ON CONFLICT DO NOTHING` first if it does not exist) for the rest of the
+//! transaction, so two assignments of one target never both create a worker. An active worker is
+//! taken with `UPDATE ... WHERE status = 'active'`, which re-checks the status under the worker's
+//! row lock: a sweep or a drain that got there first is seen.
+//!
+//! **Capacity** is one counter row (`wr_capacity`): a new worker reserves its slot and its id
+//! with `UPDATE ... SET live = live + 1, next_worker_id = next_worker_id + 1 WHERE live < max`,
+//! which cannot exceed the limit under any concurrency (the row lock serialises creators, and each
+//! re-checks the condition on the row as the previous one left it); every death gives the slot
+//! back in its own transaction. Worker ids come from the same row, so they are per registry,
+//! start at 1, never repeat, and a rolled-back creation spends none.
+//!
+//! **Death** (`wr_kill`): the status, the capacity slot, and the release of the worker's
+//! in-flight claims (`release_reason`) happen in the transaction that kills it, whichever call
+//! that is (deregister, loop end, drain, or the sweep). A heartbeat racing the sweep either
+//! commits first (the sweep's `FOR UPDATE` re-check sees the fresh heartbeat and spares the
+//! worker) or waits for the sweep and then finds it dead: never both.
+//!
+//! **The sweep** (`wr_sweep`) runs on every replica; the one that gets
+//! `pg_try_advisory_xact_lock(registry)` does the maintenance in that transaction, the others
+//! only collect released events and the snapshot. Candidates are found by range scans on partial
+//! indexes (live workers by last heartbeat, draining ones by deadline, dead ones by death) and
+//! locked `FOR UPDATE SKIP LOCKED`: a worker whose row is busy (a heartbeat landing) is judged by
+//! the next sweep. The mass-staleness brake, suspect grace and start-up grace are those of the
+//! in-memory backend, on server time. Released claims move to the outbox; completed claims past
+//! retention, the oldest beyond `max_retained_claims`, and dead workers past `dead_retention` are
+//! deleted, each at most [`DEFAULT_BATCH`] rows per sweep, so a backlog is worked off over a few
+//! sweeps without one long transaction.
+//!
+//! **Released events** go through the outbox `wr_released`: each `sweep()` claims rows that are
+//! unclaimed, or claimed longer than `release_ack_timeout` ago, with `FOR UPDATE SKIP LOCKED`
+//! (setting `claimed_by`, the handle's replica id, and `claimed_at_ms`); `acknowledge` deletes
+//! them. The [`Receipt`](crate::Receipt) is the row id. A replica that dies before acknowledging
+//! loses nothing: its rows are offered again after the timeout.
+//!
+//! **The snapshot** is built by the sweeping replica inside its transaction (one read of every
+//! worker row) and published as one row with a version; every handle's `sweep()` fetches it when
+//! the version moved and caches it behind an `ArcSwap`, so [`status`](WorkerRegistry::status)
+//! never blocks and does no I/O.
+//!
+//! **Lifecycle events**: the functions `NOTIFY` on the registry's channel in the transaction that
+//! made the change, so every handle's subscribers see every committed event in commit order; each
+//! handle listens on a dedicated connection. A call that published events returns only once they
+//! have passed its own listener (an empty query on the listener's connection, answered after every
+//! notification committed before it), so a subscription made after a call never sees that call's
+//! events, as in memory. Only calls that change a worker's status wait so: duplicate detection,
+//! sticky assignment and heartbeats publish nothing and never wait.
+//!
+//! **Where it differs from the in-memory backend**, within what the contract allows: completed
+//! claims beyond `max_retained_claims` are evicted by the sweep only (memory also evicts at once
+//! when a burst of completions goes far over the limit: it bounds memory, which a table need not);
+//! `stats()` gauges come from the last snapshot, not from live counters; and released events not
+//! acknowledged within `release_ack_timeout` are offered again, to any replica including the one
+//! that had them (memory hands each over once).
+//!
+//! **Lock order**, the same everywhere: claim, target, capacity row, worker. The sweep takes
+//! worker rows first but only with `SKIP LOCKED`, so it never waits for one; `drain_all` locks all
+//! its workers in one statement before it changes any. Deadlocks are therefore not expected; if
+//! the server detects one anyway, the call is retried like a serialization failure, at most
+//! [`MAX_ATTEMPTS`](error::MAX_ATTEMPTS) times, then reported as a retryable backend error.
+//!
+//! **Errors**: a lost connection, a pool that cannot connect, a server shutting down, or a call
+//! past its timeout is `RegistryError::Backend { backend: "postgres", retryable: true, .. }`; an
+//! answer this crate cannot read is the same with `retryable: false`. Nothing panics. After a
+//! database restart the pool replaces its dead connections by itself; the handle need not be
+//! rebuilt.
+//!
+//! **Not yet**: claims stuck in flight past `max_in_flight` and the stall rule, which the
+//! in-memory backend does not implement either. The schema has what they need: the index
+//! `wr_claims_in_flight` on the claim time of in-flight claims, the release reason `stuck`, and
+//! the snapshot's `taken_at_ms` as the time of the last sweep.
+//!
+//! **TLS**: the handle connects without TLS (`tokio_postgres::NoTls`); put the database on a
+//! trusted network or behind a local TLS proxy.
+
+mod counters;
+mod error;
+mod listen;
+mod migrate;
+mod ops;
+mod rows;
+mod snapshot;
+mod sweep;
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use self::counters::Counters;
+use self::error::{retrying, Failure, BACKEND};
+use self::snapshot::SnapshotCache;
+use crate::api::contract::WorkerRegistry;
+use crate::api::error::RegistryError;
+use crate::api::events::EventSender;
+use crate::config::RegistryConfig;
+
+/// The registry name a builder uses unless told otherwise.
+pub const DEFAULT_REGISTRY_NAME: &str = "default";
+/// Connections in each handle's pool (the event listener has one more of its own).
+pub const DEFAULT_POOL_SIZE: usize = 16;
+/// How long one call may take, queueing for a connection and retries included, before it is
+/// answered with a retryable backend error.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long opening a connection may take.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most rows of each kind one sweep releases, deletes or claims.
+pub const DEFAULT_BATCH: usize = 10_000;
+
+/// The worker registry in PostgreSQL, shared by every handle (every router replica) connected to
+/// the same database under the same registry name. See the [module documentation](self) for how
+/// it is kept.
+///
+/// Each handle has its own connection pool and its own event listener; cloning a handle shares
+/// them (it is an `Arc` inside). [`replica`](Self::replica) makes another handle on the same
+/// registry with connections of its own, as another router process would have.
+///
+/// **Locking behaviour:** every call but `status`, `stats` and `config` is one function call in
+/// its own transaction, on one pooled connection (waiting for one if all are busy, up to the call
+/// timeout); the locks it takes are listed on its function in `migrations/0002_functions.sql`.
+/// `status` and `stats` take no lock and do no I/O.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), worker_registry::RegistryError> {
+/// use worker_registry::{Admission, DeliveryId, PostgresRegistry, Target, WorkerRegistry};
+///
+/// let registry = PostgresRegistry::builder("postgres://router@db.internal/registry")
+///     .name("webhooks")
+///     .connect()
+///     .await?;
+/// let (t, d) = (Target::new("octo/repo", 42).unwrap(), DeliveryId::new("d-1").unwrap());
+/// match registry.admit(&t, &d).await? {
+///     Admission::Assigned(a) if a.new => { /* start a container for a.worker */ }
+///     Admission::Assigned(_) => { /* hand the delivery to the running worker */ }
+///     Admission::Duplicate(_) => { /* a redelivery: skip it */ }
+///     Admission::Rejected(_) => { /* answer 503 */ }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PostgresRegistry {
+    inner: Arc<Inner>,
+}
+
+/// The configuration durations and limits, as the functions take them.
+struct Params {
+    max_workers: i64,
+    timeout: i64,
+    grace: i64,
+    retention: i64,
+    max_retained: i64,
+    dead_retention: i64,
+    suspect_grace: i64,
+    brake_fraction: f64,
+    brake_min: i64,
+    ack_timeout: i64,
+    batch: i32,
+}
+
+impl Params {
+    fn new(c: &RegistryConfig, batch: usize) -> Self {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        Self {
+            max_workers: count(c.max_workers()),
+            timeout: rows::ms(c.heartbeat_timeout()),
+            grace: rows::ms(c.startup_grace()),
+            retention: rows::ms(c.claim_retention()),
+            max_retained: count(c.max_retained_claims()),
+            dead_retention: rows::ms(c.dead_retention()),
+            suspect_grace: rows::ms(c.suspect_grace()),
+            brake_fraction: c.brake_fraction(),
+            brake_min: count(c.brake_min_workers()),
+            ack_timeout: rows::ms(c.release_ack_timeout()),
+            batch: i32::try_from(batch).unwrap_or(i32::MAX),
+        }
+    }
+}
+
+struct Inner {
+    pool: Pool,
+    settings: PostgresRegistryBuilder,
+    /// The registry's id (`wr_registries.id`).
+    id: i64,
+    /// This handle's name in the outbox's `claimed_by`.
+    replica: String,
+    params: Params,
+    counters: Counters,
+    snapshot: SnapshotCache,
+    events: Arc<EventSender>,
+    listener: Option<listen::Listener>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The listener stops itself when dropped.
+        self.pool.close();
+    }
+}
+
+impl fmt::Debug for PostgresRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresRegistry")
+            .field("name", &self.inner.settings.name)
+            .field("id", &self.inner.id)
+            .field("replica", &self.inner.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`PostgresRegistry`]: the database URL, the registry's name and configuration, and
+/// the handle's pool size and timeouts.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), worker_registry::RegistryError> {
+/// use std::time::Duration;
+/// use worker_registry::{PostgresRegistry, RegistryConfig};
+///
+/// let registry = PostgresRegistry::builder("postgres://router@localhost/registry")
+///     .name("pool-a")
+///     .config(RegistryConfig::builder().max_workers(8).build().unwrap())
+///     .pool_size(8)
+///     .call_timeout(Duration::from_secs(2))
+///     .connect()
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `connect()` is called"]
+pub struct PostgresRegistryBuilder {
+    url: String,
+    name: String,
+    config: RegistryConfig,
+    pool_size: usize,
+    call_timeout: Duration,
+    connect_timeout: Duration,
+    batch: usize,
+    listen: bool,
+    migrate: bool,
+}
+
+impl PostgresRegistryBuilder {
+    /// The registry's name: handles with the same name on the same database share one registry
+    /// ([`DEFAULT_REGISTRY_NAME`] unless set).
+    ///
+    /// # Examples
+    ///
+    /// See [`PostgresRegistryBuilder`].
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The registry's configuration (the defaults unless set). Give every replica of one
+    /// registry the same one: each handle decides with its own.
+    ///
+    /// # Examples
+    ///
+    /// See [`PostgresRegistryBuilder`].
+    pub fn config(mut self, config: RegistryConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Connections in the handle's pool ([`DEFAULT_POOL_SIZE`] unless set; at least 1).
+    ///
+    /// # Examples
+    ///
+    /// See [`PostgresRegistryBuilder`].
+    pub fn pool_size(mut self, n: usize) -> Self {
+        self.pool_size = n.max(1);
+        self
+    }
+
+    /// How long one call may take in all ([`DEFAULT_CALL_TIMEOUT`] unless set).
+    ///
+    /// # Examples
+    ///
+    /// See [`PostgresRegistryBuilder`].
+    pub fn call_timeout(mut self, d: Duration) -> Self {
+        self.call_timeout = d;
+        self
+    }
+
+    /// How long opening a connection may take ([`DEFAULT_CONNECT_TIMEOUT`] unless set).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://localhost/db").connect_timeout(Duration::from_secs(1));
+    /// ```
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// The most rows of each kind one sweep handles ([`DEFAULT_BATCH`] unless set; at least 1).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://localhost/db").batch(500);
+    /// ```
+    pub fn batch(mut self, n: usize) -> Self {
+        self.batch = n.max(1);
+        self
+    }
+
+    /// Whether the handle listens for lifecycle events (on by default; a handle that never
+    /// subscribes can save the listener's connection).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://localhost/db").listen(false);
+    /// ```
+    pub fn listen(mut self, on: bool) -> Self {
+        self.listen = on;
+        self
+    }
+
+    /// Whether `connect` applies the embedded migrations (on by default; off, the schema must
+    /// have been migrated already, by [`PostgresRegistry::migrate`] or another handle).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://localhost/db").migrate(false);
+    /// ```
+    pub fn migrate(mut self, on: bool) -> Self {
+        self.migrate = on;
+        self
+    }
+
+    /// Connects: parses the URL, builds the pool, applies the migrations, creates the registry's
+    /// rows if they do not exist, fetches its latest snapshot and starts the event listener.
+    ///
+    /// Refused with a backend error: a URL that does not parse (`retryable: false`), a database
+    /// that cannot be reached (`retryable: true`), or one that refuses the migrations.
+    ///
+    /// # Examples
+    ///
+    /// See [`PostgresRegistryBuilder`].
+    pub async fn connect(self) -> Result<PostgresRegistry, RegistryError> {
+        let mut pg: tokio_postgres::Config = self
+            .url
+            .parse()
+            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(self.connect_timeout);
+        }
+        if pg.get_application_name().is_none() {
+            pg.application_name("worker-registry");
+        }
+        let manager = Manager::from_config(
+            pg.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(self.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(self.call_timeout))
+            .create_timeout(Some(self.connect_timeout))
+            .recycle_timeout(Some(self.connect_timeout))
+            .build()
+            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
+
+        let timeout = self.call_timeout;
+        let migrate = self.migrate;
+        let name = self.name.clone();
+        let id = retrying(timeout, || async {
+            let mut client = pool.get().await?;
+            if migrate {
+                migrate::apply(&mut client).await?;
+            }
+            let row = client.query_one("SELECT wr_open($1)", &[&name]).await?;
+            rows::col::<i64>(&row, "wr_open")
+        })
+        .await?;
+
+        let events = Arc::new(EventSender::new());
+        let listener = if self.listen {
+            Some(listen::Listener::start(pg, id, events.clone(), self.call_timeout).await?)
+        } else {
+            None
+        };
+        let params = Params::new(&self.config, self.batch);
+        let registry = PostgresRegistry {
+            inner: Arc::new(Inner {
+                snapshot: SnapshotCache::new(self.config.max_workers()),
+                pool,
+                settings: self,
+                id,
+                replica: replica_id(),
+                params,
+                counters: Counters::default(),
+                events,
+                listener,
+            }),
+        };
+        registry.refresh_snapshot().await?;
+        Ok(registry)
+    }
+}
+
+/// A name for this handle that no other handle has: the process id, and a random number.
+fn replica_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    // Relaxed: only uniqueness within the process matters, which the RMW gives.
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(n);
+    format!("{}-{}-{:08x}", std::process::id(), n, h.finish() as u32)
+}
+
+impl PostgresRegistry {
+    /// A builder for a handle on the database at `url` (a `postgres://` URL or a libpq
+    /// key-value string).
+    ///
+    /// # Examples
+    ///
+    /// See [`PostgresRegistryBuilder`].
+    pub fn builder(url: impl Into<String>) -> PostgresRegistryBuilder {
+        PostgresRegistryBuilder {
+            url: url.into(),
+            name: DEFAULT_REGISTRY_NAME.to_owned(),
+            config: RegistryConfig::default(),
+            pool_size: DEFAULT_POOL_SIZE,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            batch: DEFAULT_BATCH,
+            listen: true,
+            migrate: true,
+        }
+    }
+
+    /// Applies the embedded migrations to the database at `url` without opening a registry;
+    /// returns the versions applied now (empty if it was up to date). [`connect`] does the same
+    /// unless told not to.
+    ///
+    /// [`connect`]: PostgresRegistryBuilder::connect
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), worker_registry::RegistryError> {
+    /// let applied = worker_registry::PostgresRegistry::migrate("postgres://localhost/registry").await?;
+    /// println!("applied {applied:?}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn migrate(url: &str) -> Result<Vec<i32>, RegistryError> {
+        let pg: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
+        retrying(DEFAULT_CALL_TIMEOUT, || async {
+            let (mut client, connection) = pg.connect(NoTls).await?;
+            let driver = tokio::spawn(connection);
+            let done = migrate::apply(&mut client).await;
+            drop(client);
+            let _ = driver.await;
+            done
+        })
+        .await
+    }
+
+    /// Another handle on the same registry with its own pool and listener, as a second router
+    /// replica would have (same URL, name, configuration and settings).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
+    /// let other = registry.replica().await?;
+    /// assert_eq!(other.name(), registry.name());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn replica(&self) -> Result<Self, RegistryError> {
+        self.inner.settings.clone().migrate(false).connect().await
+    }
+
+    /// The registry's name.
+    ///
+    /// # Examples
+    ///
+    /// See [`replica`](Self::replica).
+    pub fn name(&self) -> &str {
+        &self.inner.settings.name
+    }
+
+    /// This handle's replica id: what it writes into the outbox rows it claims.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
+    /// assert_ne!(registry.replica_id(), registry.replica().await?.replica_id());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn replica_id(&self) -> &str {
+        &self.inner.replica
+    }
+
+    /// Moves the registry's time forward by `by`, for every handle on it (the test-only offset
+    /// added to the server clock). Only in builds with the `testkit` feature.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
+    /// use std::time::Duration;
+    /// use worker_registry::Maintenance;
+    ///
+    /// registry.advance_time_for_tests(Duration::from_secs(600)).await?;
+    /// let report = registry.sweep().await?; // workers silent for ten minutes are dead now
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "testkit")]
+    pub async fn advance_time_for_tests(&self, by: Duration) -> Result<(), RegistryError> {
+        let ms = rows::ms(by);
+        self.execute(
+            "UPDATE wr_registries SET test_offset_ms = test_offset_ms + $2 WHERE id = $1",
+            &[&self.inner.id, &ms],
+        )
+        .await
+    }
+
+    /// One bare prepared `SELECT 1` through the same path as every call (a pooled connection,
+    /// the statement cache, the timeout): a health check, and the floor under every call's
+    /// latency (the benchmarks compare against it).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(registry: worker_registry::PostgresRegistry) {
+    /// if let Err(e) = registry.ping().await {
+    ///     eprintln!("registry database unreachable: {e}");
+    /// }
+    /// # }
+    /// ```
+    pub async fn ping(&self) -> Result<(), RegistryError> {
+        self.call("SELECT 1", &[], |_| Ok(())).await
+    }
+
+    /// Runs one prepared statement that returns one row, with the bounded retry of lost races,
+    /// and decodes the row.
+    async fn call<T>(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+        decode: impl Fn(&Row) -> Result<T, Failure>,
+    ) -> Result<T, RegistryError> {
+        let inner = &*self.inner;
+        retrying(inner.settings.call_timeout, || async {
+            let client = inner.pool.get().await?;
+            let stmt = client.prepare_cached(sql).await?;
+            let row = client.query_one(&stmt, params).await?;
+            decode(&row)
+        })
+        .await
+    }
+
+    /// Runs one prepared statement for its effect.
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
+    async fn execute(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(), RegistryError> {
+        let inner = &*self.inner;
+        retrying(inner.settings.call_timeout, || async {
+            let client = inner.pool.get().await?;
+            let stmt = client.prepare_cached(sql).await?;
+            client.execute(&stmt, params).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// After a call that published lifecycle events: returns once they reached this handle's
+    /// subscribers (see `listen.rs`), so that a subscription made after the call never sees them.
+    async fn settle(&self) {
+        if let Some(l) = &self.inner.listener {
+            l.settle().await;
+        }
+    }
+
+    fn config_ref(&self) -> &RegistryConfig {
+        &self.inner.settings.config
+    }
+}
+
+/// The contract's view of a handle: [`WorkerRegistry`] is implemented in `ops.rs`.
+const _: fn() = || {
+    fn is_registry<R: WorkerRegistry + crate::Maintenance + crate::Subscribe + Clone>() {}
+    is_registry::<PostgresRegistry>();
+};

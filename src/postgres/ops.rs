@@ -1,0 +1,484 @@
+//! The contract's per-call methods for [`PostgresRegistry`]: each is one call of its function in
+//! `migrations/0002_functions.sql`, decoded into the contract's answer, and counted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres::Row;
+
+use super::error::{decode, Failure};
+use super::rows::{self, col, number_param, worker_param, WorkerRow};
+use super::PostgresRegistry;
+use crate::api::contract::{Subscribe, WorkerRegistry};
+use crate::api::error::RegistryError;
+use crate::api::ids::{DeliveryId, Target, WorkerId};
+use crate::api::outcome::{
+    Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
+    HeartbeatAck, Rejection,
+};
+use crate::api::report::ReleaseReason;
+use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
+use crate::api::stats::Stats;
+use crate::api::status::{DeadReason, Status};
+use crate::config::RegistryConfig;
+
+const ADMIT: &str = "SELECT o_outcome, o_worker, o_seq, o_new, o_since, o_state \
+                     FROM wr_admit($1, $2, $3, $4, $5, $6, $7)";
+const ASSIGN: &str = "SELECT o_outcome, o_worker, o_seq, o_new FROM wr_assign($1, $2, $3, $4)";
+const CLAIM: &str =
+    "SELECT o_outcome, o_worker, o_since, o_state FROM wr_claim($1, $2, $3, $4, $5, $6)";
+const RELEASE: &str = "SELECT wr_release($1, $2, $3, $4) AS o_outcome";
+const COMPLETE: &str = "SELECT o_outcome, o_holder, o_reason, o_dead_reason \
+                        FROM wr_complete($1, $2, $3, $4, $5, $6, $7)";
+const HEARTBEAT: &str = "SELECT o_outcome, o_reason FROM wr_heartbeat($1, $2)";
+const LOOP_STARTED: &str = "SELECT o_outcome, o_reason FROM wr_loop_started($1, $2)";
+const LOOP_FINISHED: &str = "SELECT o_outcome, o_reason FROM wr_loop_finished($1, $2)";
+const DRAIN: &str = "SELECT o_outcome, o_reason FROM wr_drain($1, $2, $3)";
+const DRAIN_ALL: &str = "SELECT o_draining, o_exited FROM wr_drain_all($1, $2)";
+const REGISTER: &str = "SELECT o_id, o_refused FROM wr_register($1, $2)";
+const DEREGISTER: &str = "SELECT o_reason, o_refused FROM wr_deregister($1, $2)";
+const WORKER: &str = "SELECT wr_now($1) AS now_ms, w.* FROM wr_workers w \
+                      RIGHT JOIN (SELECT 1) one ON w.registry = $1 AND w.id = $2";
+
+/// What a worker-state function answered: the worker's status (with whether this call killed
+/// it), or why it was refused.
+fn worker_outcome(
+    row: &Row,
+    id: WorkerId,
+) -> Result<Result<(Status, bool), RegistryError>, Failure> {
+    let outcome: String = col(row, "o_outcome")?;
+    let reason: Option<String> = col(row, "o_reason")?;
+    Ok(match outcome.as_str() {
+        "unknown" => Err(RegistryError::UnknownWorker { id }),
+        "refused_dead" => Err(dead(id, rows::dead_reason(reason.as_deref())?)),
+        "dead" | "exited" => {
+            let reason = match reason.as_deref() {
+                None => DeadReason::Exited,
+                r => rows::dead_reason(r)?,
+            };
+            Ok((Status::Dead(reason), true))
+        }
+        other => Ok((rows::status(other, None)?, false)),
+    })
+}
+
+/// The refusal for a worker that is dead already.
+fn dead(id: WorkerId, reason: DeadReason) -> RegistryError {
+    RegistryError::WorkerDead { id, reason }
+}
+
+impl PostgresRegistry {
+    fn duplicate(row: &Row) -> Result<AlreadyClaimed, Failure> {
+        let holder = col::<Option<i64>>(row, "o_worker")?
+            .map(rows::worker_id)
+            .transpose()?;
+        let since: i64 = col(row, "o_since")?;
+        let state = match col::<String>(row, "o_state")?.as_str() {
+            "in_flight" => ClaimState::InFlight,
+            "completed" => ClaimState::Completed,
+            other => return Err(decode(format!("claim state {other:?}"))),
+        };
+        Ok(AlreadyClaimed::new(holder, rows::wall(since), state))
+    }
+
+    fn placement(&self, row: &Row) -> Result<Result<Assignment, Rejection>, Failure> {
+        let outcome: String = col(row, "o_outcome")?;
+        match outcome.as_str() {
+            "assigned" => {
+                let worker = rows::worker_id(col(row, "o_worker")?)?;
+                let token = rows::token(worker, col(row, "o_seq")?)?;
+                Ok(Ok(Assignment::new(worker, token, col(row, "o_new")?)))
+            }
+            "capacity" => Ok(Err(Rejection::CapacityFull {
+                limit: self.config_ref().max_workers(),
+            })),
+            "draining" => Ok(Err(Rejection::TargetDraining {
+                worker: rows::worker_id(col(row, "o_worker")?)?,
+            })),
+            other => Err(decode(format!("placement outcome {other:?}"))),
+        }
+    }
+
+    fn count_placement(&self, r: &Result<Assignment, Rejection>) {
+        let c = &self.inner.counters;
+        match r {
+            Ok(a) if a.new => c.admitted_new.inc(),
+            Ok(_) => c.admitted_sticky.inc(),
+            Err(Rejection::CapacityFull { .. }) => c.rejected_capacity.inc(),
+            Err(Rejection::TargetDraining { .. }) => c.rejected_draining.inc(),
+        }
+    }
+}
+
+impl WorkerRegistry for PostgresRegistry {
+    async fn admit(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Result<Admission, RegistryError> {
+        let p = &self.inner.params;
+        let (reg, number) = (self.inner.id, number_param(target));
+        let admission = self
+            .call(
+                ADMIT,
+                &[
+                    &reg,
+                    &target.repo(),
+                    &number,
+                    &delivery.as_str(),
+                    &p.max_workers,
+                    &p.retention,
+                    &p.timeout,
+                ],
+                |row| {
+                    if col::<String>(row, "o_outcome")? == "duplicate" {
+                        return Ok(Admission::Duplicate(Self::duplicate(row)?));
+                    }
+                    Ok(match self.placement(row)? {
+                        Ok(a) => Admission::Assigned(a),
+                        Err(r) => Admission::Rejected(r),
+                    })
+                },
+            )
+            .await?;
+        match &admission {
+            Admission::Duplicate(_) => self.inner.counters.duplicates.inc(),
+            Admission::Assigned(a) => {
+                self.count_placement(&Ok(*a));
+                if a.new {
+                    self.settle().await;
+                }
+            }
+            Admission::Rejected(r) => self.count_placement(&Err(*r)),
+        }
+        Ok(admission)
+    }
+
+    async fn claim(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Result<ClaimOutcome, RegistryError> {
+        let p = &self.inner.params;
+        let (reg, number) = (self.inner.id, number_param(target));
+        let outcome = self
+            .call(
+                CLAIM,
+                &[
+                    &reg,
+                    &target.repo(),
+                    &number,
+                    &delivery.as_str(),
+                    &p.retention,
+                    &p.timeout,
+                ],
+                |row| match col::<String>(row, "o_outcome")?.as_str() {
+                    "claimed" => Ok(ClaimOutcome::Claimed),
+                    "duplicate" => Ok(ClaimOutcome::AlreadyClaimed(Self::duplicate(row)?)),
+                    other => Err(decode(format!("claim outcome {other:?}"))),
+                },
+            )
+            .await?;
+        if let ClaimOutcome::AlreadyClaimed(_) = outcome {
+            self.inner.counters.duplicates.inc();
+        }
+        Ok(outcome)
+    }
+
+    async fn release(&self, target: &Target, delivery: &DeliveryId) -> Result<(), RegistryError> {
+        let (reg, number) = (self.inner.id, number_param(target));
+        let outcome: String = self
+            .call(
+                RELEASE,
+                &[&reg, &target.repo(), &number, &delivery.as_str()],
+                |row| col(row, "o_outcome"),
+            )
+            .await?;
+        match outcome.as_str() {
+            "ok" => Ok(()),
+            "unknown" => Err(RegistryError::UnknownClaim {
+                target: target.clone(),
+                delivery: delivery.clone(),
+            }),
+            "completed" => Err(RegistryError::ClaimCompleted {
+                target: target.clone(),
+                delivery: delivery.clone(),
+            }),
+            other => Err(decode(format!("release outcome {other:?}")).into_registry()),
+        }
+    }
+
+    async fn complete(&self, target: &Target, delivery: &DeliveryId) -> Result<(), RegistryError> {
+        self.complete_inner(None, target, delivery).await
+    }
+
+    async fn complete_by(
+        &self,
+        worker: WorkerId,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Result<(), RegistryError> {
+        self.complete_inner(Some(worker), target, delivery).await
+    }
+
+    async fn assign(&self, target: &Target) -> Result<AssignOutcome, RegistryError> {
+        let p = &self.inner.params;
+        let (reg, number) = (self.inner.id, number_param(target));
+        let placed = self
+            .call(
+                ASSIGN,
+                &[&reg, &target.repo(), &number, &p.max_workers],
+                |row| self.placement(row),
+            )
+            .await?;
+        self.count_placement(&placed);
+        if matches!(placed, Ok(a) if a.new) {
+            self.settle().await;
+        }
+        Ok(match placed {
+            Ok(a) => AssignOutcome::Assigned(a),
+            Err(r) => AssignOutcome::Rejected(r),
+        })
+    }
+
+    async fn heartbeat(&self, worker: WorkerId) -> Result<HeartbeatAck, RegistryError> {
+        let (reg, id) = (self.inner.id, worker_param(worker));
+        let r = self
+            .call(HEARTBEAT, &[&reg, &id], |row| {
+                Ok(match worker_outcome(row, worker)? {
+                    Ok((Status::Active, _)) => Ok(HeartbeatAck::Active),
+                    Ok((Status::Draining, _)) => Ok(HeartbeatAck::Draining),
+                    Ok((other, _)) => {
+                        return Err(decode(format!("heartbeat answered {other}")));
+                    }
+                    Err(e) => Err(e),
+                })
+            })
+            .await?;
+        let c = &self.inner.counters;
+        if r.is_ok() {
+            c.heartbeats.inc();
+        } else {
+            c.heartbeats_refused.inc();
+        }
+        r
+    }
+
+    async fn loop_started(&self, worker: WorkerId) -> Result<Status, RegistryError> {
+        let (reg, id) = (self.inner.id, worker_param(worker));
+        self.call(LOOP_STARTED, &[&reg, &id], |row| {
+            Ok(worker_outcome(row, worker)?.map(|(s, _)| s))
+        })
+        .await?
+    }
+
+    async fn loop_finished(&self, worker: WorkerId) -> Result<Status, RegistryError> {
+        let (reg, id) = (self.inner.id, worker_param(worker));
+        let r = self
+            .call(LOOP_FINISHED, &[&reg, &id], |row| {
+                worker_outcome(row, worker)
+            })
+            .await?;
+        self.count_kill(&r);
+        if matches!(r, Ok((_, true))) {
+            self.settle().await;
+        }
+        r.map(|(s, _)| s)
+    }
+
+    async fn register(&self) -> Result<WorkerId, RegistryError> {
+        let p = &self.inner.params;
+        let reg = self.inner.id;
+        let limit = self.config_ref().max_workers();
+        let r = self
+            .call(REGISTER, &[&reg, &p.max_workers], |row| {
+                let refused: Option<String> = col(row, "o_refused")?;
+                Ok(match refused.as_deref() {
+                    None => Ok(rows::worker_id(col(row, "o_id")?)?),
+                    Some("capacity") => {
+                        Err(RegistryError::Rejected(Rejection::CapacityFull { limit }))
+                    }
+                    Some("exhausted") => Err(RegistryError::IdsExhausted),
+                    Some(other) => return Err(decode(format!("register refusal {other:?}"))),
+                })
+            })
+            .await?;
+        if r.is_ok() {
+            self.settle().await;
+        }
+        r
+    }
+
+    async fn deregister(&self, worker: WorkerId) -> Result<DeadReason, RegistryError> {
+        let (reg, id) = (self.inner.id, worker_param(worker));
+        let r = self
+            .call(DEREGISTER, &[&reg, &id], |row| {
+                let refused: Option<String> = col(row, "o_refused")?;
+                let reason: Option<String> = col(row, "o_reason")?;
+                Ok(match refused.as_deref() {
+                    None => Ok(rows::dead_reason(reason.as_deref())?),
+                    Some("unknown") => Err(RegistryError::UnknownWorker { id: worker }),
+                    Some("refused_dead") => {
+                        Err(dead(worker, rows::dead_reason(reason.as_deref())?))
+                    }
+                    Some(other) => return Err(decode(format!("deregister refusal {other:?}"))),
+                })
+            })
+            .await?;
+        if let Ok(reason) = &r {
+            self.inner.counters.death(*reason).inc();
+            self.settle().await;
+        }
+        r
+    }
+
+    async fn drain_within(
+        &self,
+        worker: WorkerId,
+        deadline: Duration,
+    ) -> Result<Status, RegistryError> {
+        let (reg, id, ms) = (self.inner.id, worker_param(worker), rows::ms(deadline));
+        let r = self
+            .call(DRAIN, &[&reg, &id, &ms], |row| worker_outcome(row, worker))
+            .await?;
+        self.count_kill(&r);
+        if r.is_ok() {
+            self.settle().await;
+        }
+        r.map(|(s, _)| s)
+    }
+
+    async fn drain_all_within(&self, deadline: Duration) -> Result<DrainAll, RegistryError> {
+        let (reg, ms) = (self.inner.id, rows::ms(deadline));
+        let (draining, exited) = self
+            .call(DRAIN_ALL, &[&reg, &ms], |row| {
+                Ok((col::<i32>(row, "o_draining")?, col::<i32>(row, "o_exited")?))
+            })
+            .await?;
+        let out = DrainAll {
+            draining: usize::try_from(draining).unwrap_or(0),
+            exited: usize::try_from(exited).unwrap_or(0),
+        };
+        self.inner
+            .counters
+            .death(DeadReason::Exited)
+            .add(out.exited as u64);
+        if out.draining + out.exited > 0 {
+            self.settle().await;
+        }
+        Ok(out)
+    }
+
+    async fn worker(&self, worker: WorkerId) -> Result<Option<WorkerInfo>, RegistryError> {
+        let (reg, id) = (self.inner.id, worker_param(worker));
+        self.call(WORKER, &[&reg, &id], |row| {
+            if col::<Option<i64>>(row, "id")?.is_none() {
+                return Ok(None);
+            }
+            let now: i64 = col(row, "now_ms")?;
+            WorkerRow::from_row(row)?.info(now).map(Some)
+        })
+        .await
+    }
+
+    fn status(&self) -> Arc<StatusSnapshot> {
+        self.inner.snapshot.load()
+    }
+
+    fn stats(&self) -> Stats {
+        let inner = &*self.inner;
+        let snapshot = inner.snapshot.load();
+        let mut s = inner.counters.read();
+        s.live_workers = snapshot.capacity.used;
+        s.retained_claims = snapshot.claims.retained;
+        s.events_missed = inner.events.missed();
+        s.snapshot_age = inner.snapshot.age();
+        s
+    }
+
+    fn config(&self) -> &RegistryConfig {
+        self.config_ref()
+    }
+}
+
+impl PostgresRegistry {
+    fn count_kill(&self, r: &Result<(Status, bool), RegistryError>) {
+        if let Ok((Status::Dead(reason), true)) = r {
+            self.inner.counters.death(*reason).inc();
+        }
+    }
+
+    async fn complete_inner(
+        &self,
+        by: Option<WorkerId>,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Result<(), RegistryError> {
+        let p = &self.inner.params;
+        let (reg, number) = (self.inner.id, number_param(target));
+        let by_param = by.map(worker_param);
+        let r = self
+            .call(
+                COMPLETE,
+                &[
+                    &reg,
+                    &target.repo(),
+                    &number,
+                    &delivery.as_str(),
+                    &by_param,
+                    &p.retention,
+                    &p.timeout,
+                ],
+                |row| {
+                    let outcome: String = col(row, "o_outcome")?;
+                    let holder = col::<Option<i64>>(row, "o_holder")?
+                        .map(rows::worker_id)
+                        .transpose()?;
+                    Ok(match outcome.as_str() {
+                        "completed" => Ok(true),
+                        "already" => Ok(false),
+                        "unknown" => Err(RegistryError::UnknownClaim {
+                            target: target.clone(),
+                            delivery: delivery.clone(),
+                        }),
+                        "not_holder" => Err(RegistryError::NotHolder {
+                            target: target.clone(),
+                            delivery: delivery.clone(),
+                            holder,
+                            worker: by.unwrap_or(WorkerId::new(0)),
+                        }),
+                        "released" => {
+                            let reason: Option<String> = col(row, "o_reason")?;
+                            let dead_reason: Option<String> = col(row, "o_dead_reason")?;
+                            let reason = match reason.as_deref() {
+                                Some("worker_died") => ReleaseReason::WorkerDied(
+                                    rows::dead_reason(dead_reason.as_deref())?,
+                                ),
+                                Some("stuck") => ReleaseReason::Stuck,
+                                Some("unbound") => ReleaseReason::Unbound,
+                                other => return Err(decode(format!("release reason {other:?}"))),
+                            };
+                            Err(RegistryError::ClaimReleased {
+                                target: target.clone(),
+                                delivery: delivery.clone(),
+                                holder,
+                                reason,
+                            })
+                        }
+                        other => return Err(decode(format!("complete outcome {other:?}"))),
+                    })
+                },
+            )
+            .await?;
+        if let Ok(true) = r {
+            self.inner.counters.claims_completed.inc();
+        }
+        r.map(|_| ())
+    }
+}
+
+impl Subscribe for PostgresRegistry {
+    fn subscribe(&self) -> crate::Subscription {
+        self.inner.events.subscribe()
+    }
+}

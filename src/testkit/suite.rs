@@ -1,0 +1,170 @@
+//! [`conformance_suite!`](crate::conformance_suite): the whole suite as one `#[tokio::test]` per
+//! case. The list of cases lives here, once.
+
+/// Expands to the whole conformance suite for a fixture: one `#[tokio::test]` per case (on a
+/// multi-thread runtime with two workers, so the race cases race), grouped in one module per
+/// concern, so each case shows up by name in the test output (`admission::ac2_...`).
+///
+/// The argument is an expression that builds an [`IntoFixture`](crate::testkit::IntoFixture): a
+/// [`Fixture`](crate::testkit::Fixture), built afresh for every case, or an `Option` of one, where
+/// `None` skips the case (for a backend whose server is not available). Invoke it once per module
+/// (it defines modules named after the case groups and a function `__conformance_fixture`); the
+/// calling crate needs `tokio` as a (dev-)dependency, as every `#[tokio::test]` does.
+///
+/// # Examples
+///
+/// A backend's whole conformance test file (`tests/conformance.rs`):
+///
+/// ```
+/// worker_registry::conformance_suite!(worker_registry::testkit::MemoryFixture::new());
+/// # fn main() {}
+/// ```
+///
+/// Two fixtures in one file, one module each:
+///
+/// ```
+/// mod memory {
+///     worker_registry::conformance_suite!(worker_registry::testkit::MemoryFixture::new());
+/// }
+/// mod reference {
+///     use worker_registry::testkit::ReferenceFixture;
+///     worker_registry::conformance_suite!(ReferenceFixture::new());
+/// }
+/// # fn main() {}
+/// ```
+///
+/// Adding a case is one `pub async fn` in `src/testkit/cases/<group>.rs` and its name on one line
+/// below.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($fixture:expr $(,)?) => {
+        #[allow(dead_code)]
+        fn __conformance_fixture() -> impl $crate::testkit::IntoFixture {
+            $fixture
+        }
+
+        $crate::__conformance_cases! {
+            admission {
+                ac2_a_redelivery_is_a_duplicate_naming_its_holder,
+                ac2_a_bare_claim_is_idempotent_and_releasable,
+                ac2_an_unbound_claim_is_released_after_the_heartbeat_timeout,
+                ac2_a_completed_claim_stays_a_duplicate_after_its_worker_is_gone,
+                ac2_a_rejected_admission_leaves_no_claim_behind,
+            }
+            assignment {
+                ac3_a_target_sticks_to_its_worker_with_increasing_tokens,
+                ac3_capacity_refuses_new_targets_but_not_existing_ones,
+                ac3_a_draining_target_gets_no_second_worker_until_the_first_is_dead,
+                assign_places_a_target_without_claiming,
+            }
+            liveness {
+                ac1_the_record_holds_target_kind_status_heartbeat_and_times,
+                ac1_worker_ids_are_never_reused,
+                ac1_status_is_forward_only_and_dead_is_terminal,
+                ac4_a_silent_worker_dies_and_releases_its_target_and_claims,
+                ac4_heartbeats_keep_a_worker_alive_indefinitely,
+                a_dead_workers_late_completion_is_refused,
+                complete_by_refuses_a_worker_that_does_not_hold_the_claim,
+            }
+            drain {
+                ac5_drain_then_loop_finished_is_an_exit,
+                ac5_an_idle_worker_exits_at_once_when_drained,
+                ac5_a_drained_workers_unfinished_deliveries_are_released,
+                ac5_drain_all_drains_busy_workers_and_retires_idle_ones,
+                a_worker_still_draining_at_its_deadline_dies,
+                draining_again_keeps_the_earlier_deadline,
+                drain_uses_the_configured_deadline,
+                a_drain_deadline_is_not_held_back_by_the_brake,
+            }
+            brake {
+                a_router_stall_suspects_everyone_and_nobody_dies_when_heartbeats_resume,
+                the_suspect_grace_counts_from_the_first_suspicion,
+                a_single_crash_among_many_dies_without_the_brake,
+                the_brake_engages_above_the_fraction_not_at_it,
+                the_brake_needs_a_minimum_number_of_live_workers,
+                brake_fraction_one_disables_the_brake,
+                a_genuine_mass_crash_is_suspected_first_then_dies_after_the_grace,
+                in_a_mass_crash_survivors_that_beat_within_the_grace_live,
+                a_recovered_suspect_that_goes_silent_later_dies_normally,
+                draining_workers_take_part_in_the_brake,
+            }
+            startup {
+                a_new_workers_first_heartbeat_may_come_late,
+                a_new_worker_that_never_heartbeats_dies_after_the_grace,
+                registered_workers_get_the_startup_grace_too,
+                zero_startup_grace_means_the_plain_timeout,
+                workers_in_their_startup_grace_do_not_engage_the_brake,
+                a_failed_rollout_is_suspected_then_killed,
+            }
+            retention {
+                ac2_a_completed_claim_is_remembered_for_its_retention_then_forgotten,
+                ac2_retained_claims_are_bounded_oldest_evicted_first,
+                ac4_a_dead_record_is_purged_after_its_retention,
+            }
+            released {
+                released_events_are_handed_over_once_and_acknowledged,
+                released_events_reach_exactly_one_replica,
+                a_pair_readmitted_before_the_sweep_is_not_handed_over,
+            }
+            snapshot {
+                ac6_the_snapshot_lists_every_worker_and_its_counts_agree,
+                ac6_a_snapshot_never_changes_under_its_reader,
+                status_is_what_the_last_sweep_published,
+                versions_never_go_backwards_on_any_handle,
+                snapshot_entries_and_gauges_agree_with_live_reads,
+                the_registry_runs_with_the_configuration_given,
+            }
+            registration {
+                a_registered_worker_lives_like_a_spawned_one,
+                registration_counts_against_capacity,
+                deregistering_a_draining_worker_is_an_exit,
+                deregistering_releases_in_flight_deliveries,
+            }
+            bad_input {
+                unknown_worker_ids_are_refused_with_the_id,
+                unknown_claims_are_refused_naming_the_pair,
+                extreme_valid_input_round_trips_exactly,
+                pairs_that_concatenate_alike_stay_distinct,
+            }
+            events {
+                lifecycle_events_arrive_in_each_workers_order,
+                hot_paths_publish_nothing,
+                a_subscriber_sees_only_what_happens_after_it_subscribed,
+                the_brake_publishes_suspects_not_deaths,
+                a_lagging_subscriber_is_told_how_many_it_missed,
+                every_handle_sees_every_event,
+            }
+            races {
+                one_delivery_raced_by_many_replicas_is_assigned_once,
+                racing_new_targets_never_exceed_capacity,
+                a_heartbeat_racing_the_sweep_is_accepted_or_dead_never_both,
+                nothing_is_assigned_to_a_worker_after_its_drain_returned,
+                a_completion_racing_the_workers_death_either_completes_or_is_released,
+            }
+        }
+    };
+}
+
+/// The expansion of [`conformance_suite!`](crate::conformance_suite): a module per group, a test
+/// per case. Not for direct use.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($($group:ident { $($case:ident),* $(,)? })*) => {
+        $(
+            mod $group {
+                $(
+                    #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $case() {
+                        let fixture = $crate::testkit::IntoFixture::into_fixture(
+                            super::__conformance_fixture(),
+                        );
+                        if let ::std::option::Option::Some(fixture) = fixture {
+                            $crate::testkit::cases::$group::$case(&fixture).await;
+                        }
+                    }
+                )*
+            }
+        )*
+    };
+}

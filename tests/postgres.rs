@@ -1,0 +1,778 @@
+//! The PostgreSQL backend against a real server: what only a networked, transactional backend can
+//! get wrong (races between connections and replicas, the outbox hand-off, a database restart, a
+//! replica killed in the middle of a transaction). The contract's semantics are checked by the
+//! conformance suite; these tests check that they hold across connections.
+//!
+//! A server comes from `WORKER_REGISTRY_POSTGRES_URL`, or is started for the run (see
+//! `support/pg_cluster.rs`). Each test works in a registry of its own name.
+
+#[path = "support/pg_cluster.rs"]
+mod pg_cluster;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use worker_registry::{
+    Admission, DeadReason, DeliveryId, Event, HeartbeatAck, Maintenance, PostgresRegistry,
+    RegistryConfig, RegistryError, Rejection, Status, Subscribe, Target, WorkerRegistry,
+};
+
+async fn open(url: &str, test: &str, config: RegistryConfig) -> PostgresRegistry {
+    PostgresRegistry::builder(url)
+        .name(pg_cluster::unique_name(test))
+        .config(config)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+fn t(n: u64) -> Target {
+    Target::new("octo/repo", n).unwrap()
+}
+
+fn d(s: &str) -> DeliveryId {
+    DeliveryId::new(s).unwrap()
+}
+
+/// Live workers of the registry as the database counts them, on a connection of its own.
+async fn live_in_db(url: &str, name: &str) -> (i64, i32) {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM wr_workers w WHERE w.registry = r.id AND w.status <> 'dead'),
+                    (SELECT c.live FROM wr_capacity c WHERE c.registry = r.id)
+               FROM wr_registries r WHERE r.name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_admits_of_one_delivery_across_replicas_get_one_assigned() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let first = open(&url, "race-one", RegistryConfig::default()).await;
+    let mut replicas = vec![first.clone()];
+    for _ in 0..3 {
+        replicas.push(first.replica().await.unwrap());
+    }
+    let mut tasks = JoinSet::new();
+    for i in 0..64 {
+        let r = replicas[i % replicas.len()].clone();
+        tasks.spawn(async move { r.admit(&t(1), &d("same")).await });
+    }
+    let mut assigned = Vec::new();
+    let mut holders = HashSet::new();
+    while let Some(r) = tasks.join_next().await {
+        match r.unwrap().unwrap() {
+            Admission::Assigned(a) => assigned.push(a),
+            Admission::Duplicate(dup) => {
+                holders.insert(dup.holder);
+            }
+            Admission::Rejected(r) => panic!("rejected: {r}"),
+        }
+    }
+    assert_eq!(assigned.len(), 1, "{assigned:?}");
+    assert!(assigned[0].new);
+    assert_eq!(holders, HashSet::from([Some(assigned[0].worker)]));
+    assert_eq!(live_in_db(&url, first.name()).await, (1, 1));
+    // The duplicates were counted by the replicas that saw them, the admission by its own.
+    let counted: u64 = replicas
+        .iter()
+        .map(|r| r.stats().duplicates + r.stats().admitted_new)
+        .sum();
+    assert_eq!(counted, 64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_is_never_exceeded_while_replicas_race_to_create_and_kill_workers() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    const MAX: usize = 5;
+    let config = RegistryConfig::builder().max_workers(MAX).build().unwrap();
+    let first = open(&url, "race-capacity", config).await;
+    let name = first.name().to_owned();
+    let mut replicas = vec![first.clone()];
+    for _ in 0..3 {
+        replicas.push(first.replica().await.unwrap());
+    }
+
+    // A sampler reads the live count on its own connection throughout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (stop, url, name) = (stop.clone(), url.clone(), name.clone());
+        tokio::spawn(async move {
+            let mut worst = 0;
+            let mut samples = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let (rows, counter) = live_in_db(&url, &name).await;
+                assert!(
+                    rows <= MAX as i64 && counter <= MAX as i32,
+                    "{rows} {counter}"
+                );
+                worst = worst.max(rows);
+                samples += 1;
+            }
+            (worst, samples)
+        })
+    };
+
+    let assigned = Arc::new(AtomicUsize::new(0));
+    let mut tasks = JoinSet::new();
+    for i in 0..32u64 {
+        let (r, assigned) = (replicas[i as usize % 4].clone(), assigned.clone());
+        tasks.spawn(async move {
+            for round in 0..6u64 {
+                let target = t(1 + i * 100 + round);
+                match r.admit(&target, &d("x")).await.unwrap() {
+                    Admission::Assigned(a) => {
+                        assigned.fetch_add(1, Ordering::Relaxed);
+                        // Half the workers exit at once (their slot is reused), half stay.
+                        if round % 2 == 0 {
+                            r.drain(a.worker).await.unwrap();
+                            r.loop_finished(a.worker).await.unwrap();
+                        }
+                    }
+                    Admission::Rejected(Rejection::CapacityFull { limit }) => {
+                        assert_eq!(limit, MAX)
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (worst, samples) = sampler.await.unwrap();
+    assert!(samples > 0);
+    assert!(worst <= MAX as i64);
+    let (rows, counter) = live_in_db(&url, &name).await;
+    assert_eq!(
+        rows,
+        i64::from(counter),
+        "the counter row agrees with the rows"
+    );
+    assert!(rows <= MAX as i64);
+    assert!(assigned.load(Ordering::Relaxed) >= MAX);
+    assert!(matches!(
+        replicas[0].register().await,
+        Err(RegistryError::Rejected(Rejection::CapacityFull { .. })) | Ok(_)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_events_go_to_one_replica_and_come_back_after_one_dies_without_acking() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .startup_grace(Duration::ZERO)
+        .release_ack_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let a = open(&url, "outbox", config.clone()).await;
+    let b = a.replica().await.unwrap();
+    for i in 0..3 {
+        let Admission::Assigned(_) = a.admit(&t(1), &d(&format!("d{i}"))).await.unwrap() else {
+            panic!()
+        };
+    }
+    a.advance_time_for_tests(config.heartbeat_timeout() + Duration::from_secs(1))
+        .await
+        .unwrap();
+
+    // A sweeps first: it holds the lock, kills the worker, and is handed the three events.
+    let ra = a.sweep().await.unwrap();
+    assert!(ra.swept);
+    assert_eq!(ra.died.len(), 1);
+    let mut got: Vec<_> = ra.released.iter().map(|e| e.delivery.to_string()).collect();
+    got.sort();
+    assert_eq!(got, ["d0", "d1", "d2"]);
+    assert!(ra.released.iter().all(|e| e.receipt().is_some()));
+    // B sees none of them while A's claim on them is fresh.
+    assert!(b.sweep().await.unwrap().released.is_empty());
+
+    // A dies before acknowledging (its pool and listener go with it).
+    drop(a);
+    assert!(b.sweep().await.unwrap().released.is_empty());
+    b.advance_time_for_tests(Duration::from_secs(61))
+        .await
+        .unwrap();
+    let rb = b.sweep().await.unwrap();
+    assert_eq!(
+        rb.released.len(),
+        3,
+        "offered again after release_ack_timeout"
+    );
+    b.acknowledge(&rb.released).await.unwrap();
+    b.acknowledge(&rb.released).await.unwrap(); // twice is not an error
+    b.advance_time_for_tests(Duration::from_secs(61))
+        .await
+        .unwrap();
+    assert!(
+        b.sweep().await.unwrap().released.is_empty(),
+        "acknowledged: gone"
+    );
+    // Re-dispatching a released delivery admits it again, onto a new worker.
+    let Admission::Assigned(again) = b.admit(&t(1), &d("d0")).await.unwrap() else {
+        panic!()
+    };
+    assert!(again.new);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_offset_is_shared_and_a_heartbeat_racing_the_sweep_lands_or_is_refused() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .startup_grace(Duration::ZERO)
+        .brake_fraction(1.0)
+        .build()
+        .unwrap();
+    let a = open(&url, "beat-race", config.clone()).await;
+    let b = a.replica().await.unwrap();
+    for round in 0..20u64 {
+        let w = a.register().await.unwrap();
+        a.heartbeat(w).await.unwrap();
+        // Stale by a hair on the shared clock: the sweep (on B) and the heartbeat (on A) race.
+        a.advance_time_for_tests(config.heartbeat_timeout() + Duration::from_millis(5))
+            .await
+            .unwrap();
+        let (beat, swept) = tokio::join!(a.heartbeat(w), b.sweep());
+        let died = swept
+            .unwrap()
+            .died
+            .contains(&(w, DeadReason::MissedHeartbeats));
+        let status = b.worker(w).await.unwrap().unwrap().status;
+        match beat {
+            Ok(HeartbeatAck::Active) => {
+                assert!(!died, "round {round}: beat landed and the worker died");
+                assert_eq!(status, Status::Active);
+            }
+            Err(RegistryError::WorkerDead { .. }) => {
+                assert!(died, "round {round}: refused but not killed");
+                assert_eq!(status, Status::Dead(DeadReason::MissedHeartbeats));
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+        let _ = a.deregister(w).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_sees_every_lifecycle_event_in_order() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let a = open(&url, "events", RegistryConfig::default()).await;
+    let b = a.replica().await.unwrap();
+    let mut on_b = b.subscribe();
+    let mut on_a = a.subscribe();
+    let Admission::Assigned(x) = a.admit(&t(7), &d("e")).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(b.drain(x.worker).await.unwrap(), Status::Draining);
+    assert_eq!(
+        a.loop_finished(x.worker).await.unwrap(),
+        Status::Dead(DeadReason::Exited)
+    );
+    let expected = vec![
+        Event::WorkerCreated {
+            worker: x.worker,
+            target: Some(t(7)),
+        },
+        Event::WorkerDraining {
+            worker: x.worker,
+            target: Some(t(7)),
+        },
+        Event::WorkerDied {
+            worker: x.worker,
+            target: Some(t(7)),
+            reason: DeadReason::Exited,
+        },
+    ];
+    for sub in [&mut on_a, &mut on_b] {
+        let mut seen = Vec::new();
+        for _ in 0..expected.len() {
+            let e = tokio::time::timeout(Duration::from_secs(10), sub.recv())
+                .await
+                .expect("event within 10 s")
+                .unwrap();
+            seen.push(e);
+        }
+        assert_eq!(seen, expected);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_transaction_leaves_nothing_behind() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let r = open(&url, "killed-tx", RegistryConfig::default()).await;
+    let name = r.name().to_owned();
+
+    // A "replica" that got half-way: its admit ran inside a transaction it never committed, and
+    // holds the target's lock, when its connection is cut.
+    let (victim, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let victim_conn = tokio::spawn(conn);
+    let pid: i32 = victim
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    victim.batch_execute("BEGIN").await.unwrap();
+    let row = victim
+        .query_one(
+            "SELECT o_outcome, o_new FROM wr_admit((SELECT id FROM wr_registries WHERE name = $1),
+                    'octo/repo', 1, 'half', 64, 1000000, 1000000)",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "assigned");
+    assert!(row.get::<_, bool>(1));
+
+    // Another replica's admit of the same target waits for that lock...
+    let waiting = {
+        let r = r.clone();
+        tokio::spawn(async move { r.admit(&t(1), &d("other")).await })
+    };
+    // ...until the victim's backend is terminated (as if its process had been SIGKILLed).
+    let (killer, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let killed: bool = killer
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(killed);
+    let _ = victim_conn.await;
+
+    let Admission::Assigned(other) = waiting.await.unwrap().unwrap() else {
+        panic!()
+    };
+    assert!(other.new, "the victim's worker never existed");
+    assert_eq!(other.worker.get(), 1, "and spent no worker id");
+    // Its claim never existed either: the same delivery is admitted as new.
+    assert!(matches!(
+        r.admit(&t(1), &d("half")).await.unwrap(),
+        Admission::Assigned(a) if a.worker == other.worker && !a.new
+    ));
+    assert_eq!(live_in_db(&url, &name).await, (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restart_is_a_retryable_error_and_the_same_handle_recovers() {
+    let Some(mut cluster) = pg_cluster::own_cluster() else {
+        return;
+    };
+    let url = cluster.url();
+    let r = PostgresRegistry::builder(&url)
+        .name("restart")
+        .call_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let mut events = r.subscribe();
+    let Admission::Assigned(a) = r.admit(&t(1), &d("before")).await.unwrap() else {
+        panic!()
+    };
+    assert!(matches!(
+        events.recv().await,
+        Ok(Event::WorkerCreated { .. })
+    ));
+
+    cluster.kill().unwrap();
+    for _ in 0..3 {
+        match r.admit(&t(1), &d("during")).await {
+            Err(e @ RegistryError::Backend { .. }) => assert!(e.is_retryable(), "{e}"),
+            other => panic!("while the database is down: {other:?}"),
+        }
+        assert!(r.heartbeat(a.worker).await.unwrap_err().is_retryable());
+    }
+    // status() and stats() never touch the database.
+    let _ = (r.status(), r.stats());
+
+    cluster.restart().unwrap();
+    // Pooled connections that died with the server fail once at most; then the pool has
+    // replaced them. Bounded: a handful of calls.
+    let mut recovered = None;
+    for _ in 0..20 {
+        match r.heartbeat(a.worker).await {
+            Ok(ack) => {
+                recovered = Some(ack);
+                break;
+            }
+            Err(e) => assert!(e.is_retryable(), "{e:?}"),
+        }
+    }
+    assert_eq!(recovered, Some(HeartbeatAck::Active));
+    // What was committed before the crash is still there.
+    assert!(matches!(
+        r.admit(&t(1), &d("before")).await.unwrap(),
+        Admission::Duplicate(dup) if dup.holder == Some(a.worker)
+    ));
+    // The listener reconnected: events flow again (it retries with a pause of at most 5 s).
+    let mut got = None;
+    for i in 0..60 {
+        let w = r.register().await.unwrap();
+        if let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(500), events.recv()).await {
+            got = Some((i, e));
+            break;
+        }
+        r.deregister(w).await.unwrap();
+    }
+    assert!(got.is_some(), "no event after the restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_connects_apply_the_migrations_once() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    // A database of its own, so that the migrations really run here.
+    let db = pg_cluster::unique_name("migrate").replace('-', "_");
+    let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    let mut db_url: tokio_postgres::Config = url.parse().unwrap();
+    db_url.dbname(&db);
+    let db_url = format!(
+        "postgres://postgres@127.0.0.1:{}/{db}",
+        db_url.get_ports().first().copied().unwrap_or(5432)
+    );
+    let mut tasks = JoinSet::new();
+    for i in 0..4 {
+        let u = db_url.clone();
+        tasks.spawn(async move {
+            PostgresRegistry::builder(u)
+                .name(format!("m{}", i % 2))
+                .listen(false)
+                .connect()
+                .await
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap().unwrap();
+    }
+    assert!(PostgresRegistry::migrate(&db_url).await.unwrap().is_empty());
+    let (client, conn) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM wr_schema_migrations", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+    let regs: i64 = client
+        .query_one("SELECT count(*) FROM wr_registries", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(regs, 2, "two names, two registries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_urls_and_unreachable_servers_are_typed_errors() {
+    let err = PostgresRegistry::builder("postgres://[not a url")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegistryError::Backend {
+                backend: "postgres",
+                retryable: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // A port nothing listens on (bound and released just now).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = PostgresRegistry::builder(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+        .call_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_and_purge_work_through_a_backlog_in_bounded_batches() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .claim_retention(Duration::from_secs(60))
+        .dead_retention(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let r = PostgresRegistry::builder(&url)
+        .name(pg_cluster::unique_name("batches"))
+        .config(config)
+        .batch(4)
+        .connect()
+        .await
+        .unwrap();
+    for i in 0..10 {
+        let target = t(100 + i);
+        let Admission::Assigned(a) = r.admit(&target, &d("x")).await.unwrap() else {
+            panic!()
+        };
+        r.complete(&target, &d("x")).await.unwrap();
+        r.deregister(a.worker).await.unwrap();
+    }
+    r.advance_time_for_tests(Duration::from_secs(61))
+        .await
+        .unwrap();
+    let mut expired = Vec::new();
+    let mut purged = Vec::new();
+    for _ in 0..4 {
+        let s = r.sweep().await.unwrap();
+        expired.push(s.expired_claims);
+        purged.push(s.purged_workers);
+    }
+    assert_eq!(expired, [4, 4, 2, 0]);
+    assert_eq!(purged, [4, 4, 2, 0]);
+    assert!(r.status().workers.is_empty());
+    assert_eq!(r.stats().claims_expired, 10);
+    assert_eq!(r.stats().workers_purged, 10);
+}
+
+/// One step of a random history.
+#[derive(Debug, Clone)]
+enum Op {
+    Admit(u64, u8),
+    Claim(u64, u8),
+    Release(u64, u8),
+    Complete(u64, u8),
+    CompleteBy(u64, u64, u8),
+    Assign(u64),
+    Heartbeat(u64),
+    LoopStarted(u64),
+    LoopFinished(u64),
+    Register,
+    Deregister(u64),
+    Drain(u64),
+    DrainAll,
+    Worker(u64),
+    Sweep,
+    Advance,
+}
+
+fn random_op(rng: &mut impl rand::Rng) -> Op {
+    let (t, e, w) = (
+        rng.gen_range(1..=5),
+        rng.gen_range(1..=4),
+        rng.gen_range(1..=12),
+    );
+    match rng.gen_range(0..100) {
+        0..=19 => Op::Admit(t, e),
+        20..=24 => Op::Claim(t, e),
+        25..=27 => Op::Release(t, e),
+        28..=35 => Op::Complete(t, e),
+        36..=40 => Op::CompleteBy(w, t, e),
+        41..=44 => Op::Assign(t),
+        45..=56 => Op::Heartbeat(w),
+        57..=59 => Op::LoopStarted(w),
+        60..=65 => Op::LoopFinished(w),
+        66..=68 => Op::Register,
+        69..=71 => Op::Deregister(w),
+        72..=75 => Op::Drain(w),
+        76 => Op::DrainAll,
+        77..=81 => Op::Worker(w),
+        82..=90 => Op::Sweep,
+        _ => Op::Advance,
+    }
+}
+
+/// What is compared of a worker (its wall-clock times differ between the two time bases).
+fn worker_view(w: &worker_registry::WorkerInfo) -> String {
+    format!(
+        "{} {:?} {:?} {:?} {:?} suspect={} beaten={} {} died={} drain={}",
+        w.id,
+        w.target,
+        w.kind,
+        w.status,
+        w.activity,
+        w.suspect,
+        w.has_heartbeated,
+        w.token,
+        w.died_at.is_some(),
+        w.drain_deadline.is_some()
+    )
+}
+
+async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
+    let target = |n: u64| t(n);
+    let delivery = |e: u8| d(&format!("e{e}"));
+    let id = worker_registry::WorkerId::new;
+    match op {
+        Op::Admit(t, e) => match r.admit(&target(*t), &delivery(*e)).await {
+            Ok(Admission::Duplicate(dup)) => format!("dup {:?} {:?}", dup.holder, dup.state),
+            other => format!("{other:?}"),
+        },
+        Op::Claim(t, e) => match r.claim(&target(*t), &delivery(*e)).await {
+            Ok(worker_registry::ClaimOutcome::AlreadyClaimed(dup)) => {
+                format!("dup {:?} {:?}", dup.holder, dup.state)
+            }
+            other => format!("{other:?}"),
+        },
+        Op::Release(t, e) => format!("{:?}", r.release(&target(*t), &delivery(*e)).await),
+        Op::Complete(t, e) => format!("{:?}", r.complete(&target(*t), &delivery(*e)).await),
+        Op::CompleteBy(w, t, e) => {
+            format!(
+                "{:?}",
+                r.complete_by(id(*w), &target(*t), &delivery(*e)).await
+            )
+        }
+        Op::Assign(t) => format!("{:?}", r.assign(&target(*t)).await),
+        Op::Heartbeat(w) => format!("{:?}", r.heartbeat(id(*w)).await),
+        Op::LoopStarted(w) => format!("{:?}", r.loop_started(id(*w)).await),
+        Op::LoopFinished(w) => format!("{:?}", r.loop_finished(id(*w)).await),
+        Op::Register => format!("{:?}", r.register().await),
+        Op::Deregister(w) => format!("{:?}", r.deregister(id(*w)).await),
+        Op::Drain(w) => format!("{:?}", r.drain(id(*w)).await),
+        Op::DrainAll => format!("{:?}", r.drain_all_within(Duration::from_secs(30)).await),
+        Op::Worker(w) => match r.worker(id(*w)).await {
+            Ok(Some(info)) => worker_view(&info),
+            other => format!("{other:?}"),
+        },
+        Op::Sweep => {
+            let s = r.sweep().await.unwrap();
+            r.acknowledge(&s.released).await.unwrap();
+            let mut died = s.died.clone();
+            died.sort_by_key(|(w, _)| *w);
+            let mut suspected = s.suspected.clone();
+            suspected.sort();
+            let mut released: Vec<_> = s
+                .released
+                .iter()
+                .map(|e| format!("{} {:?} {}", e.delivery, e.holder, e.reason))
+                .collect();
+            released.sort();
+            let mut targets = s.released_targets.clone();
+            targets.sort();
+            let snap = r.status();
+            let mut workers: Vec<_> = snap.workers.iter().map(worker_view).collect();
+            workers.sort();
+            format!(
+                "died={died:?} suspected={suspected:?} brake={} released={released:?} \
+                 targets={targets:?} expired={} evicted={} purged={} counts={:?} capacity={:?} \
+                 claims={:?} workers={workers:?}",
+                s.brake_engaged,
+                s.expired_claims,
+                s.evicted_claims,
+                s.purged_workers,
+                snap.counts,
+                snap.capacity,
+                snap.claims
+            )
+        }
+        Op::Advance => String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_as_the_in_memory_registry_does_on_random_histories() {
+    use rand::SeedableRng;
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    // Decisions are at least seconds from any boundary, so the few milliseconds of real time
+    // that pass on the server during a history cannot change one.
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(10))
+        .missed_heartbeats(4)
+        .startup_grace(Duration::from_secs(20))
+        .sweep_interval(Duration::from_secs(5))
+        .max_workers(5)
+        .claim_retention(Duration::from_secs(110))
+        .max_retained_claims(1_000)
+        .dead_retention(Duration::from_secs(90))
+        .suspect_grace(Duration::from_secs(65))
+        .brake_min_workers(3)
+        .brake_fraction(0.5)
+        .drain_deadline(Duration::from_secs(35))
+        .build()
+        .unwrap();
+    const STEP: Duration = Duration::from_secs(25);
+    for seed in 0..8u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let clock = worker_registry::ManualClock::new();
+        let memory = worker_registry::InMemoryRegistry::with_clock(config.clone(), clock.clone());
+        let pg = open(&url, "differential", config.clone()).await;
+        for step in 0..300 {
+            let op = random_op(&mut rng);
+            if let Op::Advance = op {
+                clock.advance(STEP);
+                pg.advance_time_for_tests(STEP).await.unwrap();
+                continue;
+            }
+            let want = apply(&memory, &op).await;
+            let got = apply(&pg, &op).await;
+            assert_eq!(got, want, "seed {seed}, step {step}: {op:?}");
+            if std::env::var_os("WR_SHOW_HISTORY").is_some() {
+                println!("{op:?} => {want}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_calls_that_returned_before_subscribe_never_reach_the_subscription() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let r = open(&url, "settle", RegistryConfig::default()).await;
+    for _ in 0..30 {
+        // The creation's NOTIFY is on its way to this handle's listener when `register` returns;
+        // the handle waits until it has passed, so the subscription below cannot see it.
+        let before = r.register().await.unwrap();
+        let mut events = r.subscribe();
+        let after = r.register().await.unwrap();
+        // ...and the event of a call that returned after subscribing is already there.
+        assert_eq!(
+            events.try_recv(),
+            Ok(Some(Event::WorkerCreated {
+                worker: after,
+                target: None
+            }))
+        );
+        assert_eq!(events.try_recv(), Ok(None));
+        r.deregister(before).await.unwrap();
+        r.deregister(after).await.unwrap();
+    }
+}
