@@ -18,6 +18,22 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::github::{SignatureError, Verifier};
 
+/// Has the allocator give large buffers back to the operating system when they are freed.
+///
+/// glibc's malloc raises its mmap threshold each time a large mmapped block is freed, so after a
+/// burst of large bodies later ones come from the heap, whose freed memory the process keeps:
+/// measured, 40 hostile 25 MiB uploads in a row left the router at 94 MiB resident where it had
+/// started at 13 MiB. A fixed threshold (which also disables that adjustment) keeps every body
+/// buffer above it in its own mapping, unmapped when the delivery is done. A no-op elsewhere
+/// than glibc. Call it once, first thing in `main`.
+pub fn return_large_buffers_to_the_os() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters, and takes the allocator's own locks.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
+}
+
 /// The default memory budget for bodies being read at once: 64 MiB (two deliveries at GitHub's
 /// cap, or hundreds of ordinary ones).
 pub const DEFAULT_BODY_BUDGET: usize = 64 * 1024 * 1024;

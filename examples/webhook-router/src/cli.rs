@@ -8,6 +8,7 @@ use crate::backend::RegistryChoice;
 use crate::body::{BodyBudget, BodyLimits};
 use crate::github;
 use crate::routing::Policy;
+use crate::server::{self, ServerLimits};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -74,6 +75,20 @@ pub struct Args {
     /// Memory for delivery bodies being received at once, MiB (at least 25, one maximal delivery).
     #[arg(long, env = "WEBHOOK_ROUTER_BODY_BUDGET_MIB", default_value_t = 64)]
     pub body_budget_mib: usize,
+    /// Time a client has to send a request's head, ms (also how long an idle connection stays open).
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_HEADER_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub header_timeout_ms: u64,
+    /// Connections open at once; more wait in the kernel's backlog (needs that many file
+    /// descriptors, plus some).
+    #[arg(long, env = "WEBHOOK_ROUTER_MAX_CONNECTIONS", default_value_t = server::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Webhook requests handled at once; more get 503 at once.
+    #[arg(long, env = "WEBHOOK_ROUTER_MAX_CONCURRENT_WEBHOOKS", default_value_t = server::DEFAULT_MAX_CONCURRENT_WEBHOOKS)]
+    pub max_concurrent_webhooks: usize,
     /// How long Ctrl-C waits for draining workers before stopping them, ms [default: 10000 / 5000].
     #[arg(long, env = "WEBHOOK_ROUTER_SHUTDOWN_MS")]
     pub shutdown_ms: Option<u64>,
@@ -110,6 +125,8 @@ pub struct Settings {
     pub options: app::Options,
     /// The shutdown deadline.
     pub shutdown: Duration,
+    /// The HTTP server's limits.
+    pub limits: ServerLimits,
 }
 
 /// A duration flag in milliseconds, at most [`MAX_DURATION`].
@@ -225,7 +242,28 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         idle: pick("--idle-ms", a.idle_ms, 60_000, 200)?,
         mailbox: a.mailbox,
     };
+    let header_timeout = ms("--header-timeout-ms", a.header_timeout_ms)?;
+    if header_timeout.is_zero() {
+        return Err("--header-timeout-ms must be at least 1".into());
+    }
+    if !(1..=1_000_000).contains(&a.max_connections) {
+        return Err(format!(
+            "--max-connections {} is out of range: 1 to 1000000",
+            a.max_connections
+        ));
+    }
+    if !(1..=65_536).contains(&a.max_concurrent_webhooks) {
+        return Err(format!(
+            "--max-concurrent-webhooks {} is out of range: 1 to 65536",
+            a.max_concurrent_webhooks
+        ));
+    }
     Ok(Settings {
+        limits: ServerLimits {
+            header_timeout,
+            max_connections: a.max_connections,
+            max_concurrent_webhooks: a.max_concurrent_webhooks,
+        },
         registry: a.registry.clone(),
         bind,
         config,
@@ -306,6 +344,11 @@ mod tests {
         assert!(parse(&["--body-budget-mib", "18446744073709551615"]).is_err());
         assert!(parse(&["--body-timeout-ms", "0"]).is_err());
         assert!(parse(&["--body-timeout-ms", &u64::MAX.to_string()]).is_err());
+        assert!(parse(&["--header-timeout-ms", "0"]).is_err());
+        assert!(parse(&["--header-timeout-ms", &u64::MAX.to_string()]).is_err());
+        assert!(parse(&["--max-connections", "0"]).is_err());
+        assert!(parse(&["--max-connections", &usize::MAX.to_string()]).is_err());
+        assert!(parse(&["--max-concurrent-webhooks", "0"]).is_err());
     }
 
     #[test]

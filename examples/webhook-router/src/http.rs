@@ -16,11 +16,16 @@ use crate::github::{self, Route, SignatureError, Verifier};
 
 use std::time::Duration;
 
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::BoxError;
 use axum::{Json, Router};
+use tower::limit::ConcurrencyLimitLayer;
+use tower::load_shed::LoadShedLayer;
+use tower::ServiceBuilder;
 use worker_registry::http::{admin_router, require_bearer_method, AdminOptions};
 use worker_registry::metrics::Metrics;
 use worker_registry::{ClaimState, Rejection, Target, WorkerId, WorkerRegistry};
@@ -29,7 +34,11 @@ use worker_registry::{ClaimState, Rejection, Target, WorkerId, WorkerRegistry};
 ///
 /// With an admin token, every admin endpoint but `/healthz` needs it, reads included (the worker
 /// list names repositories and pull requests, private ones too).
-pub fn router(app: &App, metrics: Metrics) -> Router {
+///
+/// At most `max_concurrent_webhooks` webhook requests are handled at once (a tower
+/// `ConcurrencyLimit`); beyond that a `LoadShed` answers 503 with `Retry-After` at once, before any
+/// body is read.
+pub fn router(app: &App, metrics: Metrics, max_concurrent_webhooks: usize) -> Router {
     let token = app.options().admin_token.clone();
     let admin = AdminOptions::new()
         .metrics(metrics)
@@ -43,7 +52,21 @@ pub fn router(app: &App, metrics: Metrics) -> Router {
         None => post(crash),
     };
     Router::new()
-        .route("/webhook", post(webhook))
+        .route(
+            "/webhook",
+            post(webhook).layer(
+                ServiceBuilder::new()
+                    .layer(HandleErrorLayer::new({
+                        let app = app.clone();
+                        move |headers: HeaderMap, error: BoxError| {
+                            let app = app.clone();
+                            async move { overloaded(&app, &headers, error) }
+                        }
+                    }))
+                    .layer(LoadShedLayer::new())
+                    .layer(ConcurrencyLimitLayer::new(max_concurrent_webhooks.max(1))),
+            ),
+        )
         .route("/debug/workers/{id}/crash", crash_route)
         .with_state(app.clone())
         .merge(admin_router(app.registry().clone(), admin))
@@ -513,6 +536,23 @@ pub(crate) async fn crash(State(app): State<App>, Path(id): Path<String>) -> Res
         }
         Err(e) => error_response(StatusCode::CONFLICT, e),
     }
+}
+
+/// The webhook route is at its concurrency limit (or its service failed, which it cannot).
+fn overloaded(app: &App, headers: &HeaderMap, error: BoxError) -> Response {
+    tracing::debug!("webhook request shed: {error}");
+    let event = headers
+        .get(github::EVENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|e| e.chars().take(64).collect::<String>());
+    let reply = refused(
+        event,
+        Outcome::Unavailable,
+        OVERLOADED,
+        Duration::from_secs(1),
+    );
+    app.metrics().delivery(reply.label());
+    reply.into_response()
 }
 
 async fn not_found(request: Request) -> Response {

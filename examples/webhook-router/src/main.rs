@@ -29,8 +29,19 @@ use tracing_subscriber::EnvFilter;
 use webhook_router::app::App;
 use worker_registry::WorkerRegistry;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Before the runtime's threads exist.
+    webhook_router::body::return_large_buffers_to_the_os();
+    match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt.block_on(run()),
+        Err(e) => {
+            eprintln!("webhook-router: cannot start the runtime: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let args = cli::Args::parse();
     // The simulation's summary says what happened; its log only shows errors unless RUST_LOG says.
     let default_filter = if args.simulate {
@@ -62,6 +73,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    match server::fit_file_limit(s.limits.max_connections) {
+        Ok(limit) => tracing::debug!(limit, "file descriptor limit"),
+        Err(e) => {
+            eprintln!("webhook-router: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let listener = match TcpListener::bind(s.bind).await {
         Ok(l) => l,
         Err(e) => {
@@ -91,7 +109,7 @@ async fn main() -> ExitCode {
         shutdown_deadline: s.shutdown,
     });
     let app = App::new(registry, s.options.clone());
-    let server = match server::serve(app, listener).await {
+    let server = match server::serve_with(app, listener, s.limits).await {
         Ok(server) => server,
         Err(e) => {
             eprintln!("webhook-router: {e}");
@@ -121,6 +139,14 @@ async fn main() -> ExitCode {
         work = ?server.app().options().work,
         idle = ?server.app().options().idle,
         "registry configured"
+    );
+    tracing::info!(
+        header_timeout = ?s.limits.header_timeout,
+        body_timeout = ?s.options.body.timeout,
+        body_budget_mib = s.options.body.budget.total() >> 20,
+        max_connections = s.limits.max_connections,
+        max_concurrent_webhooks = s.limits.max_concurrent_webhooks,
+        "HTTP limits"
     );
     if signed {
         tracing::info!("deliveries must carry a valid X-Hub-Signature-256");

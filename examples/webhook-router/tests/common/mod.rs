@@ -28,6 +28,7 @@ pub struct Setup {
     pub policy: routing::Policy,
     pub body_timeout: Duration,
     pub body_budget: usize,
+    pub limits: server::ServerLimits,
 }
 
 impl Default for Setup {
@@ -41,6 +42,7 @@ impl Default for Setup {
             policy: routing::Policy::default(),
             body_timeout: body::DEFAULT_BODY_TIMEOUT,
             body_budget: body::DEFAULT_BODY_BUDGET,
+            limits: server::ServerLimits::default(),
         }
     }
 }
@@ -90,7 +92,7 @@ pub async fn start_with(
         },
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = server::serve(app::App::new(registry, options), listener)
+    let server = server::serve_with(app::App::new(registry, options), listener, setup.limits)
         .await
         .unwrap();
     Harness {
