@@ -89,6 +89,7 @@ pub fn fit_file_limit(connections: usize) -> Result<u64, String> {
             lim = raised;
         }
     }
+    #[allow(clippy::useless_conversion)] // rlim_t is u64 here, but not on every platform
     let limit = u64::try_from(lim.rlim_cur).unwrap_or(u64::MAX);
     let needed = (connections as u64).saturating_add(64);
     if needed > limit {
