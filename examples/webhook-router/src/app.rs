@@ -32,9 +32,9 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::AbortHandle;
 use worker_registry::metrics::Metrics;
 use worker_registry::{
-    Admission, AlreadyClaimed, Assignment, Deferred, DeliveryId, DrainAll, DynRegistry,
-    Maintenance, RegistryError, Rejection, ReleaseReason, ReleasedEvent, Status, SweepReport,
-    Target, WorkerId, WorkerRegistry,
+    Admission, AlreadyClaimed, Assignment, ClaimOutcome, Deferred, DeliveryId, DrainAll,
+    DynRegistry, Maintenance, RegistryError, Rejection, ReleaseReason, ReleasedEvent, Status,
+    SweepReport, Target, WorkerId, WorkerRegistry,
 };
 
 /// Events a worker may have queued before the router answers 503 for its target.
@@ -462,6 +462,30 @@ impl App {
             .map(|w| w.id))
     }
 
+    /// A `reach` or `drain` event whose pull request has no worker is handled by doing nothing, and
+    /// recorded as handled (a bare claim, completed at once), so that a redelivery is answered as
+    /// the duplicate it is, whatever has happened to workers since.
+    async fn handled_without_worker(
+        &self,
+        decision: Decision,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> TargetOutcome {
+        match self.inner.registry.claim(target, delivery).await {
+            Ok(ClaimOutcome::Claimed) => match self.inner.registry.complete(target, delivery).await
+            {
+                Ok(()) => TargetOutcome::NoWorker(decision),
+                // Unrecorded: the bare claim expires after the heartbeat timeout; answer 503 so
+                // that the delivery is sent again rather than counted as handled.
+                Err(e) => TargetOutcome::Dispatched(Dispatch::Unavailable(e)),
+            },
+            Ok(ClaimOutcome::AlreadyClaimed(d)) => {
+                TargetOutcome::Dispatched(Dispatch::Duplicate(d))
+            }
+            Err(e) => TargetOutcome::Dispatched(Dispatch::Unavailable(e)),
+        }
+    }
+
     /// Carries out the routing policy's `decision` for one pull request of a delivery.
     pub async fn apply(
         &self,
@@ -480,7 +504,10 @@ impl App {
                 }
                 match self.live_worker_of(target).await {
                     Err(e) => TargetOutcome::Dispatched(Dispatch::Unavailable(e)),
-                    Ok(None) => TargetOutcome::NoWorker(decision),
+                    Ok(None) => {
+                        self.handled_without_worker(decision, target, delivery)
+                            .await
+                    }
                     Ok(Some(_)) if decision == Decision::Reach => TargetOutcome::Dispatched(
                         self.dispatch(target, delivery, Source::Webhook).await,
                     ),

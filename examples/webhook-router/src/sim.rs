@@ -141,7 +141,25 @@ fn generate(plan: &Plan) -> Vec<Arc<Delivery>> {
                     "pull_request": pr, "repository": repository, "sender": { "login": sender } });
                 ("pull_request_review_comment", body, true)
             }
-            85..=89 => {
+            85 => {
+                // A PR closed: its worker gets this as its last event and drains.
+                let mut closed = pr.clone();
+                closed["state"] = json!("closed");
+                closed["merged"] = json!(rng.gen_bool(0.7));
+                let body = json!({ "action": "closed", "number": number, "pull_request": closed,
+                    "repository": repository, "sender": { "login": sender } });
+                ("pull_request", body, true)
+            }
+            86 => {
+                // CI finished for a commit shared by two PRs of the repository: two targets.
+                let other = 1 + (number % plan.prs);
+                let body = json!({ "action": "completed", "repository": repository,
+                    "check_run": { "name": "build", "status": "completed", "conclusion": "success",
+                        "pull_requests": [{ "number": number }, { "number": other }] },
+                    "sender": { "login": "github-actions[bot]" } });
+                ("check_run", body, true)
+            }
+            87..=89 => {
                 let body = json!({ "action": "created", "issue": { "number": number },
                     "comment": { "body": "+1" }, "repository": repository,
                     "sender": { "login": sender } });
@@ -252,6 +270,8 @@ impl Client {
                 }
             }
             (200, Some("duplicate")) => Outcome::Duplicate,
+            // The PR's worker got a `closed` event as its last one.
+            (202, Some("drained")) => Outcome::AssignedExisting,
             (202, Some("ignored")) => Outcome::Ignored,
             (503, Some("capacity")) => Outcome::Capacity,
             // The PR's worker is draining, the router is shutting down, or its backend is away.
@@ -537,9 +557,14 @@ pub async fn run(server: Server, plan: Plan) -> bool {
     let (mut completed, mut in_flight, mut lost) = (0usize, 0usize, 0usize);
     for &i in &accepted {
         let (o, body) = client.send(&deliveries[i]).await;
-        match (o, body.as_ref().and_then(|b| b["state"].as_str())) {
-            (Outcome::Duplicate, Some("completed")) => completed += 1,
-            (Outcome::Duplicate, _) => in_flight += 1,
+        // Every pull request the delivery names must hold it as completed.
+        let all_completed = body
+            .as_ref()
+            .and_then(|b| b["targets"].as_array())
+            .is_some_and(|ts| !ts.is_empty() && ts.iter().all(|t| t["state"] == "completed"));
+        match (o, all_completed) {
+            (Outcome::Duplicate, true) => completed += 1,
+            (Outcome::Duplicate, false) => in_flight += 1,
             _ => lost += 1,
         }
     }
