@@ -480,6 +480,32 @@ mod tests {
         assert!(Deferred::from(Vec::new()).events().is_empty());
     }
 
+    /// The longest durations a configuration accepts do not make the task panic (an `Instant`
+    /// overflow killed it silently before durations were bounded).
+    #[tokio::test(start_paused = true)]
+    async fn the_longest_intervals_are_scheduled_without_overflow() {
+        let year = crate::MAX_DURATION;
+        let config = RegistryConfig::builder()
+            .heartbeat_interval(year / 2)
+            .missed_heartbeats(2)
+            .sweep_interval(year)
+            .claim_retention(year)
+            .dead_retention(year)
+            .suspect_grace(year)
+            .max_in_flight(year)
+            .drain_deadline(year)
+            .release_ack_timeout(year)
+            .build()
+            .unwrap();
+        let registry = InMemoryRegistry::with_clock(config, TokioClock::new());
+        let sweeper = Sweeper::spawn(registry.clone(), |_| {});
+        let monitor = sweeper.monitor();
+        tokio::time::sleep(year + Duration::from_secs(1)).await;
+        assert!(monitor.is_running());
+        assert_eq!(monitor.sweeps(), 1);
+        sweeper.shutdown().await;
+    }
+
     /// Dropping the runtime ends the task without `shutdown`: the monitor says it stopped.
     #[test]
     fn the_monitor_reports_a_task_that_ended_with_its_runtime() {
