@@ -34,6 +34,7 @@
 //! | `http` | `http::admin_router` (axum) and `metrics` (prometheus-client) |
 //! | `postgres` | [`PostgresRegistry`]: the registry in PostgreSQL, shared by router replicas |
 //! | `testkit` | `testkit`: the conformance suite every backend runs, and the reference model |
+//! | `redis` | [`redis::RedisRegistry`]: the registry shared by router replicas through Redis |
 //!
 #![warn(missing_docs)]
 
@@ -47,6 +48,8 @@ mod memory;
 pub mod metrics;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod state;
 #[cfg(feature = "tokio")]
 mod sweeper;

@@ -27,7 +27,7 @@ const ADMIT: &str = "SELECT o_outcome, o_worker, o_seq, o_new, o_since, o_state 
 const ASSIGN: &str = "SELECT o_outcome, o_worker, o_seq, o_new FROM wr_assign($1, $2, $3, $4)";
 const CLAIM: &str =
     "SELECT o_outcome, o_worker, o_since, o_state FROM wr_claim($1, $2, $3, $4, $5, $6)";
-const RELEASE: &str = "SELECT wr_release($1, $2, $3, $4) AS o_outcome";
+const RELEASE: &str = "SELECT wr_release($1, $2, $3, $4, $5) AS o_outcome";
 const COMPLETE: &str = "SELECT o_outcome, o_holder, o_reason, o_dead_reason \
                         FROM wr_complete($1, $2, $3, $4, $5, $6, $7)";
 const HEARTBEAT: &str = "SELECT o_outcome, o_reason FROM wr_heartbeat($1, $2)";
@@ -187,10 +187,11 @@ impl WorkerRegistry for PostgresRegistry {
 
     async fn release(&self, target: &Target, delivery: &DeliveryId) -> Result<(), RegistryError> {
         let (reg, number) = (self.inner.id, number_param(target));
+        let retention = &self.inner.params.retention;
         let outcome: String = self
             .call(
                 RELEASE,
-                &[&reg, &target.repo(), &number, &delivery.as_str()],
+                &[&reg, &target.repo(), &number, &delivery.as_str(), retention],
                 |row| col(row, "o_outcome"),
             )
             .await?;

@@ -308,9 +308,15 @@ END
 $$;
 
 -- release: removes a claim that is not completed. 'ok', 'unknown' or 'completed'.
-CREATE FUNCTION wr_release(p_reg bigint, p_repo text, p_number bigint, p_delivery text)
+-- A completed claim whose retention ended is forgotten, as for claim and complete: 'unknown'
+-- (the sweep deletes and counts it).
+CREATE FUNCTION wr_release(
+    p_reg bigint, p_repo text, p_number bigint, p_delivery text, p_retention bigint
+)
 RETURNS text
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_done bigint;
 BEGIN
     DELETE FROM wr_claims
      WHERE registry = p_reg AND repo = p_repo AND number = p_number AND delivery = p_delivery
@@ -318,9 +324,12 @@ BEGIN
     IF FOUND THEN
         RETURN 'ok';
     END IF;
-    PERFORM 1 FROM wr_claims
+    SELECT completed_at_ms INTO v_done FROM wr_claims
      WHERE registry = p_reg AND repo = p_repo AND number = p_number AND delivery = p_delivery;
-    RETURN CASE WHEN FOUND THEN 'completed' ELSE 'unknown' END;
+    IF NOT FOUND OR wr_now(p_reg) - v_done > p_retention THEN
+        RETURN 'unknown';
+    END IF;
+    RETURN 'completed';
 END
 $$;
 

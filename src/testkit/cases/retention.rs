@@ -31,6 +31,14 @@ pub async fn ac2_a_completed_claim_is_remembered_for_its_retention_then_forgotte
     assert_eq!(dup.state, ClaimState::Completed);
 
     fixture.advance(&r, MARGIN + PAST).await;
+    // Past its retention it is forgotten at once, before any sweep: `release` does not see it.
+    assert_eq!(
+        r.release(&target, &delivery).await,
+        Err(RegistryError::UnknownClaim {
+            target: target.clone(),
+            delivery: delivery.clone()
+        })
+    );
     let report = sweep(&r).await;
     assert_eq!(report.expired_claims, 1);
     assert_eq!(r.status().claims.retained, 0);

@@ -1,0 +1,335 @@
+//! The Redis backend's hot calls through `RedisRegistry`, on one connection, with 1 and with 64
+//! calls in flight, next to a bare `EVALSHA` of a trivial script (`return 1`) on the same server
+//! in the same run, plus `redis-benchmark` figures for that server.
+//!
+//! ```text
+//! cargo bench --features redis --bench redis            # criterion, then the table
+//! WORKER_REGISTRY_REDIS_URL=redis://host:6379/ cargo bench --features redis --bench redis
+//! ```
+//!
+//! The server is the one named by `WORKER_REGISTRY_REDIS_URL`, or a throwaway `redis-server`
+//! (without either, the bench prints one line and exits). After criterion's own estimates the
+//! bench measures each row again with every call's latency in an HDR histogram and prints a table:
+//! throughput, its ratio to the bare script at the same concurrency (target: at least 0.8), p50
+//! and p99. `--test` (criterion's smoke mode) runs each bench once and skips the table.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use hdrhistogram::Histogram;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::runtime::Runtime;
+use worker_registry::redis::RedisRegistry;
+use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry};
+
+#[path = "../tests/redis/harness.rs"]
+mod harness;
+
+/// Calls in flight in the concurrent rows.
+const IN_FLIGHT: usize = 64;
+/// Targets (each with its worker) the sticky admits and heartbeats cycle through.
+const TARGETS: usize = 64;
+
+/// What a row calls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Bare,
+    Admit,
+    Duplicate,
+    Heartbeat,
+}
+
+impl Call {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Bare => "bare_evalsha",
+            Self::Admit => "admit_sticky",
+            Self::Duplicate => "admit_duplicate",
+            Self::Heartbeat => "heartbeat",
+        }
+    }
+}
+
+/// Everything a call needs, shared by the tasks in flight.
+struct Fixture {
+    registry: RedisRegistry,
+    bare: ConnectionManager,
+    script: redis::Script,
+    targets: Vec<Target>,
+    workers: Vec<WorkerId>,
+    dup: (Target, DeliveryId),
+    /// Makes every sticky admit's delivery id unique across rows and runs.
+    next: AtomicUsize,
+    run: u128,
+}
+
+impl Fixture {
+    async fn call(&self, call: Call, i: usize) {
+        match call {
+            Call::Bare => {
+                let mut conn = self.bare.clone();
+                let one: i64 = self.script.invoke_async(&mut conn).await.expect("EVALSHA");
+                assert_eq!(one, 1);
+            }
+            Call::Admit => {
+                let n = self.next.fetch_add(1, Ordering::Relaxed);
+                let d = DeliveryId::new(&format!("bench-{}-{n}", self.run)).unwrap();
+                let a = self.registry.admit(&self.targets[i % TARGETS], &d).await;
+                assert!(matches!(a, Ok(Admission::Assigned(_))), "{a:?}");
+            }
+            Call::Duplicate => {
+                let a = self.registry.admit(&self.dup.0, &self.dup.1).await;
+                assert!(matches!(a, Ok(Admission::Duplicate(_))), "{a:?}");
+            }
+            Call::Heartbeat => {
+                self.registry
+                    .heartbeat(self.workers[i % TARGETS])
+                    .await
+                    .expect("heartbeat");
+            }
+        }
+    }
+}
+
+/// Runs `n` calls with `in_flight` at a time; returns the elapsed time and, if asked, every
+/// call's latency.
+async fn drive(
+    f: &Arc<Fixture>,
+    call: Call,
+    n: usize,
+    in_flight: usize,
+    record: bool,
+) -> (Duration, Option<Histogram<u64>>) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let hist = Arc::new(Mutex::new(
+        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
+    ));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..in_flight {
+        let (f, next, hist) = (f.clone(), next.clone(), hist.clone());
+        tasks.spawn(async move {
+            let mut local = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let t = Instant::now();
+                f.call(call, i).await;
+                if record {
+                    let _ = local.record(t.elapsed().as_nanos() as u64);
+                }
+            }
+            hist.lock().unwrap().add(local).unwrap();
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("bench task");
+    }
+    let elapsed = started.elapsed();
+    let hist = Arc::try_unwrap(hist).ok().map(|m| m.into_inner().unwrap());
+    (elapsed, if record { hist } else { None })
+}
+
+async fn setup(url: &str) -> Arc<Fixture> {
+    let config = RegistryConfig::builder()
+        .max_workers(4 * TARGETS)
+        .build()
+        .unwrap();
+    let registry = RedisRegistry::builder(url)
+        .name(harness::unique_name("bench"))
+        .config(config)
+        .connect()
+        .await
+        .expect("connect");
+    let mut targets = Vec::new();
+    let mut workers = Vec::new();
+    for i in 0..TARGETS {
+        let t = Target::new("octo/bench", i as u64 + 1).unwrap();
+        let Ok(Admission::Assigned(a)) = registry
+            .admit(&t, &DeliveryId::new(&format!("first-{i}")).unwrap())
+            .await
+        else {
+            panic!("setup admit")
+        };
+        workers.push(a.worker);
+        targets.push(t);
+    }
+    let dup = (targets[0].clone(), DeliveryId::new("first-0").unwrap());
+    let client = redis::Client::open(url).unwrap();
+    let bare = ConnectionManager::new_with_config(client, ConnectionManagerConfig::new())
+        .await
+        .unwrap();
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    Arc::new(Fixture {
+        registry,
+        bare,
+        script: redis::Script::new("return 1"),
+        targets,
+        workers,
+        dup,
+        next: AtomicUsize::new(0),
+        run,
+    })
+}
+
+const CALLS: [Call; 4] = [Call::Bare, Call::Admit, Call::Duplicate, Call::Heartbeat];
+
+fn criterion_benches(c: &mut Criterion, rt: &Runtime, f: &Arc<Fixture>) {
+    let mut g = c.benchmark_group("redis");
+    for in_flight in [1, IN_FLIGHT] {
+        for call in CALLS {
+            g.bench_function(format!("{}/{in_flight}", call.name()), |b| {
+                b.iter_custom(|iters| {
+                    rt.block_on(drive(f, call, iters as usize, in_flight, false))
+                        .0
+                });
+            });
+        }
+    }
+    g.finish();
+}
+
+struct Row {
+    call: Call,
+    in_flight: usize,
+    ops_per_s: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for in_flight in [1, IN_FLIGHT] {
+        for call in CALLS {
+            let n = if in_flight == 1 {
+                calls_per_row / 4
+            } else {
+                calls_per_row
+            };
+            // Warm up, then measure.
+            rt.block_on(drive(f, call, n / 10, in_flight, false));
+            let (elapsed, hist) = rt.block_on(drive(f, call, n, in_flight, true));
+            let hist = hist.unwrap();
+            rows.push(Row {
+                call,
+                in_flight,
+                ops_per_s: n as f64 / elapsed.as_secs_f64(),
+                p50_us: hist.value_at_quantile(0.50) as f64 / 1_000.0,
+                p99_us: hist.value_at_quantile(0.99) as f64 / 1_000.0,
+            });
+        }
+    }
+    rows
+}
+
+fn print_table(rows: &[Row]) {
+    println!();
+    println!("| call | in flight | calls/s | vs bare EVALSHA | p50 | p99 |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let bare = rows
+            .iter()
+            .find(|b| b.call == Call::Bare && b.in_flight == r.in_flight)
+            .map(|b| b.ops_per_s)
+            .unwrap_or(f64::NAN);
+        let ratio = r.ops_per_s / bare;
+        let mark = if r.call == Call::Bare {
+            String::new()
+        } else if ratio >= 0.8 {
+            " (>= 0.8)".to_owned()
+        } else {
+            " (below 0.8)".to_owned()
+        };
+        println!(
+            "| {} | {} | {:.0} | {:.2}{mark} | {:.0} µs | {:.0} µs |",
+            r.call.name(),
+            r.in_flight,
+            r.ops_per_s,
+            ratio,
+            r.p50_us,
+            r.p99_us
+        );
+    }
+}
+
+/// `redis-benchmark` on the same server: PING, and the same trivial script by SHA.
+fn redis_benchmark(url: &str, sha: &str) {
+    let Some(rest) = url.strip_prefix("redis://") else {
+        return;
+    };
+    let hostport = rest.split('/').next().unwrap_or(rest);
+    let hostport = hostport.rsplit('@').next().unwrap_or(hostport);
+    let (host, port) = hostport.rsplit_once(':').unwrap_or((hostport, "6379"));
+    println!();
+    println!("redis-benchmark -h {host} -p {port} (same server):");
+    for clients in [1, IN_FLIGHT] {
+        for args in [vec!["-t", "ping_mbulk"], vec!["EVALSHA", sha, "0"]] {
+            let out = std::process::Command::new("redis-benchmark")
+                .args(["-h", host, "-p", port, "-q", "-n", "100000", "-c"])
+                .arg(clients.to_string())
+                .args(&args)
+                .output();
+            match out {
+                Ok(o) if o.status.success() => {
+                    let text = String::from_utf8_lossy(&o.stdout);
+                    let line = text.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+                    let line = line.rsplit('\r').next().unwrap_or(line).trim();
+                    println!("  -c {clients:>2}  {line}");
+                }
+                _ => {
+                    println!("  redis-benchmark not available");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn main() {
+    let smoke = std::env::args().any(|a| a == "--test");
+    let server;
+    let url = match std::env::var(harness::URL_VAR) {
+        Ok(url) => url,
+        Err(_) if harness::have_binary() => {
+            server = harness::Server::start(false, "bench").expect("redis-server");
+            server.url()
+        }
+        Err(_) => {
+            println!(
+                "skipped: Redis benches (install redis-server or set {})",
+                harness::URL_VAR
+            );
+            return;
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let f = rt.block_on(setup(&url));
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20)
+        .without_plots()
+        .configure_from_args();
+    criterion_benches(&mut c, &rt, &f);
+    c.final_summary();
+    if smoke {
+        return;
+    }
+    let calls = std::env::var("WR_REDIS_BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(80_000);
+    let rows = table(&rt, &f, calls);
+    print_table(&rows);
+    redis_benchmark(&url, f.script.get_hash());
+}

@@ -1,0 +1,379 @@
+//! Encoding between the contract's types and what the scripts store and return: claim members,
+//! worker lines, the published snapshot, lifecycle events and released-stream entries, plus a
+//! small reader for script replies. Anything the server sends that does not decode is a
+//! non-retryable backend error (it means a bug or a foreign writer), never a guess.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use redis::Value;
+
+use crate::api::error::RegistryError;
+use crate::api::events::Event;
+use crate::api::ids::{DeliveryId, FencingToken, Target, WorkerId};
+use crate::api::report::{Receipt, ReleaseReason, ReleasedEvent};
+use crate::api::snapshot::{ClaimCounts, StatusSnapshot, WorkerInfo};
+use crate::api::status::{Activity, DeadReason, Status, WorkerKind};
+
+/// What a reply that did not decode looked like.
+#[derive(Debug)]
+pub(crate) struct CodecError(pub(crate) String);
+
+impl fmt::Display for CodecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unexpected reply from Redis: {}", self.0)
+    }
+}
+
+impl std::error::Error for CodecError {}
+
+/// A non-retryable backend error for a reply that did not decode.
+pub(crate) fn bad(what: impl Into<String>) -> RegistryError {
+    RegistryError::backend("redis", false, CodecError(what.into()))
+}
+
+/// The claim member of a pair: `<target>:<delivery>` (targets contain no `:`).
+pub(crate) fn member(target: &Target, delivery: &DeliveryId) -> String {
+    format!("{target}:{delivery}")
+}
+
+/// The wall-clock time of a registry time in ms (the server's clock is a Unix clock).
+pub(crate) fn wall(ms: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// A dead reason from its script code.
+pub(crate) fn dead_reason(code: i64) -> Result<DeadReason, RegistryError> {
+    Ok(match code {
+        1 => DeadReason::MissedHeartbeats,
+        2 => DeadReason::Exited,
+        3 => DeadReason::Deregistered,
+        4 => DeadReason::DrainTimedOut,
+        other => return Err(bad(format!("dead reason code {other}"))),
+    })
+}
+
+/// A release reason from its script code.
+pub(crate) fn release_reason(code: i64) -> Result<ReleaseReason, RegistryError> {
+    Ok(match code {
+        1..=4 => ReleaseReason::WorkerDied(dead_reason(code)?),
+        5 => ReleaseReason::Stuck,
+        6 => ReleaseReason::Unbound,
+        other => return Err(bad(format!("release reason code {other}"))),
+    })
+}
+
+fn parse_int(s: &str, what: &str) -> Result<i64, RegistryError> {
+    s.parse()
+        .map_err(|_| bad(format!("{what}: {s:?} is not an integer")))
+}
+
+fn parse_u64(s: &str, what: &str) -> Result<u64, RegistryError> {
+    s.parse()
+        .map_err(|_| bad(format!("{what}: {s:?} is not a non-negative integer")))
+}
+
+/// A worker id as the scripts write it.
+pub(crate) fn worker_id(s: &str) -> Result<WorkerId, RegistryError> {
+    s.parse().map_err(|e| bad(format!("worker id {s:?}: {e}")))
+}
+
+/// An optional worker id (`""` for none).
+pub(crate) fn opt_worker_id(s: &str) -> Result<Option<WorkerId>, RegistryError> {
+    if s.is_empty() {
+        Ok(None)
+    } else {
+        worker_id(s).map(Some)
+    }
+}
+
+fn target(s: &str) -> Result<Target, RegistryError> {
+    s.parse().map_err(|e| bad(format!("target {s:?}: {e}")))
+}
+
+fn opt_target(s: &str) -> Result<Option<Target>, RegistryError> {
+    if s.is_empty() {
+        Ok(None)
+    } else {
+        target(s).map(Some)
+    }
+}
+
+fn delivery(s: &str) -> Result<DeliveryId, RegistryError> {
+    DeliveryId::new(s).map_err(|e| bad(format!("delivery {s:?}: {e}")))
+}
+
+/// A reader over one script reply (an array), field by field.
+pub(crate) struct Reply<'a> {
+    items: &'a [Value],
+    pos: usize,
+}
+
+impl<'a> Reply<'a> {
+    /// The reply `v`, which must be an array.
+    pub(crate) fn of(v: &'a Value) -> Result<Self, RegistryError> {
+        match v {
+            Value::Array(items) | Value::Set(items) => Ok(Self { items, pos: 0 }),
+            other => Err(bad(format!("expected an array, got {other:?}"))),
+        }
+    }
+
+    /// Fields not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.items.len() - self.pos
+    }
+
+    fn next(&mut self) -> Result<&'a Value, RegistryError> {
+        let v = self
+            .items
+            .get(self.pos)
+            .ok_or_else(|| bad(format!("reply ended after {} fields", self.pos)))?;
+        self.pos += 1;
+        Ok(v)
+    }
+
+    /// The next field as text (integers are formatted).
+    pub(crate) fn text(&mut self) -> Result<std::borrow::Cow<'a, str>, RegistryError> {
+        match self.next()? {
+            Value::BulkString(b) => std::str::from_utf8(b)
+                .map(std::borrow::Cow::Borrowed)
+                .map_err(|_| bad("a reply field is not UTF-8")),
+            Value::SimpleString(s) => Ok(std::borrow::Cow::Borrowed(s.as_str())),
+            Value::Int(i) => Ok(std::borrow::Cow::Owned(i.to_string())),
+            Value::Nil => Ok(std::borrow::Cow::Borrowed("")),
+            other => Err(bad(format!("expected text, got {other:?}"))),
+        }
+    }
+
+    /// The next field as an integer (a Lua number, or decimal text).
+    pub(crate) fn int(&mut self) -> Result<i64, RegistryError> {
+        match self.next()? {
+            Value::Int(i) => Ok(*i),
+            Value::BulkString(b) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| bad("a reply field is not an integer")),
+            other => Err(bad(format!("expected an integer, got {other:?}"))),
+        }
+    }
+
+    /// The next field as a non-negative integer.
+    pub(crate) fn uint(&mut self) -> Result<u64, RegistryError> {
+        let i = self.int()?;
+        u64::try_from(i).map_err(|_| bad(format!("expected a non-negative integer, got {i}")))
+    }
+
+    /// The next field as a nested array.
+    pub(crate) fn array(&mut self) -> Result<Reply<'a>, RegistryError> {
+        Reply::of(self.next()?)
+    }
+}
+
+/// Decodes one worker line (`id t s b x bt r hb c n dd da`, see `scripts/lib_workers.lua`) as of `now`.
+pub(crate) fn decode_worker(line: &str, now: u64) -> Result<WorkerInfo, RegistryError> {
+    let f: Vec<&str> = line.split('\t').collect();
+    let [id, t, s, b, x, bt, r, hb, c, n, dd, da] = f[..] else {
+        return Err(bad(format!("worker line with {} fields", f.len())));
+    };
+    let id = worker_id(id)?;
+    let target = opt_target(t)?;
+    let kind = if target.is_some() {
+        WorkerKind::Spawned
+    } else {
+        WorkerKind::Registered
+    };
+    let created = parse_u64(c, "created")?;
+    let mut info = WorkerInfo::new(id, target, kind, wall(created));
+    info.status = match s {
+        "0" => Status::Active,
+        "1" => Status::Draining,
+        "2" => Status::Dead(dead_reason(parse_int(r, "reason")?)?),
+        other => return Err(bad(format!("worker status {other:?}"))),
+    };
+    info.activity = if b == "1" {
+        Activity::Busy
+    } else {
+        Activity::Idle
+    };
+    info.suspect = x == "1";
+    info.has_heartbeated = bt == "1";
+    let hb = parse_u64(hb, "last heartbeat")?;
+    info.last_heartbeat = wall(hb);
+    info.heartbeat_age = Duration::from_millis(now.saturating_sub(hb));
+    info.uptime = Duration::from_millis(now.saturating_sub(created));
+    let seq = if n.is_empty() {
+        0
+    } else {
+        parse_u64(n, "assignments")?
+    };
+    info.token = FencingToken::new(id, seq).map_err(|e| bad(format!("worker id: {e}")))?;
+    if matches!(info.status, Status::Dead(_)) && !da.is_empty() {
+        info.died_at = Some(wall(parse_u64(da, "died at")?));
+    }
+    if info.status == Status::Draining && !dd.is_empty() {
+        info.drain_deadline = Some(wall(parse_u64(dd, "drain deadline")?));
+    }
+    Ok(info)
+}
+
+/// Decodes a published snapshot: a header line `version now brake in_flight retained`, then one
+/// worker line each.
+pub(crate) fn decode_snapshot(text: &str, limit: usize) -> Result<StatusSnapshot, RegistryError> {
+    let mut lines = text.split('\n');
+    let header: Vec<&str> = lines.next().unwrap_or("").split('\t').collect();
+    let [version, now, brake, in_flight, retained] = header[..] else {
+        return Err(bad(format!("snapshot header with {} fields", header.len())));
+    };
+    let now = parse_u64(now, "snapshot time")?;
+    let workers = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| decode_worker(l, now))
+        .collect::<Result<Vec<_>, _>>()?;
+    let claims = ClaimCounts {
+        in_flight: parse_u64(in_flight, "in flight")? as usize,
+        retained: parse_u64(retained, "retained")? as usize,
+    };
+    Ok(StatusSnapshot::new(
+        parse_u64(version, "snapshot version")?,
+        wall(now),
+        Duration::from_millis(now),
+        workers,
+        limit,
+        brake == "1",
+        claims,
+    ))
+}
+
+/// Decodes one lifecycle event as published by the scripts: its sequence number and the event.
+pub(crate) fn decode_event(text: &str) -> Result<(u64, Event), RegistryError> {
+    let f: Vec<&str> = text.split('\t').collect();
+    let seq = parse_u64(f.first().copied().unwrap_or(""), "event sequence")?;
+    let field = |i: usize| f.get(i).copied().unwrap_or("");
+    let event = match field(1) {
+        "C" => Event::WorkerCreated {
+            worker: worker_id(field(2))?,
+            target: opt_target(field(3))?,
+        },
+        "D" => Event::WorkerDraining {
+            worker: worker_id(field(2))?,
+            target: opt_target(field(3))?,
+        },
+        "S" => Event::WorkerSuspect {
+            worker: worker_id(field(2))?,
+            target: opt_target(field(3))?,
+        },
+        "X" => Event::WorkerDied {
+            worker: worker_id(field(2))?,
+            target: opt_target(field(3))?,
+            reason: dead_reason(parse_int(field(4), "reason")?)?,
+        },
+        "K" => Event::DeliveryStuck {
+            worker: worker_id(field(2))?,
+            target: target(field(3))?,
+            delivery: delivery(field(4))?,
+        },
+        "R" => Event::TargetReleased {
+            target: target(field(2))?,
+            deliveries: f
+                .get(3..)
+                .unwrap_or(&[])
+                .iter()
+                .map(|d| delivery(d))
+                .collect::<Result<_, _>>()?,
+        },
+        other => return Err(bad(format!("event kind {other:?}"))),
+    };
+    Ok((seq, event))
+}
+
+/// Decodes the released entries a sweep handed out: groups of (entry id, target, delivery,
+/// holder, reason).
+pub(crate) fn decode_released(mut r: Reply<'_>) -> Result<Vec<ReleasedEvent>, RegistryError> {
+    let mut out = Vec::with_capacity(r.remaining() / 5);
+    while r.remaining() > 0 {
+        let id = r.text()?.into_owned();
+        let t = target(&r.text()?)?;
+        let d = delivery(&r.text()?)?;
+        let holder = opt_worker_id(&r.text()?)?;
+        let reason = release_reason(r.int()?)?;
+        out.push(ReleasedEvent::new(t, d, holder, reason).with_receipt(Receipt::new(id)));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_lines_decode_every_field() {
+        let w = decode_worker("7\to/r#3\t1\t1\t0\t1\t\t1500\t1000\t4\t9000\t", 2000).unwrap();
+        assert_eq!(w.id, WorkerId::new(7));
+        assert_eq!(w.target, Some(Target::new("o/r", 3).unwrap()));
+        assert_eq!(
+            (w.status, w.activity, w.suspect),
+            (Status::Draining, Activity::Busy, false)
+        );
+        assert!(w.has_heartbeated);
+        assert_eq!(w.heartbeat_age, Duration::from_millis(500));
+        assert_eq!(w.uptime, Duration::from_millis(1000));
+        assert_eq!(w.token, FencingToken::new(WorkerId::new(7), 4).unwrap());
+        assert_eq!(w.drain_deadline, Some(wall(9000)));
+        assert_eq!(w.died_at, None);
+
+        let d = decode_worker("8\t\t2\t0\t0\t0\t4\t10\t10\t0\t\t20", 30).unwrap();
+        assert_eq!(d.status, Status::Dead(DeadReason::DrainTimedOut));
+        assert_eq!(
+            (d.kind, d.died_at),
+            (WorkerKind::Registered, Some(wall(20)))
+        );
+        assert!(decode_worker("8\t\t9\t0\t0\t0\t\t10\t10\t0\t\t", 30).is_err());
+        assert!(decode_worker("8\t\t0", 30).is_err());
+    }
+
+    #[test]
+    fn snapshots_and_events_decode_and_bad_input_is_a_non_retryable_error() {
+        let s =
+            decode_snapshot("3\t5000\t1\t2\t1\n1\t\t0\t0\t0\t0\t\t5000\t4000\t0\t\t", 8).unwrap();
+        assert_eq!(
+            (
+                s.version,
+                s.brake_engaged,
+                s.capacity.used,
+                s.capacity.limit
+            ),
+            (3, true, 1, 8)
+        );
+        assert_eq!((s.claims.in_flight, s.claims.retained), (2, 1));
+        assert_eq!(s.taken_at_monotonic, Duration::from_millis(5000));
+
+        let (seq, e) = decode_event("12\tR\to/r#1\td-1\td-2").unwrap();
+        assert_eq!(seq, 12);
+        assert_eq!(
+            e,
+            Event::TargetReleased {
+                target: Target::new("o/r", 1).unwrap(),
+                deliveries: vec![
+                    DeliveryId::new("d-1").unwrap(),
+                    DeliveryId::new("d-2").unwrap()
+                ],
+            }
+        );
+        let (_, e) = decode_event("1\tX\t4\t\t3").unwrap();
+        assert_eq!(e.kind(), "worker_died");
+        let err = decode_event("1\tQ\t4").unwrap_err();
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("event kind"), "{err}");
+    }
+
+    #[test]
+    fn release_reasons_round_trip_their_codes() {
+        assert_eq!(
+            release_reason(1).unwrap(),
+            ReleaseReason::WorkerDied(DeadReason::MissedHeartbeats)
+        );
+        assert_eq!(release_reason(5).unwrap(), ReleaseReason::Stuck);
+        assert_eq!(release_reason(6).unwrap(), ReleaseReason::Unbound);
+        assert!(release_reason(7).is_err());
+    }
+}

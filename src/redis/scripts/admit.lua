@@ -1,0 +1,31 @@
+-- admit: dedupe + sticky lookup + capacity + claim, in one step.
+-- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms, retention_ms
+-- Returns {'dup', holder|'', claimed_at, 'in_flight'|'completed'}
+--       | {'assigned', worker, assignments, new(0/1), live (-1: unchanged), now}
+--       | {'rejected', 'capacity'|'draining', worker|''}
+local target, delivery = ARGV[2], ARGV[3]
+local max_workers, timeout = tonumber(ARGV[4]), tonumber(ARGV[5])
+local grace, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
+local member = target .. ':' .. delivery
+
+-- Read phase.
+local now = clock()
+local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
+local st = standing(c, now, retention, timeout)
+if st == 'in_flight' or st == 'completed' then
+  return finish({ 'dup', c[1] or '', c[2], st })
+end
+local plan = plan_place(target, max_workers)
+if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
+  -- A released or expired claim stays as it was (the sweep still reports it).
+  return finish(refuse_place(plan, target))
+end
+
+-- Write phase.
+if st ~= 'none' then forget_claim(member, c) end
+local id, n, new = do_place(plan, target, now, now + timeout + grace)
+redis.call('HSET', ckey(member), 'h', id, 'ca', now)
+redis.call('ZADD', wckey(id), now, member)
+local live = -1
+if new == 1 then live = redis.call('ZCARD', K.live) end
+return finish({ 'assigned', id, n, new, live, now })

@@ -1,0 +1,49 @@
+-- complete / complete_by: mark a claim completed (fenced when a worker is given).
+-- ARGV: prefix, replica id, target, delivery, by (worker id or ''), timeout_ms, retention_ms,
+--       max_retained_claims, key_ttl_ms
+-- Returns {'ok', changed(0/1), evicted, retained (-1: unchanged), now}
+--       | {'unknown'} | {'not_holder', holder|''} | {'released', holder|'', reason}
+local member = ARGV[2] .. ':' .. ARGV[3]
+local by = ARGV[4]
+local timeout, retention = tonumber(ARGV[5]), tonumber(ARGV[6])
+local max_retained, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
+
+local now = clock()
+local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
+if not c[2] then return { 'unknown' } end
+local holder = c[1] or ''
+if by ~= '' and holder ~= by then return { 'not_holder', holder } end
+local st, reason = standing(c, now, retention, timeout)
+if st == 'completed' then return { 'ok', 0, 0, -1, now } end
+if st == 'released' then return { 'released', holder, reason } end
+if st == 'expired' then return { 'unknown' } end
+
+-- In flight. Far over the limit (a burst between sweeps), the oldest are evicted now, down to
+-- the limit: read which before the first write. A stale index entry (its key expired by the
+-- server and the pair claimed again since) is dropped from the index but not counted.
+local retained = redis.call('ZCARD', K.done) + 1
+local victims, stale = {}, {}
+if retained > max_retained + math.floor(max_retained / 16) then
+  for _, m in ipairs(redis.call('ZRANGE', K.done, 0, retained - max_retained - 1)) do
+    if m ~= member then
+      if redis.call('HEXISTS', ckey(m), 'dn') == 1 then
+        victims[#victims + 1] = m
+      else
+        stale[#stale + 1] = m
+      end
+    end
+  end
+end
+
+-- Complete it, retained for `retention` (the key's expiry is the backstop).
+redis.call('HSET', ckey(member), 'dn', now)
+redis.call('PEXPIRE', ckey(member), ttl)
+redis.call('ZADD', K.done, now, member)
+redis.call('ZREM', K.unbound, member)
+if c[1] then redis.call('ZREM', wckey(c[1]), member) end
+for _, m in ipairs(victims) do
+  redis.call('DEL', ckey(m))
+  redis.call('ZREM', K.done, m)
+end
+for _, m in ipairs(stale) do redis.call('ZREM', K.done, m) end
+return { 'ok', 1, #victims, retained - #victims - #stale, now }

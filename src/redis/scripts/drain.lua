@@ -1,0 +1,51 @@
+-- drain / drain_all: a busy active worker drains (until now + deadline, the earlier deadline
+-- kept); an idle one exits at once; a draining one keeps draining.
+-- ARGV: prefix, replica id, deadline_ms, worker ids... (none: every live worker)
+-- Returns, per worker, {status} flattened: 1 draining, 2 exited now, or
+-- 'unknown' / 'dead:<reason>'; then the live count and the time.
+local deadline = tonumber(ARGV[2])
+
+local now = clock()
+local ids = {}
+if #ARGV > 2 then
+  for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  ids = redis.call('ZRANGE', K.live, 0, -1)
+end
+
+-- Read phase: every worker's state, and what an exit would change.
+local plans = {}
+for i, id in ipairs(ids) do
+  local w = redis.call('HMGET', wkey(id), 's', 'b', 'r', 't', 'dd')
+  local p = { id = id, w = w }
+  if w[1] == '0' and w[2] ~= '1' then p.kill = prep_kill(id, w[4]) end
+  plans[i] = p
+end
+
+-- Write phase.
+local out = {}
+local at = now + deadline
+for i, p in ipairs(plans) do
+  local w = p.w
+  if not w[1] then
+    out[i] = 'unknown'
+  elseif w[1] == '2' then
+    out[i] = 'dead:' .. (w[3] or '')
+  elseif p.kill then
+    do_kill(p.kill, R_EXITED, now)
+    out[i] = 2
+  else
+    if w[1] == '0' then
+      redis.call('HSET', wkey(p.id), 's', 1, 'dd', at)
+      redis.call('ZADD', K.drain, at, p.id)
+      emit({ 'D', p.id, w[4] or '' })
+    elseif not w[5] or at < tonumber(w[5]) then
+      redis.call('HSET', wkey(p.id), 'dd', at)
+      redis.call('ZADD', K.drain, at, p.id)
+    end
+    out[i] = 1
+  end
+end
+out[#out + 1] = redis.call('ZCARD', K.live)
+out[#out + 1] = now
+return finish(out)

@@ -1,0 +1,17 @@
+-- heartbeat: record a beat now; refused for a dead or unknown worker.
+-- ARGV: prefix, replica id, worker, timeout_ms
+-- Returns {'ok', status(0 active | 1 draining)} | {'unknown'} | {'dead', reason}
+local id = ARGV[2]
+
+local now = clock()
+local w = redis.call('HMGET', wkey(id), 's', 'hb', 'r', 'bt')
+if not w[1] then return { 'unknown' } end
+if w[1] == '2' then return { 'dead', w[3] } end
+
+local hb = math.max(now, tonumber(w[2]))
+redis.call('HSET', wkey(id), 'hb', hb, 'bt', 1, 'x', 0)
+-- The score in `live` is a lower bound of the deadline, which later beats only move forward: it
+-- needs writing only on the first beat, which ends the start-up grace (the sweep re-scores the
+-- rest lazily).
+if w[4] ~= '1' then redis.call('ZADD', K.live, hb + tonumber(ARGV[3]), id) end
+return { 'ok', tonumber(w[1]) }

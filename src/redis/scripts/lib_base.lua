@@ -1,0 +1,71 @@
+-- worker-registry: the prelude every script starts with (src/redis/scripts.rs prepends it, and
+-- lib_claims.lua / lib_workers.lua where a script needs them). Kept small: it runs on every call.
+--
+-- KEYS[1] is the registry's test time offset key, `{name}:test_offset_ms`; ARGV[1] is the key
+-- prefix `{name}:`, ARGV[2] the calling replica's id (removed from ARGV here, so that a script's
+-- own arguments start at ARGV[2]). Every other key is built from the prefix, so all of a
+-- registry's keys share the hash tag `{name}` and live on one Cluster slot.
+--
+-- Discipline: every script reads (and so validates) everything first and writes afterwards, so
+-- that an error (a corrupted key of the wrong type, a bug) aborts it before its first write and
+-- leaves no partial state. Time is the server's TIME plus the test offset, in integer ms.
+--
+-- Keys (K.<suffix> is `{name}:<suffix>`, built on first use):
+--   live              zset  live worker id -> lower bound of its staleness deadline (ms)
+--   drain             zset  draining worker id -> drain deadline (ms)
+--   dead              zset  dead worker id -> time of death (ms)
+--   targets           hash  target -> id of its live worker (sticky map)
+--   next_worker_id    string  last worker id handed out
+--   w:<id>            hash  a worker (see lib_workers.lua)
+--   wc:<id>           zset  a worker's in-flight claim members -> claimed at (ms)
+--   c:<target>:<delivery>  hash  a claim: h holder, ca claimed at, dn completed at, rel reason
+--   unbound           zset  bare claim member -> claimed at (ms)
+--   done              zset  completed claim member -> completed at (ms)
+--   rel_pending       set   released claim members the next sweep hands out
+--   released          stream  released deliveries (consumer group `dispatch`)
+--   deliveries        zset  stream entry id -> when it was handed out (ms)
+--   events            channel  lifecycle events; event_seq their sequence number
+--   snapshot, snapshot_version  strings  the published status snapshot
+--   sweep_lease       string  "<owner>\t<expires at, registry ms>", with PX
+--   epoch             string  set once; changes only if the server lost the registry's data
+
+local P = ARGV[1]
+local ME = table.remove(ARGV, 2)
+local K = setmetatable({ offset = KEYS[1] }, {
+  __index = function(t, suffix)
+    local key = P .. suffix
+    rawset(t, suffix, key)
+    return key
+  end,
+})
+
+local function wkey(id) return P .. 'w:' .. id end
+local function wckey(id) return P .. 'wc:' .. id end
+local function ckey(member) return P .. 'c:' .. member end
+
+-- The largest worker id (ids fill the high 44 bits of a fencing token).
+local MAX_ID = 17592186044415
+
+-- An integer as decimal text (tostring would switch to exponent form past 14 digits).
+local function I(n) return string.format('%d', n) end
+
+local function clock()
+  local t = redis.call('TIME')
+  local off = tonumber(redis.call('GET', K.offset) or '0') or 0
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + off
+end
+
+-- Publishes one lifecycle event: a registry-wide sequence number (a listener that sees a gap knows
+-- how many it missed), the replica that caused it, its fields, tab-separated. The caller gets its
+-- own events in the reply (see `finish`) and hands them to its subscribers at once; the other
+-- replicas' listeners forward them from the channel.
+local EMITTED = {}
+local function emit(fields)
+  local seq = I(redis.call('INCR', K.event_seq))
+  local body = table.concat(fields, '\t')
+  redis.call('PUBLISH', K.events, seq .. '\t' .. ME .. '\t' .. body)
+  EMITTED[#EMITTED + 1] = seq .. '\t' .. body
+end
+
+-- The reply of a script that may emit events: {events, reply}.
+local function finish(reply) return { EMITTED, reply } end

@@ -1,0 +1,26 @@
+-- worker-registry: claim helpers (after lib_base.lua).
+
+-- Release reasons: 1-4 are the holder's dead reasons, 5 stuck, 6 unbound.
+local RR_UNBOUND = 6
+
+-- Where a claim stands. `c` is HMGET <claim> h ca dn rel. Returns one of 'none', 'in_flight',
+-- 'completed', 'released' (with the release reason) or 'expired'.
+local function standing(c, now, retention_ms, unbound_ms)
+  if not c[2] then return 'none' end
+  if c[3] then
+    if now - tonumber(c[3]) > retention_ms then return 'expired' end
+    return 'completed'
+  end
+  if c[4] then return 'released', tonumber(c[4]) end
+  if not c[1] and now - tonumber(c[2]) > unbound_ms then return 'released', RR_UNBOUND end
+  return 'in_flight'
+end
+
+-- Drops a claim that is about to be replaced or removed, and every index entry of it.
+local function forget_claim(member, c)
+  redis.call('DEL', ckey(member))
+  redis.call('ZREM', K.unbound, member)
+  redis.call('ZREM', K.done, member)
+  redis.call('SREM', K.rel_pending, member)
+  if c[1] then redis.call('ZREM', wckey(c[1]), member) end
+end

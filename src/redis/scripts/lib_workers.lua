@@ -1,0 +1,98 @@
+-- worker-registry: worker helpers (after lib_base.lua).
+--
+-- A worker's hash: s status (0 active, 1 draining, 2 dead), b busy, x suspect, bt has beaten,
+-- r dead reason, hb last heartbeat (creation before the first), c created, n assignments (the
+-- fencing token's low bits), t target (none for a registered worker), dd drain deadline, da died
+-- at, ss suspect since. Its entry in `live` is a lower bound of its staleness deadline: a
+-- heartbeat only writes the hash, and the sweep re-scores a worker it finds beaten since.
+
+-- Dead reasons (as in worker_registry::DeadReason).
+local R_MISSED, R_EXITED, R_DEREGISTERED, R_DRAIN_TIMED_OUT = 1, 2, 3, 4
+
+-- Reads what a worker's death will change (read phase).
+local function prep_kill(id, target)
+  local k = { id = id, target = target or '' }
+  if target and target ~= '' then
+    k.mapped = redis.call('HGET', K.targets, target) == id
+  end
+  k.members = redis.call('ZRANGE', wckey(id), 0, -1)
+  return k
+end
+
+-- The bookkeeping of a death (write phase): status, indexes, the target's mapping, the release of
+-- the worker's in-flight claims, the event. Missed heartbeats keep the activity as it was.
+local function do_kill(k, reason, now)
+  if reason == R_MISSED then
+    redis.call('HSET', wkey(k.id), 's', 2, 'r', reason, 'da', now, 'x', 0)
+  else
+    redis.call('HSET', wkey(k.id), 's', 2, 'r', reason, 'da', now, 'x', 0, 'b', 0)
+  end
+  redis.call('ZREM', K.live, k.id)
+  redis.call('ZREM', K.drain, k.id)
+  redis.call('ZADD', K.dead, now, k.id)
+  if k.mapped then redis.call('HDEL', K.targets, k.target) end
+  for _, m in ipairs(k.members) do
+    redis.call('HSET', ckey(m), 'rel', reason)
+    redis.call('SADD', K.rel_pending, m)
+  end
+  if #k.members > 0 then redis.call('DEL', wckey(k.id)) end
+  emit({ 'X', k.id, k.target, I(reason) })
+end
+
+-- Reads where a target would be placed (read phase): on its active worker ('sticky'), refused
+-- because that worker drains ('draining'), on a new worker ('new'), or refused for capacity ('full').
+local function plan_place(target, max_workers)
+  local plan = {}
+  local wid = redis.call('HGET', K.targets, target)
+  if wid then
+    local w = redis.call('HMGET', wkey(wid), 's', 'n')
+    if w[1] == '0' then return { kind = 'sticky', id = wid, n = tonumber(w[2]) or 0 } end
+    if w[1] == '1' then return { kind = 'draining', id = wid } end
+    plan.stale_mapping = true -- mapped to a dead or missing worker: the slot is vacant
+  end
+  if redis.call('ZCARD', K.live) >= max_workers then
+    plan.kind = 'full'
+    return plan
+  end
+  local last = tonumber(redis.call('GET', K.next_worker_id) or '0') or 0
+  if last + 1 > MAX_ID then
+    plan.kind = 'full' -- as in memory: an assignment that cannot create a worker is refused
+    return plan
+  end
+  plan.kind = 'new'
+  return plan
+end
+
+-- Carries a placement out (write phase). Returns the worker id (text), its assignment count and
+-- 1 if the worker was created by it, else 0.
+local function do_place(plan, target, now, first_deadline)
+  if plan.kind == 'sticky' then
+    local n = plan.n + 1
+    redis.call('HSET', wkey(plan.id), 'b', 1, 'n', n)
+    return plan.id, n, 0
+  end
+  local id = I(redis.call('INCR', K.next_worker_id))
+  redis.call('HSET', wkey(id), 's', 0, 'b', 1, 'x', 0, 'bt', 0, 'hb', now, 'c', now, 'n', 1, 't', target)
+  redis.call('ZADD', K.live, first_deadline, id)
+  redis.call('HSET', K.targets, target, id)
+  emit({ 'C', id, target })
+  return id, 1, 1
+end
+
+-- A refused placement: drop a mapping to a dead worker (there is none normally: deaths unmap).
+local function refuse_place(plan, target)
+  if plan.stale_mapping then redis.call('HDEL', K.targets, target) end
+  if plan.kind == 'draining' then return { 'rejected', 'draining', plan.id } end
+  return { 'rejected', 'capacity', '' }
+end
+
+-- A worker's fields as one tab-separated line: id t s b x bt r hb c n dd da (see codec.rs).
+local WORKER_FIELDS = { 't', 's', 'b', 'x', 'bt', 'r', 'hb', 'c', 'n', 'dd', 'da' }
+local function read_worker(id)
+  return redis.call('HMGET', wkey(id), unpack(WORKER_FIELDS))
+end
+local function encode_worker(id, f)
+  local out = { id }
+  for i = 1, #WORKER_FIELDS do out[i + 1] = f[i] or '' end
+  return table.concat(out, '\t')
+end

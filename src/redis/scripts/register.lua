@@ -1,0 +1,15 @@
+-- register: a self-started worker with no target, under the capacity limit.
+-- ARGV: prefix, replica id, max_workers, timeout_ms, startup_grace_ms
+-- Returns {'ok', worker, live, now} | {'full'} | {'exhausted'}
+local max_workers, timeout, grace = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+
+local now = clock()
+if redis.call('ZCARD', K.live) >= max_workers then return finish({ 'full' }) end
+local last = tonumber(redis.call('GET', K.next_worker_id) or '0') or 0
+if last + 1 > MAX_ID then return finish({ 'exhausted' }) end
+
+local id = I(redis.call('INCR', K.next_worker_id))
+redis.call('HSET', wkey(id), 's', 0, 'b', 0, 'x', 0, 'bt', 0, 'hb', now, 'c', now, 'n', 0)
+redis.call('ZADD', K.live, now + timeout + grace, id)
+emit({ 'C', id, '' })
+return finish({ 'ok', id, redis.call('ZCARD', K.live), now })

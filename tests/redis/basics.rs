@@ -1,0 +1,215 @@
+//! Each script's answers, one behaviour at a time.
+
+use std::time::Duration;
+
+use worker_registry::{
+    Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, DeliveryId, HeartbeatAck,
+    Maintenance, RegistryConfig, RegistryError, Rejection, Status, Target, WorkerRegistry,
+};
+
+use crate::harness;
+
+fn t(n: u64) -> Target {
+    Target::new("octo/repo", n).unwrap()
+}
+
+fn d(s: &str) -> DeliveryId {
+    DeliveryId::new(s).unwrap()
+}
+
+fn config() -> RegistryConfig {
+    RegistryConfig::builder()
+        .max_workers(2)
+        .startup_grace(Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn admit_dedupes_sticks_and_refuses_beyond_capacity_without_a_claim() {
+    let Some(url) = harness::shared("basics") else {
+        return;
+    };
+    let r = harness::registry(&url, "admit", config()).await;
+    let Admission::Assigned(a) = r.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    assert!(a.new);
+    assert_eq!(a.token.seq(), 1);
+    let Admission::Duplicate(dup) = r.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        (dup.holder, dup.state),
+        (Some(a.worker), ClaimState::InFlight)
+    );
+    let Admission::Assigned(b) = r.admit(&t(1), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!((b.worker, b.new), (a.worker, false));
+    assert!(b.token > a.token);
+    assert!(matches!(
+        r.admit(&t(2), &d("c")).await.unwrap(),
+        Admission::Assigned(_)
+    ));
+    assert_eq!(
+        r.admit(&t(3), &d("x")).await.unwrap(),
+        Admission::Rejected(Rejection::CapacityFull { limit: 2 })
+    );
+    // No claim was left behind: once there is room, the same delivery is admitted.
+    r.drain(a.worker).await.unwrap();
+    assert_eq!(
+        r.admit(&t(1), &d("z")).await.unwrap(),
+        Admission::Rejected(Rejection::TargetDraining { worker: a.worker })
+    );
+    assert_eq!(
+        r.loop_finished(a.worker).await.unwrap(),
+        Status::Dead(DeadReason::Exited)
+    );
+    assert!(matches!(r.admit(&t(3), &d("x")).await.unwrap(), Admission::Assigned(x) if x.new));
+    let s = r.stats();
+    assert_eq!((s.admitted_new, s.admitted_sticky, s.duplicates), (3, 1, 1));
+    assert_eq!(
+        (s.rejected_capacity, s.rejected_draining, s.deaths_exited),
+        (1, 1, 1)
+    );
+    assert_eq!(s.live_workers, 2);
+}
+
+#[tokio::test]
+async fn completion_is_fenced_and_released_claims_refuse_completion() {
+    let Some(url) = harness::shared("basics") else {
+        return;
+    };
+    let r = harness::registry(&url, "complete", config()).await;
+    let Admission::Assigned(a) = r.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    let stranger = worker_registry::WorkerId::new(a.worker.get() + 100);
+    assert_eq!(
+        r.complete_by(stranger, &t(1), &d("a")).await,
+        Err(RegistryError::NotHolder {
+            target: t(1),
+            delivery: d("a"),
+            holder: Some(a.worker),
+            worker: stranger,
+        })
+    );
+    r.complete_by(a.worker, &t(1), &d("a")).await.unwrap();
+    r.complete_by(a.worker, &t(1), &d("a")).await.unwrap(); // idempotent
+    let Admission::Duplicate(dup) = r.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(dup.state, ClaimState::Completed);
+    assert_eq!(
+        r.release(&t(1), &d("a")).await,
+        Err(RegistryError::ClaimCompleted {
+            target: t(1),
+            delivery: d("a")
+        })
+    );
+
+    // The holder deregisters: its other claim is released at once.
+    r.admit(&t(1), &d("b")).await.unwrap();
+    assert_eq!(r.deregister(a.worker).await, Ok(DeadReason::Deregistered));
+    assert_eq!(
+        r.complete(&t(1), &d("b")).await,
+        Err(RegistryError::ClaimReleased {
+            target: t(1),
+            delivery: d("b"),
+            holder: Some(a.worker),
+            reason: worker_registry::ReleaseReason::WorkerDied(DeadReason::Deregistered),
+        })
+    );
+    assert_eq!(
+        r.heartbeat(a.worker).await,
+        Err(RegistryError::WorkerDead {
+            id: a.worker,
+            reason: DeadReason::Deregistered
+        })
+    );
+    // The sweep hands the released delivery out once; acknowledged, it is not offered again.
+    let report = r.sweep().await.unwrap();
+    assert!(report.swept);
+    assert_eq!(report.released.len(), 1);
+    assert_eq!(report.released[0].delivery, d("b"));
+    assert!(report.released[0].receipt().is_some());
+    r.acknowledge(&report.released).await.unwrap();
+    assert!(r.sweep().await.unwrap().released.is_empty());
+    // And a redelivery of it is admitted again, on a new worker.
+    let Admission::Assigned(again) = r.admit(&t(1), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    assert!(again.new && again.worker > a.worker);
+}
+
+#[tokio::test]
+async fn bare_claims_release_and_unknown_claims() {
+    let Some(url) = harness::shared("basics") else {
+        return;
+    };
+    let r = harness::registry(&url, "claims", config()).await;
+    assert_eq!(r.claim(&t(1), &d("a")).await, Ok(ClaimOutcome::Claimed));
+    let Ok(ClaimOutcome::AlreadyClaimed(dup)) = r.claim(&t(1), &d("a")).await else {
+        panic!()
+    };
+    assert_eq!(dup.holder, None);
+    r.release(&t(1), &d("a")).await.unwrap();
+    assert_eq!(r.claim(&t(1), &d("a")).await, Ok(ClaimOutcome::Claimed));
+    assert_eq!(
+        r.release(&t(1), &d("nope")).await,
+        Err(RegistryError::UnknownClaim {
+            target: t(1),
+            delivery: d("nope")
+        })
+    );
+    assert_eq!(
+        r.complete(&t(2), &d("nope")).await,
+        Err(RegistryError::UnknownClaim {
+            target: t(2),
+            delivery: d("nope")
+        })
+    );
+}
+
+#[tokio::test]
+async fn workers_register_beat_drain_and_read_back() {
+    let Some(url) = harness::shared("basics") else {
+        return;
+    };
+    let r = harness::registry(&url, "workers", config()).await;
+    let w = r.register().await.unwrap();
+    let w2 = r.register().await.unwrap();
+    assert_eq!(
+        r.register().await,
+        Err(RegistryError::Rejected(Rejection::CapacityFull {
+            limit: 2
+        }))
+    );
+    assert_eq!(r.heartbeat(w).await, Ok(HeartbeatAck::Active));
+    assert_eq!(r.loop_started(w).await, Ok(Status::Active));
+    assert_eq!(
+        r.drain_within(w, Duration::from_secs(60)).await,
+        Ok(Status::Draining)
+    );
+    assert_eq!(r.heartbeat(w).await, Ok(HeartbeatAck::Draining));
+    let info = r.worker(w).await.unwrap().unwrap();
+    assert_eq!(info.status, Status::Draining);
+    assert!(info.has_heartbeated && info.drain_deadline.is_some());
+    assert_eq!(
+        r.worker(worker_registry::WorkerId::new(999_999)).await,
+        Ok(None)
+    );
+    // Idle w2 exits at once; busy w keeps draining.
+    let all = r.drain_all_within(Duration::from_secs(5)).await.unwrap();
+    assert_eq!((all.draining, all.exited), (1, 1));
+    assert_eq!(r.deregister(w).await, Ok(DeadReason::Exited));
+    assert_eq!(
+        r.loop_started(w2).await,
+        Err(RegistryError::WorkerDead {
+            id: w2,
+            reason: DeadReason::Exited
+        })
+    );
+    assert!(matches!(r.assign(&t(9)).await, Ok(AssignOutcome::Assigned(a)) if a.new));
+}

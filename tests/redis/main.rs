@@ -1,0 +1,15 @@
+//! The Redis backend against real servers (see `harness.rs` for which, and for the skip rule).
+//!
+//! `basics`: each script's answers; `differential`: random call sequences give the same answers
+//! as the in-memory registry; `replicas`: the lease, the released-event stream and events across
+//! handles on separate connections; `faults`: a restarted server, a script that errors, AOF
+//! persistence; `cost`: what a retained claim costs in Redis memory.
+
+mod harness;
+
+mod basics;
+mod conformance;
+mod cost;
+mod differential;
+mod faults;
+mod replicas;
