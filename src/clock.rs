@@ -35,7 +35,32 @@ pub trait Clock: Send + Sync + 'static {
     fn wall(&self) -> SystemTime {
         SystemTime::now()
     }
+
+    /// The smallest step by which [`now`](Self::now) advances: a heartbeat timeout must be well
+    /// above it, or healthy workers look silent between two ticks. The default,
+    /// [`DEFAULT_CLOCK_RESOLUTION`] (1 ms, the unit the in-memory registry stores times in), suits
+    /// a clock that reads a fine-grained counter; a coarser clock must say so.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::{Clock, SystemClock, DEFAULT_CLOCK_RESOLUTION};
+    ///
+    /// struct Ticks;
+    /// impl Clock for Ticks {
+    ///     fn now(&self) -> Duration { Duration::ZERO }
+    /// }
+    /// assert_eq!(Ticks.resolution(), DEFAULT_CLOCK_RESOLUTION);
+    /// assert!(SystemClock::new().resolution() > Duration::ZERO);
+    /// ```
+    fn resolution(&self) -> Duration {
+        DEFAULT_CLOCK_RESOLUTION
+    }
 }
+
+/// What [`Clock::resolution`] reports unless a clock says otherwise: 1 ms.
+pub const DEFAULT_CLOCK_RESOLUTION: Duration = Duration::from_millis(1);
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> Duration {
@@ -43,6 +68,9 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
     fn wall(&self) -> SystemTime {
         (**self).wall()
+    }
+    fn resolution(&self) -> Duration {
+        (**self).resolution()
     }
 }
 
@@ -52,9 +80,9 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 /// read from the vDSO data page without reading the TSC. It costs a few nanoseconds where
 /// `Instant::now()` costs tens (40-90 ns on the virtual machines this crate was measured on), and
 /// every heartbeat, admit and completion reads the clock once. Its resolution is one kernel tick
-/// (1-4 ms), three orders of magnitude below the heartbeat intervals liveness is decided on, and
-/// like `Instant` it never goes backwards and ignores wall-clock steps. Elsewhere it is
-/// `std::time::Instant`.
+/// (1-4 ms, as [`resolution`](Clock::resolution) reports from `clock_getres`), three orders of
+/// magnitude below the heartbeat intervals liveness is decided on, and like `Instant` it never
+/// goes backwards and ignores wall-clock steps. Elsewhere it is `std::time::Instant`.
 ///
 /// # Examples
 ///
@@ -103,6 +131,38 @@ impl Clock for SystemClock {
             self.origin.elapsed()
         }
     }
+
+    /// On Linux, `clock_getres(CLOCK_MONOTONIC_COARSE)` (one kernel tick, 4 ms at `HZ=250`), never
+    /// below [`DEFAULT_CLOCK_RESOLUTION`]; elsewhere [`DEFAULT_CLOCK_RESOLUTION`].
+    fn resolution(&self) -> Duration {
+        #[cfg(target_os = "linux")]
+        {
+            coarse_resolution().max(DEFAULT_CLOCK_RESOLUTION)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            DEFAULT_CLOCK_RESOLUTION
+        }
+    }
+}
+
+/// `clock_getres(CLOCK_MONOTONIC_COARSE)`; 10 ms (a slow kernel tick) if the call fails.
+#[cfg(target_os = "linux")]
+fn coarse_resolution() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, exclusively borrowed `timespec` for the call to write into, and
+    // `CLOCK_MONOTONIC_COARSE` is a clock id every Linux since 2.6.32 supports.
+    let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    if rc != 0 {
+        return Duration::from_millis(10);
+    }
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// `CLOCK_MONOTONIC_COARSE` as a `Duration` since boot.
@@ -186,6 +246,11 @@ impl Clock for ManualClock {
     fn wall(&self) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(MANUAL_CLOCK_WALL_ORIGIN_SECS) + self.now()
     }
+
+    /// 1 ns: it represents any step it is given exactly.
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
 }
 
 /// A clock driven by tokio's time, so `tokio::time::pause()` and `advance()` move it: the clock to use
@@ -232,10 +297,58 @@ impl Clock for TokioClock {
     fn now(&self) -> Duration {
         self.origin.elapsed()
     }
+
+    /// 1 ms: tokio's timers (which drive the sleeps and intervals of whoever heartbeats on this
+    /// time) fire at millisecond granularity.
+    fn resolution(&self) -> Duration {
+        Duration::from_millis(1)
+    }
 }
 
 /// Milliseconds since the clock's origin, the unit stored in a worker's state word.
 #[inline]
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolutions_are_reported() {
+        let system = SystemClock::new().resolution();
+        assert!(system >= DEFAULT_CLOCK_RESOLUTION, "{system:?}");
+        // A kernel tick is at most 10 ms on any configuration Linux ships (HZ >= 100).
+        assert!(system <= Duration::from_millis(10), "{system:?}");
+        assert_eq!(ManualClock::new().resolution(), Duration::from_nanos(1));
+        assert_eq!(
+            Arc::new(ManualClock::new()).resolution(),
+            Duration::from_nanos(1)
+        );
+    }
+
+    /// The reported resolution is what the clock does: two reads a tick apart differ, and no step
+    /// is smaller than a tick (sampled over a few ticks, with no wall-clock threshold).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_coarse_clock_moves_in_steps_of_its_resolution() {
+        let res = coarse_resolution();
+        let clock = SystemClock::new();
+        let mut last = clock.now();
+        let mut steps = 0;
+        while steps < 3 {
+            let now = clock.now();
+            if now != last {
+                assert!(
+                    now - last >= res / 2,
+                    "step {:?} below resolution {res:?}",
+                    now - last
+                );
+                last = now;
+                steps += 1;
+            }
+            std::hint::spin_loop();
+        }
+    }
 }

@@ -79,7 +79,9 @@ pub use api::stats::{Stats, SweepDurations, SWEEP_DURATION_BUCKETS};
 pub use api::status::{Activity, DeadReason, PoolStatus, Status, WorkerKind};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
-pub use clock::{Clock, ManualClock, SystemClock, MANUAL_CLOCK_WALL_ORIGIN_SECS};
+pub use clock::{
+    Clock, ManualClock, SystemClock, DEFAULT_CLOCK_RESOLUTION, MANUAL_CLOCK_WALL_ORIGIN_SECS,
+};
 pub use config::{
     ConfigError, RegistryConfig, RegistryConfigBuilder, DEFAULT_BRAKE_FRACTION,
     DEFAULT_BRAKE_MIN_WORKERS, DEFAULT_CLAIM_RETENTION, DEFAULT_DEAD_RETENTION,
@@ -95,7 +97,7 @@ pub use postgres::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_REGISTRY_NAME,
 };
 #[cfg(feature = "tokio")]
-pub use sweeper::Sweeper;
+pub use sweeper::{Deferred, Sweeper, SweeperMonitor};
 
 /// The README's code examples, compiled and run as doctests so they cannot rot.
 #[cfg(doctest)]

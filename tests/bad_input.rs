@@ -31,7 +31,11 @@ fn nasty_text() -> impl Strategy<Value = String> {
             .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
         // Near-valid repository names with lengths straddling the owner and name limits.
         (
-            re("[A-Za-z0-9-]{0,42}"),
+            prop_oneof![
+                re("[A-Za-z0-9-]{0,42}"),
+                re("[A-Za-z0-9_-]{0,20}"),
+                re("[a-z-]{1,8}_[A-Za-z0-9-]{0,8}")
+            ],
             re("[A-Za-z0-9._-]{0,104}"),
             prop_oneof![Just("/"), Just("//"), Just(""), Just("#"), Just(" / ")],
         )
@@ -49,10 +53,23 @@ fn number() -> impl Strategy<Value = u64> {
 
 // ---- what a valid value looks like (the documented rules, restated) --------------------------------
 
+fn owner_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_')
+}
+
+/// A login (letters, digits, hyphens, not starting with a hyphen), optionally followed by `_` and
+/// an Enterprise Managed User short code (letters and digits).
+fn owner_shape(o: &str) -> bool {
+    let (base, code) = o.split_once('_').unwrap_or((o, "x"));
+    !base.is_empty()
+        && !base.starts_with('-')
+        && base.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !code.is_empty()
+        && code.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
 fn valid_owner(o: &str) -> bool {
-    !o.is_empty()
-        && o.len() <= MAX_OWNER_LEN
-        && o.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    !o.is_empty() && o.len() <= MAX_OWNER_LEN && o.chars().all(owner_char) && owner_shape(o)
 }
 
 fn valid_name(n: &str) -> bool {
@@ -105,7 +122,7 @@ fn check_target_error(err: &TargetError, repo: &str, number: u64) {
         },
         TargetError::BadCharacter { part, found } => {
             let (text, ok): (&str, fn(char) -> bool) = match *part {
-                "owner" => (owner, |c| c.is_ascii_alphanumeric() || c == '-'),
+                "owner" => (owner, owner_char),
                 "repository name" => (name, |c| {
                     c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
                 }),
@@ -115,6 +132,13 @@ fn check_target_error(err: &TargetError, repo: &str, number: u64) {
                 text.chars().find(|c| !ok(*c)),
                 Some(*found),
                 "the first bad character of {text:?}"
+            );
+        }
+        TargetError::BadOwner { owner: seen, .. } => {
+            assert_eq!(seen, owner);
+            assert!(
+                owner.chars().all(owner_char) && !owner_shape(owner),
+                "{owner:?}"
             );
         }
         TargetError::ZeroNumber => {

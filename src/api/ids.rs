@@ -196,8 +196,11 @@ pub const MAX_DELIVERY_ID_LEN: usize = 255;
 
 /// What a worker works on: one pull request (or issue) of one repository.
 ///
-/// Validated on construction: `owner/name` with GitHub's character set and length limits, and a
-/// number of at least 1. GitHub treats names case-insensitively, so the name is stored lower-cased
+/// Validated on construction: `owner/name` as GitHub produces them, and a number of at least 1.
+/// The owner is a user or organisation login (ASCII letters, digits and hyphens, not starting with
+/// a hyphen, at most 39 characters), or an Enterprise Managed User's login (`mona_octocorp`: such a
+/// name, an underscore and the enterprise's short code of letters and digits); the repository
+/// name is ASCII letters, digits, `-`, `_` and `.`, at most 100 characters, neither `.` nor `..`. GitHub treats names case-insensitively, so the name is stored lower-cased
 /// and `Octo/Repo#1` and `octo/repo#1` are the same target. Cloning is cheap (one pointer is
 /// shared), and its hash is computed once, here, keyed with the process's random seed.
 ///
@@ -211,6 +214,9 @@ pub const MAX_DELIVERY_ID_LEN: usize = 255;
 /// assert_eq!(t, "octo-org/my.repo#17".parse().unwrap());
 /// assert!(Target::new("no-slash", 1).is_err());
 /// assert!(Target::new("a/b", 0).is_err());
+/// // An Enterprise Managed User's repository; an owner GitHub cannot produce.
+/// assert!(Target::new("mona_octocorp/app", 1).is_ok());
+/// assert!(Target::new("-mona/app", 1).is_err());
 /// ```
 #[derive(Clone)]
 pub struct Target(Arc<TargetInner>);
@@ -286,6 +292,35 @@ impl Ord for Target {
     }
 }
 
+/// Why an owner made of allowed characters (ASCII letters, digits, `-`, `_`) is still not one
+/// GitHub can produce, if it is not.
+///
+/// A user or organisation login is letters, digits and hyphens, and never starts with a hyphen
+/// (new logins also cannot end with one or contain two in a row, but older accounts that do still
+/// exist, so those are accepted). An Enterprise Managed User's login is such a name, an underscore
+/// and the enterprise's short code, letters and digits (`mona_octocorp`). The whole login is at
+/// most 39 characters, checked before this.
+fn owner_shape_error(owner: &str) -> Option<&'static str> {
+    let (base, shortcode) = match owner.split_once('_') {
+        Some((base, code)) => (base, Some(code)),
+        None => (owner, None),
+    };
+    if base.is_empty() {
+        return Some("starts with '_' (an enterprise short code follows a user name)");
+    }
+    if base.starts_with('-') {
+        return Some("starts with '-'");
+    }
+    match shortcode {
+        Some("") => Some("ends with '_' (an enterprise short code must follow it)"),
+        Some(code) if code.contains('_') => Some("has more than one '_'"),
+        Some(code) if code.contains('-') => {
+            Some("has '-' in its enterprise short code (letters and digits only)")
+        }
+        _ => None,
+    }
+}
+
 fn validate_repo(full: &str) -> Result<(), TargetError> {
     let Some((owner, name)) = full.split_once('/') else {
         return Err(TargetError::NotOwnerSlashName {
@@ -313,11 +348,17 @@ fn validate_repo(full: &str) -> Result<(), TargetError> {
     }
     if let Some(c) = owner
         .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-'))
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_')))
     {
         return Err(TargetError::BadCharacter {
             part: "owner",
             found: c,
+        });
+    }
+    if let Some(reason) = owner_shape_error(owner) {
+        return Err(TargetError::BadOwner {
+            owner: owner.to_owned(),
+            reason,
         });
     }
     if let Some(c) = name
@@ -390,6 +431,14 @@ pub enum TargetError {
         /// The first offending character.
         found: char,
     },
+    /// An owner of allowed characters arranged as GitHub never does (a leading hyphen, an
+    /// underscore that is not followed by an enterprise short code, ...).
+    BadOwner {
+        /// The owner (at most 39 bytes: longer ones are refused as too long first).
+        owner: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// PR/issue numbers start at 1.
     ZeroNumber,
     /// `owner/name#number` without a valid `#number`.
@@ -415,6 +464,12 @@ impl fmt::Display for TargetError {
                 write!(
                     f,
                     "target {part} contains {found:?}, which GitHub does not allow"
+                )
+            }
+            Self::BadOwner { owner, reason } => {
+                write!(
+                    f,
+                    "target owner {owner:?} {reason}, which GitHub does not allow"
                 )
             }
             Self::ZeroNumber => write!(f, "target number must be at least 1"),
@@ -658,4 +713,72 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     s[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Owners GitHub produces, from each kind of account, are accepted.
+    #[test]
+    fn every_kind_of_github_owner_is_accepted() {
+        for owner in [
+            "octocat",
+            "Octo-Org",
+            "a",
+            "0",
+            "github-actions",
+            "mona_octocorp",      // Enterprise Managed User: login + '_' + short code
+            "mona-lisa_octocorp", // normalised EMU login with a hyphen
+            "ab12_ACME1",
+            "legacy-",      // older accounts may end with a hyphen ...
+            "legacy--name", // ... or have two in a row
+            "abcdefghijklmnopqrstuvwxyz0123456789abc", // 39 characters
+        ] {
+            let t = Target::new(&format!("{owner}/repo"), 1);
+            assert!(t.is_ok(), "{owner}: {t:?}");
+        }
+        for name in [
+            "repo", "my.repo", "my_repo", "-repo", ".github", "a..b", "UPPER",
+        ] {
+            assert!(Target::new(&format!("o/{name}"), 1).is_ok(), "{name}");
+        }
+    }
+
+    /// Owners GitHub cannot produce are refused, each with its reason.
+    #[test]
+    fn owners_github_cannot_produce_are_refused() {
+        for (owner, says) in [
+            ("-mona", "starts with '-'"),
+            ("_octocorp", "starts with '_'"),
+            ("mona_", "ends with '_'"),
+            ("mona_octo_corp", "more than one '_'"),
+            ("mona_octo-corp", "short code"),
+            ("-_x", "starts with '-'"),
+        ] {
+            let e = Target::new(&format!("{owner}/repo"), 1).unwrap_err();
+            assert!(
+                matches!(&e, TargetError::BadOwner { owner: o, .. } if o == owner),
+                "{owner}: {e:?}"
+            );
+            assert!(e.to_string().contains(says), "{owner}: {e}");
+        }
+        for (owner, found) in [("mona.lisa", '.'), ("mona lisa", ' '), ("mönä", 'ö')] {
+            assert_eq!(
+                Target::new(&format!("{owner}/repo"), 1),
+                Err(TargetError::BadCharacter {
+                    part: "owner",
+                    found
+                })
+            );
+        }
+        assert!(matches!(
+            Target::new(&format!("{}_x/repo", "a".repeat(38)), 1),
+            Err(TargetError::TooLong {
+                part: "owner",
+                len: 40,
+                max: 39
+            })
+        ));
+    }
 }

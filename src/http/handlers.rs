@@ -3,7 +3,7 @@
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::IntoResponse;
 use axum::Json;
 
@@ -13,6 +13,7 @@ use super::AdminState;
 use crate::api::contract::WorkerRegistry;
 use crate::api::error::RegistryError;
 use crate::api::ids::WorkerId;
+use crate::metrics::Format;
 
 fn worker_id(path: Result<Path<String>, PathRejection>) -> Result<WorkerId, ApiError> {
     let Path(raw) = path.map_err(|e| ApiError::BadPath(e.body_text()))?;
@@ -43,10 +44,11 @@ pub(crate) async fn list_workers<R: WorkerRegistry + Clone + 'static>(
     path = "/workers/{id}",
     tag = "workers",
     description = "One worker's current state, read now (not from the snapshot).",
-    params(("id" = u64, Path, description = "Worker id")),
+    params(("id" = u64, Path, minimum = 0, maximum = 17592186044415_u64,
+        description = "Worker id: a decimal integer without sign or leading zeros, at most 2^44 - 1")),
     responses(
         (status = 200, description = "The worker", body = WorkerBody),
-        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 400, description = "The id is not a canonical decimal integer of at most 2^44 - 1", body = ErrorBody),
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
         (status = 404, description = "No such worker (never existed, or dead and purged)", body = ErrorBody),
         (status = 503, description = "The registry's backend cannot answer now", body = ErrorBody),
@@ -80,11 +82,12 @@ async fn worker_body<R: WorkerRegistry>(
     description = "Sets the worker draining: it gets no new assignment and exits when its current \
                    loop finishes. Idempotent. A worker that is idle has no loop to finish and exits \
                    at once: the answer then shows it dead with reason `exited`.",
-    params(("id" = u64, Path, description = "Worker id")),
+    params(("id" = u64, Path, minimum = 0, maximum = 17592186044415_u64,
+        description = "Worker id: a decimal integer without sign or leading zeros, at most 2^44 - 1")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The worker, now draining (or exited, if it was idle)", body = WorkerBody),
-        (status = 400, description = "The id is not a number", body = ErrorBody),
+        (status = 400, description = "The id is not a canonical decimal integer of at most 2^44 - 1", body = ErrorBody),
         (status = 401, description = "Bearer token missing or wrong (when one is configured)", body = ErrorBody),
         (status = 404, description = "No such worker", body = ErrorBody),
         (status = 409, description = "The worker is already dead", body = ErrorBody),
@@ -106,20 +109,36 @@ pub(crate) async fn drain_worker<R: WorkerRegistry + Clone + 'static>(
     get,
     path = "/metrics",
     tag = "operations",
-    description = "The registry's metrics (and any the application registered) in the OpenMetrics \
-                   text format, which Prometheus scrapes.",
+    description = "The registry's metrics (and any the application registered). The format follows \
+                   the `Accept` header: OpenMetrics text when it asks for \
+                   `application/openmetrics-text` (as Prometheus does), the classic Prometheus text \
+                   format 0.0.4 otherwise.",
+    params(("Accept" = Option<String>, Header, description = "`application/openmetrics-text` for OpenMetrics; anything else (or nothing) for the classic text format")),
     responses(
-        (status = 200, description = "OpenMetrics text", body = String,
-         content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        (status = 200, description = "The metrics", content(
+            (String = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            (String = "text/plain; version=0.0.4; charset=utf-8"),
+        )),
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
     ),
 )]
 pub(crate) async fn metrics<R: WorkerRegistry + Clone + 'static>(
     State(s): State<AdminState<R>>,
+    headers: HeaderMap,
 ) -> impl IntoResponse {
+    let accept = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    let format = Format::from_accept((!accept.is_empty()).then_some(accept.as_str()));
     (
-        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        s.metrics.encode(),
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "accept"),
+        ],
+        s.metrics.encode_as(format),
     )
 }
 

@@ -76,7 +76,7 @@ pub(crate) enum KindName {
 #[schema(as = Worker)]
 pub(crate) struct WorkerBody {
     /// The worker's id.
-    #[schema(example = 7)]
+    #[schema(example = 7, minimum = 0, maximum = 17592186044415_u64)]
     id: u64,
     /// `owner/repo#number`, or null for a self-registered pool worker.
     #[schema(example = "octo/repo#42")]
@@ -102,7 +102,9 @@ pub(crate) struct WorkerBody {
     /// When it died (RFC 3339), null unless dead.
     #[schema(format = DateTime)]
     died_at: Option<String>,
-    /// The latest fencing token it was given (worker id in the high 32 bits).
+    /// The latest fencing token it was given (worker id in the high 44 bits, the assignment count
+    /// in the low 20).
+    #[schema(minimum = 0)]
     token: u64,
     /// Milliseconds since it was created.
     uptime_ms: u64,

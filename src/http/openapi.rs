@@ -29,7 +29,7 @@ use super::model::{
         WorkersBody, WorkerBody, CountsBody, CapacityBody, ClaimsBody, ErrorBody, HealthBody,
         StatusName, ReasonName, ActivityName, PoolStatusName, KindName,
     )),
-    modifiers(&BearerScheme),
+    modifiers(&BearerScheme, &WorkerLinks),
     tags(
         (name = "workers", description = "The tracked workers"),
         (name = "operations", description = "Health, metrics and this document"),
@@ -47,5 +47,50 @@ impl Modify for BearerScheme {
             "bearer",
             SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
         );
+    }
+}
+
+/// Links the worker list to the per-worker operations (OpenAPI links): a client, or a test
+/// generator, follows `workers[0].id` into `GET /workers/{id}` and `POST /workers/{id}/drain`.
+struct WorkerLinks;
+
+impl Modify for WorkerLinks {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::link::Link;
+        use utoipa::openapi::RefOr;
+
+        let Some(list) = openapi
+            .paths
+            .paths
+            .get_mut("/workers")
+            .and_then(|p| p.get.as_mut())
+        else {
+            return;
+        };
+        if let Some(RefOr::T(ok)) = list.responses.responses.get_mut("200") {
+            for (name, operation, what) in [
+                (
+                    "GetWorker",
+                    "get_worker",
+                    "The first listed worker, read now",
+                ),
+                (
+                    "DrainWorker",
+                    "drain_worker",
+                    "Drain the first listed worker",
+                ),
+            ] {
+                ok.links.insert(
+                    name.to_owned(),
+                    RefOr::T(
+                        Link::builder()
+                            .operation_id(operation)
+                            .parameter("id", "$response.body#/workers/0/id")
+                            .description(what)
+                            .build(),
+                    ),
+                );
+            }
+        }
     }
 }

@@ -1,68 +1,66 @@
-//! The router's state and HTTP app.
+//! The router's state and its decisions, over any registry backend.
 //!
-//! * [`App`] owns the [`InMemoryRegistry`], one mailbox per simulated worker, and the router's metrics;
-//!   [`App::dispatch`] is the whole decision for one delivery: `admit`, then hand the event to the
-//!   target's worker (starting its container, a tokio task, if the registry just created it).
-//! * [`App::router`] is the axum app: `POST /webhook`, `POST /debug/workers/{id}/crash`, and the
-//!   library's admin API (`/workers`, `/metrics`, `/openapi.json`, `/healthz`) merged at the root.
-//! * [`serve`] runs it with the [`Sweeper`], whose reports' released events are re-dispatched;
-//!   [`Server::shutdown`] is the Ctrl-C path: refuse new deliveries, drain every worker, wait for
-//!   them within a deadline.
+//! * [`App`] owns a [`DynRegistry`] (the backend chosen at start, see [`crate::backend`]), one
+//!   mailbox per simulated worker, and the router's metrics. [`App::dispatch`] is the whole
+//!   decision for one (target, delivery) pair: `admit`, then hand the event to the target's worker
+//!   (starting its container, a tokio task, if the registry just created it).
+//! * [`App::after_sweep`] is the [`Sweeper`](worker_registry::Sweeper)'s callback: released events
+//!   (their worker died) are admitted again, those that cannot be placed yet are kept (and not
+//!   acknowledged, so a shared backend may offer them to another replica).
+//! * Shutdown ([`crate::server::Server::shutdown`]) refuses new deliveries, drains every worker
+//!   with a deadline, lets draining workers finish their queues, stops what is still running at the
+//!   deadline (its claims are released through the registry) and accounts for every delivery that
+//!   was accepted but not completed: [`Unfinished`].
+//!
+//! Every registry call is awaited; a backend that cannot answer is a typed error, answered 503 with
+//! `Retry-After` (a delivery whose admission failed was not accepted), never a panic.
 
-use crate::github;
-use crate::worker;
+use crate::body::BodyLimits;
+use crate::metrics::RouterMetrics;
+use crate::routing::{Decision, Policy};
+use crate::worker::{self, Exit, Job, Timings};
 
-use std::collections::VecDeque;
+use std::collections::HashSet;
 use std::fmt;
-use std::io;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use serde_json::json;
-use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch, Notify};
-use tokio::task::JoinHandle;
-use worker_registry::http::{admin_router, require_bearer, AdminOptions};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::AbortHandle;
 use worker_registry::metrics::Metrics;
 use worker_registry::{
-    Admission, AlreadyClaimed, Assignment, ClaimState, Clock, DeliveryId, DrainAll,
-    InMemoryRegistry, Rejection, Status, Sweeper, SystemClock, Target, WorkerId,
+    Admission, AlreadyClaimed, Assignment, ClaimOutcome, Deferred, DeliveryId, DrainAll,
+    DynRegistry, Maintenance, RegistryError, Rejection, ReleaseReason, ReleasedEvent, Status,
+    SweepReport, Target, WorkerId, WorkerRegistry,
 };
-
-use github::Route;
-use worker::{Exit, Job, Timings};
 
 /// Events a worker may have queued before the router answers 503 for its target.
 pub const DEFAULT_MAILBOX: usize = 64;
+/// The largest `--mailbox`: a worker with more queued events than this is better replaced by a
+/// 503 and GitHub's (or the reconciler's) retry.
+pub const MAX_MAILBOX: usize = 65_536;
 
-/// How the router behaves (the registry's own settings are in its [`RegistryConfig`]).
-///
-/// [`RegistryConfig`]: worker_registry::RegistryConfig
+/// How the router behaves (the registry's own settings are in its
+/// [`RegistryConfig`](worker_registry::RegistryConfig)).
 #[derive(Clone)]
 pub struct Options {
     /// The webhook secret. `None` accepts unsigned deliveries: only pass `None` for a loopback bind.
     pub webhook_secret: Option<Arc<[u8]>>,
-    /// If set, `POST /workers/{id}/drain` and `POST /debug/...` need `Authorization: Bearer <token>`.
+    /// If set, the admin API and `POST /debug/...` need `Authorization: Bearer <token>`.
     pub admin_token: Option<String>,
     /// How long a simulated worker works per event.
     pub work: Duration,
     /// How long a simulated worker waits for another event before it leaves.
     pub idle: Duration,
-    /// Queued events per worker before 503.
+    /// Queued events per worker before 503 (1 ..= [`MAX_MAILBOX`]).
     pub mailbox: usize,
+    /// Which events start, reach or drain a pull request's worker.
+    pub policy: Arc<Policy>,
+    /// How delivery bodies are read (size cap, time limit, memory budget).
+    pub body: BodyLimits,
 }
 
 impl fmt::Debug for Options {
@@ -79,55 +77,32 @@ impl fmt::Debug for Options {
             .field("work", &self.work)
             .field("idle", &self.idle)
             .field("mailbox", &self.mailbox)
+            .field("policy", &self.policy)
+            .field("body", &self.body)
             .finish()
     }
 }
 
-/// A worker's mailbox: its queue of events and its crash button.
-#[derive(Clone)]
-struct Mailbox {
-    jobs: mpsc::Sender<Job>,
-    crash: Arc<Notify>,
+/// Who asked for an admission (a label of the `webhook_router_admissions_total` metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A webhook delivery.
+    Webhook,
+    /// A released event placed again by the sweeper callback.
+    Redispatch,
 }
 
-/// The router's own Prometheus counters (the registry's are served next to them).
-#[derive(Clone)]
-struct RouterMetrics {
-    deliveries: Family<Vec<(&'static str, &'static str)>, Counter>,
-    exits: Family<Vec<(&'static str, &'static str)>, Counter>,
-    redispatched: Counter,
-}
-
-impl RouterMetrics {
-    fn new() -> Self {
-        Self {
-            deliveries: Family::default(),
-            exits: Family::default(),
-            redispatched: Counter::default(),
+impl Source {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Webhook => "webhook",
+            Self::Redispatch => "redispatch",
         }
     }
-
-    fn register(&self, metrics: &mut Metrics) {
-        let p = metrics.prometheus_mut();
-        p.register(
-            "webhook_router_deliveries",
-            "Webhook deliveries answered, by outcome",
-            self.deliveries.clone(),
-        );
-        p.register(
-            "webhook_router_worker_exits",
-            "Simulated worker containers that stopped, by how",
-            self.exits.clone(),
-        );
-        p.register(
-            "webhook_router_redispatched",
-            "Released events (their worker died) admitted again",
-            self.redispatched.clone(),
-        );
-    }
 }
 
-/// What the router did with one delivery (its HTTP answer is [`Reply`]).
+/// What the router did with one (target, delivery) pair.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Dispatch {
     /// Placed on a worker, which has it queued.
@@ -143,60 +118,180 @@ pub enum Dispatch {
     },
     /// The router is shutting down.
     Closing,
+    /// The registry's backend could not answer: the delivery was not accepted.
+    Unavailable(RegistryError),
 }
 
-struct Inner<C: Clock> {
-    registry: InMemoryRegistry<C>,
-    opts: Options,
-    timings: Timings,
-    mailboxes: DashMap<WorkerId, Mailbox>,
-    closing: AtomicBool,
-    /// Worker tasks running now (shutdown waits for 0).
-    running: watch::Sender<usize>,
-    metrics: RouterMetrics,
-    /// Released events not yet placed again (capacity full, or shutting down).
-    pending: AtomicUsize,
-    redispatched: AtomicU64,
+impl Dispatch {
+    /// The outcome as the router answers it (and counts it): `assigned`, `duplicate`, `capacity`
+    /// (no capacity, or the worker's queue is full), `draining`, `closing` or `unavailable`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Self::Assigned(_) => "assigned",
+            Self::Duplicate(_) => "duplicate",
+            Self::Rejected(Rejection::CapacityFull { .. }) | Self::Backlog { .. } => "capacity",
+            Self::Rejected(_) => "draining",
+            Self::Closing => "closing",
+            Self::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// Every value of [`outcome`](Self::outcome).
+    pub const OUTCOMES: [&'static str; 6] = [
+        "assigned",
+        "duplicate",
+        "capacity",
+        "draining",
+        "closing",
+        "unavailable",
+    ];
 }
 
-/// The router's state; cheap to clone.
-pub struct App<C: Clock = SystemClock> {
-    inner: Arc<Inner<C>>,
+/// What the router did with one pull request of a delivery, under the routing policy's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetOutcome {
+    /// `start`, or `reach` with a live worker: the admission's result.
+    Dispatched(Dispatch),
+    /// `drain`: the worker got the event as its last one and is draining.
+    Drained {
+        /// The assignment of that last event.
+        assignment: Assignment,
+    },
+    /// `drain` of a worker that already drains: nothing more to do.
+    AlreadyDraining {
+        /// The worker.
+        worker: WorkerId,
+    },
+    /// `reach` or `drain`, and the pull request has no live worker: nothing is started.
+    NoWorker(Decision),
+    /// The policy ignores this event.
+    Ignored,
 }
 
-impl<C: Clock> Clone for App<C> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
+/// Why an accepted delivery was not completed before the router stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UnfinishedWhy {
+    /// Its worker was still busy (or had it queued) at the shutdown deadline: the worker was
+    /// stopped and deregistered, which released the claim through the registry.
+    StoppedAtDeadline {
+        /// The worker.
+        worker: WorkerId,
+    },
+    /// Its worker died and the registry released it; it was not placed again before the router
+    /// stopped.
+    Released {
+        /// Why the registry released it.
+        reason: ReleaseReason,
+    },
+}
+
+impl fmt::Display for UnfinishedWhy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StoppedAtDeadline { worker } => {
+                write!(f, "worker {worker} was stopped at the shutdown deadline")
+            }
+            Self::Released { reason } => {
+                write!(f, "released ({reason}) and not re-dispatched before exit")
+            }
         }
     }
 }
 
-impl<C: Clock> App<C> {
-    /// A router over `registry`.
-    pub fn new(registry: InMemoryRegistry<C>, opts: Options) -> Self {
+/// An accepted delivery that was not completed before the router stopped. Its claim is released in
+/// the registry: a shared backend's other replicas re-dispatch it (or the next start, if the
+/// backend outlives the process); with the in-memory backend it is gone with the process, and
+/// GitHub does not redeliver on its own: redeliver it by id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    /// The target.
+    pub target: Target,
+    /// The delivery (`X-GitHub-Delivery`).
+    pub delivery: DeliveryId,
+    /// Why it was not completed.
+    pub why: UnfinishedWhy,
+}
+
+/// A worker's mailbox: its queue of events and its crash button.
+#[derive(Clone)]
+struct Mailbox {
+    jobs: mpsc::Sender<Job>,
+    crash: Arc<Notify>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) registry: DynRegistry,
+    pub(crate) opts: Options,
+    timings: Timings,
+    mailboxes: DashMap<WorkerId, Mailbox>,
+    /// Which worker of this router serves a target (for `reach` and `drain` decisions).
+    targets: DashMap<Target, WorkerId>,
+    tasks: DashMap<WorkerId, AbortHandle>,
+    closing: AtomicBool,
+    /// Worker tasks running now (shutdown waits for 0).
+    running: watch::Sender<usize>,
+    /// Set at the shutdown deadline: every worker stops at once.
+    stop: watch::Sender<bool>,
+    pub(crate) metrics: RouterMetrics,
+    /// The Prometheus registry (the registry's and the router's metrics), until the HTTP app takes it.
+    export: Mutex<Option<Metrics>>,
+    /// Released events not yet placed again (capacity full, or shutting down).
+    pending: Mutex<Vec<ReleasedEvent>>,
+    /// Events handed back by workers stopped at the shutdown deadline.
+    stopped: Mutex<Vec<Unfinished>>,
+    redispatched: AtomicU64,
+}
+
+/// The router's state; cheap to clone.
+#[derive(Clone)]
+pub struct App {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl App {
+    /// A router over `registry` (any backend).
+    pub fn new(registry: DynRegistry, opts: Options) -> Self {
         let timings = Timings {
             heartbeat: registry.config().heartbeat_interval(),
             work: opts.work,
             idle: opts.idle,
         };
+        let mut export = Metrics::new(&registry);
+        let metrics = RouterMetrics::new(export.returned());
+        metrics.register(&mut export);
         Self {
             inner: Arc::new(Inner {
+                export: Mutex::new(Some(export)),
+                metrics,
                 registry,
                 timings,
                 opts,
                 mailboxes: DashMap::new(),
+                targets: DashMap::new(),
+                tasks: DashMap::new(),
                 closing: AtomicBool::new(false),
                 running: watch::Sender::new(0),
-                metrics: RouterMetrics::new(),
-                pending: AtomicUsize::new(0),
+                stop: watch::Sender::new(false),
+                pending: Mutex::new(Vec::new()),
+                stopped: Mutex::new(Vec::new()),
                 redispatched: AtomicU64::new(0),
             }),
         }
     }
 
+    /// The router's own metrics.
+    pub fn metrics(&self) -> &RouterMetrics {
+        &self.inner.metrics
+    }
+
+    /// The Prometheus registry to serve, once (the HTTP app takes it; add more metrics first).
+    pub fn take_metrics(&self) -> Option<Metrics> {
+        self.inner.export.lock().ok().and_then(|mut m| m.take())
+    }
+
     /// The registry.
-    pub fn registry(&self) -> &InMemoryRegistry<C> {
+    pub fn registry(&self) -> &DynRegistry {
         &self.inner.registry
     }
 
@@ -213,8 +308,7 @@ impl<C: Clock> App<C> {
 
     /// Released events waiting to be placed again.
     pub fn pending_redispatch(&self) -> usize {
-        // Relaxed: a statistic.
-        self.inner.pending.load(Ordering::Relaxed)
+        self.inner.pending.lock().map_or(0, |p| p.len())
     }
 
     /// Worker tasks running now.
@@ -222,61 +316,87 @@ impl<C: Clock> App<C> {
         *self.inner.running.borrow()
     }
 
-    /// Admits one delivery and hands it to its target's worker.
+    /// Whether shutdown has begun (deliveries are refused with 503).
+    pub fn is_closing(&self) -> bool {
+        // Acquire: pairs with the Release in `begin_shutdown`.
+        self.inner.closing.load(Ordering::Acquire)
+    }
+
+    /// Admits one (target, delivery) pair and hands it to the target's worker.
     ///
-    /// The first caller to see a worker id starts its task (normally the one whose admission created
-    /// it, but a concurrent sticky admission may get there first); every event goes through the
-    /// worker's bounded mailbox.
-    pub fn dispatch(&self, target: &Target, event: &DeliveryId) -> Dispatch {
-        // Acquire: pairs with the Release in `begin_shutdown`; a delivery that sees the flag clear may
-        // still race with the drain, which is fine: drain_all then catches its worker.
-        if self.inner.closing.load(Ordering::Acquire) {
+    /// The first caller to see a worker id starts its task (normally the one whose admission
+    /// created it, but a concurrent sticky admission may get there first); every event goes through
+    /// the worker's bounded mailbox.
+    pub async fn dispatch(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        source: Source,
+    ) -> Dispatch {
+        let d = self.place(target, delivery).await;
+        self.inner.metrics.admission(source, d.outcome());
+        d
+    }
+
+    async fn place(&self, target: &Target, delivery: &DeliveryId) -> Dispatch {
+        // A delivery that sees the flag clear may still race with the drain, which is fine: it is
+        // caught below.
+        if self.is_closing() {
             return Dispatch::Closing;
         }
-        let a = match self.inner.registry.admit(target, event) {
-            Admission::Assigned(a) => a,
-            Admission::Duplicate(d) => return Dispatch::Duplicate(d),
-            Admission::Rejected(r) => return Dispatch::Rejected(r),
+        let a = match self.inner.registry.admit(target, delivery).await {
+            Ok(Admission::Assigned(a)) => a,
+            Ok(Admission::Duplicate(d)) => return Dispatch::Duplicate(d),
+            Ok(Admission::Rejected(r)) => return Dispatch::Rejected(r),
+            Err(e) => {
+                tracing::warn!(%target, %delivery, "admission failed, answering 503: {e}");
+                return Dispatch::Unavailable(e);
+            }
         };
-        // Acquire: as above. Shutdown began between the check and the admission, so `drain_all`
-        // may have missed this worker: drain it now (it is busy with this event, so it runs it and
-        // exits).
-        if self.inner.closing.load(Ordering::Acquire) {
-            let _ = self.inner.registry.drain(a.worker);
+        self.inner.targets.insert(target.clone(), a.worker);
+        // Shutdown began between the check and the admission, so the drain may have missed this
+        // worker: drain it now (it is busy with this event, so it runs it and exits).
+        if self.is_closing() {
+            let deadline = self.inner.registry.config().drain_deadline();
+            let _ = self.inner.registry.drain_within(a.worker, deadline).await;
         }
-        let Some(mailbox) = self.mailbox(a.worker) else {
-            // The record is gone already (purged): the claim is released with it; say so.
-            return Dispatch::Assigned(a);
-        };
+        let mailbox = self.mailbox(a.worker);
         let job = Job {
             target: target.clone(),
-            event: event.clone(),
+            event: delivery.clone(),
             token: a.token,
         };
         match mailbox.jobs.try_send(job) {
             Ok(()) => Dispatch::Assigned(a),
             Err(mpsc::error::TrySendError::Full(_)) => {
-                // Undo the claim so a redelivery is admitted later.
-                let _ = self.inner.registry.release(target, event);
+                // Undo the claim so a redelivery is admitted later; count it as refused, not
+                // admitted, since that is what the router answers.
+                match self.inner.registry.release(target, delivery).await {
+                    Ok(()) => self.inner.metrics.returned.record(&a),
+                    Err(e) => tracing::warn!(
+                        %target, %delivery,
+                        "could not release the claim of a delivery refused for a full queue ({e}); \
+                         the registry releases it after max_in_flight"
+                    ),
+                }
                 Dispatch::Backlog { worker: a.worker }
             }
-            // The task is gone without a clean exit (crashed, or fenced a moment ago): the registry
-            // still counts the event as held by that worker, so the sweep that declares it dead
-            // releases the event and the sweeper callback re-dispatches it.
+            // The task is gone without a clean exit (crashed, fenced a moment ago, or stopped at
+            // shutdown): the registry still counts the event as held by that worker, so the sweep
+            // that declares it dead releases it and the sweeper callback re-dispatches it.
             Err(mpsc::error::TrySendError::Closed(_)) => Dispatch::Assigned(a),
         }
     }
 
     /// The worker's mailbox, starting its task the first time the id is seen.
-    fn mailbox(&self, id: WorkerId) -> Option<Mailbox> {
+    fn mailbox(&self, id: WorkerId) -> Mailbox {
         if let Some(m) = self.inner.mailboxes.get(&id) {
-            return Some(m.clone());
+            return m.clone();
         }
-        let handle = self.inner.registry.handle(id).ok()?;
         let (mailbox, rx) = match self.inner.mailboxes.entry(id) {
-            Entry::Occupied(o) => return Some(o.get().clone()),
+            Entry::Occupied(o) => return o.get().clone(),
             Entry::Vacant(v) => {
-                let (tx, rx) = mpsc::channel(self.inner.opts.mailbox.max(1));
+                let (tx, rx) = mpsc::channel(self.inner.opts.mailbox.clamp(1, MAX_MAILBOX));
                 let mailbox = Mailbox {
                     jobs: tx,
                     crash: Arc::new(Notify::new()),
@@ -286,48 +406,144 @@ impl<C: Clock> App<C> {
             }
         };
         // Spawned after the map's shard lock is released; events sent meanwhile wait in the queue.
-        self.spawn_worker(handle, rx, mailbox.crash.clone());
-        Some(mailbox)
+        self.spawn_worker(id, rx, mailbox.crash.clone());
+        mailbox
     }
 
-    fn spawn_worker(
-        &self,
-        handle: worker_registry::WorkerHandle<C>,
-        rx: mpsc::Receiver<Job>,
-        crash: Arc<Notify>,
-    ) {
+    fn spawn_worker(&self, id: WorkerId, jobs: mpsc::Receiver<Job>, crash: Arc<Notify>) {
         let app = self.clone();
-        let registry = self.inner.registry.clone();
-        let timings = self.inner.timings;
+        let w = worker::Worker {
+            registry: self.inner.registry.clone(),
+            id,
+            jobs,
+            crash,
+            stop: self.inner.stop.subscribe(),
+            timings: self.inner.timings,
+        };
         self.inner.running.send_modify(|n| *n += 1);
-        let id = handle.id();
-        tracing::info!(worker = %id, target = ?handle.target().map(ToString::to_string), "container started");
-        tokio::spawn(async move {
+        tracing::info!(worker = %id, "container started");
+        let task = tokio::spawn(async move {
             // Decrements the running count however the task ends (a panic included).
-            let _running = RunningGuard(app.clone());
-            let exit = worker::run(registry, handle, rx, crash, timings).await;
-            tracing::info!(worker = %id, ?exit, "container stopped");
-            let how = match exit {
-                Exit::Exited => "exited",
-                Exit::Fenced => "fenced",
-                Exit::Crashed => "crashed",
-            };
-            app.inner
-                .metrics
-                .exits
-                .get_or_create(&vec![("how", how)])
-                .inc();
+            let _running = RunningGuard(app.clone(), id);
+            let exit = w.run().await;
+            tracing::info!(worker = %id, exit = exit.as_str(), "container stopped");
+            app.inner.metrics.exit(exit.as_str());
+            if let Exit::Stopped(jobs) = exit {
+                if let Ok(mut stopped) = app.inner.stopped.lock() {
+                    stopped.extend(jobs.into_iter().map(|j| Unfinished {
+                        target: j.target,
+                        delivery: j.event,
+                        why: UnfinishedWhy::StoppedAtDeadline { worker: id },
+                    }));
+                }
+            }
         });
+        self.inner.tasks.insert(id, task.abort_handle());
+    }
+
+    /// The live worker that serves `target`, if there is one: this router's own (checked live in the
+    /// registry), else one the published snapshot lists (another replica's, with a shared backend).
+    pub async fn live_worker_of(&self, target: &Target) -> Result<Option<WorkerId>, RegistryError> {
+        let local = self.inner.targets.get(target).map(|w| *w);
+        if let Some(w) = local {
+            match self.inner.registry.worker(w).await? {
+                Some(info) if info.status.is_alive() => return Ok(Some(w)),
+                _ => {
+                    self.inner.targets.remove_if(target, |_, v| *v == w);
+                }
+            }
+        }
+        // Only when this router has none; the snapshot holds at most max_workers live workers.
+        let snapshot = self.inner.registry.status();
+        Ok(snapshot
+            .workers
+            .iter()
+            .find(|w| w.status.is_alive() && w.target.as_ref() == Some(target))
+            .map(|w| w.id))
+    }
+
+    /// A `reach` or `drain` event whose pull request has no worker is handled by doing nothing, and
+    /// recorded as handled (a bare claim, completed at once), so that a redelivery is answered as
+    /// the duplicate it is, whatever has happened to workers since.
+    async fn handled_without_worker(
+        &self,
+        decision: Decision,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> TargetOutcome {
+        match self.inner.registry.claim(target, delivery).await {
+            Ok(ClaimOutcome::Claimed) => match self.inner.registry.complete(target, delivery).await
+            {
+                Ok(()) => TargetOutcome::NoWorker(decision),
+                // Unrecorded: the bare claim expires after the heartbeat timeout; answer 503 so
+                // that the delivery is sent again rather than counted as handled.
+                Err(e) => TargetOutcome::Dispatched(Dispatch::Unavailable(e)),
+            },
+            Ok(ClaimOutcome::AlreadyClaimed(d)) => {
+                TargetOutcome::Dispatched(Dispatch::Duplicate(d))
+            }
+            Err(e) => TargetOutcome::Dispatched(Dispatch::Unavailable(e)),
+        }
+    }
+
+    /// Carries out the routing policy's `decision` for one pull request of a delivery.
+    pub async fn apply(
+        &self,
+        decision: Decision,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> TargetOutcome {
+        match decision {
+            Decision::Ignore => TargetOutcome::Ignored,
+            Decision::Start => {
+                TargetOutcome::Dispatched(self.dispatch(target, delivery, Source::Webhook).await)
+            }
+            Decision::Reach | Decision::Drain => {
+                if self.is_closing() {
+                    return TargetOutcome::Dispatched(Dispatch::Closing);
+                }
+                match self.live_worker_of(target).await {
+                    Err(e) => TargetOutcome::Dispatched(Dispatch::Unavailable(e)),
+                    Ok(None) => {
+                        self.handled_without_worker(decision, target, delivery)
+                            .await
+                    }
+                    Ok(Some(_)) if decision == Decision::Reach => TargetOutcome::Dispatched(
+                        self.dispatch(target, delivery, Source::Webhook).await,
+                    ),
+                    Ok(Some(_)) => match self.dispatch(target, delivery, Source::Webhook).await {
+                        // The worker (or, if it died a moment ago, a new one) runs this event last.
+                        Dispatch::Assigned(a) => {
+                            match self.inner.registry.drain(a.worker).await {
+                                Ok(status) => {
+                                    tracing::info!(%target, worker = %a.worker, %status, "pull request closed: worker drained")
+                                }
+                                Err(e) => {
+                                    tracing::warn!(%target, worker = %a.worker, "could not drain the worker of a closed pull request: {e}")
+                                }
+                            }
+                            TargetOutcome::Drained { assignment: a }
+                        }
+                        Dispatch::Rejected(Rejection::TargetDraining { worker }) => {
+                            TargetOutcome::AlreadyDraining { worker }
+                        }
+                        other => TargetOutcome::Dispatched(other),
+                    },
+                }
+            }
+        }
     }
 
     /// Makes a worker's container crash: it stops heartbeating and working, without telling the
     /// registry, so the sweep declares it dead after the heartbeat timeout and its events are
     /// released and re-dispatched.
-    pub fn crash(&self, id: WorkerId) -> Result<(), CrashError> {
+    pub async fn crash(&self, id: WorkerId) -> Result<(), CrashError> {
         let info = self
             .inner
             .registry
             .worker(id)
+            .await
+            .map_err(CrashError::Unavailable)?
             .ok_or(CrashError::Unknown(id))?;
         if let Status::Dead(_) = info.status {
             return Err(CrashError::Dead(id, info.status));
@@ -346,48 +562,132 @@ impl<C: Clock> App<C> {
         Ok(())
     }
 
-    /// After each sweep: re-dispatch released events (keeping those that cannot be placed yet for
-    /// the next sweep) and forget the mailboxes of dead workers whose task has stopped.
-    fn after_sweep(
-        &self,
-        pending: &mut VecDeque<(Target, DeliveryId)>,
-        released: &[(Target, DeliveryId)],
-    ) {
-        pending.extend(released.iter().cloned());
-        for _ in 0..pending.len() {
-            let Some((target, event)) = pending.pop_front() else {
-                break;
-            };
-            match self.dispatch(&target, &event) {
+    /// The sweeper callback: re-dispatch released events (keeping, and deferring, those that cannot
+    /// be placed yet), then forget the mailboxes of dead workers whose task has stopped.
+    pub async fn after_sweep(&self, report: SweepReport) -> Deferred {
+        for (id, reason) in &report.died {
+            tracing::warn!(worker = %id, %reason, "worker declared dead");
+        }
+        let mut queue = self
+            .inner
+            .pending
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default();
+        let known: HashSet<(Target, DeliveryId)> = queue
+            .iter()
+            .map(|e| (e.target.clone(), e.delivery.clone()))
+            .collect();
+        // A shared backend may offer a deferred event again: keep one copy.
+        queue.extend(
+            report
+                .released
+                .iter()
+                .filter(|e| !known.contains(&(e.target.clone(), e.delivery.clone())))
+                .cloned(),
+        );
+        let mut placed_late = Vec::new();
+        let mut still = Vec::new();
+        let fresh: HashSet<(Target, DeliveryId)> = report
+            .released
+            .iter()
+            .map(|e| (e.target.clone(), e.delivery.clone()))
+            .collect();
+        for event in queue {
+            match self
+                .dispatch(&event.target, &event.delivery, Source::Redispatch)
+                .await
+            {
                 Dispatch::Assigned(a) => {
-                    tracing::info!(%target, %event, worker = %a.worker, "released event re-dispatched");
+                    tracing::info!(target = %event.target, delivery = %event.delivery, worker = %a.worker, "released event re-dispatched");
                     // Relaxed: a statistic.
                     self.inner.redispatched.fetch_add(1, Ordering::Relaxed);
                     self.inner.metrics.redispatched.inc();
+                    if !fresh.contains(&(event.target.clone(), event.delivery.clone())) {
+                        placed_late.push(event);
+                    }
                 }
                 // Someone (a GitHub redelivery) placed it again first.
-                Dispatch::Duplicate(_) => {}
-                Dispatch::Rejected(_) | Dispatch::Backlog { .. } | Dispatch::Closing => {
-                    pending.push_back((target, event));
+                Dispatch::Duplicate(_) => {
+                    if !fresh.contains(&(event.target.clone(), event.delivery.clone())) {
+                        placed_late.push(event);
+                    }
                 }
+                Dispatch::Rejected(_)
+                | Dispatch::Backlog { .. }
+                | Dispatch::Closing
+                | Dispatch::Unavailable(_) => still.push(event),
             }
         }
-        // Relaxed: a statistic.
-        self.inner.pending.store(pending.len(), Ordering::Relaxed);
-        // A crashed worker's mailbox stays until the registry has declared it dead, so that no later
-        // event for it starts a second task under the same id.
-        let registry = &self.inner.registry;
-        self.inner.mailboxes.retain(|id, m| {
-            !m.jobs.is_closed() || registry.worker(*id).is_some_and(|w| w.status.is_alive())
-        });
+        // Events deferred by an earlier sweep and placed now are acknowledged here (this sweep's
+        // own are acknowledged by the sweeper, unless deferred below).
+        if !placed_late.is_empty() {
+            if let Err(e) = self.inner.registry.acknowledge(&placed_late).await {
+                tracing::warn!(
+                    "acknowledging {} re-dispatched events failed: {e}",
+                    placed_late.len()
+                );
+            }
+        }
+        let deferred: Vec<ReleasedEvent> = still
+            .iter()
+            .filter(|e| fresh.contains(&(e.target.clone(), e.delivery.clone())))
+            .cloned()
+            .collect();
+        if let Ok(mut p) = self.inner.pending.lock() {
+            p.extend(still);
+        }
+        self.forget_stopped_workers().await;
+        Deferred::new(deferred)
     }
 
-    /// The Ctrl-C path, first half: refuse new deliveries (503 draining) and drain every worker;
-    /// closing the mailboxes wakes the idle ones so they leave at once.
-    pub fn begin_shutdown(&self) -> DrainAll {
-        // Release: pairs with the Acquire in `dispatch`.
+    /// Drops the mailbox (and target entry) of every worker whose task has stopped and that the
+    /// registry no longer counts alive. A crashed worker's mailbox stays until the registry has
+    /// declared it dead, so that no later event for it starts a second task under the same id.
+    async fn forget_stopped_workers(&self) {
+        let stopped: Vec<WorkerId> = self
+            .inner
+            .mailboxes
+            .iter()
+            .filter(|m| m.jobs.is_closed())
+            .map(|m| *m.key())
+            .collect();
+        for id in stopped {
+            let alive = match self.inner.registry.worker(id).await {
+                Ok(info) => info.is_some_and(|w| w.status.is_alive()),
+                // Ask again after the next sweep.
+                Err(_) => true,
+            };
+            if !alive {
+                self.inner.mailboxes.remove(&id);
+                self.inner.targets.retain(|_, w| *w != id);
+            }
+        }
+    }
+
+    /// The Ctrl-C path, first half: refuse new deliveries (503) and drain every worker with
+    /// `deadline`; closing the mailboxes lets idle workers leave at once and draining ones leave
+    /// once their queue is done.
+    pub async fn begin_shutdown(&self, deadline: Duration) -> DrainAll {
+        // Release: pairs with the Acquire in `is_closing`.
         self.inner.closing.store(true, Ordering::Release);
-        let drained = self.inner.registry.drain_all();
+        let drained = match self.inner.registry.drain_all_within(deadline).await {
+            Ok(d) => d,
+            Err(e) => {
+                // Drain this router's own workers one by one instead.
+                tracing::warn!("drain_all failed ({e}); draining this router's workers one by one");
+                let mut d = DrainAll::default();
+                let ids: Vec<WorkerId> = self.inner.mailboxes.iter().map(|m| *m.key()).collect();
+                for id in ids {
+                    match self.inner.registry.drain_within(id, deadline).await {
+                        Ok(Status::Draining) => d.draining += 1,
+                        Ok(_) => d.exited += 1,
+                        Err(_) => {}
+                    }
+                }
+                d
+            }
+        };
         self.inner.mailboxes.clear();
         drained
     }
@@ -399,88 +699,64 @@ impl<C: Clock> App<C> {
         self.running_workers()
     }
 
-    /// The HTTP app: webhook, debug endpoint and the library's admin API.
-    pub fn router(&self) -> Router {
-        let mut metrics = Metrics::new(&self.inner.registry);
-        self.inner.metrics.register(&mut metrics);
-        let token = self.inner.opts.admin_token.clone();
-        let admin = AdminOptions::new()
-            .metrics(metrics)
-            .maybe_bearer_token(token.clone());
-        // The debug endpoint mutates, so it takes the admin API's bearer token (same 401 answer).
-        let mut debug = Router::new().route("/debug/workers/{id}/crash", post(crash::<C>));
-        if let Some(token) = token {
-            debug = require_bearer(debug, token);
+    /// The shutdown deadline passed: every worker still running stops now, deregisters (releasing
+    /// its claims through the registry) and hands back what it did not finish. Waits up to `grace`
+    /// for that, then aborts what is left; returns how many had to be aborted.
+    pub async fn stop_workers(&self, grace: Duration) -> usize {
+        self.inner.stop.send_replace(true);
+        let left = self.wait_workers(grace).await;
+        if left > 0 {
+            for t in self.inner.tasks.iter() {
+                t.abort();
+            }
+            let _ = self.wait_workers(grace).await;
         }
-        Router::new()
-            .route("/webhook", post(webhook::<C>))
-            .layer(DefaultBodyLimit::max(github::MAX_PAYLOAD_BYTES))
-            .merge(debug)
-            .with_state(self.clone())
-            .merge(admin_router(self.inner.registry.clone(), admin))
+        left
     }
 
-    fn retry_after(&self, reason: &Dispatch) -> HeaderValue {
-        let cfg = self.inner.registry.config();
-        let wait = match reason {
-            Dispatch::Rejected(Rejection::TargetDraining { .. }) | Dispatch::Backlog { .. } => {
-                self.inner.opts.work
-            }
-            Dispatch::Closing => cfg.heartbeat_timeout(),
-            _ => cfg.sweep_interval(),
-        };
-        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        HeaderValue::from(secs.max(1))
-    }
-
-    /// The whole handling of one `POST /webhook`.
-    async fn handle_delivery(
-        &self,
-        headers: &HeaderMap,
-        body: Result<Bytes, BytesRejection>,
-    ) -> Reply {
-        let body = match body {
-            Ok(b) => b,
-            Err(e) => return Reply::Error(e.status(), e.body_text()),
-        };
-        // The signature covers the raw body, whichever content type the webhook uses.
-        if let Some(secret) = &self.inner.opts.webhook_secret {
-            if let Err(e) = github::verify(secret, headers, &body) {
-                return Reply::Error(StatusCode::UNAUTHORIZED, e.to_string());
-            }
-        }
-        let body = match github::json_payload(headers, body).await {
-            Ok(b) => b,
-            Err(e) => return Reply::Error(StatusCode::BAD_REQUEST, e),
-        };
-        let delivery = match github::delivery(headers) {
-            Ok(d) => d,
-            Err(e) => return Reply::Error(StatusCode::BAD_REQUEST, e.to_string()),
-        };
-        let target = match github::route(&delivery.event, &body) {
-            Ok(Route::Target(t)) => t,
-            Ok(Route::Ignored(reason)) => return Reply::Ignored(reason),
-            Err(e) => return Reply::Error(StatusCode::BAD_REQUEST, e.to_string()),
-        };
-        let d = self.dispatch(&target, &delivery.id);
-        tracing::debug!(%target, delivery = %delivery.id, event = %delivery.event, outcome = ?d, "delivery");
-        match d {
-            Dispatch::Assigned(a) => Reply::Assigned(a),
-            Dispatch::Duplicate(dup) => Reply::Duplicate(dup),
-            other => {
-                let retry_after = self.retry_after(&other);
-                Reply::Unavailable(other, retry_after)
+    /// Everything accepted and not completed that this router knows of, once its workers are
+    /// stopped: what stopped workers handed back, released events not re-dispatched, and
+    /// `released` (the final sweep's), one entry per delivery.
+    pub(crate) fn unfinished(&self, released: &[ReleasedEvent]) -> Vec<Unfinished> {
+        let mut out: Vec<Unfinished> = self
+            .inner
+            .stopped
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        let pending = self
+            .inner
+            .pending
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default();
+        let mut seen: HashSet<(Target, DeliveryId)> = out
+            .iter()
+            .map(|u| (u.target.clone(), u.delivery.clone()))
+            .collect();
+        for e in pending.iter().chain(released) {
+            if seen.insert((e.target.clone(), e.delivery.clone())) {
+                out.push(Unfinished {
+                    target: e.target.clone(),
+                    delivery: e.delivery.clone(),
+                    why: UnfinishedWhy::Released { reason: e.reason },
+                });
             }
         }
+        out
     }
 }
 
 /// Keeps the running-task count (see [`App::wait_workers`]).
-struct RunningGuard<C: Clock>(App<C>);
+struct RunningGuard(App, WorkerId);
 
-impl<C: Clock> Drop for RunningGuard<C> {
+impl Drop for RunningGuard {
     fn drop(&mut self) {
-        self.0.inner.running.send_modify(|n| *n -= 1);
+        self.0.inner.tasks.remove(&self.1);
+        self.0
+            .inner
+            .running
+            .send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -495,6 +771,8 @@ pub enum CrashError {
     NoContainer(WorkerId),
     /// Its container has stopped already (409).
     AlreadyStopped(WorkerId),
+    /// The registry's backend could not answer (503).
+    Unavailable(RegistryError),
 }
 
 impl fmt::Display for CrashError {
@@ -504,209 +782,7 @@ impl fmt::Display for CrashError {
             Self::Dead(id, status) => write!(f, "worker {id} is {status}"),
             Self::NoContainer(id) => write!(f, "worker {id} has no container in this router"),
             Self::AlreadyStopped(id) => write!(f, "worker {id}'s container has stopped already"),
-        }
-    }
-}
-
-/// The answer to one delivery.
-enum Reply {
-    Assigned(Assignment),
-    Duplicate(AlreadyClaimed),
-    Unavailable(Dispatch, HeaderValue),
-    Ignored(String),
-    Error(StatusCode, String),
-}
-
-impl Reply {
-    fn outcome(&self) -> &'static str {
-        match self {
-            Self::Assigned(_) => "assigned",
-            Self::Duplicate(_) => "duplicate",
-            Self::Unavailable(Dispatch::Rejected(Rejection::CapacityFull { .. }), _)
-            | Self::Unavailable(Dispatch::Backlog { .. }, _) => "capacity",
-            Self::Unavailable(..) => "draining",
-            Self::Ignored(_) => "ignored",
-            Self::Error(s, _) if *s == StatusCode::UNAUTHORIZED => "unauthorized",
-            Self::Error(..) => "invalid",
-        }
-    }
-}
-
-impl IntoResponse for Reply {
-    fn into_response(self) -> Response {
-        let outcome = self.outcome();
-        match self {
-            Self::Assigned(a) => (
-                StatusCode::ACCEPTED,
-                Json(json!({
-                    "outcome": outcome,
-                    "worker": a.worker.get(),
-                    "new": a.new,
-                    "token": a.token.get(),
-                })),
-            )
-                .into_response(),
-            Self::Duplicate(d) => (
-                StatusCode::OK,
-                Json(json!({
-                    "outcome": outcome,
-                    "worker": d.holder.map(WorkerId::get),
-                    "state": match d.state {
-                        ClaimState::InFlight => "in_flight",
-                        ClaimState::Completed => "completed",
-                        _ => "other",
-                    },
-                })),
-            )
-                .into_response(),
-            Self::Unavailable(why, retry_after) => {
-                let mut body = json!({ "outcome": outcome });
-                match why {
-                    Dispatch::Rejected(Rejection::CapacityFull { limit }) => {
-                        body["limit"] = limit.into();
-                    }
-                    Dispatch::Rejected(Rejection::TargetDraining { worker }) => {
-                        body["worker"] = worker.get().into();
-                    }
-                    Dispatch::Backlog { worker } => {
-                        body["worker"] = worker.get().into();
-                        body["reason"] = "the worker's queue is full".into();
-                    }
-                    Dispatch::Closing => body["reason"] = "the router is shutting down".into(),
-                    _ => {}
-                }
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    [(header::RETRY_AFTER, retry_after)],
-                    Json(body),
-                )
-                    .into_response()
-            }
-            Self::Ignored(reason) => (
-                StatusCode::ACCEPTED,
-                Json(json!({ "outcome": outcome, "reason": reason })),
-            )
-                .into_response(),
-            Self::Error(status, error) => error_response(status, error),
-        }
-    }
-}
-
-fn error_response(status: StatusCode, error: String) -> Response {
-    let mut r = (status, Json(json!({ "error": error }))).into_response();
-    if status == StatusCode::UNAUTHORIZED {
-        r.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    }
-    r
-}
-
-/// `POST /webhook`.
-async fn webhook<C: Clock>(
-    State(app): State<App<C>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let reply = app.handle_delivery(&headers, body).await;
-    app.inner
-        .metrics
-        .deliveries
-        .get_or_create(&vec![("outcome", reply.outcome())])
-        .inc();
-    reply.into_response()
-}
-
-/// `POST /debug/workers/{id}/crash`.
-async fn crash<C: Clock>(State(app): State<App<C>>, Path(id): Path<String>) -> Response {
-    let id: WorkerId = match id.parse() {
-        Ok(id) => id,
-        Err(e) => return error_response(StatusCode::BAD_REQUEST, format!("{e}")),
-    };
-    match app.crash(id) {
-        Ok(()) => (
-            StatusCode::ACCEPTED,
-            Json(json!({ "worker": id.get(), "crashed": true })),
-        )
-            .into_response(),
-        Err(e @ CrashError::Unknown(_)) => error_response(StatusCode::NOT_FOUND, e.to_string()),
-        Err(e) => error_response(StatusCode::CONFLICT, e.to_string()),
-    }
-}
-
-/// A running router: HTTP server plus sweeper.
-pub struct Server<C: Clock = SystemClock> {
-    app: App<C>,
-    addr: SocketAddr,
-    sweeper: Sweeper,
-    stop_http: oneshot::Sender<()>,
-    http: JoinHandle<io::Result<()>>,
-}
-
-/// What [`Server::shutdown`] did.
-#[derive(Debug, Clone, Copy)]
-pub struct ShutdownReport {
-    /// What draining every worker did at once.
-    pub drained: DrainAll,
-    /// Worker tasks still running when the deadline passed (0 on a clean shutdown).
-    pub still_running: usize,
-    /// Events released (their worker died or left) that were not placed again before exit.
-    pub not_redispatched: usize,
-}
-
-/// Starts the router on `listener` and its sweeper.
-pub async fn serve<C: Clock>(app: App<C>, listener: TcpListener) -> io::Result<Server<C>> {
-    let addr = listener.local_addr()?;
-    let redispatcher = app.clone();
-    let mut pending = VecDeque::new();
-    let sweeper = Sweeper::spawn(app.registry().clone(), move |report| {
-        for (id, reason) in &report.died {
-            tracing::warn!(worker = %id, %reason, "worker declared dead");
-        }
-        redispatcher.after_sweep(&mut pending, &report.released);
-    });
-    let (stop_http, stopped) = oneshot::channel::<()>();
-    let router = app.router();
-    let http = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    Ok(Server {
-        app,
-        addr,
-        sweeper,
-        stop_http,
-        http,
-    })
-}
-
-impl<C: Clock> Server<C> {
-    /// Where it listens.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The router's state.
-    pub fn app(&self) -> &App<C> {
-        &self.app
-    }
-
-    /// Refuses new deliveries, drains every worker, waits for them up to `deadline`, then stops the
-    /// HTTP server and the sweeper.
-    pub async fn shutdown(self, deadline: Duration) -> ShutdownReport {
-        let drained = self.app.begin_shutdown();
-        let still_running = self.app.wait_workers(deadline).await;
-        let _ = self.stop_http.send(());
-        let _ = self.http.await;
-        self.sweeper.shutdown().await;
-        // One last sweep counts what the exits released; nobody is left to place it.
-        let last = self.app.registry().sweep();
-        ShutdownReport {
-            drained,
-            still_running,
-            not_redispatched: self.app.pending_redispatch() + last.released.len(),
+            Self::Unavailable(e) => write!(f, "{e}"),
         }
     }
 }

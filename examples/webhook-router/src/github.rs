@@ -1,19 +1,18 @@
-//! GitHub webhook deliveries: the three headers, the `X-Hub-Signature-256` HMAC, and the pull-request
-//! target inside the payload (parsed with serde into small typed structs holding only what is used).
+//! GitHub webhook deliveries: the headers (read and refused before the body is read), the
+//! `X-Hub-Signature-256` HMAC, the two content types, and the pull requests a payload concerns
+//! (parsed with serde into small typed structs holding only what is used).
 
 use std::fmt;
 
-use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Request};
-use axum::http::{header, HeaderMap, Method};
-use axum::Form;
+use axum::http::{header, HeaderMap, StatusCode};
 use hmac::{Hmac, Mac};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use sha2::Sha256;
 use worker_registry::{DeliveryId, DeliveryIdError, Target, TargetError};
 
-/// GitHub caps webhook payloads at 25 MB; anything larger is not a GitHub delivery.
+/// GitHub caps webhook payloads at 25 MB; anything larger is not a GitHub delivery. The cap is the
+/// same for both content types.
 pub const MAX_PAYLOAD_BYTES: usize = 25 * 1024 * 1024;
 /// The event name header (`pull_request`, `issue_comment`, `push`, `ping`, ...).
 pub const EVENT_HEADER: &str = "x-github-event";
@@ -37,7 +36,7 @@ pub fn sign(secret: &[u8], body: &[u8]) -> String {
 pub enum SignatureError {
     /// A secret is configured but the delivery carries no `X-Hub-Signature-256`.
     Missing,
-    /// The header is not `sha256=` followed by 64 hex digits.
+    /// The header is not `sha256=` followed by 64 hex digits, or appears twice.
     Malformed,
     /// The HMAC does not match the body.
     Mismatch,
@@ -47,32 +46,69 @@ impl fmt::Display for SignatureError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Missing => write!(f, "missing X-Hub-Signature-256 header"),
-            Self::Malformed => {
-                write!(
-                    f,
-                    "X-Hub-Signature-256 is not `sha256=` followed by 64 hex digits"
-                )
-            }
+            Self::Malformed => write!(
+                f,
+                "X-Hub-Signature-256 is not one `sha256=` followed by 64 hex digits"
+            ),
             Self::Mismatch => write!(f, "X-Hub-Signature-256 does not match the payload"),
         }
     }
 }
 
-/// Checks the delivery's HMAC-SHA256 against `secret`, in constant time (`Mac::verify_slice`).
-pub fn verify(secret: &[u8], headers: &HeaderMap, body: &[u8]) -> Result<(), SignatureError> {
-    let value = headers
-        .get(SIGNATURE_HEADER)
-        .ok_or(SignatureError::Missing)?;
+/// The digest an `X-Hub-Signature-256` header announces, checked for form only (the body is not
+/// needed for that, so a malformed header is refused before the body is read).
+pub fn signature(headers: &HeaderMap) -> Result<[u8; 32], SignatureError> {
+    let mut values = headers.get_all(SIGNATURE_HEADER).iter();
+    let value = values.next().ok_or(SignatureError::Missing)?;
+    if values.next().is_some() {
+        return Err(SignatureError::Malformed);
+    }
     let hex_digest = value
         .as_bytes()
         .strip_prefix(b"sha256=")
         .ok_or(SignatureError::Malformed)?;
     let mut expected = [0u8; 32];
     hex::decode_to_slice(hex_digest, &mut expected).map_err(|_| SignatureError::Malformed)?;
-    let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length");
-    mac.update(body);
-    mac.verify_slice(&expected)
-        .map_err(|_| SignatureError::Mismatch)
+    Ok(expected)
+}
+
+/// An HMAC-SHA256 computed over a body as it arrives, chunk by chunk.
+pub struct Verifier(HmacSha256);
+
+impl Verifier {
+    /// Starts the HMAC under `secret`.
+    pub fn new(secret: &[u8]) -> Self {
+        Self(HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length"))
+    }
+
+    /// Feeds the next chunk of the body.
+    pub fn update(&mut self, chunk: &[u8]) {
+        self.0.update(chunk);
+    }
+
+    /// Compares with the announced digest, in constant time (`Mac::verify_slice`).
+    pub fn verify(self, expected: &[u8; 32]) -> Result<(), SignatureError> {
+        self.0
+            .verify_slice(expected)
+            .map_err(|_| SignatureError::Mismatch)
+    }
+}
+
+/// Checks a delivery's HMAC-SHA256 against `secret` (header and whole body at once).
+pub fn verify(secret: &[u8], headers: &HeaderMap, body: &[u8]) -> Result<(), SignatureError> {
+    let expected = signature(headers)?;
+    let mut v = Verifier::new(secret);
+    v.update(body);
+    v.verify(&expected)
+}
+
+/// The two content types a GitHub webhook can be configured with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentType {
+    /// `application/json`: the body is the JSON document.
+    Json,
+    /// `application/x-www-form-urlencoded`: the JSON document is the `payload` field.
+    Form,
 }
 
 /// A delivery's identity, read from its headers.
@@ -82,84 +118,141 @@ pub struct Delivery {
     pub event: String,
     /// `X-GitHub-Delivery`, validated.
     pub id: DeliveryId,
+    /// `Content-Type`.
+    pub content_type: ContentType,
 }
 
-/// A header that is missing or unusable (answered with 400).
+/// A header that is missing, repeated or unusable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HeaderError {
-    /// The header is absent.
+    /// The header is absent (400; 415 for `Content-Type`).
     Missing(&'static str),
-    /// `X-GitHub-Event` is not a plain event name.
+    /// The header appears more than once: an ambiguous delivery (400).
+    Repeated(&'static str),
+    /// `X-GitHub-Event` is not a plain event name (400).
     BadEvent,
-    /// `X-GitHub-Delivery` is not a valid delivery id.
+    /// `X-GitHub-Delivery` is not a valid delivery id (400).
     BadDelivery(DeliveryIdError),
+    /// A content type GitHub does not send (415).
+    UnsupportedContentType(String),
+}
+
+impl HeaderError {
+    /// The status to answer with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Missing("Content-Type") | Self::UnsupportedContentType(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
 }
 
 impl fmt::Display for HeaderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Missing("Content-Type") => write!(
+                f,
+                "missing Content-Type header: GitHub sends application/json or application/x-www-form-urlencoded"
+            ),
             Self::Missing(name) => write!(f, "missing {name} header"),
+            Self::Repeated(name) => {
+                write!(f, "{name} appears more than once: the delivery is ambiguous")
+            }
             Self::BadEvent => write!(f, "X-GitHub-Event is not an event name"),
             Self::BadDelivery(e) => write!(f, "X-GitHub-Delivery: {e}"),
+            Self::UnsupportedContentType(ct) => write!(
+                f,
+                "Content-Type {ct:?} is not application/json or application/x-www-form-urlencoded"
+            ),
         }
     }
 }
 
-/// Reads `X-GitHub-Event` and `X-GitHub-Delivery`.
+/// The one value of a header that must appear exactly once.
+fn single<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+    shown: &'static str,
+) -> Result<&'h [u8], HeaderError> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next().ok_or(HeaderError::Missing(shown))?;
+    if values.next().is_some() {
+        return Err(HeaderError::Repeated(shown));
+    }
+    Ok(value.as_bytes())
+}
+
+/// The media type of a `Content-Type` value: case-insensitive, parameters (`; charset=utf-8`)
+/// allowed and ignored.
+pub fn content_type(headers: &HeaderMap) -> Result<ContentType, HeaderError> {
+    let raw = single(headers, header::CONTENT_TYPE.as_str(), "Content-Type")?;
+    let text = String::from_utf8_lossy(raw);
+    let media = text.split(';').next().unwrap_or("").trim();
+    if media.eq_ignore_ascii_case("application/json") {
+        Ok(ContentType::Json)
+    } else if media.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
+        Ok(ContentType::Form)
+    } else {
+        Err(HeaderError::UnsupportedContentType(
+            text.chars().take(100).collect(),
+        ))
+    }
+}
+
+/// Reads `Content-Type`, `X-GitHub-Event` and `X-GitHub-Delivery`, each exactly once.
 pub fn delivery(headers: &HeaderMap) -> Result<Delivery, HeaderError> {
-    let event = headers
-        .get(EVENT_HEADER)
-        .ok_or(HeaderError::Missing("X-GitHub-Event"))?
-        .to_str()
+    let content_type = content_type(headers)?;
+    let event = std::str::from_utf8(single(headers, EVENT_HEADER, "X-GitHub-Event")?)
         .ok()
-        .filter(|e| !e.is_empty() && e.bytes().all(|b| b.is_ascii_graphic()))
+        .filter(|e| !e.is_empty() && e.len() <= 64 && e.bytes().all(|b| b.is_ascii_graphic()))
         .ok_or(HeaderError::BadEvent)?
         .to_owned();
-    let raw = headers
-        .get(DELIVERY_HEADER)
-        .ok_or(HeaderError::Missing("X-GitHub-Delivery"))?;
+    let raw = single(headers, DELIVERY_HEADER, "X-GitHub-Delivery")?;
     // Not `to_str`: `DeliveryId::new` reports the first offending byte itself.
-    let text = String::from_utf8_lossy(raw.as_bytes());
+    let text = String::from_utf8_lossy(raw);
     let id = DeliveryId::new(&text).map_err(HeaderError::BadDelivery)?;
-    Ok(Delivery { event, id })
+    Ok(Delivery {
+        event,
+        id,
+        content_type,
+    })
 }
 
-/// GitHub's form-encoded delivery: the JSON document is the `payload` field.
-#[derive(Deserialize)]
-struct FormDelivery {
-    payload: String,
-}
-
-/// The JSON document of a delivery: the body itself (content type `application/json`), or the
-/// `payload` field of a form-encoded body (`application/x-www-form-urlencoded`, GitHub's other
-/// content-type setting), decoded by axum's `Form` extractor.
-pub async fn json_payload(headers: &HeaderMap, body: Bytes) -> Result<Bytes, String> {
-    let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(body);
-    };
-    if !content_type
-        .as_bytes()
-        .starts_with(b"application/x-www-form-urlencoded")
-    {
-        return Ok(body);
-    }
-    let mut request = Request::new(Body::from(body));
-    *request.method_mut() = Method::POST;
-    request
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, content_type.clone());
-    match Form::<FormDelivery>::from_request(request, &()).await {
-        Ok(Form(form)) => Ok(Bytes::from(form.payload)),
-        Err(e) => Err(format!("form-encoded delivery: {}", e.body_text())),
+/// The JSON document of a delivery: the body itself, or the `payload` field of a form-encoded body
+/// (decoded here, so the same 25 MiB cap holds for both content types).
+pub fn json_payload(content_type: ContentType, body: &[u8]) -> Result<Vec<u8>, String> {
+    match content_type {
+        ContentType::Json => Ok(body.to_vec()),
+        ContentType::Form => {
+            let mut payload = None;
+            for (key, value) in form_urlencoded::parse(body) {
+                if key == "payload" {
+                    if payload.is_some() {
+                        return Err(
+                            "form-encoded delivery: `payload` appears more than once".to_owned()
+                        );
+                    }
+                    payload = Some(value.into_owned().into_bytes());
+                }
+            }
+            payload.ok_or_else(|| "form-encoded delivery: no `payload` field".to_owned())
+        }
     }
 }
 
 /// Where a delivery goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
-    /// A pull request: hand it to that target's worker.
-    Target(Target),
+    /// One or more pull requests (deduplicated, in order): hand the delivery to each one's worker.
+    Targets {
+        /// The payload's `action`, if it has one.
+        action: Option<String>,
+        /// The pull requests.
+        targets: Vec<Target>,
+    },
     /// Nothing to do (push, ping, a comment on an issue...): why.
     Ignored(String),
 }
@@ -191,6 +284,8 @@ impl fmt::Display for PayloadError {
 #[derive(Deserialize)]
 struct Repository {
     full_name: String,
+    #[serde(default)]
+    id: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -198,9 +293,11 @@ struct Numbered {
     number: u64,
 }
 
-/// `pull_request`, `pull_request_review`, `pull_request_review_comment`.
+/// `pull_request`, `pull_request_review`, `pull_request_review_comment`,
+/// `pull_request_review_thread`.
 #[derive(Deserialize)]
 struct PullRequestPayload {
+    action: Option<String>,
     repository: Repository,
     pull_request: Numbered,
 }
@@ -212,45 +309,198 @@ struct Issue {
     pull_request: Option<IgnoredAny>,
 }
 
-/// `issue_comment`.
+/// `issue_comment`, `issues`.
 #[derive(Deserialize)]
-struct IssueCommentPayload {
+struct IssuePayload {
+    action: Option<String>,
     repository: Repository,
     issue: Issue,
 }
 
-/// Finds the target of a delivery of `event` from its JSON `body`.
+/// The base repository of a pull request as `check_run` & co. describe it: no `full_name`, an API
+/// URL (`https://api.github.com/repos/{owner}/{name}`) and an id.
+#[derive(Deserialize)]
+struct BaseRepo {
+    id: Option<u64>,
+    url: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Base {
+    repo: Option<BaseRepo>,
+}
+
+#[derive(Deserialize)]
+struct LinkedPullRequest {
+    number: u64,
+    base: Option<Base>,
+}
+
+#[derive(Deserialize)]
+struct WithPullRequests {
+    #[serde(default)]
+    pull_requests: Vec<LinkedPullRequest>,
+}
+
+/// `check_run`, `check_suite`, `workflow_run`: the object named like the event carries the pull
+/// requests it ran for.
+#[derive(Deserialize)]
+struct CiPayload {
+    action: Option<String>,
+    repository: Repository,
+    check_run: Option<WithPullRequests>,
+    check_suite: Option<WithPullRequests>,
+    workflow_run: Option<WithPullRequests>,
+}
+
+#[derive(Deserialize)]
+struct MergeGroup {
+    head_ref: String,
+}
+
+/// `merge_group`: the queued pull request is named only in the temporary branch.
+#[derive(Deserialize)]
+struct MergeGroupPayload {
+    action: Option<String>,
+    repository: Repository,
+    merge_group: MergeGroup,
+}
+
+/// The pull-request number in a merge queue branch, `gh-readonly-queue/<base>/pr-<N>-<sha>` (the
+/// base may contain slashes; `refs/heads/` may precede it).
+pub fn merge_queue_number(head_ref: &str) -> Option<u64> {
+    let rest = head_ref
+        .strip_prefix("refs/heads/")
+        .unwrap_or(head_ref)
+        .strip_prefix("gh-readonly-queue/")?;
+    let last = rest.rsplit('/').next()?;
+    let digits = last.strip_prefix("pr-")?.split('-').next()?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// `owner/name` from a repository API URL (`.../repos/{owner}/{name}`).
+fn repo_from_api_url(url: &str) -> Option<String> {
+    let (_, path) = url.split_once("/repos/")?;
+    let mut parts = path.trim_end_matches('/').splitn(3, '/');
+    let (owner, name) = (parts.next()?, parts.next()?);
+    (parts.next().is_none() && !owner.is_empty() && !name.is_empty())
+        .then(|| format!("{owner}/{name}"))
+}
+
+/// The events this router routes to a pull request's worker.
+pub const PR_EVENTS: [&str; 10] = [
+    "pull_request",
+    "pull_request_review",
+    "pull_request_review_comment",
+    "pull_request_review_thread",
+    "issue_comment",
+    "issues",
+    "check_run",
+    "check_suite",
+    "workflow_run",
+    "merge_group",
+];
+
+/// Finds the pull requests a delivery of `event` concerns from its JSON `body`.
 ///
-/// Every body must be JSON (even for ignored events); the events that concern a pull request must
-/// carry the fields naming it.
+/// Every body must be a JSON object (even for ignored events); the events that concern a pull
+/// request must carry the fields naming it.
 pub fn route(event: &str, body: &[u8]) -> Result<Route, PayloadError> {
     let json_err = |source| PayloadError::Json {
         event: event.to_owned(),
         source,
     };
-    let target = |repo: &str, number: u64| {
-        Target::new(repo, number)
-            .map(Route::Target)
-            .map_err(PayloadError::Target)
+    let target = |repo: &str, number: u64| Target::new(repo, number).map_err(PayloadError::Target);
+    let targets = |action: Option<String>, targets: Vec<Target>| {
+        let mut unique: Vec<Target> = Vec::with_capacity(targets.len());
+        for t in targets {
+            if !unique.contains(&t) {
+                unique.push(t);
+            }
+        }
+        Route::Targets {
+            action,
+            targets: unique,
+        }
     };
     match event {
-        "pull_request" | "pull_request_review" | "pull_request_review_comment" => {
+        "pull_request"
+        | "pull_request_review"
+        | "pull_request_review_comment"
+        | "pull_request_review_thread" => {
             let p: PullRequestPayload = serde_json::from_slice(body).map_err(json_err)?;
-            target(&p.repository.full_name, p.pull_request.number)
+            Ok(targets(
+                p.action,
+                vec![target(&p.repository.full_name, p.pull_request.number)?],
+            ))
         }
-        "issue_comment" => {
-            let p: IssueCommentPayload = serde_json::from_slice(body).map_err(json_err)?;
+        "issue_comment" | "issues" => {
+            let p: IssuePayload = serde_json::from_slice(body).map_err(json_err)?;
             if p.issue.pull_request.is_some() {
-                target(&p.repository.full_name, p.issue.number)
+                Ok(targets(
+                    p.action,
+                    vec![target(&p.repository.full_name, p.issue.number)?],
+                ))
             } else {
                 Ok(Route::Ignored(format!(
-                    "issue_comment on issue #{}, not on a pull request",
+                    "{event} on issue #{}, not on a pull request",
                     p.issue.number
                 )))
             }
         }
+        "check_run" | "check_suite" | "workflow_run" => {
+            let p: CiPayload = serde_json::from_slice(body).map_err(json_err)?;
+            let run = match event {
+                "check_run" => p.check_run,
+                "check_suite" => p.check_suite,
+                _ => p.workflow_run,
+            };
+            let Some(run) = run else {
+                return Err(json_err(serde::de::Error::missing_field(match event {
+                    "check_run" => "check_run",
+                    "check_suite" => "check_suite",
+                    _ => "workflow_run",
+                })));
+            };
+            if run.pull_requests.is_empty() {
+                return Ok(Route::Ignored(format!(
+                    "{event} for no pull request (pull_requests is empty: a push, or a pull request from a fork)"
+                )));
+            }
+            let mut found = Vec::with_capacity(run.pull_requests.len());
+            for pr in run.pull_requests {
+                let base = pr.base.and_then(|b| b.repo);
+                // The pull request lives in its base repository, which is the delivery's repository
+                // unless the payload says otherwise.
+                let repo = match base {
+                    Some(b) if b.id.is_some() && b.id != p.repository.id => b
+                        .url
+                        .as_deref()
+                        .and_then(repo_from_api_url)
+                        .unwrap_or_else(|| p.repository.full_name.clone()),
+                    _ => p.repository.full_name.clone(),
+                };
+                found.push(target(&repo, pr.number)?);
+            }
+            Ok(targets(p.action, found))
+        }
+        "merge_group" => {
+            let p: MergeGroupPayload = serde_json::from_slice(body).map_err(json_err)?;
+            match merge_queue_number(&p.merge_group.head_ref) {
+                Some(n) => Ok(targets(p.action, vec![target(&p.repository.full_name, n)?])),
+                None => Ok(Route::Ignored(format!(
+                    "merge_group head_ref {:?} names no pull request",
+                    p.merge_group.head_ref.chars().take(200).collect::<String>()
+                ))),
+            }
+        }
         other => {
-            serde_json::from_slice::<IgnoredAny>(body).map_err(json_err)?;
+            // Every GitHub payload is a JSON object, whatever its event.
+            serde_json::from_slice::<std::collections::BTreeMap<String, IgnoredAny>>(body)
+                .map_err(json_err)?;
             Ok(Route::Ignored(if other == "ping" {
                 "ping: the webhook is set up".to_owned()
             } else {
@@ -265,6 +515,13 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
+    fn one(action: &str, repo: &str, n: u64) -> Route {
+        Route::Targets {
+            action: Some(action.to_owned()),
+            targets: vec![Target::new(repo, n).unwrap()],
+        }
+    }
+
     #[test]
     fn signature_round_trips_and_rejects_tampering() {
         let body = br#"{"zen":"Keep it logically awesome."}"#;
@@ -273,6 +530,8 @@ mod tests {
         assert_eq!(verify(b"s3cret", &h, body), Ok(()));
         assert_eq!(verify(b"other", &h, body), Err(SignatureError::Mismatch));
         assert_eq!(verify(b"s3cret", &h, b"{}"), Err(SignatureError::Mismatch));
+        h.append(SIGNATURE_HEADER, sign(b"s3cret", body).parse().unwrap());
+        assert_eq!(signature(&h), Err(SignatureError::Malformed), "twice");
         h.insert(SIGNATURE_HEADER, HeaderValue::from_static("sha1=abcd"));
         assert_eq!(verify(b"s3cret", &h, body), Err(SignatureError::Malformed));
         h.remove(SIGNATURE_HEADER);
@@ -290,23 +549,151 @@ mod tests {
     }
 
     #[test]
-    fn routes_pull_request_events_and_comments_on_prs_only() {
+    fn content_types_are_case_insensitive_with_parameters() {
+        let ct = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(v));
+            content_type(&h)
+        };
+        assert_eq!(ct("application/json"), Ok(ContentType::Json));
+        assert_eq!(ct("Application/JSON; charset=utf-8"), Ok(ContentType::Json));
+        assert_eq!(
+            ct("Application/X-WWW-Form-Urlencoded"),
+            Ok(ContentType::Form)
+        );
+        assert_eq!(
+            ct(" application/x-www-form-urlencoded ;charset=UTF-8"),
+            Ok(ContentType::Form)
+        );
+        assert!(matches!(
+            ct("text/plain"),
+            Err(HeaderError::UnsupportedContentType(_))
+        ));
+        assert!(matches!(
+            ct("application/jsonx"),
+            Err(HeaderError::UnsupportedContentType(_))
+        ));
+        assert_eq!(
+            content_type(&HeaderMap::new()),
+            Err(HeaderError::Missing("Content-Type"))
+        );
+    }
+
+    #[test]
+    fn repeated_identity_headers_are_refused() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(EVENT_HEADER, HeaderValue::from_static("push"));
+        h.insert(DELIVERY_HEADER, HeaderValue::from_static("a"));
+        assert!(delivery(&h).is_ok());
+        h.append(DELIVERY_HEADER, HeaderValue::from_static("b"));
+        assert_eq!(
+            delivery(&h).unwrap_err(),
+            HeaderError::Repeated("X-GitHub-Delivery")
+        );
+        h.remove(DELIVERY_HEADER);
+        h.insert(DELIVERY_HEADER, HeaderValue::from_static("a"));
+        h.append(EVENT_HEADER, HeaderValue::from_static("pull_request"));
+        assert_eq!(
+            delivery(&h).unwrap_err(),
+            HeaderError::Repeated("X-GitHub-Event")
+        );
+    }
+
+    #[test]
+    fn form_payloads_are_decoded_without_a_size_limit_of_their_own() {
+        let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(3 << 20));
+        let body = format!(
+            "payload={}",
+            big.replace('"', "%22")
+                .replace('{', "%7B")
+                .replace('}', "%7D")
+        );
+        assert_eq!(
+            json_payload(ContentType::Form, body.as_bytes()).unwrap(),
+            big.as_bytes()
+        );
+        assert!(json_payload(ContentType::Form, b"other=1").is_err());
+        assert!(json_payload(ContentType::Form, b"payload=1&payload=2").is_err());
+    }
+
+    #[test]
+    fn routes_every_event_that_names_a_pull_request() {
         let pr = br#"{"action":"opened","number":5,"repository":{"full_name":"Octo/Repo"},"pull_request":{"number":5}}"#;
         assert_eq!(
             route("pull_request", pr).unwrap(),
-            Route::Target(Target::new("octo/repo", 5).unwrap())
+            one("opened", "octo/repo", 5)
         );
-        let on_pr = br#"{"repository":{"full_name":"o/r"},"issue":{"number":9,"pull_request":{"url":"x"}}}"#;
+        let thread = br#"{"action":"resolved","repository":{"full_name":"o/r"},"pull_request":{"number":3},"thread":{"comments":[]}}"#;
+        assert_eq!(
+            route("pull_request_review_thread", thread).unwrap(),
+            one("resolved", "o/r", 3)
+        );
+        let on_pr = br#"{"action":"labeled","repository":{"full_name":"o/r"},"issue":{"number":9,"pull_request":{"url":"x"}}}"#;
+        assert_eq!(route("issues", on_pr).unwrap(), one("labeled", "o/r", 9));
         assert_eq!(
             route("issue_comment", on_pr).unwrap(),
-            Route::Target(Target::new("o/r", 9).unwrap())
+            one("labeled", "o/r", 9)
         );
         let on_issue = br#"{"repository":{"full_name":"o/r"},"issue":{"number":9}}"#;
         assert!(matches!(
-            route("issue_comment", on_issue).unwrap(),
+            route("issues", on_issue).unwrap(),
             Route::Ignored(_)
         ));
+
+        let ci = br#"{"action":"completed","repository":{"id":1,"full_name":"o/r"},
+            "check_run":{"pull_requests":[
+                {"number":2,"base":{"repo":{"id":1,"url":"https://api.github.com/repos/o/r","name":"r"}}},
+                {"number":7,"base":{"repo":{"id":9,"url":"https://api.github.com/repos/up/stream","name":"stream"}}},
+                {"number":2,"base":{"repo":{"id":1,"url":"https://api.github.com/repos/o/r","name":"r"}}}]}}"#;
+        assert_eq!(
+            route("check_run", ci).unwrap(),
+            Route::Targets {
+                action: Some("completed".into()),
+                targets: vec![
+                    Target::new("o/r", 2).unwrap(),
+                    Target::new("up/stream", 7).unwrap()
+                ]
+            }
+        );
+        let suite = br#"{"action":"completed","repository":{"full_name":"o/r"},"check_suite":{"pull_requests":[{"number":4}]}}"#;
+        assert_eq!(
+            route("check_suite", suite).unwrap(),
+            one("completed", "o/r", 4)
+        );
+        let run = br#"{"action":"completed","repository":{"full_name":"o/r"},"workflow_run":{"pull_requests":[]}}"#;
+        assert!(matches!(
+            route("workflow_run", run).unwrap(),
+            Route::Ignored(_)
+        ));
+        assert!(matches!(
+            route("workflow_run", br#"{"repository":{"full_name":"o/r"}}"#),
+            Err(PayloadError::Json { .. })
+        ));
+
+        let queue = br#"{"action":"checks_requested","repository":{"full_name":"o/r"},
+            "merge_group":{"head_ref":"refs/heads/gh-readonly-queue/release/1.x/pr-123-0123456789abcdef0123456789abcdef01234567"}}"#;
+        assert_eq!(
+            route("merge_group", queue).unwrap(),
+            one("checks_requested", "o/r", 123)
+        );
+        assert_eq!(
+            merge_queue_number("gh-readonly-queue/main/pr-9-abc"),
+            Some(9)
+        );
+        assert_eq!(merge_queue_number("feature/pr-9-abc"), None);
+        assert_eq!(merge_queue_number("gh-readonly-queue/main/pr--abc"), None);
+
         assert!(matches!(route("push", b"{}").unwrap(), Route::Ignored(_)));
+        for not_an_object in [&b"8115548734529121.0"[..], b"[]", b"\"x\"", b"null"] {
+            assert!(matches!(
+                route("push", not_an_object),
+                Err(PayloadError::Json { .. })
+            ));
+        }
         assert!(matches!(
             route("push", b"{"),
             Err(PayloadError::Json { .. })

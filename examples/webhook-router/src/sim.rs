@@ -14,9 +14,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::time::{sleep, sleep_until, Instant};
-use worker_registry::{DeadReason, Status, StatusSnapshot, WorkerInfo};
+use worker_registry::{DeadReason, Status, StatusSnapshot, WorkerInfo, WorkerRegistry};
 
-use crate::app::{github, Server};
+use crate::github;
+use crate::server::Server;
 
 /// What to simulate.
 #[derive(Debug, Clone)]
@@ -140,7 +141,25 @@ fn generate(plan: &Plan) -> Vec<Arc<Delivery>> {
                     "pull_request": pr, "repository": repository, "sender": { "login": sender } });
                 ("pull_request_review_comment", body, true)
             }
-            85..=89 => {
+            85 => {
+                // A PR closed: its worker gets this as its last event and drains.
+                let mut closed = pr.clone();
+                closed["state"] = json!("closed");
+                closed["merged"] = json!(rng.gen_bool(0.7));
+                let body = json!({ "action": "closed", "number": number, "pull_request": closed,
+                    "repository": repository, "sender": { "login": sender } });
+                ("pull_request", body, true)
+            }
+            86 => {
+                // CI finished for a commit shared by two PRs of the repository: two targets.
+                let other = 1 + (number % plan.prs);
+                let body = json!({ "action": "completed", "repository": repository,
+                    "check_run": { "name": "build", "status": "completed", "conclusion": "success",
+                        "pull_requests": [{ "number": number }, { "number": other }] },
+                    "sender": { "login": "github-actions[bot]" } });
+                ("check_run", body, true)
+            }
+            87..=89 => {
                 let body = json!({ "action": "created", "issue": { "number": number },
                     "comment": { "body": "+1" }, "repository": repository,
                     "sender": { "login": sender } });
@@ -251,9 +270,12 @@ impl Client {
                 }
             }
             (200, Some("duplicate")) => Outcome::Duplicate,
+            // The PR's worker got a `closed` event as its last one.
+            (202, Some("drained")) => Outcome::AssignedExisting,
             (202, Some("ignored")) => Outcome::Ignored,
             (503, Some("capacity")) => Outcome::Capacity,
-            (503, Some("draining")) => Outcome::Draining,
+            // The PR's worker is draining, the router is shutting down, or its backend is away.
+            (503, Some("draining" | "closing" | "unavailable")) => Outcome::Draining,
             (400..=499, _) => Outcome::Refused,
             _ => Outcome::Failed,
         };
@@ -438,7 +460,7 @@ pub async fn run(server: Server, plan: Plan) -> bool {
                 let line = format!(
                     "[{secs:5.1}s] {sent}/{total} sent, {:.0} req/s | workers {}/{} live | assigned {} duplicate {} ignored {} 503 {} | crashed {} drained {}",
                     sent as f64 / secs.max(1e-3),
-                    app.registry().live_workers(),
+                    app.registry().stats().live_workers,
                     app.registry().config().max_workers(),
                     tally.get(Outcome::AssignedNew) + tally.get(Outcome::AssignedExisting),
                     tally.get(Outcome::Duplicate),
@@ -535,9 +557,14 @@ pub async fn run(server: Server, plan: Plan) -> bool {
     let (mut completed, mut in_flight, mut lost) = (0usize, 0usize, 0usize);
     for &i in &accepted {
         let (o, body) = client.send(&deliveries[i]).await;
-        match (o, body.as_ref().and_then(|b| b["state"].as_str())) {
-            (Outcome::Duplicate, Some("completed")) => completed += 1,
-            (Outcome::Duplicate, _) => in_flight += 1,
+        // Every pull request the delivery names must hold it as completed.
+        let all_completed = body
+            .as_ref()
+            .and_then(|b| b["targets"].as_array())
+            .is_some_and(|ts| !ts.is_empty() && ts.iter().all(|t| t["state"] == "completed"));
+        match (o, all_completed) {
+            (Outcome::Duplicate, true) => completed += 1,
+            (Outcome::Duplicate, false) => in_flight += 1,
             _ => lost += 1,
         }
     }
@@ -559,7 +586,7 @@ pub async fn run(server: Server, plan: Plan) -> bool {
         .filter(|d| d.has_target && !d.redelivery)
         .count();
     let ms = |us: u64| us as f64 / 1000.0;
-    let _ = writeln!(out, "\n== webhook_router --simulate: summary ==");
+    let _ = writeln!(out, "\n== webhook-router --simulate: summary ==");
     let _ = writeln!(
         out,
         "traffic    {sent} deliveries in {:.2} s = {:.0} req/s ({} clients, {}); {redeliveries} redeliveries ({:.1}%), {with_target} distinct PR deliveries",
@@ -621,15 +648,29 @@ pub async fn run(server: Server, plan: Plan) -> bool {
     status_table(&mut out, "final", &status, usize::MAX, 4);
     let _ = writeln!(
         out,
-        "shutdown   in {:.0} ms: {} busy workers drained, {} idle ones exited at once; {} still running at the deadline; {} released events not re-dispatched",
+        "shutdown   in {:.0} ms: {} busy workers drained, {} idle ones exited at once; {} deliveries completed meanwhile; {} workers stopped at the deadline; {} accepted deliveries not completed{}",
         shutdown_took.as_secs_f64() * 1000.0,
         report.drained.draining,
         report.drained.exited,
-        report.still_running,
-        report.not_redispatched,
+        report.completed,
+        report.stopped_at_deadline,
+        report.unfinished.len(),
+        if report.unfinished.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({})",
+                report
+                    .unfinished
+                    .iter()
+                    .map(|u| u.delivery.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
+        },
     );
     print!("{out}");
-    lost == 0
+    lost == 0 && report.unfinished.is_empty()
 }
 
 /// Remembers that a delivery was placed (or needs a retry).
@@ -678,7 +719,7 @@ fn status_table(
     let _ = writeln!(
         out,
         "  {:>5}  {:<26} {:<26} {:<8} {:>10}  {:>14} {:>6}",
-        "id", "target", "status", "activity", "last beat", "generation", "events"
+        "id", "target", "status", "activity", "last beat", "token", "events"
     );
     for w in live
         .iter()

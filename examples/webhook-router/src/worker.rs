@@ -1,24 +1,38 @@
-//! The simulated worker container: one tokio task per worker the registry creates.
+//! The simulated worker container: one tokio task per worker the registry creates, talking to the
+//! registry only through its contract ([`WorkerRegistry`]), so it runs on any backend.
 //!
-//! It heartbeats through its [`WorkerHandle`] every heartbeat interval (also while it works), runs
-//! one loop of `work` per event handed to it (`loop_started` .. `complete` .. `loop_finished`),
-//! honours drain (a heartbeat answered `Draining`: finish the current loop, then exit), stops when it
-//! is fenced (a heartbeat or a loop call refused because the registry declared it dead), leaves by
-//! itself after `idle` without events, and can be told to crash: it then simply stops, with no
-//! goodbye, as a killed container would, and only the sweep notices.
+//! It heartbeats every heartbeat interval (also while it works), runs one loop of `work` per event
+//! handed to it (`loop_started` .. `complete_by` .. `loop_finished`), runs events queued in its
+//! mailbox back to back, and:
+//!
+//! * honours drain (a heartbeat answered `Draining`, or its mailbox closed at shutdown): it finishes
+//!   every event already queued, then exits;
+//! * stops when it is fenced (a call refused because the registry declared it dead);
+//! * leaves by itself after `idle` without events;
+//! * can be told to crash: it then simply stops, with no goodbye, as a killed container would, and
+//!   only the sweep notices;
+//! * can be told to stop now (the shutdown deadline passed): it deregisters, which releases its
+//!   claims through the registry, and hands back the events it did not finish.
+//!
+//! A call that fails because the backend cannot answer ([`RegistryError::is_retryable`]) is not a
+//! verdict: a heartbeat is simply tried again at the next tick, a completion a few times.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::{interval, sleep, sleep_until, Instant, MissedTickBehavior};
 use worker_registry::{
-    Clock, DeadReason, DeliveryId, FencingToken, HeartbeatAck, InMemoryRegistry, RegistryError,
-    Status, Target, WorkerHandle, WorkerId,
+    DeadReason, DeliveryId, DynRegistry, FencingToken, HeartbeatAck, RegistryError, Status, Target,
+    WorkerId, WorkerRegistry,
 };
 
+/// How often a completion refused by an unavailable backend is tried (the claim is not lost if all
+/// fail: it stays in flight and the registry releases it after `max_in_flight`).
+const COMPLETE_ATTEMPTS: u32 = 3;
+
 /// One event handed to a worker.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
     /// The worker's target.
     pub target: Target,
@@ -29,7 +43,7 @@ pub struct Job {
 }
 
 /// How a worker task ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Exit {
     /// It finished its loop after a drain (or its idle time) and the registry recorded a clean exit.
     Exited,
@@ -37,6 +51,24 @@ pub enum Exit {
     Fenced,
     /// It was told to crash and stopped heartbeating.
     Crashed,
+    /// It was told to stop at the shutdown deadline: it deregistered (releasing its claims through
+    /// the registry), and these events, handed to it, were not completed.
+    Stopped(Vec<Job>),
+}
+
+impl Exit {
+    /// The label of the `webhook_router_worker_exits_total` metric.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Exited => "exited",
+            Self::Fenced => "fenced",
+            Self::Crashed => "crashed",
+            Self::Stopped(_) => "stopped",
+        }
+    }
+
+    /// Every label value of [`as_str`](Self::as_str).
+    pub const ALL: [&'static str; 4] = ["exited", "fenced", "crashed", "stopped"];
 }
 
 /// Timings of a simulated worker.
@@ -50,146 +82,225 @@ pub struct Timings {
     pub idle: Duration,
 }
 
-/// What ended a stretch of waiting.
+/// What a worker task is given.
+pub struct Worker {
+    /// The registry (any backend).
+    pub registry: DynRegistry,
+    /// Its id.
+    pub id: WorkerId,
+    /// Its events.
+    pub jobs: mpsc::Receiver<Job>,
+    /// Notified to make it crash.
+    pub crash: Arc<Notify>,
+    /// Becomes `true` when it must stop at once (the shutdown deadline passed).
+    pub stop: watch::Receiver<bool>,
+    /// Its timings.
+    pub timings: Timings,
+}
+
+/// What interrupted a loop.
 enum Wake {
     Crash,
-    Fenced,
+    Fenced(Exit),
+    Stop,
 }
 
-/// Runs a worker until it exits, is fenced or crashes.
-pub async fn run<C: Clock>(
-    registry: InMemoryRegistry<C>,
-    me: WorkerHandle<C>,
-    mut jobs: mpsc::Receiver<Job>,
-    crash: Arc<Notify>,
-    t: Timings,
-) -> Exit {
-    let id = me.id();
-    let mut beat = interval(t.heartbeat);
-    // Delay: a late tick is not bunched up; one heartbeat covers any number of missed ones.
-    beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut idle_until = Instant::now() + t.idle;
-    let mut draining = false;
-    loop {
-        let job = tokio::select! {
-            biased;
-            () = crash.notified() => return Exit::Crashed,
-            _ = beat.tick() => {
-                match me.heartbeat() {
-                    Ok(HeartbeatAck::Draining) => {
-                        // Drained between loops: an event was assigned just before the drain (that
-                        // is what made the worker busy, hence draining rather than exited at once).
-                        // It is this worker's last loop if it has arrived; otherwise leave, and the
-                        // sweep releases its claim for re-dispatch.
-                        draining = true;
-                        match jobs.try_recv() {
+/// `now + d`, or a far-away instant if that overflows (durations are bounded at validation, this is
+/// the belt to those braces).
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(366 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
+/// What a heartbeat told the worker.
+enum Beat {
+    /// Recorded; carry on, or finish and exit.
+    Ack(HeartbeatAck),
+    /// The backend could not answer: try again at the next tick.
+    Unavailable,
+    /// The registry refused it: the worker is dead; end with this.
+    Dead(Exit),
+}
+
+impl Worker {
+    /// Runs the worker until it exits, is fenced, crashes or is stopped.
+    pub async fn run(mut self) -> Exit {
+        let mut beat = interval(self.timings.heartbeat);
+        // Delay: a late tick is not bunched up; one heartbeat covers any number of missed ones.
+        beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut idle_until = deadline_after(self.timings.idle);
+        loop {
+            let crash = self.crash.clone();
+            let mut stop = self.stop.clone();
+            let first = tokio::select! {
+                biased;
+                () = crash.notified() => return Exit::Crashed,
+                () = stopped(&mut stop) => return self.stop_now(Vec::new()).await,
+                _ = beat.tick() => match self.heartbeat().await {
+                    Beat::Ack(HeartbeatAck::Draining) => {
+                        // Drained between loops. An event admitted just before the drain (which is
+                        // what made the worker busy, hence draining rather than exited at once) is
+                        // run first; otherwise there is nothing left to do.
+                        match self.jobs.try_recv() {
                             Ok(job) => job,
-                            Err(_) => return finish(&me),
+                            Err(_) => return self.finish().await,
                         }
                     }
-                    Ok(_) => continue,
-                    Err(e) => return fenced(id, &e),
-                }
-            }
-            job = jobs.recv() => match job {
-                Some(job) => job,
-                // The router dropped the mailbox (only at shutdown): leave cleanly.
-                None => return leave(&me),
-            },
-            () = sleep_until(idle_until) => {
-                // Nothing to do for a while: leave. Draining an idle worker is an immediate clean exit;
-                // if an event was assigned a moment ago, the worker is busy and drains instead.
-                match registry.drain(id) {
-                    Ok(Status::Draining) => {
-                        // That event is on its way: it is the last loop (or, if it never comes, the
-                        // next heartbeat ends the worker and the sweep releases it).
-                        draining = true;
-                        idle_until = Instant::now() + t.idle;
-                        continue;
+                    Beat::Ack(_) | Beat::Unavailable => continue,
+                    Beat::Dead(exit) => return exit,
+                },
+                job = self.jobs.recv() => match job {
+                    Some(job) => job,
+                    // The router closed the mailbox (shutdown) and every queued event is done.
+                    None => return self.leave().await,
+                },
+                () = sleep_until(idle_until) => {
+                    // Nothing to do for a while: leave. Draining an idle worker is an immediate clean
+                    // exit; if an event was admitted a moment ago the worker is busy and drains instead.
+                    match self.registry.drain(self.id).await {
+                        Ok(Status::Draining) => {
+                            // That event is on its way: it is the last loop (or, if it never comes,
+                            // the next heartbeat ends the worker and the sweep releases its claim).
+                            idle_until = deadline_after(self.timings.idle);
+                            continue;
+                        }
+                        Ok(_) => return Exit::Exited,
+                        Err(e) if e.is_retryable() => {
+                            idle_until = deadline_after(self.timings.idle);
+                            continue;
+                        }
+                        Err(e) => return fenced(self.id, &e),
                     }
-                    Ok(_) => return Exit::Exited,
-                    Err(e) => return fenced(id, &e),
                 }
-            }
-        };
-        // One or more loops, back to back while events are queued.
-        let mut next = Some(job);
-        while let Some(job) = next.take() {
-            if let Err(e) = me.loop_started() {
-                return fenced(id, &e);
-            }
-            tracing::debug!(worker = %id, target = %job.target, event = %job.event, token = %job.token, "loop started");
-            match work(&me, &mut beat, &crash, t.work, &mut draining).await {
-                Ok(()) => {}
-                Err(Wake::Crash) => return Exit::Crashed,
-                Err(Wake::Fenced) => return Exit::Fenced,
-            }
-            if let Err(e) = me.complete(&job.target, &job.event) {
-                // Declared dead mid-loop: the event was released and is re-dispatched elsewhere.
-                tracing::warn!(worker = %id, event = %job.event, "completion refused: {e}");
-            }
-            if draining {
-                break;
-            }
-            // Another event is queued: run it back to back, unless a drain came in mid-loop (the
-            // queued event is then left to the sweep, which releases it once this worker is gone).
-            if let Ok(queued) = jobs.try_recv() {
-                match me.heartbeat() {
-                    Ok(HeartbeatAck::Draining) => draining = true,
-                    Ok(_) => next = Some(queued),
-                    Err(e) => return fenced(id, &e),
+            };
+            // Loops back to back while events are queued. A draining worker finishes the events
+            // already in its mailbox too: they were accepted (answered 202), and leaving them behind
+            // would only have the sweep re-dispatch them to another worker later (or, at shutdown,
+            // not at all).
+            let mut next = Some(first);
+            while let Some(job) = next.take() {
+                match self.registry.loop_started(self.id).await {
+                    Ok(_) => {}
+                    // Not recorded; the loop runs anyway and its completion tells the registry.
+                    Err(e) if e.is_retryable() => {}
+                    // Dead: its claims were released and the sweep re-dispatches them.
+                    Err(e) => return fenced(self.id, &e),
                 }
+                tracing::debug!(worker = %self.id, target = %job.target, event = %job.event, token = %job.token, "loop started");
+                match self.work(&mut beat).await {
+                    Ok(()) => {}
+                    Err(Wake::Crash) => return Exit::Crashed,
+                    Err(Wake::Fenced(exit)) => return exit,
+                    Err(Wake::Stop) => return self.stop_now(vec![job]).await,
+                }
+                self.complete(&job).await;
+                next = self.jobs.try_recv().ok();
             }
-        }
-        match me.loop_finished() {
-            Ok(Status::Dead(_)) => return Exit::Exited,
-            Ok(_) => idle_until = Instant::now() + t.idle,
-            Err(e) => return fenced(id, &e),
+            match self.registry.loop_finished(self.id).await {
+                Ok(Status::Dead(_)) => return Exit::Exited,
+                Ok(_) => idle_until = deadline_after(self.timings.idle),
+                Err(e) if e.is_retryable() => idle_until = deadline_after(self.timings.idle),
+                Err(e) => return fenced(self.id, &e),
+            }
         }
     }
-}
 
-/// One loop: `work` of simulated time, heartbeating meanwhile.
-async fn work<C: Clock>(
-    me: &WorkerHandle<C>,
-    beat: &mut tokio::time::Interval,
-    crash: &Notify,
-    work: Duration,
-    draining: &mut bool,
-) -> Result<(), Wake> {
-    let done = sleep(work);
-    tokio::pin!(done);
-    loop {
-        tokio::select! {
-            biased;
-            () = crash.notified() => return Err(Wake::Crash),
-            () = &mut done => return Ok(()),
-            _ = beat.tick() => match me.heartbeat() {
-                Ok(HeartbeatAck::Draining) => *draining = true,
-                Ok(_) => {}
+    async fn heartbeat(&self) -> Beat {
+        match self.registry.heartbeat(self.id).await {
+            Ok(ack) => Beat::Ack(ack),
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(worker = %self.id, "heartbeat not recorded, trying again at the next tick: {e}");
+                Beat::Unavailable
+            }
+            Err(e) => Beat::Dead(fenced(self.id, &e)),
+        }
+    }
+
+    /// One loop: `work` of simulated time, heartbeating meanwhile. A drain noticed meanwhile
+    /// changes nothing here: the worker finishes its queue either way, and the registry makes its
+    /// `loop_finished` an exit.
+    async fn work(&self, beat: &mut tokio::time::Interval) -> Result<(), Wake> {
+        let done = sleep(self.timings.work);
+        tokio::pin!(done);
+        let mut stop = self.stop.clone();
+        loop {
+            tokio::select! {
+                biased;
+                () = self.crash.notified() => return Err(Wake::Crash),
+                () = stopped(&mut stop) => return Err(Wake::Stop),
+                () = &mut done => return Ok(()),
+                _ = beat.tick() => if let Beat::Dead(exit) = self.heartbeat().await {
+                    return Err(Wake::Fenced(exit));
+                },
+            }
+        }
+    }
+
+    /// Records the completion, fenced by the worker id; a few attempts if the backend cannot answer.
+    async fn complete(&self, job: &Job) {
+        for attempt in 1..=COMPLETE_ATTEMPTS {
+            match self
+                .registry
+                .complete_by(self.id, &job.target, &job.event)
+                .await
+            {
+                Ok(()) => return,
+                Err(e) if e.is_retryable() && attempt < COMPLETE_ATTEMPTS => {
+                    sleep(self.timings.heartbeat / 4).await;
+                }
                 Err(e) => {
-                    fenced(me.id(), &e);
-                    return Err(Wake::Fenced);
+                    // Declared dead mid-loop (the event was released and is re-dispatched elsewhere),
+                    // or the backend stayed away (the claim stays in flight until `max_in_flight`
+                    // releases it for re-dispatch).
+                    tracing::warn!(worker = %self.id, event = %job.event, "completion not recorded: {e}");
+                    return;
                 }
-            },
+            }
         }
     }
-}
 
-/// Ends the (draining) worker's last loop: the registry records the clean exit.
-fn finish<C: Clock>(me: &WorkerHandle<C>) -> Exit {
-    match me.loop_finished() {
-        Ok(_) => Exit::Exited,
-        Err(e) => fenced(me.id(), &e),
+    /// Ends the (draining) worker's last loop: the registry records the clean exit.
+    async fn finish(&self) -> Exit {
+        match self.registry.loop_finished(self.id).await {
+            Ok(_) => Exit::Exited,
+            Err(e) => fenced(self.id, &e),
+        }
+    }
+
+    /// Leaves without being asked (mailbox closed, queue done).
+    async fn leave(&self) -> Exit {
+        match self.registry.deregister(self.id).await {
+            Ok(_) => Exit::Exited,
+            Err(e) => fenced(self.id, &e),
+        }
+    }
+
+    /// The shutdown deadline passed: deregister (which releases every claim of this worker through
+    /// the registry, so a shared backend's other replicas or the next start can pick them up) and
+    /// hand back the events that were not completed: `unfinished` and everything still queued.
+    async fn stop_now(&mut self, mut unfinished: Vec<Job>) -> Exit {
+        self.jobs.close();
+        while let Ok(job) = self.jobs.try_recv() {
+            unfinished.push(job);
+        }
+        match self.registry.deregister(self.id).await {
+            Ok(_) | Err(RegistryError::WorkerDead { .. } | RegistryError::UnknownWorker { .. }) => {
+            }
+            Err(e) => tracing::warn!(
+                worker = %self.id,
+                "could not deregister at shutdown ({e}); the registry releases its claims when it declares it dead"
+            ),
+        }
+        Exit::Stopped(unfinished)
     }
 }
 
-/// Leaves without being asked (mailbox closed).
-fn leave<C: Clock>(me: &WorkerHandle<C>) -> Exit {
-    match me.deregister() {
-        Ok(_) => Exit::Exited,
-        Err(e) => fenced(me.id(), &e),
-    }
+/// Resolves once the stop flag is set (or its sender is gone: the router is gone too).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not `Send`: drop it here, before any caller awaits more.
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
 
 /// The registry refused a call: the worker is dead. If it was drained while idle (an immediate

@@ -1,186 +1,21 @@
-//! The reference webhook router (`examples/webhook_router.rs`), tested over real HTTP on
-//! 127.0.0.1:0. The router's code is included from the example, so these tests exercise the real
-//! thing.
+//! The reference webhook router, tested over real HTTP on 127.0.0.1:0 through its library, so
+//! these tests exercise the real thing (the binary is a thin `main` over it).
 //!
 //! Time: every test runs on tokio's paused clock, and the registry on a `TokioClock` that follows it,
 //! so heartbeats, loops and sweeps happen in virtual time. Nothing sleeps on the wall clock: where a
 //! test waits for the sweep or a worker, it polls observable state (the admin API) a bounded number
 //! of times, each poll letting a little virtual time pass.
-use webhook_router::app;
 
-use std::future::Future;
-use std::sync::Arc;
+mod common;
+
+use common::*;
+
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde_json::{json, Value};
-use tokio::net::TcpListener;
+use serde_json::json;
 use webhook_router::github;
-use worker_registry::{InMemoryRegistry, RegistryConfig, TokioClock};
-
-const HEARTBEAT: Duration = Duration::from_millis(100);
-const MISSED: u32 = 3;
-
-/// How a test's router is set up.
-#[derive(Clone)]
-struct Setup {
-    capacity: usize,
-    secret: Option<&'static str>,
-    token: Option<&'static str>,
-    work: Duration,
-    mailbox: usize,
-}
-
-impl Default for Setup {
-    fn default() -> Self {
-        Self {
-            capacity: 8,
-            secret: None,
-            token: None,
-            work: Duration::from_millis(10),
-            mailbox: 8,
-        }
-    }
-}
-
-struct Harness {
-    server: app::Server<TokioClock>,
-    base: String,
-    http: reqwest::Client,
-    secret: Option<&'static str>,
-    token: Option<&'static str>,
-}
-
-async fn start(setup: Setup) -> Harness {
-    let config = RegistryConfig::builder()
-        .max_workers(setup.capacity)
-        .heartbeat_interval(HEARTBEAT)
-        .missed_heartbeats(MISSED)
-        .sweep_interval(HEARTBEAT / 2)
-        .startup_grace(HEARTBEAT)
-        .build()
-        .unwrap();
-    let registry = InMemoryRegistry::with_clock(config, TokioClock::new());
-    let options = app::Options {
-        webhook_secret: setup.secret.map(|s| Arc::from(s.as_bytes())),
-        admin_token: setup.token.map(str::to_owned),
-        work: setup.work,
-        // Workers stay until drained, crashed or shut down (unless a test advances an hour).
-        idle: Duration::from_secs(3600),
-        mailbox: setup.mailbox,
-    };
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = app::serve(app::App::new(registry, options), listener)
-        .await
-        .unwrap();
-    Harness {
-        base: format!("http://{}", server.addr()),
-        server,
-        http: reqwest::Client::builder().no_proxy().build().unwrap(),
-        secret: setup.secret,
-        token: setup.token,
-    }
-}
-
-fn pr(repo: &str, number: u64) -> Value {
-    json!({
-        "action": "synchronize",
-        "number": number,
-        "pull_request": { "number": number, "title": "t", "head": { "sha": "0".repeat(40) } },
-        "repository": { "full_name": repo },
-        "sender": { "login": "mona" }
-    })
-}
-
-struct Answer {
-    status: StatusCode,
-    retry_after: Option<u64>,
-    body: Value,
-}
-
-impl Harness {
-    /// Sends a delivery, signed if the router has a secret.
-    async fn deliver(&self, event: &str, id: &str, payload: &Value) -> Answer {
-        let body = serde_json::to_vec(payload).unwrap();
-        let mut req = self
-            .http
-            .post(format!("{}/webhook", self.base))
-            .header("content-type", "application/json")
-            .header(github::EVENT_HEADER, event)
-            .header(github::DELIVERY_HEADER, id);
-        if let Some(secret) = self.secret {
-            req = req.header(
-                github::SIGNATURE_HEADER,
-                github::sign(secret.as_bytes(), &body),
-            );
-        }
-        answer(req.body(body).send().await.unwrap()).await
-    }
-
-    async fn get(&self, path: &str) -> Answer {
-        answer(
-            self.http
-                .get(format!("{}{path}", self.base))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
-    }
-
-    async fn post(&self, path: &str) -> Answer {
-        let mut req = self.http.post(format!("{}{path}", self.base));
-        if let Some(t) = self.token {
-            req = req.bearer_auth(t);
-        }
-        answer(req.send().await.unwrap()).await
-    }
-
-    /// Polls `GET /workers/{id}` until its status is `status`.
-    async fn until_status(&self, id: u64, status: &str) -> Value {
-        eventually(|| async move {
-            let a = self.get(&format!("/workers/{id}")).await;
-            (a.body["status"] == status).then_some(a.body)
-        })
-        .await
-    }
-}
-
-async fn answer(res: reqwest::Response) -> Answer {
-    let status = res.status();
-    let retry_after = res
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().parse().unwrap());
-    let text = res.text().await.unwrap();
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Answer {
-        status,
-        retry_after,
-        body,
-    }
-}
-
-/// Polls `probe` until it yields, letting 25 ms of virtual time pass between attempts; fails after
-/// 400 attempts (10 s of virtual time, far beyond any timeout configured here).
-async fn eventually<T, F, Fut>(mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    for _ in 0..400 {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("condition not reached after 400 polls");
-}
-
-fn worker_of(a: &Answer) -> u64 {
-    a.body["worker"].as_u64().unwrap()
-}
-
+use worker_registry::WorkerRegistry;
 #[tokio::test(start_paused = true)]
 async fn assigned_then_duplicate_then_sticky() {
     let h = start(Setup::default()).await;
@@ -288,7 +123,7 @@ async fn events_without_a_pull_request_are_ignored() {
     let ignored = h.deliver("issue_comment", "p-3", &on_issue).await;
     assert_eq!(ignored.body["outcome"], "ignored");
     assert!(ignored.body["reason"].as_str().unwrap().contains("issue"));
-    assert_eq!(h.server.app().registry().live_workers(), 0);
+    assert_eq!(h.server.app().registry().stats().live_workers, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -330,6 +165,7 @@ async fn signatures_are_checked_when_a_secret_is_set() {
         let mut req = h
             .http
             .post(format!("{}/webhook", h.base))
+            .header("content-type", "application/json")
             .header(github::EVENT_HEADER, "pull_request")
             .header(github::DELIVERY_HEADER, "s-2")
             .body(body.clone());
@@ -361,7 +197,11 @@ async fn signatures_are_checked_when_a_secret_is_set() {
 async fn malformed_deliveries_are_400_with_the_reason() {
     let h = start(Setup::default()).await;
     let raw = |event: Option<&str>, id: Option<&str>, body: &'static str| {
-        let mut req = h.http.post(format!("{}/webhook", h.base)).body(body);
+        let mut req = h
+            .http
+            .post(format!("{}/webhook", h.base))
+            .header("content-type", "application/json")
+            .body(body);
         if let Some(e) = event {
             req = req.header(github::EVENT_HEADER, e);
         }
@@ -383,7 +223,7 @@ async fn malformed_deliveries_are_400_with_the_reason() {
         ),
         (
             raw(Some("pull_request"), Some("has space"), "{}").await,
-            "event id",
+            "delivery id",
         ),
         (
             raw(
@@ -426,7 +266,7 @@ async fn malformed_deliveries_are_400_with_the_reason() {
             "{error:?} should mention {expected:?}"
         );
     }
-    assert_eq!(h.server.app().registry().claim_count(), 0);
+    assert_eq!(h.memory.claim_count(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -436,6 +276,7 @@ async fn payloads_above_githubs_cap_are_413() {
     let res = h
         .http
         .post(format!("{}/webhook", h.base))
+        .header("content-type", "application/json")
         .header(github::EVENT_HEADER, "push")
         .header(github::DELIVERY_HEADER, "big")
         .body(body)
@@ -451,6 +292,7 @@ async fn payloads_above_githubs_cap_are_413() {
     let res = h
         .http
         .post(format!("{}/webhook", h.base))
+        .header("content-type", "application/json")
         .header(github::EVENT_HEADER, "push")
         .header(github::DELIVERY_HEADER, "at-cap")
         .body(body)
@@ -681,16 +523,17 @@ fn the_prometheus_checker_rejects_what_it_should() {
 #[tokio::test(start_paused = true)]
 async fn metrics_parse_as_prometheus_text() {
     let h = start(Setup::default()).await;
-    h.deliver("pull_request", "x-1", &pr("o/r", 1)).await;
+    let first = h.deliver("pull_request", "x-1", &pr("o/r", 1)).await;
     h.deliver("pull_request", "x-1", &pr("o/r", 1)).await;
     h.deliver("push", "x-2", &json!({})).await;
     // Let a sweep publish the snapshot the gauges read.
-    h.until_status(1, "active").await;
-    eventually(|| async { (h.server.app().registry().status().version > 0).then_some(()) }).await;
+    h.until_status(worker_of(&first), "active").await;
+    eventually(|| async { (h.memory.status().version > 0).then_some(()) }).await;
 
     let res = h
         .http
         .get(format!("{}/metrics", h.base))
+        .header("accept", "application/openmetrics-text")
         .send()
         .await
         .unwrap();
@@ -766,8 +609,11 @@ async fn admin_token_guards_drain_and_crash() {
         h.post(&format!("/debug/workers/{w}/crash")).await.status,
         StatusCode::ACCEPTED
     );
-    // Reads stay open.
-    assert_eq!(h.get(&format!("/workers/{w}")).await.status, StatusCode::OK);
+    // Reads need the token too (issue 13: the list names repositories and pull requests).
+    assert_eq!(
+        h.get(&format!("/workers/{w}")).await.status,
+        StatusCode::UNAUTHORIZED
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -784,7 +630,7 @@ async fn shutdown_refuses_deliveries_and_drains_every_worker() {
             &h.deliver("pull_request", id, &pr(repo, 1)).await,
         ));
     }
-    let registry = h.server.app().registry().clone();
+    let registry = h.memory.clone();
     eventually(|| async {
         workers
             .iter()
@@ -799,32 +645,18 @@ async fn shutdown_refuses_deliveries_and_drains_every_worker() {
     h.deliver("pull_request", "z-4", &pr("o/a", 1)).await;
     h.deliver("pull_request", "z-5", &pr("o/b", 1)).await;
 
-    let drained = h.server.app().begin_shutdown();
+    let drained = h.server.app().begin_shutdown(Duration::from_secs(10)).await;
     assert_eq!((drained.draining, drained.exited), (2, 1));
     let refused = h.deliver("pull_request", "z-6", &pr("o/d", 1)).await;
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(refused.body["outcome"], "draining");
+    assert_eq!(refused.body["outcome"], "closing");
 
     let report = h.server.shutdown(Duration::from_secs(10)).await;
-    assert_eq!(report.still_running, 0);
-    assert_eq!(report.not_redispatched, 0);
+    assert_eq!(report.stopped_at_deadline, 0);
+    assert!(report.unfinished.is_empty(), "{:?}", report.unfinished);
     let stats = registry.stats();
     assert_eq!((stats.live_workers, stats.deaths_exited), (0, 3));
     assert_eq!(stats.claims_completed, 5);
-}
-
-/// `application/x-www-form-urlencoded` encoding of one value (test data only).
-fn form_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
-                (b as char).to_string()
-            }
-            b' ' => "+".to_owned(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[tokio::test(start_paused = true)]

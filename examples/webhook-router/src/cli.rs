@@ -1,0 +1,358 @@
+//! The command line: [`Args`] (every flag has a `WEBHOOK_ROUTER_*` environment variable) and
+//! [`settings`], which validates them into [`Settings`] or says what is wrong. Every bound is
+//! checked here, where the flag is read, so that nothing downstream can overflow or panic on a
+//! value a careless operator typed.
+
+use crate::app::{self, MAX_MAILBOX};
+use crate::backend::RegistryChoice;
+use crate::body::{BodyBudget, BodyLimits};
+use crate::github;
+use crate::routing::Policy;
+use crate::server::{self, ServerLimits};
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use rand::Rng;
+use worker_registry::{
+    RegistryConfig, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_WORKERS, DEFAULT_MISSED_HEARTBEATS,
+    DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
+};
+
+/// A heartbeat timeout must span at least this many ticks of the registry's clock: a coarser one
+/// would declare healthy workers dead between two ticks (4 ms ticks and a 2 ms timeout killed 251
+/// healthy workers in 4 s).
+pub const MIN_TIMEOUT_TICKS: u32 = 10;
+
+/// Serve GitHub webhooks through the worker registry (or simulate traffic at it with --simulate).
+///
+/// Timing flags default to production-like values, or to fast ones with --simulate (shown as
+/// "serve / simulate").
+#[derive(Parser, Debug, Clone)]
+#[command(name = "webhook-router", version)]
+pub struct Args {
+    /// Registry backend: `memory` (this process only).
+    #[arg(long, env = "WEBHOOK_ROUTER_REGISTRY", default_value = "memory")]
+    pub registry: RegistryChoice,
+    /// Address to listen on [default: 127.0.0.1:3000 / 127.0.0.1:0].
+    #[arg(long, env = "WEBHOOK_ROUTER_BIND")]
+    pub bind: Option<SocketAddr>,
+    /// Live workers (containers) allowed at once [default: 64 / 48].
+    #[arg(long, env = "WEBHOOK_ROUTER_CAPACITY")]
+    pub capacity: Option<usize>,
+    /// Worker heartbeat interval, ms [default: 30000 / 100].
+    #[arg(long, env = "WEBHOOK_ROUTER_HEARTBEAT_MS")]
+    pub heartbeat_ms: Option<u64>,
+    /// Missed heartbeat intervals before a worker is declared dead [default: 4 / 3].
+    #[arg(long, env = "WEBHOOK_ROUTER_MISSED_HEARTBEATS")]
+    pub missed_heartbeats: Option<u32>,
+    /// How long a simulated worker's loop runs per event, ms [default: 2000 / 20].
+    #[arg(long, env = "WEBHOOK_ROUTER_WORK_MS")]
+    pub work_ms: Option<u64>,
+    /// How long a worker waits for another event before it exits, ms [default: 60000 / 200].
+    #[arg(long, env = "WEBHOOK_ROUTER_IDLE_MS")]
+    pub idle_ms: Option<u64>,
+    /// Events a worker may have queued before its target gets 503 (1 to 65536).
+    #[arg(long, env = "WEBHOOK_ROUTER_MAILBOX", default_value_t = app::DEFAULT_MAILBOX)]
+    pub mailbox: usize,
+    /// GitHub webhook secret: deliveries must carry a valid X-Hub-Signature-256. Without one, unsigned
+    /// deliveries are accepted, and only on a loopback bind. [default: none / a random one]
+    #[arg(long, env = "WEBHOOK_ROUTER_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+    /// Bearer token required by the admin API (reads included) and POST /debug/...
+    /// [default: none / a random one]
+    #[arg(long, env = "WEBHOOK_ROUTER_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// A routing rule, `event[.action]=start|reach|drain|ignore`, overriding the default policy
+    /// (repeatable; in the environment, comma-separated).
+    #[arg(long = "route", env = "WEBHOOK_ROUTER_ROUTES", value_delimiter = ',')]
+    pub routes: Vec<String>,
+    /// Time a client has to send a delivery's whole body, ms (GitHub gives up after 10 s).
+    #[arg(long, env = "WEBHOOK_ROUTER_BODY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub body_timeout_ms: u64,
+    /// Memory for delivery bodies being received at once, MiB (at least 25, one maximal delivery).
+    #[arg(long, env = "WEBHOOK_ROUTER_BODY_BUDGET_MIB", default_value_t = 64)]
+    pub body_budget_mib: usize,
+    /// Time a client has to send a request's head, ms (also how long an idle connection stays open).
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_HEADER_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub header_timeout_ms: u64,
+    /// Connections open at once; more wait in the kernel's backlog (needs that many file
+    /// descriptors, plus some).
+    #[arg(long, env = "WEBHOOK_ROUTER_MAX_CONNECTIONS", default_value_t = server::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Webhook requests handled at once; more get 503 at once.
+    #[arg(long, env = "WEBHOOK_ROUTER_MAX_CONCURRENT_WEBHOOKS", default_value_t = server::DEFAULT_MAX_CONCURRENT_WEBHOOKS)]
+    pub max_concurrent_webhooks: usize,
+    /// How long Ctrl-C waits for draining workers before stopping them, ms [default: 10000 / 5000].
+    #[arg(long, env = "WEBHOOK_ROUTER_SHUTDOWN_MS")]
+    pub shutdown_ms: Option<u64>,
+    /// Drive built-in traffic at the router over HTTP, then print a summary and exit.
+    #[arg(long)]
+    pub simulate: bool,
+    /// --simulate: deliveries to send.
+    #[arg(long, default_value_t = 4000, requires = "simulate")]
+    pub events: usize,
+    /// --simulate: deliveries per second (0: as fast as the clients go).
+    #[arg(long, default_value_t = 800, requires = "simulate")]
+    pub rate: u32,
+    /// --simulate: concurrent HTTP clients.
+    #[arg(long, default_value_t = 32, requires = "simulate")]
+    pub clients: usize,
+    /// --simulate: repositories (6 pull requests each).
+    #[arg(long, default_value_t = 12, requires = "simulate")]
+    pub repos: usize,
+    /// --simulate: seed of the traffic generator.
+    #[arg(long, default_value_t = 1, requires = "simulate")]
+    pub seed: u64,
+}
+
+/// Everything the flags decide, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The backend.
+    pub registry: RegistryChoice,
+    /// Where to listen.
+    pub bind: SocketAddr,
+    /// The registry's configuration.
+    pub config: RegistryConfig,
+    /// The router's options.
+    pub options: app::Options,
+    /// The shutdown deadline.
+    pub shutdown: Duration,
+    /// The HTTP server's limits.
+    pub limits: ServerLimits,
+}
+
+/// A duration flag in milliseconds, at most [`MAX_DURATION`].
+fn ms(flag: &str, v: u64) -> Result<Duration, String> {
+    let d = Duration::from_millis(v);
+    if d > MAX_DURATION {
+        return Err(format!(
+            "{flag} {v} is more than a year ({} ms); it is almost certainly a unit mistake",
+            MAX_DURATION.as_millis()
+        ));
+    }
+    Ok(d)
+}
+
+/// Validates the flags.
+pub fn settings(a: &Args) -> Result<Settings, String> {
+    let sim = a.simulate;
+    let pick = |flag: &str, v: Option<u64>, serve: u64, simulate: u64| {
+        ms(flag, v.unwrap_or(if sim { simulate } else { serve }))
+    };
+    let heartbeat = Duration::from_millis(a.heartbeat_ms.unwrap_or(if sim {
+        100
+    } else {
+        u64::try_from(DEFAULT_HEARTBEAT_INTERVAL.as_millis()).unwrap_or(30_000)
+    }));
+    let missed = a
+        .missed_heartbeats
+        .unwrap_or(if sim { 3 } else { DEFAULT_MISSED_HEARTBEATS });
+    let capacity = a
+        .capacity
+        .unwrap_or(if sim { 48 } else { DEFAULT_MAX_WORKERS });
+    // Sweep at least twice per heartbeat interval (never less often than the library default), so a
+    // silent worker is noticed within half an interval of its deadline.
+    let sweep = (heartbeat / 2).clamp(Duration::from_millis(1), DEFAULT_SWEEP_INTERVAL);
+    let config = RegistryConfig::builder()
+        .max_workers(capacity)
+        .heartbeat_interval(heartbeat)
+        .missed_heartbeats(missed)
+        .sweep_interval(sweep)
+        // The simulated container heartbeats as soon as it starts.
+        .startup_grace(heartbeat)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let resolution = a.registry.clock_resolution();
+    let floor = resolution.saturating_mul(MIN_TIMEOUT_TICKS);
+    if config.heartbeat_timeout() < floor {
+        return Err(format!(
+            "--heartbeat-ms x --missed-heartbeats is {:?}, but the registry's clock ticks every {resolution:?}: \
+             a timeout under {MIN_TIMEOUT_TICKS} ticks ({floor:?}) declares healthy workers dead",
+            config.heartbeat_timeout()
+        ));
+    }
+
+    let bind = a.bind.unwrap_or(SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        if sim { 0 } else { 3000 },
+    ));
+    if sim && !bind.ip().is_loopback() {
+        return Err(format!(
+            "--simulate only runs on a loopback address, not {bind}"
+        ));
+    }
+    let random_token = || format!("{:032x}", rand::thread_rng().gen::<u128>());
+    let secret = match (&a.webhook_secret, sim) {
+        (Some(s), _) if s.is_empty() => return Err("--webhook-secret is empty".into()),
+        (Some(s), _) => Some(s.clone()),
+        (None, true) => Some(random_token()),
+        (None, false) => None,
+    };
+    if secret.is_none() && !bind.ip().is_loopback() {
+        return Err(format!(
+            "refusing to accept unsigned deliveries on {bind}, which is not a loopback address: \
+             set --webhook-secret (the secret configured on the GitHub webhook)"
+        ));
+    }
+    let admin_token = match (&a.admin_token, sim) {
+        (Some(t), _) if t.is_empty() => return Err("--admin-token is empty".into()),
+        (Some(t), _) => Some(t.clone()),
+        (None, true) => Some(random_token()),
+        (None, false) => None,
+    };
+    if !(1..=MAX_MAILBOX).contains(&a.mailbox) {
+        return Err(format!(
+            "--mailbox {} is out of range: 1 to {MAX_MAILBOX}",
+            a.mailbox
+        ));
+    }
+    let mut policy = Policy::default();
+    for rule in &a.routes {
+        policy = policy.with_rule(rule)?;
+    }
+    let min_budget = github::MAX_PAYLOAD_BYTES >> 20;
+    if !(min_budget..=64 * 1024).contains(&a.body_budget_mib) {
+        return Err(format!(
+            "--body-budget-mib {} is out of range: {min_budget} (one delivery at GitHub's cap) to 65536",
+            a.body_budget_mib
+        ));
+    }
+    let body_timeout = ms("--body-timeout-ms", a.body_timeout_ms)?;
+    if body_timeout.is_zero() {
+        return Err("--body-timeout-ms must be at least 1".into());
+    }
+    let options = app::Options {
+        policy: Arc::new(policy),
+        body: BodyLimits {
+            max: github::MAX_PAYLOAD_BYTES,
+            timeout: body_timeout,
+            budget: BodyBudget::new(a.body_budget_mib << 20),
+        },
+        webhook_secret: secret.map(|s| Arc::from(s.into_bytes())),
+        admin_token,
+        work: pick("--work-ms", a.work_ms, 2_000, 20)?,
+        idle: pick("--idle-ms", a.idle_ms, 60_000, 200)?,
+        mailbox: a.mailbox,
+    };
+    let header_timeout = ms("--header-timeout-ms", a.header_timeout_ms)?;
+    if header_timeout.is_zero() {
+        return Err("--header-timeout-ms must be at least 1".into());
+    }
+    if !(1..=1_000_000).contains(&a.max_connections) {
+        return Err(format!(
+            "--max-connections {} is out of range: 1 to 1000000",
+            a.max_connections
+        ));
+    }
+    if !(1..=65_536).contains(&a.max_concurrent_webhooks) {
+        return Err(format!(
+            "--max-concurrent-webhooks {} is out of range: 1 to 65536",
+            a.max_concurrent_webhooks
+        ));
+    }
+    Ok(Settings {
+        limits: ServerLimits {
+            header_timeout,
+            max_connections: a.max_connections,
+            max_concurrent_webhooks: a.max_concurrent_webhooks,
+        },
+        registry: a.registry.clone(),
+        bind,
+        config,
+        options,
+        shutdown: pick("--shutdown-ms", a.shutdown_ms, 10_000, 5_000)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Settings, String> {
+        let mut all = vec!["webhook-router"];
+        all.extend_from_slice(args);
+        settings(&Args::try_parse_from(all).map_err(|e| e.to_string())?)
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let s = parse(&[]).unwrap();
+        assert_eq!(s.registry, RegistryChoice::Memory);
+        assert_eq!(s.bind.port(), 3000);
+        assert!(parse(&["--simulate"]).is_ok());
+    }
+
+    /// Issue 13: flags are bounded where they are read; none reaches a consumer that would panic.
+    #[test]
+    fn extreme_values_are_refused_with_the_flag_named() {
+        let max = u64::MAX.to_string();
+        for (flag, value, says) in [
+            ("--mailbox", "18446744073709551615", "--mailbox"),
+            ("--mailbox", "0", "--mailbox"),
+            ("--mailbox", "65537", "--mailbox"),
+            ("--heartbeat-ms", max.as_str(), "heartbeat_interval"),
+            ("--work-ms", max.as_str(), "--work-ms"),
+            ("--idle-ms", max.as_str(), "--idle-ms"),
+            ("--shutdown-ms", max.as_str(), "--shutdown-ms"),
+            ("--capacity", "0", "max_workers"),
+        ] {
+            let e = parse(&[flag, value]).unwrap_err();
+            assert!(e.contains(says), "{flag} {value}: {e}");
+        }
+        assert!(parse(&["--mailbox", "65536"]).is_ok());
+    }
+
+    /// Issue 13: a heartbeat timeout the clock cannot resolve is refused.
+    #[test]
+    fn a_timeout_below_the_clock_resolution_is_refused() {
+        let e = parse(&["--heartbeat-ms", "1", "--missed-heartbeats", "2"]).unwrap_err();
+        assert!(e.contains("ticks every"), "{e}");
+        let resolution = RegistryChoice::Memory.clock_resolution();
+        let ok = (resolution * MIN_TIMEOUT_TICKS).as_millis().div_ceil(2) as u64;
+        assert!(parse(&[
+            "--heartbeat-ms",
+            &ok.to_string(),
+            "--missed-heartbeats",
+            "2"
+        ])
+        .is_ok());
+    }
+
+    #[test]
+    fn routing_rules_and_body_limits_are_validated() {
+        let s = parse(&[
+            "--route",
+            "pull_request.closed=ignore",
+            "--route",
+            "check_run=start",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.options.policy.decide("pull_request", Some("closed")),
+            crate::routing::Decision::Ignore
+        );
+        assert!(parse(&["--route", "push=start"]).is_err());
+        assert!(parse(&["--body-budget-mib", "1"]).is_err());
+        assert!(parse(&["--body-budget-mib", "18446744073709551615"]).is_err());
+        assert!(parse(&["--body-timeout-ms", "0"]).is_err());
+        assert!(parse(&["--body-timeout-ms", &u64::MAX.to_string()]).is_err());
+        assert!(parse(&["--header-timeout-ms", "0"]).is_err());
+        assert!(parse(&["--header-timeout-ms", &u64::MAX.to_string()]).is_err());
+        assert!(parse(&["--max-connections", "0"]).is_err());
+        assert!(parse(&["--max-connections", &usize::MAX.to_string()]).is_err());
+        assert!(parse(&["--max-concurrent-webhooks", "0"]).is_err());
+    }
+
+    #[test]
+    fn unknown_backends_are_refused() {
+        assert!(parse(&["--registry", "etcd://x"]).is_err());
+    }
+}

@@ -1,0 +1,134 @@
+//! The router's own Prometheus metrics, served on `/metrics` next to the registry's.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `webhook_router_deliveries_total` | counter | `outcome`: how `POST /webhook` was answered |
+//! | `webhook_router_admissions_total` | counter | `source` = webhook, redispatch; `outcome` = assigned, duplicate, capacity, draining, closing, unavailable |
+//! | `webhook_router_worker_exits_total` | counter | `how` = exited, fenced, crashed, stopped |
+//! | `webhook_router_redispatched_total` | counter | |
+//! | `webhook_router_shutdown_unfinished_total` | counter | |
+//!
+//! Every label value is present from the start, at zero. The registry's
+//! `worker_registry_admitted_total`, `_duplicates_total` and `_rejected_total` add up to
+//! `webhook_router_admissions_total` by outcome: a delivery the router gave back because its
+//! worker's queue was full is counted as rejected for capacity, as the router answered it.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use worker_registry::metrics::{Metrics, Returned};
+
+use crate::app::{Dispatch, Source};
+use crate::worker::Exit;
+
+type Labels = Vec<(&'static str, &'static str)>;
+
+/// Every outcome label of `webhook_router_deliveries_total`.
+pub const DELIVERY_OUTCOMES: [&str; 11] = [
+    "assigned",
+    "duplicate",
+    "capacity",
+    "draining",
+    "closing",
+    "unavailable",
+    "ignored",
+    "drained",
+    "unauthorized",
+    "invalid",
+    "overloaded",
+];
+
+/// The router's counters (cheap `Arc` handles).
+#[derive(Clone)]
+pub struct RouterMetrics {
+    deliveries: Family<Labels, Counter>,
+    admissions: Family<Labels, Counter>,
+    exits: Family<Labels, Counter>,
+    pub(crate) redispatched: Counter,
+    pub(crate) shutdown_unfinished: Counter,
+    /// Admissions given back because the worker's queue was full (the library's collector counts
+    /// them as rejected rather than admitted).
+    pub(crate) returned: Returned,
+}
+
+impl RouterMetrics {
+    /// The counters, every label value at zero; `returned` is the handle of the library's
+    /// [`Metrics`] these are registered with ([`Metrics::returned`]).
+    pub fn new(returned: Returned) -> Self {
+        let m = Self {
+            deliveries: Family::default(),
+            admissions: Family::default(),
+            exits: Family::default(),
+            redispatched: Counter::default(),
+            shutdown_unfinished: Counter::default(),
+            returned,
+        };
+        for outcome in DELIVERY_OUTCOMES {
+            let _ = m.deliveries.get_or_create(&vec![("outcome", outcome)]);
+        }
+        for source in [Source::Webhook, Source::Redispatch] {
+            for outcome in Dispatch::OUTCOMES {
+                let _ = m
+                    .admissions
+                    .get_or_create(&vec![("source", source.as_str()), ("outcome", outcome)]);
+            }
+        }
+        for how in Exit::ALL {
+            let _ = m.exits.get_or_create(&vec![("how", how)]);
+        }
+        m
+    }
+
+    /// `webhook_router_shutdown_unfinished_total` now.
+    pub fn shutdown_unfinished(&self) -> u64 {
+        self.shutdown_unfinished.get()
+    }
+
+    /// Counts one answer to `POST /webhook`.
+    pub fn delivery(&self, outcome: &'static str) {
+        self.deliveries
+            .get_or_create(&vec![("outcome", outcome)])
+            .inc();
+    }
+
+    /// Counts one admission attempt.
+    pub fn admission(&self, source: Source, outcome: &'static str) {
+        self.admissions
+            .get_or_create(&vec![("source", source.as_str()), ("outcome", outcome)])
+            .inc();
+    }
+
+    /// Counts one worker task's end.
+    pub fn exit(&self, how: &'static str) {
+        self.exits.get_or_create(&vec![("how", how)]).inc();
+    }
+
+    /// Adds the router's metrics to `metrics`.
+    pub fn register(&self, metrics: &mut Metrics) {
+        let p = metrics.prometheus_mut();
+        p.register(
+            "webhook_router_deliveries",
+            "Webhook deliveries answered, by outcome",
+            self.deliveries.clone(),
+        );
+        p.register(
+            "webhook_router_admissions",
+            "Admissions the router asked the registry for, by source and outcome",
+            self.admissions.clone(),
+        );
+        p.register(
+            "webhook_router_worker_exits",
+            "Simulated worker containers that stopped, by how",
+            self.exits.clone(),
+        );
+        p.register(
+            "webhook_router_redispatched",
+            "Released events placed on a worker again",
+            self.redispatched.clone(),
+        );
+        p.register(
+            "webhook_router_shutdown_unfinished",
+            "Accepted deliveries not completed at shutdown, released through the registry",
+            self.shutdown_unfinished.clone(),
+        );
+    }
+}

@@ -1,0 +1,38 @@
+//! The router's OpenAPI document: the library's admin API with `POST /webhook` and the debug
+//! endpoint merged in, generated from the handlers' `#[utoipa::path]` attributes and the answer
+//! types' `ToSchema` derives, served on `/openapi.json`.
+
+use utoipa::OpenApi;
+
+use crate::answer::{
+    ClaimStateName, CrashAnswer, DeliveryAnswer, ErrorAnswer, Outcome, TargetAnswer,
+};
+use crate::http::{self, FormDelivery};
+use crate::routing::Decision;
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(http::webhook, http::crash),
+    components(schemas(
+        DeliveryAnswer, TargetAnswer, Outcome, ClaimStateName, Decision, ErrorAnswer, CrashAnswer,
+        FormDelivery,
+    )),
+    tags(
+        (name = "webhook", description = "GitHub webhook deliveries"),
+        (name = "debug", description = "Fault injection for demonstrations"),
+    ),
+)]
+struct RouterDoc;
+
+/// The whole document: admin API, webhook and debug endpoint.
+pub fn document() -> utoipa::openapi::OpenApi {
+    let mut doc = worker_registry::http::openapi();
+    doc.merge(RouterDoc::openapi());
+    doc.info.title = "webhook-router".to_owned();
+    doc.info.description = Some(
+        "The reference GitHub webhook router built on worker-registry: deliveries in, one worker \
+         per pull request, and the registry's admin API."
+            .to_owned(),
+    );
+    doc
+}

@@ -1,0 +1,310 @@
+//! A running router: the HTTP server and the [`Sweeper`] whose released events are re-dispatched;
+//! [`Server::shutdown`] is the Ctrl-C path.
+//!
+//! The HTTP server is hyper's HTTP/1 connection builder in an accept loop of its own (rather than
+//! `axum::serve`, which has no timeouts and no connection cap), with [`ServerLimits`]:
+//!
+//! * a header read timeout: a client that has not sent a whole request head within it (a
+//!   slowloris socket, or an idle keep-alive connection) is disconnected;
+//! * a connection cap: beyond it, the loop stops accepting until a connection ends (the kernel's
+//!   backlog holds the newcomers), so file descriptors never run out and the connections already
+//!   open keep being served;
+//! * small connection buffers, so that idle connections cost little memory.
+//!
+//! The body's own limits (size, time, memory budget) are in [`crate::body`]; the cap on webhook
+//! requests handled at once is a tower `ConcurrencyLimit` behind a `LoadShed` (503 beyond it), in
+//! [`crate::http`].
+
+use crate::app::{App, Unfinished};
+use crate::http;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use worker_registry::{DrainAll, Maintenance, Sweeper, WorkerRegistry};
+
+/// How long workers told to stop at the deadline get to deregister before their tasks are aborted.
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// The default header read timeout (GitHub sends a delivery's head at once).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default connection cap: well under the common 1,024 file-descriptor limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// The default number of webhook requests handled at once (more get 503 at once).
+pub const DEFAULT_MAX_CONCURRENT_WEBHOOKS: usize = 256;
+/// A connection's read buffer: enough for any request head GitHub sends (8 KiB is hyper's floor).
+const CONNECTION_BUFFER: usize = 64 * 1024;
+/// How long shutdown lets open connections finish their request.
+const CONNECTION_GRACE: Duration = Duration::from_secs(5);
+
+/// The HTTP server's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    /// A request head must arrive within this (also closes idle keep-alive connections).
+    pub header_timeout: Duration,
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Webhook requests handled at once.
+    pub max_concurrent_webhooks: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_concurrent_webhooks: DEFAULT_MAX_CONCURRENT_WEBHOOKS,
+        }
+    }
+}
+
+/// Raises this process's soft file-descriptor limit to its hard limit, and says whether
+/// `connections` (plus headroom for everything else) fit under it; returns the limit.
+#[cfg(unix)]
+pub fn fit_file_limit(connections: usize) -> Result<u64, String> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, exclusively borrowed rlimit for the call to fill in.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(format!("getrlimit: {}", io::Error::last_os_error()));
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: as above; raising the soft limit up to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim = raised;
+        }
+    }
+    #[allow(clippy::useless_conversion)] // rlim_t is u64 here, but not on every platform
+    let limit = u64::try_from(lim.rlim_cur).unwrap_or(u64::MAX);
+    let needed = (connections as u64).saturating_add(64);
+    if needed > limit {
+        return Err(format!(
+            "--max-connections {connections} needs about {needed} file descriptors, but the limit is {limit} (ulimit -n)"
+        ));
+    }
+    Ok(limit)
+}
+
+/// Without `getrlimit`, nothing to check.
+#[cfg(not(unix))]
+pub fn fit_file_limit(_connections: usize) -> Result<u64, String> {
+    Ok(u64::MAX)
+}
+
+/// A running router: HTTP server plus sweeper.
+pub struct Server {
+    app: App,
+    addr: SocketAddr,
+    sweeper: Sweeper,
+    stop_http: oneshot::Sender<()>,
+    http: JoinHandle<io::Result<()>>,
+}
+
+/// What [`Server::shutdown`] did, and every accepted delivery it could not complete.
+#[derive(Debug, Clone)]
+pub struct ShutdownReport {
+    /// What draining every worker did at once.
+    pub drained: DrainAll,
+    /// Deliveries completed while shutting down.
+    pub completed: u64,
+    /// Worker tasks still running at the deadline (stopped then, their claims released).
+    pub stopped_at_deadline: usize,
+    /// Of those, tasks that did not stop within [`STOP_GRACE`] and were aborted.
+    pub aborted: usize,
+    /// Every accepted delivery that was not completed, by delivery id. Their claims are released in
+    /// the registry (a shared backend's other replicas, or the next start, re-dispatch them); with
+    /// the in-memory backend they are gone with the process: redeliver them from GitHub.
+    pub unfinished: Vec<Unfinished>,
+    /// How long the shutdown took.
+    pub took: Duration,
+}
+
+/// Starts the router on `listener` and its sweeper, with the default [`ServerLimits`].
+pub async fn serve(app: App, listener: TcpListener) -> io::Result<Server> {
+    serve_with(app, listener, ServerLimits::default()).await
+}
+
+/// Starts the router on `listener` and its sweeper.
+pub async fn serve_with(
+    app: App,
+    listener: TcpListener,
+    limits: ServerLimits,
+) -> io::Result<Server> {
+    let addr = listener.local_addr()?;
+    let redispatcher = app.clone();
+    let sweeper = Sweeper::spawn_async(app.registry().clone(), move |report| {
+        let app = redispatcher.clone();
+        async move { app.after_sweep(report).await }
+    });
+    let mut metrics = app
+        .take_metrics()
+        .ok_or_else(|| io::Error::other("this App is already being served"))?;
+    metrics.sweeper(sweeper.monitor());
+    let (stop_http, stopped) = oneshot::channel::<()>();
+    let router = http::router(&app, metrics, limits.max_concurrent_webhooks);
+    let http = tokio::spawn(accept_loop(listener, router, limits, stopped));
+    Ok(Server {
+        app,
+        addr,
+        sweeper,
+        stop_http,
+        http,
+    })
+}
+
+/// Accepts connections (at most `limits.max_connections` open at once) and serves each with
+/// hyper's HTTP/1 builder, until `stopped`; then lets open connections finish, for a while.
+async fn accept_loop(
+    listener: TcpListener,
+    router: axum::Router,
+    limits: ServerLimits,
+    mut stopped: oneshot::Receiver<()>,
+) -> io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(CONNECTION_BUFFER)
+        .keep_alive(true);
+    let mut last_error_log: Option<Instant> = None;
+    loop {
+        // Wait for a free slot first: a full house is left in the kernel's backlog.
+        let slot = tokio::select! {
+            _ = &mut stopped => break,
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+        };
+        let (stream, _peer) = tokio::select! {
+            _ = &mut stopped => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before it was accepted: say
+                    // so (at most once a second), wait a little, and carry on.
+                    if last_error_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                        tracing::warn!("accept failed: {e}");
+                        last_error_log = Some(Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = builder.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(router.clone()),
+        );
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            // The slot is given back however the connection ends.
+            let _slot = slot;
+            if let Err(e) = conn.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(CONNECTION_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "some connections were still open {CONNECTION_GRACE:?} after shutdown began"
+        );
+    }
+    Ok(())
+}
+
+impl Server {
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The router's state.
+    pub fn app(&self) -> &App {
+        &self.app
+    }
+
+    /// Whether the sweeper runs.
+    pub fn sweeper_running(&self) -> bool {
+        self.sweeper.monitor().is_running()
+    }
+
+    /// Refuses new deliveries, drains every worker with `deadline` and waits for them (a draining
+    /// worker finishes the events already queued for it); at the deadline, stops the workers still
+    /// running (each deregisters, releasing its claims through the registry), then stops the HTTP
+    /// server and the sweeper, runs one last sweep and reports every accepted delivery that was not
+    /// completed, in the report, the log and `webhook_router_shutdown_unfinished_total`.
+    pub async fn shutdown(self, deadline: Duration) -> ShutdownReport {
+        let started = Instant::now();
+        let registry = self.app.registry().clone();
+        let completed_before = registry.stats().claims_completed;
+        let drained = self.app.begin_shutdown(deadline).await;
+        let left = deadline.saturating_sub(started.elapsed());
+        let stopped_at_deadline = self.app.wait_workers(left).await;
+        let aborted = if stopped_at_deadline > 0 {
+            tracing::warn!(
+                workers = stopped_at_deadline,
+                "shutdown deadline reached: stopping the workers still running"
+            );
+            self.app.stop_workers(STOP_GRACE).await
+        } else {
+            0
+        };
+        let _ = self.stop_http.send(());
+        let _ = self.http.await;
+        self.sweeper.shutdown().await;
+        // One last sweep collects what the exits released. Nobody is left to place it here, so it is
+        // not acknowledged: a shared backend offers it to another replica.
+        let released = match registry.sweep().await {
+            Ok(report) => report.released,
+            Err(e) => {
+                tracing::warn!("the last sweep failed: {e}");
+                Vec::new()
+            }
+        };
+        let unfinished = self.app.unfinished(&released);
+        self.app
+            .inner
+            .metrics
+            .shutdown_unfinished
+            .inc_by(unfinished.len() as u64);
+        for u in &unfinished {
+            tracing::warn!(
+                delivery = %u.delivery,
+                target = %u.target,
+                why = %u.why,
+                "accepted delivery not completed at shutdown (released in the registry)"
+            );
+        }
+        ShutdownReport {
+            drained,
+            completed: registry
+                .stats()
+                .claims_completed
+                .saturating_sub(completed_before),
+            stopped_at_deadline,
+            aborted,
+            unfinished,
+            took: started.elapsed(),
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The router tests' harness: a router on 127.0.0.1:0 over an in-memory registry on tokio's
+//! paused clock, a client, and helpers to send deliveries and poll state.
+#![allow(dead_code)] // each test file uses part of it
+
+use webhook_router::{app, body, routing, server};
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use webhook_router::github;
+use worker_registry::{DynRegistry, InMemoryRegistry, RegistryConfig, TokioClock};
+
+pub const HEARTBEAT: Duration = Duration::from_millis(100);
+pub const MISSED: u32 = 3;
+
+/// How a test's router is set up.
+#[derive(Clone)]
+pub struct Setup {
+    pub capacity: usize,
+    pub secret: Option<&'static str>,
+    pub token: Option<&'static str>,
+    pub work: Duration,
+    pub mailbox: usize,
+    pub policy: routing::Policy,
+    pub body_timeout: Duration,
+    pub body_budget: usize,
+    pub limits: server::ServerLimits,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self {
+            capacity: 8,
+            secret: None,
+            token: None,
+            work: Duration::from_millis(10),
+            mailbox: 8,
+            policy: routing::Policy::default(),
+            body_timeout: body::DEFAULT_BODY_TIMEOUT,
+            body_budget: body::DEFAULT_BODY_BUDGET,
+            limits: server::ServerLimits::default(),
+        }
+    }
+}
+
+pub struct Harness {
+    pub server: server::Server,
+    /// The backend behind the router's `DynRegistry`, for what the contract does not expose.
+    pub memory: InMemoryRegistry<TokioClock>,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub secret: Option<&'static str>,
+    pub token: Option<&'static str>,
+}
+
+pub async fn start(setup: Setup) -> Harness {
+    start_with(setup, DynRegistry::new).await
+}
+
+/// Like [`start`], with the router on `wrap(the in-memory registry)`: a fault-injecting wrapper,
+/// say.
+pub async fn start_with(
+    setup: Setup,
+    wrap: impl FnOnce(InMemoryRegistry<TokioClock>) -> DynRegistry,
+) -> Harness {
+    let config = RegistryConfig::builder()
+        .max_workers(setup.capacity)
+        .heartbeat_interval(HEARTBEAT)
+        .missed_heartbeats(MISSED)
+        .sweep_interval(HEARTBEAT / 2)
+        .startup_grace(HEARTBEAT)
+        .build()
+        .unwrap();
+    let memory = InMemoryRegistry::with_clock(config, TokioClock::new());
+    let registry = wrap(memory.clone());
+    let options = app::Options {
+        webhook_secret: setup.secret.map(|s| Arc::from(s.as_bytes())),
+        admin_token: setup.token.map(str::to_owned),
+        work: setup.work,
+        // Workers stay until drained, crashed or shut down (unless a test advances an hour).
+        idle: Duration::from_secs(3600),
+        mailbox: setup.mailbox,
+        policy: Arc::new(setup.policy.clone()),
+        body: body::BodyLimits {
+            max: github::MAX_PAYLOAD_BYTES,
+            timeout: setup.body_timeout,
+            budget: body::BodyBudget::new(setup.body_budget),
+        },
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = server::serve_with(app::App::new(registry, options), listener, setup.limits)
+        .await
+        .unwrap();
+    Harness {
+        memory,
+        base: format!("http://{}", server.addr()),
+        server,
+        http: reqwest::Client::builder().no_proxy().build().unwrap(),
+        secret: setup.secret,
+        token: setup.token,
+    }
+}
+
+pub fn pr(repo: &str, number: u64) -> Value {
+    json!({
+        "action": "synchronize",
+        "number": number,
+        "pull_request": { "number": number, "title": "t", "head": { "sha": "0".repeat(40) } },
+        "repository": { "full_name": repo },
+        "sender": { "login": "mona" }
+    })
+}
+
+pub struct Answer {
+    pub status: StatusCode,
+    pub retry_after: Option<u64>,
+    pub body: Value,
+}
+
+impl Harness {
+    /// Sends a delivery, signed if the router has a secret.
+    pub async fn deliver(&self, event: &str, id: &str, payload: &Value) -> Answer {
+        let body = serde_json::to_vec(payload).unwrap();
+        let mut req = self
+            .http
+            .post(format!("{}/webhook", self.base))
+            .header("content-type", "application/json")
+            .header(github::EVENT_HEADER, event)
+            .header(github::DELIVERY_HEADER, id);
+        if let Some(secret) = self.secret {
+            req = req.header(
+                github::SIGNATURE_HEADER,
+                github::sign(secret.as_bytes(), &body),
+            );
+        }
+        answer(req.body(body).send().await.unwrap()).await
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        answer(
+            self.http
+                .get(format!("{}{path}", self.base))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+
+    pub async fn post(&self, path: &str) -> Answer {
+        let mut req = self.http.post(format!("{}{path}", self.base));
+        if let Some(t) = self.token {
+            req = req.bearer_auth(t);
+        }
+        answer(req.send().await.unwrap()).await
+    }
+
+    /// Polls `GET /workers/{id}` until its status is `status`.
+    pub async fn until_status(&self, id: u64, status: &str) -> Value {
+        eventually(|| async move {
+            let a = self.get(&format!("/workers/{id}")).await;
+            (a.body["status"] == status).then_some(a.body)
+        })
+        .await
+    }
+}
+
+pub async fn answer(res: reqwest::Response) -> Answer {
+    let status = res.status();
+    let retry_after = res
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    let text = res.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Answer {
+        status,
+        retry_after,
+        body,
+    }
+}
+
+/// Polls `probe` until it yields, letting 25 ms of virtual time pass between attempts; fails after
+/// 400 attempts (10 s of virtual time, far beyond any timeout configured here).
+pub async fn eventually<T, F, Fut>(mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    for _ in 0..400 {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("condition not reached after 400 polls");
+}
+
+pub fn worker_of(a: &Answer) -> u64 {
+    a.body["worker"].as_u64().unwrap()
+}
+
+/// `application/x-www-form-urlencoded` encoding of one value (test data only).
+pub fn form_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
+                (b as char).to_string()
+            }
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
