@@ -18,11 +18,13 @@
 //! Every registry call is awaited; a backend that cannot answer is a typed error, answered 503 with
 //! `Retry-After` (a delivery whose admission failed was not accepted), never a panic.
 
+use crate::backend::RegistryChoice;
 use crate::body::BodyLimits;
 use crate::containers::{Containers, CrashOutcome, Handed, ReplicaTag};
 use crate::metrics::RouterMetrics;
 use crate::remote::{Handover, Remote};
 use crate::routing::{Decision, Policy};
+use crate::store::Store;
 use crate::worker::{self, Exit, Job, Timings};
 
 use std::collections::HashSet;
@@ -241,6 +243,28 @@ impl Platform {
             containers: Arc::new(Containers::new(mailbox)),
             remote: None,
         }
+    }
+
+    /// The platform of a replica in its own process on the shared backend `choice` (registry
+    /// `name`): its own containers, and the other replicas' reached through the owner records
+    /// next to the registry, this one being reachable at `advertise`; `token` guards the internal
+    /// endpoint (the admin token); `heartbeat` (the registry's interval) bounds the waits. For the
+    /// in-memory backend, [`local`](Self::local).
+    pub async fn for_backend(
+        choice: &RegistryChoice,
+        name: &str,
+        advertise: &str,
+        token: Option<String>,
+        heartbeat: Duration,
+        mailbox: usize,
+    ) -> Result<Self, String> {
+        let mut platform = Self::local(mailbox);
+        if let Some(store) = Store::open(choice, name).await.map_err(|e| {
+            format!("cannot open the router's records next to the {choice} registry: {e}")
+        })? {
+            platform.remote = Some(Remote::new(store, advertise, token, heartbeat)?);
+        }
+        Ok(platform)
     }
 }
 

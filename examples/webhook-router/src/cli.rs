@@ -195,6 +195,10 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         .sweep_interval(sweep)
         // The simulated container heartbeats as soon as it starts.
         .startup_grace(heartbeat)
+        // Workers held as suspect by the mass-staleness brake (every container of a router gone at
+        // once) wait four intervals: the library's two minutes at the default 30 s interval,
+        // scaled with it (--simulate's 100 ms).
+        .suspect_grace((heartbeat * 4).max(sweep))
         .release_ack_timeout(pick(
             "--release-ack-ms",
             a.release_ack_ms,

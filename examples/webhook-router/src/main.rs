@@ -25,16 +25,12 @@
 use webhook_router::{cli, server, sim};
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use webhook_router::app::{App, Platform};
-use webhook_router::containers::Containers;
-use webhook_router::remote::Remote;
-use webhook_router::store::Store;
 use worker_registry::WorkerRegistry;
 
 fn main() -> ExitCode {
@@ -199,25 +195,13 @@ async fn run() -> ExitCode {
 /// Where this (serving) router's containers run: its own platform, and, with a shared registry,
 /// the owner records and forwarding to the replicas in other processes.
 async fn platform(s: &cli::Settings, listener: &TcpListener) -> Result<Platform, String> {
-    let mut platform = Platform::local(s.options.mailbox);
-    let Some(store) = Store::open(&s.registry, &s.registry_name)
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot open the router's records next to the {} registry: {e}",
-                s.registry
-            )
-        })?
-    else {
-        return Ok(platform);
-    };
     let advertise = match &s.advertise_url {
         Some(url) => url.clone(),
         None => {
             let addr = listener
                 .local_addr()
                 .map_err(|e| format!("cannot read the listening address: {e}"))?;
-            if addr.ip().is_unspecified() {
+            if addr.ip().is_unspecified() && s.registry.is_shared() {
                 return Err(format!(
                     "listening on {addr}: set --advertise-url to the address other replicas reach this one at"
                 ));
@@ -225,65 +209,34 @@ async fn platform(s: &cli::Settings, listener: &TcpListener) -> Result<Platform,
             format!("http://{addr}")
         }
     };
-    platform.remote = Some(Remote::new(
-        store,
+    Platform::for_backend(
+        &s.registry,
+        &s.registry_name,
         &advertise,
         s.options.admin_token.clone(),
         s.config.heartbeat_interval(),
-    )?);
-    Ok(platform)
+        s.options.mailbox,
+    )
+    .await
 }
 
 /// `--simulate`: the router (or `--replicas` of them on one shared registry, in this process,
 /// sharing one container platform) under built-in traffic, then the summary.
 async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
-    let containers = Arc::new(Containers::new(s.options.mailbox));
-    let mut servers = Vec::with_capacity(s.replicas);
-    for i in 0..s.replicas {
-        let registry = match s.registry.open(s.config.clone(), &s.registry_name).await {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!(
-                    "webhook-router: cannot open the {} registry: {e}",
-                    s.registry
-                );
-                return ExitCode::from(1);
-            }
-        };
-        // Replicas after the first take any free port next to it.
-        let bind = if i == 0 {
-            s.bind
-        } else {
-            std::net::SocketAddr::new(s.bind.ip(), 0)
-        };
-        let listener = match TcpListener::bind(bind).await {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("webhook-router: cannot listen on {bind}: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        let platform = Platform {
-            containers: containers.clone(),
-            remote: None,
-        };
-        let app = App::with_platform(registry, s.options.clone(), platform);
-        match server::serve_with(app, listener, s.limits).await {
-            Ok(server) => servers.push(server),
-            Err(e) => {
-                eprintln!("webhook-router: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    }
-    let probe = match Store::open(&s.registry, &s.registry_name).await {
-        Ok(Some(store)) => sim::Probe::Store(store),
-        Ok(None) => sim::Probe::Stats(servers[0].app().registry().clone()),
+    let (servers, probe) = match sim::start(
+        &s.registry,
+        &s.registry_name,
+        &s.config,
+        &s.options,
+        s.limits,
+        s.bind,
+        s.replicas,
+    )
+    .await
+    {
+        Ok(started) => started,
         Err(e) => {
-            eprintln!(
-                "webhook-router: cannot read the {} registry's live count: {e}",
-                s.registry
-            );
+            eprintln!("webhook-router: {e}");
             return ExitCode::from(1);
         }
     };
@@ -309,7 +262,7 @@ async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
         registry: s.registry.to_string(),
         registry_name: s.registry_name.clone(),
     };
-    if sim::run(servers, plan, probe).await {
+    if sim::run(servers, plan, probe).await.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,14 +15,17 @@ use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use tokio::net::TcpListener;
 use tokio::time::{sleep, sleep_until, Instant};
 use worker_registry::{
-    DeadReason, DynRegistry, Status, StatusSnapshot, WorkerInfo, WorkerRegistry,
+    DeadReason, DynRegistry, RegistryConfig, Status, StatusSnapshot, WorkerInfo, WorkerRegistry,
 };
 
-use crate::app::App;
+use crate::app::{App, Options, Platform};
+use crate::backend::RegistryChoice;
+use crate::containers::{Audit, Containers};
 use crate::github;
-use crate::server::{Server, ShutdownReport};
+use crate::server::{self, Killed, Server, ServerLimits, ShutdownReport};
 use crate::store::Store;
 
 /// What to simulate.
@@ -421,12 +425,62 @@ impl Totals {
     }
 }
 
+/// Starts `n` router replicas for a simulation: each with its own handle on the registry `name`
+/// of `choice` (so on a shared backend they share one registry), its own HTTP server (the first
+/// on `bind`, the others on free ports of the same address) and sweeper, all on one in-process
+/// container platform; and the probe that samples the registry's live count.
+pub async fn start(
+    choice: &RegistryChoice,
+    name: &str,
+    config: &RegistryConfig,
+    options: &Options,
+    limits: ServerLimits,
+    bind: SocketAddr,
+    n: usize,
+) -> Result<(Vec<Server>, Probe), String> {
+    let containers = Arc::new(Containers::new(options.mailbox));
+    let mut servers = Vec::with_capacity(n);
+    for i in 0..n {
+        let registry = choice
+            .open(config.clone(), name)
+            .await
+            .map_err(|e| format!("cannot open the {choice} registry: {e}"))?;
+        let bind = if i == 0 {
+            bind
+        } else {
+            SocketAddr::new(bind.ip(), 0)
+        };
+        let listener = TcpListener::bind(bind)
+            .await
+            .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+        let platform = Platform {
+            containers: containers.clone(),
+            remote: None,
+        };
+        let app = App::with_platform(registry, options.clone(), platform);
+        servers.push(
+            server::serve_with(app, listener, limits)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let probe = match Store::open(choice, name).await {
+        Ok(Some(store)) => Probe::Store(store),
+        Ok(None) => Probe::Stats(servers[0].app().registry().clone()),
+        Err(e) => {
+            return Err(format!(
+                "cannot read the {choice} registry's live count: {e}"
+            ))
+        }
+    };
+    Ok((servers, probe))
+}
+
 /// Runs the simulation against `servers` (one router, or several replicas on one shared
 /// registry) and prints the summary. With several, each delivery and its redeliveries go to
-/// different replicas, and the last replica is killed when half the traffic is sent. Returns
-/// false if the audit found a delivery that was accepted but lost, a worker that got two
-/// containers, or the registry above its capacity.
-pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> bool {
+/// different replicas, and the last replica is killed when half the traffic is sent. The
+/// [`Report`] says whether the audit passed.
+pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
     let deliveries = Arc::new(generate(&plan));
     let total = deliveries.len();
     let replicas = servers.len().max(1);
@@ -783,7 +837,7 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> bool {
         totals.add(stats);
     }
     let redispatched: u64 = apps.iter().map(App::redispatched).sum();
-    let (samples, probe) = sampler
+    let (mut samples, probe) = sampler
         .await
         .unwrap_or_else(|_| (Samples::default(), Probe::Stats(app.registry().clone())));
     let ledger = containers.ledger().audit();
@@ -890,7 +944,6 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> bool {
         totals.sweeps,
         settled_in.as_secs_f64(),
     );
-    let twice = ledger.max_per_worker > 1 || ledger.refused > 0;
     let _ = writeln!(
         out,
         "containers {} started for {} worker ids: at most {} per worker id{}; at most {} per delivery, {} deliveries started more than 1 + their releases; at most {} container tasks at once (an exiting one ends just after the registry frees its slot)",
@@ -903,7 +956,6 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> bool {
         ledger.max_running,
     );
     let limit = config.max_workers() as u64;
-    let over = samples.max_live > limit || samples.max_snapshot as u64 > limit;
     let _ = writeln!(
         out,
         "capacity   {} samples of {} ({} failed): at most {} live of {limit}; snapshots: at most {}",
@@ -913,6 +965,7 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> bool {
         samples.max_live,
         samples.max_snapshot,
     );
+    samples.max_live = samples.max_live.max(samples.max_snapshot as u64);
     let _ = writeln!(
         out,
         "audit      {} accepted deliveries redelivered once more: {completed} duplicate/completed, {in_flight} still in flight, {lost} lost",
@@ -938,7 +991,65 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> bool {
         },
     );
     print!("{out}");
-    lost == 0 && unfinished.is_empty() && !twice && ledger.unexplained.is_empty() && !over
+    Report {
+        accepted: accepted.len(),
+        completed,
+        in_flight,
+        lost,
+        unfinished: unfinished.len(),
+        containers: ledger,
+        samples: samples.taken,
+        max_live: samples.max_live,
+        capacity: limit,
+        killed: killed.map(|(at, k, _)| (at, k)),
+        died: totals.died,
+        redispatched,
+        crashes: tally.crashes.load(Ordering::Relaxed),
+    }
+}
+
+/// What a simulation found (the summary prints it all).
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Accepted deliveries (answered 202 or 200 duplicate at least once).
+    pub accepted: usize,
+    /// Of those, completed when audited.
+    pub completed: usize,
+    /// Of those, still in flight when audited (not lost, not done).
+    pub in_flight: usize,
+    /// Of those, neither completed nor in flight: lost.
+    pub lost: usize,
+    /// Accepted deliveries the shutdown reported not completed.
+    pub unfinished: usize,
+    /// Container starts.
+    pub containers: Audit,
+    /// Samples of the registry's live count.
+    pub samples: u64,
+    /// The most live workers any sample saw (the snapshots' included).
+    pub max_live: u64,
+    /// The registry's capacity.
+    pub capacity: u64,
+    /// When a replica was killed, and what that stopped.
+    pub killed: Option<(Duration, Killed)>,
+    /// Workers declared dead by the sweeps.
+    pub died: u64,
+    /// Released events re-dispatched.
+    pub redispatched: u64,
+    /// Containers crashed by the chaos.
+    pub crashes: u64,
+}
+
+impl Report {
+    /// Whether the audit passed: nothing lost or left unfinished, no worker with two containers
+    /// and no delivery that started more than its releases explain, capacity never exceeded.
+    pub fn passed(&self) -> bool {
+        self.lost == 0
+            && self.unfinished == 0
+            && self.containers.max_per_worker <= 1
+            && self.containers.refused == 0
+            && self.containers.unexplained.is_empty()
+            && self.max_live <= self.capacity
+    }
 }
 
 /// Remembers that a delivery was placed (or needs a retry).
