@@ -143,6 +143,9 @@ pub struct SweeperMonitor(Arc<MonitorState>);
 #[derive(Debug, Default)]
 struct MonitorState {
     running: AtomicBool,
+    /// Set by [`Sweeper::abort`] before it aborts the task (so that its end is not logged as
+    /// unexpected).
+    aborted: AtomicBool,
     sweeps: AtomicU64,
     errors: AtomicU64,
     panics: AtomicU64,
@@ -213,7 +216,8 @@ impl Drop for RunningGuard {
     fn drop(&mut self) {
         // Release: see `SweeperMonitor::is_running`.
         self.monitor.0.running.store(false, Ordering::Release);
-        if self.asked {
+        // Relaxed: only this flag's own value matters; `abort` sets it before aborting the task.
+        if self.asked || self.monitor.0.aborted.load(Ordering::Relaxed) {
             tracing::info!("sweeper stopped");
         } else {
             tracing::error!(
@@ -403,6 +407,37 @@ impl Sweeper {
     /// See [`SweeperMonitor`].
     pub fn monitor(&self) -> SweeperMonitor {
         self.monitor.clone()
+    }
+
+    /// Stops the task at once, wherever it is, as if its process had been killed: a sweep or a
+    /// callback in progress is abandoned, and the released events handed to it are not
+    /// acknowledged (a shared backend offers them to another replica after
+    /// [`release_ack_timeout`](crate::RegistryConfig::release_ack_timeout); the in-memory backend
+    /// does not hand them over again). For simulating a replica that dies; a router that stops
+    /// calls [`shutdown`](Self::shutdown).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use worker_registry::{InMemoryRegistry, Sweeper};
+    ///
+    /// let sweeper = Sweeper::spawn(InMemoryRegistry::default(), |_| {});
+    /// let monitor = sweeper.monitor();
+    /// sweeper.abort().await;
+    /// assert!(!monitor.is_running());
+    /// # }
+    /// ```
+    pub async fn abort(mut self) {
+        // Relaxed: the abort below reaches the task through its state, which orders this store
+        // before the guard's load when the aborted task is dropped.
+        self.monitor.0.aborted.store(true, Ordering::Relaxed);
+        self.task.abort();
+        let _ = (&mut self.task).await;
+        // A task aborted before its first poll never made the guard that would say so.
+        // Release: see `SweeperMonitor::is_running`.
+        self.monitor.0.running.store(false, Ordering::Release);
     }
 
     /// Stops the task and waits for it (a sweep in progress finishes first).

@@ -82,3 +82,32 @@ async fn dropping_the_sweeper_stops_it_too() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(registry.status().version, 0);
 }
+
+/// `abort` stops the task in the middle of a callback (a killed replica): the callback does not
+/// run to its end, no later sweep happens, and `abort` does not wait for the callback.
+#[tokio::test(start_paused = true)]
+async fn abort_abandons_a_callback_in_progress() {
+    let registry = InMemoryRegistry::with_clock(config(), TokioClock::new());
+    let stages = Arc::new(Mutex::new(Vec::new()));
+    let log = stages.clone();
+    let sweeper = Sweeper::spawn_async(registry.clone(), move |_| {
+        let log = log.clone();
+        async move {
+            log.lock().unwrap().push("started");
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            log.lock().unwrap().push("finished");
+        }
+    });
+    let monitor = sweeper.monitor();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(*stages.lock().unwrap(), ["started"]);
+    sweeper.abort().await;
+    assert!(!monitor.is_running());
+    tokio::time::sleep(Duration::from_secs(7200)).await;
+    assert_eq!(
+        *stages.lock().unwrap(),
+        ["started"],
+        "abandoned, never resumed"
+    );
+    assert_eq!(registry.status().version, 1, "no sweep after the abort");
+}

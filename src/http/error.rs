@@ -18,7 +18,7 @@ pub(crate) enum ApiError {
     /// Missing or wrong bearer token (401).
     Unauthorized,
     /// The registry refused: unknown worker (404), dead worker (409), a backend that cannot answer
-    /// now (503), anything else (500).
+    /// now (503, with `Retry-After: 1`), anything else (500).
     Registry(RegistryError),
 }
 
@@ -58,6 +58,13 @@ impl IntoResponse for ApiError {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"worker-registry\""),
             );
+        }
+        // A backend that cannot answer now: ask again in a second (a connection is usually
+        // re-established within that; the sweeper retries at its own interval).
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }

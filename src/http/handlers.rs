@@ -51,7 +51,8 @@ pub(crate) async fn list_workers<R: WorkerRegistry + Clone + 'static>(
         (status = 400, description = "The id is not a canonical decimal integer of at most 2^44 - 1", body = ErrorBody),
         (status = 401, description = "Bearer token required (only if reads are protected)", body = ErrorBody),
         (status = 404, description = "No such worker (never existed, or dead and purged)", body = ErrorBody),
-        (status = 503, description = "The registry's backend cannot answer now", body = ErrorBody),
+        (status = 503, description = "The registry's backend cannot answer now", body = ErrorBody,
+         headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ),
 )]
 pub(crate) async fn get_worker<R: WorkerRegistry + Clone + 'static>(
@@ -91,7 +92,8 @@ async fn worker_body<R: WorkerRegistry>(
         (status = 401, description = "Bearer token missing or wrong (when one is configured)", body = ErrorBody),
         (status = 404, description = "No such worker", body = ErrorBody),
         (status = 409, description = "The worker is already dead", body = ErrorBody),
-        (status = 503, description = "The registry's backend cannot answer now", body = ErrorBody),
+        (status = 503, description = "The registry's backend cannot answer now", body = ErrorBody,
+         headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ),
 )]
 pub(crate) async fn drain_worker<R: WorkerRegistry + Clone + 'static>(

@@ -1,9 +1,12 @@
 //! The router's state and its decisions, over any registry backend.
 //!
-//! * [`App`] owns a [`DynRegistry`] (the backend chosen at start, see [`crate::backend`]), one
-//!   mailbox per simulated worker, and the router's metrics. [`App::dispatch`] is the whole
-//!   decision for one (target, delivery) pair: `admit`, then hand the event to the target's worker
-//!   (starting its container, a tokio task, if the registry just created it).
+//! * [`App`] owns a [`DynRegistry`] (the backend chosen at start, see [`crate::backend`]), its
+//!   [`Platform`] (where the containers run: [`crate::containers`], and [`crate::remote`] for
+//!   replicas in other processes), and the router's metrics. [`App::dispatch`] is the whole
+//!   decision for one (target, delivery) pair: `admit`, then hand the event to the worker by id,
+//!   starting its container (a tokio task) only if this admission created the worker
+//!   (`new: true`), so that no worker ever has two containers, whichever replicas its events
+//!   reach.
 //! * [`App::after_sweep`] is the [`Sweeper`](worker_registry::Sweeper)'s callback: released events
 //!   (their worker died) are admitted again, those that cannot be placed yet are kept (and not
 //!   acknowledged, so a shared backend may offer them to another replica).
@@ -15,9 +18,13 @@
 //! Every registry call is awaited; a backend that cannot answer is a typed error, answered 503 with
 //! `Retry-After` (a delivery whose admission failed was not accepted), never a panic.
 
+use crate::backend::RegistryChoice;
 use crate::body::BodyLimits;
+use crate::containers::{Containers, CrashOutcome, Handed, ReplicaTag};
 use crate::metrics::RouterMetrics;
+use crate::remote::{Handover, Remote};
 use crate::routing::{Decision, Policy};
+use crate::store::Store;
 use crate::worker::{self, Exit, Job, Timings};
 
 use std::collections::HashSet;
@@ -26,7 +33,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::AbortHandle;
@@ -116,6 +122,14 @@ pub enum Dispatch {
         /// The worker.
         worker: WorkerId,
     },
+    /// The worker's container (on another replica) could not be reached; the claim was released
+    /// again.
+    Unreachable {
+        /// The worker.
+        worker: WorkerId,
+        /// Why.
+        reason: String,
+    },
     /// The router is shutting down.
     Closing,
     /// The registry's backend could not answer: the delivery was not accepted.
@@ -132,7 +146,7 @@ impl Dispatch {
             Self::Rejected(Rejection::CapacityFull { .. }) | Self::Backlog { .. } => "capacity",
             Self::Rejected(_) => "draining",
             Self::Closing => "closing",
-            Self::Unavailable(_) => "unavailable",
+            Self::Unavailable(_) | Self::Unreachable { .. } => "unavailable",
         }
     }
 
@@ -213,18 +227,56 @@ pub struct Unfinished {
     pub why: UnfinishedWhy,
 }
 
-/// A worker's mailbox: its queue of events and its crash button.
+/// Where a router's containers run, and how it reaches those of other replicas.
 #[derive(Clone)]
-struct Mailbox {
-    jobs: mpsc::Sender<Job>,
-    crash: Arc<Notify>,
+pub struct Platform {
+    /// The containers of this process (shared by the replicas of one process).
+    pub containers: Arc<Containers>,
+    /// With replicas in other processes: the owner records and forwarding.
+    pub remote: Option<Remote>,
+}
+
+impl Platform {
+    /// A platform of this router's own: one process, one replica.
+    pub fn local(mailbox: usize) -> Self {
+        Self {
+            containers: Arc::new(Containers::new(mailbox)),
+            remote: None,
+        }
+    }
+
+    /// The platform of a replica in its own process on the shared backend `choice` (registry
+    /// `name`): its own containers, and the other replicas' reached through the owner records
+    /// next to the registry, this one being reachable at `advertise`; `token` guards the internal
+    /// endpoint (the admin token); `heartbeat` (the registry's interval) bounds the waits. For the
+    /// in-memory backend, [`local`](Self::local).
+    pub async fn for_backend(
+        choice: &RegistryChoice,
+        name: &str,
+        advertise: &str,
+        token: Option<String>,
+        heartbeat: Duration,
+        mailbox: usize,
+    ) -> Result<Self, String> {
+        let mut platform = Self::local(mailbox);
+        if let Some(store) = Store::open(choice, name).await.map_err(|e| {
+            format!("cannot open the router's records next to the {choice} registry: {e}")
+        })? {
+            platform.remote = Some(Remote::new(store, advertise, token, heartbeat)?);
+        }
+        Ok(platform)
+    }
 }
 
 pub(crate) struct Inner {
     pub(crate) registry: DynRegistry,
     pub(crate) opts: Options,
     timings: Timings,
-    mailboxes: DashMap<WorkerId, Mailbox>,
+    /// Every container of this process, by worker id.
+    containers: Arc<Containers>,
+    /// This replica's tag in `containers`.
+    replica: ReplicaTag,
+    remote: Option<Remote>,
     /// Which worker of this router serves a target (for `reach` and `drain` decisions).
     targets: DashMap<Target, WorkerId>,
     tasks: DashMap<WorkerId, AbortHandle>,
@@ -250,8 +302,15 @@ pub struct App {
 }
 
 impl App {
-    /// A router over `registry` (any backend).
+    /// A router over `registry` (any backend), alone in its process.
     pub fn new(registry: DynRegistry, opts: Options) -> Self {
+        let platform = Platform::local(opts.mailbox);
+        Self::with_platform(registry, opts, platform)
+    }
+
+    /// A router over `registry` on `platform` (shared with the other replicas of this process, or
+    /// reaching replicas in other processes).
+    pub fn with_platform(registry: DynRegistry, opts: Options, platform: Platform) -> Self {
         let timings = Timings {
             heartbeat: registry.config().heartbeat_interval(),
             work: opts.work,
@@ -267,7 +326,9 @@ impl App {
                 registry,
                 timings,
                 opts,
-                mailboxes: DashMap::new(),
+                replica: platform.containers.join(),
+                containers: platform.containers,
+                remote: platform.remote,
                 targets: DashMap::new(),
                 tasks: DashMap::new(),
                 closing: AtomicBool::new(false),
@@ -300,6 +361,21 @@ impl App {
         &self.inner.opts
     }
 
+    /// The containers of this process.
+    pub fn containers(&self) -> &Arc<Containers> {
+        &self.inner.containers
+    }
+
+    /// This replica's tag among them.
+    pub fn replica(&self) -> ReplicaTag {
+        self.inner.replica
+    }
+
+    /// How it reaches other processes' containers, if it does.
+    pub fn remote(&self) -> Option<&Remote> {
+        self.inner.remote.as_ref()
+    }
+
     /// Released events admitted again so far.
     pub fn redispatched(&self) -> u64 {
         // Relaxed: a statistic; nothing is published through it.
@@ -324,9 +400,9 @@ impl App {
 
     /// Admits one (target, delivery) pair and hands it to the target's worker.
     ///
-    /// The first caller to see a worker id starts its task (normally the one whose admission
-    /// created it, but a concurrent sticky admission may get there first); every event goes through
-    /// the worker's bounded mailbox.
+    /// Only the admission that created the worker (`new: true`) starts its container; every event
+    /// goes through the worker's bounded mailbox, found by id on the platform (or on its owner
+    /// replica).
     pub async fn dispatch(
         &self,
         target: &Target,
@@ -354,21 +430,23 @@ impl App {
             }
         };
         self.inner.targets.insert(target.clone(), a.worker);
+        if a.new {
+            self.start_container(a.worker, target, delivery).await;
+        }
         // Shutdown began between the check and the admission, so the drain may have missed this
         // worker: drain it now (it is busy with this event, so it runs it and exits).
         if self.is_closing() {
             let deadline = self.inner.registry.config().drain_deadline();
             let _ = self.inner.registry.drain_within(a.worker, deadline).await;
         }
-        let mailbox = self.mailbox(a.worker);
         let job = Job {
             target: target.clone(),
             event: delivery.clone(),
             token: a.token,
         };
-        match mailbox.jobs.try_send(job) {
-            Ok(()) => Dispatch::Assigned(a),
-            Err(mpsc::error::TrySendError::Full(_)) => {
+        match self.hand_over(a.worker, job).await {
+            Handover::Queued => Dispatch::Assigned(a),
+            Handover::Full => {
                 // Undo the claim so a redelivery is admitted later; count it as refused, not
                 // admitted, since that is what the router answers.
                 match self.inner.registry.release(target, delivery).await {
@@ -381,33 +459,64 @@ impl App {
                 }
                 Dispatch::Backlog { worker: a.worker }
             }
-            // The task is gone without a clean exit (crashed, fenced a moment ago, or stopped at
-            // shutdown): the registry still counts the event as held by that worker, so the sweep
-            // that declares it dead releases it and the sweeper callback re-dispatches it.
-            Err(mpsc::error::TrySendError::Closed(_)) => Dispatch::Assigned(a),
+            // The container is gone without a clean exit (crashed, fenced a moment ago, stopped at
+            // shutdown, or died with its replica): the registry still counts the event as held by
+            // that worker, so the sweep that declares it dead releases it and a sweeper callback
+            // re-dispatches it.
+            Handover::Held => Dispatch::Assigned(a),
+            Handover::Unreachable(reason) => {
+                match self.inner.registry.release(target, delivery).await {
+                    Ok(()) => {
+                        tracing::warn!(%target, %delivery, worker = %a.worker, "answering 503: {reason}");
+                        Dispatch::Unreachable {
+                            worker: a.worker,
+                            reason,
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            %target, %delivery, worker = %a.worker,
+                            "{reason}, and the claim could not be released ({e}): it stays with the worker, which releases it when it dies or exits"
+                        );
+                        Dispatch::Assigned(a)
+                    }
+                }
+            }
         }
     }
 
-    /// The worker's mailbox, starting its task the first time the id is seen.
-    fn mailbox(&self, id: WorkerId) -> Mailbox {
-        if let Some(m) = self.inner.mailboxes.get(&id) {
-            return m.clone();
-        }
-        let (mailbox, rx) = match self.inner.mailboxes.entry(id) {
-            Entry::Occupied(o) => return o.get().clone(),
-            Entry::Vacant(v) => {
-                let (tx, rx) = mpsc::channel(self.inner.opts.mailbox.clamp(1, MAX_MAILBOX));
-                let mailbox = Mailbox {
-                    jobs: tx,
-                    crash: Arc::new(Notify::new()),
-                };
-                v.insert(mailbox.clone());
-                (mailbox, rx)
-            }
+    /// Starts the container of a worker this router's admission of `delivery` just created, and
+    /// (with replicas in other processes) records this replica as its owner.
+    async fn start_container(&self, id: WorkerId, target: &Target, delivery: &DeliveryId) {
+        let Some(started) = self
+            .inner
+            .containers
+            .start(id, self.inner.replica, (target, delivery))
+        else {
+            tracing::error!(worker = %id, "a container for this worker was started already: not starting a second one");
+            return;
         };
-        // Spawned after the map's shard lock is released; events sent meanwhile wait in the queue.
-        self.spawn_worker(id, rx, mailbox.crash.clone());
-        mailbox
+        self.spawn_worker(id, started.jobs, started.crash);
+        if let Some(remote) = &self.inner.remote {
+            remote.publish(&self.inner.containers, id).await;
+        }
+    }
+
+    /// Hands `job` to worker `id`'s container: on this process's platform (parked for the container
+    /// to come if it is not started yet and every replica is in this process), else on its owner
+    /// replica.
+    async fn hand_over(&self, id: WorkerId, job: Job) -> Handover {
+        let park = self.inner.remote.is_none();
+        match self.inner.containers.hand(id, job, park) {
+            Handed::Queued => Handover::Queued,
+            Handed::Full => Handover::Full,
+            Handed::Stopped => Handover::Held,
+            Handed::Absent(job) => match &self.inner.remote {
+                Some(remote) => remote.forward(&self.inner.containers, id, job).await,
+                // Not reached: without replicas elsewhere the event was parked.
+                None => Handover::Held,
+            },
+        }
     }
 
     fn spawn_worker(&self, id: WorkerId, jobs: mpsc::Receiver<Job>, crash: Arc<Notify>) {
@@ -421,6 +530,7 @@ impl App {
             timings: self.inner.timings,
         };
         self.inner.running.send_modify(|n| *n += 1);
+        self.inner.containers.ledger().running_up();
         tracing::info!(worker = %id, "container started");
         let task = tokio::spawn(async move {
             // Decrements the running count however the task ends (a panic included).
@@ -428,6 +538,10 @@ impl App {
             let exit = w.run().await;
             tracing::info!(worker = %id, exit = exit.as_str(), "container stopped");
             app.inner.metrics.exit(exit.as_str());
+            // A crashed container leaves its record (a killed one could not remove it): events
+            // forwarded meanwhile are answered "stopped" and stay with the worker until the sweep
+            // declares it dead and releases them. Any other end is the worker's death.
+            let dead = !matches!(exit, Exit::Crashed);
             if let Exit::Stopped(jobs) = exit {
                 if let Ok(mut stopped) = app.inner.stopped.lock() {
                     stopped.extend(jobs.into_iter().map(|j| Unfinished {
@@ -436,6 +550,9 @@ impl App {
                         why: UnfinishedWhy::StoppedAtDeadline { worker: id },
                     }));
                 }
+            }
+            if let (true, Some(remote)) = (dead, &app.inner.remote) {
+                remote.forget(&[id]).await;
             }
         });
         self.inner.tasks.insert(id, task.abort_handle());
@@ -548,18 +665,14 @@ impl App {
         if let Status::Dead(_) = info.status {
             return Err(CrashError::Dead(id, info.status));
         }
-        let mailbox = self
-            .inner
-            .mailboxes
-            .get(&id)
-            .map(|m| m.clone())
-            .ok_or(CrashError::NoContainer(id))?;
-        if mailbox.jobs.is_closed() {
-            return Err(CrashError::AlreadyStopped(id));
+        match self.inner.containers.crash(id) {
+            CrashOutcome::Crashed => {
+                tracing::warn!(worker = %id, "crashing container on request");
+                Ok(())
+            }
+            CrashOutcome::Stopped => Err(CrashError::AlreadyStopped(id)),
+            CrashOutcome::NotHere => Err(CrashError::NoContainer(id)),
         }
-        tracing::warn!(worker = %id, "crashing container on request");
-        mailbox.crash.notify_one();
-        Ok(())
     }
 
     /// The sweeper callback: re-dispatch released events (keeping, and deferring, those that cannot
@@ -567,6 +680,12 @@ impl App {
     pub async fn after_sweep(&self, report: SweepReport) -> Deferred {
         for (id, reason) in &report.died {
             tracing::warn!(worker = %id, %reason, "worker declared dead");
+        }
+        self.inner.containers.ledger().released(&report.released);
+        if let Some(remote) = &self.inner.remote {
+            // Their owners may be gone (that may be why they died): nobody else forgets them.
+            let died: Vec<WorkerId> = report.died.iter().map(|(id, _)| *id).collect();
+            remote.forget(&died).await;
         }
         let mut queue = self
             .inner
@@ -615,6 +734,7 @@ impl App {
                 }
                 Dispatch::Rejected(_)
                 | Dispatch::Backlog { .. }
+                | Dispatch::Unreachable { .. }
                 | Dispatch::Closing
                 | Dispatch::Unavailable(_) => still.push(event),
             }
@@ -641,55 +761,56 @@ impl App {
         Deferred::new(deferred)
     }
 
-    /// Drops the mailbox (and target entry) of every worker whose task has stopped and that the
-    /// registry no longer counts alive. A crashed worker's mailbox stays until the registry has
-    /// declared it dead, so that no later event for it starts a second task under the same id.
+    /// Forgets the mailbox (and target entry) of every worker without a running container (stopped,
+    /// or parked for an owner that never came) that the registry no longer counts alive. A crashed
+    /// container's mailbox stays until the registry has declared the worker dead, so that events
+    /// sent to it meanwhile are answered "stopped" and stay with the worker, to be released.
     async fn forget_stopped_workers(&self) {
-        let stopped: Vec<WorkerId> = self
-            .inner
-            .mailboxes
-            .iter()
-            .filter(|m| m.jobs.is_closed())
-            .map(|m| *m.key())
-            .collect();
-        for id in stopped {
+        for id in self.inner.containers.without_container() {
             let alive = match self.inner.registry.worker(id).await {
                 Ok(info) => info.is_some_and(|w| w.status.is_alive()),
                 // Ask again after the next sweep.
                 Err(_) => true,
             };
             if !alive {
-                self.inner.mailboxes.remove(&id);
+                self.inner.containers.forget(id);
                 self.inner.targets.retain(|_, w| *w != id);
             }
         }
     }
 
-    /// The Ctrl-C path, first half: refuse new deliveries (503) and drain every worker with
-    /// `deadline`; closing the mailboxes lets idle workers leave at once and draining ones leave
-    /// once their queue is done.
+    /// The Ctrl-C path, first half: refuse new deliveries (503) and drain this replica's workers
+    /// (those whose containers it started) with `deadline`, one by one, leaving other replicas'
+    /// alone; closing their mailboxes lets idle workers leave at once and draining ones leave once
+    /// their queue is done.
     pub async fn begin_shutdown(&self, deadline: Duration) -> DrainAll {
         // Release: pairs with the Acquire in `is_closing`.
         self.inner.closing.store(true, Ordering::Release);
-        let drained = match self.inner.registry.drain_all_within(deadline).await {
-            Ok(d) => d,
-            Err(e) => {
-                // Drain this router's own workers one by one instead.
-                tracing::warn!("drain_all failed ({e}); draining this router's workers one by one");
-                let mut d = DrainAll::default();
-                let ids: Vec<WorkerId> = self.inner.mailboxes.iter().map(|m| *m.key()).collect();
-                for id in ids {
-                    match self.inner.registry.drain_within(id, deadline).await {
-                        Ok(Status::Draining) => d.draining += 1,
-                        Ok(_) => d.exited += 1,
-                        Err(_) => {}
-                    }
-                }
-                d
+        let mut drained = DrainAll::default();
+        for id in self.inner.containers.owned_by(self.inner.replica) {
+            match self.inner.registry.drain_within(id, deadline).await {
+                Ok(Status::Draining) => drained.draining += 1,
+                Ok(_) => drained.exited += 1,
+                // Dead already (crashed and swept), or the backend is away: its claims are
+                // released when the registry declares it dead.
+                Err(e) => tracing::debug!(worker = %id, "not drained: {e}"),
             }
-        };
-        self.inner.mailboxes.clear();
+        }
+        self.inner.containers.close_owned_by(self.inner.replica);
         drained
+    }
+
+    /// A killed replica: its containers stop at once, as if their process had been killed (no
+    /// goodbye to the registry; the sweep of another replica declares them dead). Returns how many
+    /// were running.
+    pub fn kill_containers(&self) -> usize {
+        // Release: pairs with the Acquire in `is_closing`; nothing new is placed from now on.
+        self.inner.closing.store(true, Ordering::Release);
+        let tasks: Vec<AbortHandle> = self.inner.tasks.iter().map(|t| t.clone()).collect();
+        for t in &tasks {
+            t.abort();
+        }
+        tasks.len()
     }
 
     /// Waits until every worker task has stopped, or `deadline` passes; returns how many still run.
@@ -753,6 +874,7 @@ struct RunningGuard(App, WorkerId);
 impl Drop for RunningGuard {
     fn drop(&mut self) {
         self.0.inner.tasks.remove(&self.1);
+        self.0.inner.containers.ledger().running_down();
         self.0
             .inner
             .running

@@ -4,7 +4,7 @@
 //! value a careless operator typed.
 
 use crate::app::{self, MAX_MAILBOX};
-use crate::backend::RegistryChoice;
+use crate::backend::{validate_name, RegistryChoice, DEFAULT_REGISTRY_NAME};
 use crate::body::{BodyBudget, BodyLimits};
 use crate::github;
 use crate::routing::Policy;
@@ -18,7 +18,7 @@ use clap::Parser;
 use rand::Rng;
 use worker_registry::{
     RegistryConfig, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_WORKERS, DEFAULT_MISSED_HEARTBEATS,
-    DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
+    DEFAULT_RELEASE_ACK_TIMEOUT, DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
 };
 
 /// A heartbeat timeout must span at least this many ticks of the registry's clock: a coarser one
@@ -33,9 +33,22 @@ pub const MIN_TIMEOUT_TICKS: u32 = 10;
 #[derive(Parser, Debug, Clone)]
 #[command(name = "webhook-router", version)]
 pub struct Args {
-    /// Registry backend: `memory` (this process only).
+    /// Registry backend: `memory` (this process only), `redis://host:port/db` or
+    /// `postgres://user@host/db` (shared by every replica with the same --registry-name).
     #[arg(long, env = "WEBHOOK_ROUTER_REGISTRY", default_value = "memory")]
     pub registry: RegistryChoice,
+    /// The registry's name on a shared backend: replicas with the same name share one registry
+    /// [default: webhook-router / a fresh one per run].
+    #[arg(long, env = "WEBHOOK_ROUTER_REGISTRY_NAME")]
+    pub registry_name: Option<String>,
+    /// How other replicas reach this one (its events for this replica's containers are forwarded
+    /// there), with a shared backend [default: http://<the address it listens on>].
+    #[arg(long, env = "WEBHOOK_ROUTER_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
+    /// How long a released event handed to this replica for re-dispatch may stay unacknowledged
+    /// before a shared backend offers it to another replica, ms [default: 60000 / 1000].
+    #[arg(long, env = "WEBHOOK_ROUTER_RELEASE_ACK_MS")]
+    pub release_ack_ms: Option<u64>,
     /// Address to listen on [default: 127.0.0.1:3000 / 127.0.0.1:0].
     #[arg(long, env = "WEBHOOK_ROUTER_BIND")]
     pub bind: Option<SocketAddr>,
@@ -110,13 +123,27 @@ pub struct Args {
     /// --simulate: seed of the traffic generator.
     #[arg(long, default_value_t = 1, requires = "simulate")]
     pub seed: u64,
+    /// --simulate: router replicas on the shared registry (more than one needs redis:// or
+    /// postgres://); each delivery and its redeliveries go to different replicas, and one replica
+    /// is killed mid-run.
+    #[arg(long, default_value_t = 1, requires = "simulate")]
+    pub replicas: usize,
 }
+
+/// The most replicas `--simulate --replicas` runs.
+pub const MAX_REPLICAS: usize = 16;
 
 /// Everything the flags decide, validated.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The backend.
     pub registry: RegistryChoice,
+    /// The registry's name on a shared backend.
+    pub registry_name: String,
+    /// `--advertise-url`, if given.
+    pub advertise_url: Option<String>,
+    /// Router replicas (`--simulate --replicas`).
+    pub replicas: usize,
     /// Where to listen.
     pub bind: SocketAddr,
     /// The registry's configuration.
@@ -168,6 +195,16 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         .sweep_interval(sweep)
         // The simulated container heartbeats as soon as it starts.
         .startup_grace(heartbeat)
+        // Workers held as suspect by the mass-staleness brake (every container of a router gone at
+        // once) wait four intervals: the library's two minutes at the default 30 s interval,
+        // scaled with it (--simulate's 100 ms).
+        .suspect_grace((heartbeat * 4).max(sweep))
+        .release_ack_timeout(pick(
+            "--release-ack-ms",
+            a.release_ack_ms,
+            u64::try_from(DEFAULT_RELEASE_ACK_TIMEOUT.as_millis()).unwrap_or(60_000),
+            1_000,
+        )?)
         .build()
         .map_err(|e| e.to_string())?;
     let resolution = a.registry.clock_resolution();
@@ -208,6 +245,32 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         (None, true) => Some(random_token()),
         (None, false) => None,
     };
+    if a.registry.is_shared() && !sim && admin_token.is_none() && !bind.ip().is_loopback() {
+        return Err(format!(
+            "a shared registry on {bind}, which is not a loopback address, needs --admin-token: \
+             replicas forward events to each other's containers through POST /internal/..., which it guards"
+        ));
+    }
+    let registry_name = match (&a.registry_name, sim) {
+        (Some(n), _) => n.clone(),
+        (None, false) => DEFAULT_REGISTRY_NAME.to_owned(),
+        // A fresh registry per run: the simulator's deliveries repeat from run to run (same seed).
+        (None, true) => format!("webhook-router-sim-{:08x}", rand::thread_rng().gen::<u32>()),
+    };
+    validate_name(&registry_name)?;
+    if !(1..=MAX_REPLICAS).contains(&a.replicas) {
+        return Err(format!(
+            "--replicas {} is out of range: 1 to {MAX_REPLICAS}",
+            a.replicas
+        ));
+    }
+    if a.replicas > 1 && !a.registry.is_shared() {
+        return Err(format!(
+            "--replicas {} needs a shared registry (--registry redis://... or postgres://...): \
+             replicas on the in-memory registry would each have their own",
+            a.replicas
+        ));
+    }
     if !(1..=MAX_MAILBOX).contains(&a.mailbox) {
         return Err(format!(
             "--mailbox {} is out of range: 1 to {MAX_MAILBOX}",
@@ -265,6 +328,9 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
             max_concurrent_webhooks: a.max_concurrent_webhooks,
         },
         registry: a.registry.clone(),
+        registry_name,
+        advertise_url: a.advertise_url.clone(),
+        replicas: a.replicas,
         bind,
         config,
         options,
@@ -354,5 +420,42 @@ mod tests {
     #[test]
     fn unknown_backends_are_refused() {
         assert!(parse(&["--registry", "etcd://x"]).is_err());
+    }
+
+    #[test]
+    fn shared_backends_their_names_and_replicas() {
+        let s = parse(&["--registry", "redis://127.0.0.1:6379/0"]).unwrap();
+        assert!(s.registry.is_shared());
+        assert_eq!(s.registry_name, DEFAULT_REGISTRY_NAME);
+        assert_eq!(s.config.release_ack_timeout(), DEFAULT_RELEASE_ACK_TIMEOUT);
+        let a = parse(&["--simulate", "--registry", "postgres://h/db"]).unwrap();
+        let b = parse(&["--simulate", "--registry", "postgres://h/db"]).unwrap();
+        assert_ne!(a.registry_name, b.registry_name, "a fresh registry per run");
+        assert_eq!(a.config.release_ack_timeout(), Duration::from_secs(1));
+        assert!(parse(&["--registry-name", "a b"]).is_err());
+        // Forwarding between replicas needs the admin token off loopback.
+        let open = [
+            "--registry",
+            "redis://h/0",
+            "--bind",
+            "0.0.0.0:3000",
+            "--webhook-secret",
+            "s",
+        ];
+        let e = parse(&open).unwrap_err();
+        assert!(e.contains("--admin-token"), "{e}");
+        let mut guarded = open.to_vec();
+        guarded.extend(["--admin-token", "t"]);
+        assert!(parse(&guarded).is_ok());
+        let e = parse(&["--simulate", "--replicas", "3"]).unwrap_err();
+        assert!(e.contains("shared registry"), "{e}");
+        assert_eq!(
+            parse(&["--simulate", "--replicas", "3", "--registry", "redis://h/0"])
+                .unwrap()
+                .replicas,
+            3
+        );
+        assert!(parse(&["--simulate", "--replicas", "0", "--registry", "redis://h/0"]).is_err());
+        assert!(parse(&["--replicas", "2"]).is_err(), "only with --simulate");
     }
 }

@@ -12,11 +12,15 @@ use crate::answer::{
 };
 use crate::app::{App, CrashError, Dispatch, TargetOutcome};
 use crate::body::{self, BodyError};
+use crate::containers::Handed;
 use crate::github::{self, Route, SignatureError, Verifier};
+use crate::remote::{ForwardAnswer, ForwardedJob};
+use crate::worker::Job;
 
 use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -28,7 +32,9 @@ use tower::load_shed::LoadShedLayer;
 use tower::ServiceBuilder;
 use worker_registry::http::{admin_router, require_bearer_method, AdminOptions};
 use worker_registry::metrics::Metrics;
-use worker_registry::{ClaimState, Rejection, Target, WorkerId, WorkerRegistry};
+use worker_registry::{
+    ClaimState, DeliveryId, FencingToken, Rejection, Target, WorkerId, WorkerRegistry,
+};
 
 /// The HTTP app: webhook, debug endpoint and the library's admin API, serving `metrics`.
 ///
@@ -47,11 +53,21 @@ pub fn router(app: &App, metrics: Metrics, max_concurrent_webhooks: usize) -> Ro
         .openapi(crate::openapi::document());
     // The debug endpoint mutates, so it takes the admin API's bearer token (same 401 answer), checked
     // once the method matched (a GET is 405 first).
-    let crash_route = match token {
-        Some(token) => require_bearer_method(post(crash), token),
+    let crash_route = match &token {
+        Some(token) => require_bearer_method(post(crash), token.clone()),
         None => post(crash),
     };
-    Router::new()
+    // Replicas in other processes forward events for this router's containers here.
+    let internal = app.remote().map(|_| match token {
+        Some(token) => require_bearer_method(post(internal_jobs), token),
+        None => post(internal_jobs),
+    });
+    let router = Router::new();
+    let router = match internal {
+        Some(route) => router.route("/internal/workers/{id}/jobs", route),
+        None => router,
+    };
+    router
         .route(
             "/webhook",
             post(webhook).layer(
@@ -242,6 +258,11 @@ impl App {
                     Dispatch::Unavailable(e) => {
                         a.outcome = Outcome::Unavailable;
                         a.reason = Some(e.to_string());
+                    }
+                    Dispatch::Unreachable { worker, reason } => {
+                        a.outcome = Outcome::Unavailable;
+                        a.worker = Some(worker.get());
+                        a.reason = Some(reason.clone());
                     }
                 }
                 if a.outcome.is_refusal() {
@@ -536,6 +557,70 @@ pub(crate) async fn crash(State(app): State<App>, Path(id): Path<String>) -> Res
         }
         Err(e) => error_response(StatusCode::CONFLICT, e),
     }
+}
+
+/// Takes an event another replica forwards for one of this router's containers.
+#[utoipa::path(
+    post,
+    path = "/internal/workers/{id}/jobs",
+    tag = "internal",
+    description = "An event another replica of the router admitted for a worker whose container \
+                   this replica runs (served only with a shared registry, replicas in separate \
+                   processes). It is put in the container's queue as it is; the registry's \
+                   decision was made by the forwarding replica.",
+    params(("id" = u64, Path, minimum = 0, maximum = 17592186044415_u64,
+            description = "Worker id: a decimal integer without sign or leading zeros, at most 2^44 - 1")),
+    request_body(content = ForwardedJob, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "Queued", body = ForwardAnswer),
+        (status = 400, description = "A bad id or body", body = ErrorAnswer),
+        (status = 401, description = "Bearer token missing or wrong (when one is configured)", body = ErrorAnswer),
+        (status = 404, description = "No container of this replica has that id", body = ForwardAnswer),
+        (status = 410, description = "Its container here has stopped", body = ForwardAnswer),
+        (status = 429, description = "Its queue is full", body = ForwardAnswer),
+    ),
+)]
+pub(crate) async fn internal_jobs(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Json<ForwardedJob>, JsonRejection>,
+) -> Response {
+    let id: WorkerId = match id.parse() {
+        Ok(id) => id,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
+    };
+    let job = match body {
+        Ok(Json(job)) => job,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let target: Target = match job.target.parse() {
+        Ok(t) => t,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
+    };
+    let delivery = match DeliveryId::new(&job.delivery) {
+        Ok(d) => d,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
+    };
+    let job = Job {
+        target,
+        event: delivery,
+        token: FencingToken::from_raw(job.token),
+    };
+    let (status, result) = match app.containers().hand(id, job, false) {
+        Handed::Queued => (StatusCode::ACCEPTED, "queued"),
+        Handed::Full => (StatusCode::TOO_MANY_REQUESTS, "full"),
+        Handed::Stopped => (StatusCode::GONE, "stopped"),
+        Handed::Absent(_) => (StatusCode::NOT_FOUND, "unknown"),
+    };
+    (
+        status,
+        Json(ForwardAnswer {
+            worker: id.get(),
+            result: result.to_owned(),
+        }),
+    )
+        .into_response()
 }
 
 /// The webhook route is at its concurrency limit (or its service failed, which it cannot).

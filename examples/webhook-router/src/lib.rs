@@ -5,6 +5,11 @@
 //!
 //! * [`cli`]: the flags, validated into [`cli::Settings`].
 //! * [`backend`]: `--registry`, the backend choice.
+//! * [`store`]: the router's own records next to a shared registry (which replica owns which
+//!   container).
+//! * [`containers`]: the in-process container platform (worker id -> mailbox), one container per
+//!   worker.
+//! * [`remote`]: reaching containers that other router processes run.
 //! * [`app`]: the router's state and decisions ([`app::App`]).
 //! * [`http`]: the HTTP app (`POST /webhook`, the debug endpoint, the admin API).
 //! * [`server`]: [`server::serve`] and the shutdown path.
@@ -21,11 +26,14 @@ pub mod app;
 pub mod backend;
 pub mod body;
 pub mod cli;
+pub mod containers;
 pub mod github;
 pub mod http;
 pub mod metrics;
 pub mod openapi;
+pub mod remote;
 pub mod routing;
 pub mod server;
 pub mod sim;
+pub mod store;
 pub mod worker;

@@ -14,7 +14,11 @@
 //!   `GET /openapi.json`, `GET /healthz`: the library's admin API.
 //! * `POST /debug/workers/{id}/crash`: the container stops heartbeating; watch the sweep declare it
 //!   dead and its events go to a new worker.
-//! * `--simulate` drives built-in traffic at it over HTTP and prints a summary.
+//! * `--simulate` drives built-in traffic at it over HTTP and prints a summary; with
+//!   `--replicas N` and a shared registry, at N replicas in this process, one of which is killed.
+//! * `--registry redis://...` or `postgres://...`: replicas (processes) sharing one registry;
+//!   each runs the containers of the workers its admissions create and forwards events for other
+//!   workers to their owner (see `remote.rs`).
 //! * Ctrl-C refuses new deliveries, drains every worker and exits when they are done; at the
 //!   deadline it stops the rest and lists every delivery it could not complete.
 
@@ -26,7 +30,7 @@ use std::time::Duration;
 use clap::Parser;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
-use webhook_router::app::App;
+use webhook_router::app::{App, Platform};
 use worker_registry::WorkerRegistry;
 
 fn main() -> ExitCode {
@@ -63,7 +67,17 @@ async fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let registry = match s.registry.open(s.config.clone()).await {
+    match server::fit_file_limit(s.limits.max_connections) {
+        Ok(limit) => tracing::debug!(limit, "file descriptor limit"),
+        Err(e) => {
+            eprintln!("webhook-router: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    if args.simulate {
+        return simulate(&args, &s).await;
+    }
+    let registry = match s.registry.open(s.config.clone(), &s.registry_name).await {
         Ok(r) => r,
         Err(e) => {
             eprintln!(
@@ -73,13 +87,6 @@ async fn run() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match server::fit_file_limit(s.limits.max_connections) {
-        Ok(limit) => tracing::debug!(limit, "file descriptor limit"),
-        Err(e) => {
-            eprintln!("webhook-router: {e}");
-            return ExitCode::from(2);
-        }
-    }
     let listener = match TcpListener::bind(s.bind).await {
         Ok(l) => l,
         Err(e) => {
@@ -88,27 +95,14 @@ async fn run() -> ExitCode {
         }
     };
     let signed = s.options.webhook_secret.is_some();
-    let plan = args.simulate.then(|| sim::Plan {
-        events: args.events,
-        rate: args.rate,
-        clients: args.clients,
-        repos: args.repos,
-        prs: 6,
-        redeliveries: 0.10,
-        crash_every: Duration::from_millis(700),
-        drain_every: Duration::from_millis(900),
-        max_time: Duration::from_secs(30),
-        seed: args.seed,
-        secret: s
-            .options
-            .webhook_secret
-            .as_deref()
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default(),
-        admin_token: s.options.admin_token.clone(),
-        shutdown_deadline: s.shutdown,
-    });
-    let app = App::new(registry, s.options.clone());
+    let platform = match platform(&s, &listener).await {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("webhook-router: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let app = App::with_platform(registry, s.options.clone(), platform);
     let server = match server::serve_with(app, listener, s.limits).await {
         Ok(server) => server,
         Err(e) => {
@@ -118,18 +112,17 @@ async fn run() -> ExitCode {
     };
     let addr = server.addr();
 
-    if let Some(plan) = plan {
-        return if sim::run(server, plan).await {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        };
-    }
-
     let cfg = server.app().registry().config();
     tracing::info!(
         "listening on http://{addr}: POST /webhook | GET /workers, /workers/{{id}}, /metrics, /openapi.json, /healthz | POST /workers/{{id}}/drain, /debug/workers/{{id}}/crash"
     );
+    if let Some(remote) = server.app().remote() {
+        tracing::info!(
+            registry_name = %s.registry_name,
+            advertise = remote.advertise(),
+            "shared registry: this replica runs the containers of the workers its admissions create, and forwards other events to their owners"
+        );
+    }
     tracing::info!(
         registry = %s.registry,
         capacity = cfg.max_workers(),
@@ -196,5 +189,82 @@ async fn run() -> ExitCode {
             tracing::warn!("second Ctrl-C: exiting without waiting for the workers");
             ExitCode::from(130)
         }
+    }
+}
+
+/// Where this (serving) router's containers run: its own platform, and, with a shared registry,
+/// the owner records and forwarding to the replicas in other processes.
+async fn platform(s: &cli::Settings, listener: &TcpListener) -> Result<Platform, String> {
+    let advertise = match &s.advertise_url {
+        Some(url) => url.clone(),
+        None => {
+            let addr = listener
+                .local_addr()
+                .map_err(|e| format!("cannot read the listening address: {e}"))?;
+            if addr.ip().is_unspecified() && s.registry.is_shared() {
+                return Err(format!(
+                    "listening on {addr}: set --advertise-url to the address other replicas reach this one at"
+                ));
+            }
+            format!("http://{addr}")
+        }
+    };
+    Platform::for_backend(
+        &s.registry,
+        &s.registry_name,
+        &advertise,
+        s.options.admin_token.clone(),
+        s.config.heartbeat_interval(),
+        s.options.mailbox,
+    )
+    .await
+}
+
+/// `--simulate`: the router (or `--replicas` of them on one shared registry, in this process,
+/// sharing one container platform) under built-in traffic, then the summary.
+async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
+    let (servers, probe) = match sim::start(
+        &s.registry,
+        &s.registry_name,
+        &s.config,
+        &s.options,
+        s.limits,
+        s.bind,
+        s.replicas,
+    )
+    .await
+    {
+        Ok(started) => started,
+        Err(e) => {
+            eprintln!("webhook-router: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let plan = sim::Plan {
+        events: args.events,
+        rate: args.rate,
+        clients: args.clients,
+        repos: args.repos,
+        prs: 6,
+        redeliveries: 0.10,
+        crash_every: Duration::from_millis(700),
+        drain_every: Duration::from_millis(900),
+        max_time: Duration::from_secs(30),
+        seed: args.seed,
+        secret: s
+            .options
+            .webhook_secret
+            .as_deref()
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default(),
+        admin_token: s.options.admin_token.clone(),
+        shutdown_deadline: s.shutdown,
+        registry: s.registry.to_string(),
+        registry_name: s.registry_name.clone(),
+    };
+    if sim::run(servers, plan, probe).await.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }

@@ -1,5 +1,5 @@
-//! The router's OpenAPI document: the library's admin API with `POST /webhook` and the debug
-//! endpoint merged in, generated from the handlers' `#[utoipa::path]` attributes and the answer
+//! The router's OpenAPI document: the library's admin API with `POST /webhook`, the debug
+//! endpoint and the replicas' internal endpoint merged in, generated from the handlers' `#[utoipa::path]` attributes and the answer
 //! types' `ToSchema` derives, served on `/openapi.json`.
 
 use utoipa::OpenApi;
@@ -8,18 +8,20 @@ use crate::answer::{
     ClaimStateName, CrashAnswer, DeliveryAnswer, ErrorAnswer, Outcome, TargetAnswer,
 };
 use crate::http::{self, FormDelivery};
+use crate::remote::{ForwardAnswer, ForwardedJob};
 use crate::routing::Decision;
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(http::webhook, http::crash),
+    paths(http::webhook, http::crash, http::internal_jobs),
     components(schemas(
         DeliveryAnswer, TargetAnswer, Outcome, ClaimStateName, Decision, ErrorAnswer, CrashAnswer,
-        FormDelivery,
+        FormDelivery, ForwardedJob, ForwardAnswer,
     )),
     tags(
         (name = "webhook", description = "GitHub webhook deliveries"),
         (name = "debug", description = "Fault injection for demonstrations"),
+        (name = "internal", description = "Between replicas of the router (with a shared registry)"),
     ),
 )]
 struct RouterDoc;

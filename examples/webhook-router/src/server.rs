@@ -27,7 +27,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use worker_registry::{DrainAll, Maintenance, Sweeper, WorkerRegistry};
@@ -112,7 +112,19 @@ pub struct Server {
     addr: SocketAddr,
     sweeper: Sweeper,
     stop_http: oneshot::Sender<()>,
+    /// Set when the replica is killed: every open connection is cut at once.
+    kill_http: watch::Sender<bool>,
     http: JoinHandle<io::Result<()>>,
+}
+
+/// What [`Server::kill`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Killed {
+    /// Containers that were running (they stopped without a word to the registry).
+    pub containers: usize,
+    /// Released events it held for re-dispatch (not acknowledged: offered to another replica after
+    /// `release_ack_timeout`).
+    pub pending: usize,
 }
 
 /// What [`Server::shutdown`] did, and every accepted delivery it could not complete.
@@ -156,13 +168,15 @@ pub async fn serve_with(
         .ok_or_else(|| io::Error::other("this App is already being served"))?;
     metrics.sweeper(sweeper.monitor());
     let (stop_http, stopped) = oneshot::channel::<()>();
+    let (kill_http, killed) = watch::channel(false);
     let router = http::router(&app, metrics, limits.max_concurrent_webhooks);
-    let http = tokio::spawn(accept_loop(listener, router, limits, stopped));
+    let http = tokio::spawn(accept_loop(listener, router, limits, stopped, killed));
     Ok(Server {
         app,
         addr,
         sweeper,
         stop_http,
+        kill_http,
         http,
     })
 }
@@ -174,6 +188,7 @@ async fn accept_loop(
     router: axum::Router,
     limits: ServerLimits,
     mut stopped: oneshot::Receiver<()>,
+    killed: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
@@ -212,11 +227,16 @@ async fn accept_loop(
             TowerToHyperService::new(router.clone()),
         );
         let conn = graceful.watch(conn);
+        let mut killed = killed.clone();
         tokio::spawn(async move {
             // The slot is given back however the connection ends.
             let _slot = slot;
-            if let Err(e) = conn.await {
-                tracing::debug!("connection ended: {e}");
+            tokio::select! {
+                ended = conn => if let Err(e) = ended {
+                    tracing::debug!("connection ended: {e}");
+                },
+                // Killed: the connection and the request it serves are dropped where they are.
+                () = async { let _ = killed.wait_for(|k| *k).await; } => {}
             }
         });
     }
@@ -246,6 +266,23 @@ impl Server {
     /// Whether the sweeper runs.
     pub fn sweeper_running(&self) -> bool {
         self.sweeper.monitor().is_running()
+    }
+
+    /// Kills this replica, as `kill -9` would: the HTTP server and every open connection stop at
+    /// once (requests in progress get no answer), the sweeper stops wherever it is (released
+    /// events handed to it are not acknowledged, so a shared backend offers them to another
+    /// replica), and its containers stop without a word to the registry (another replica's sweep
+    /// declares their workers dead and re-dispatches their events). Nothing is drained, completed
+    /// or reported.
+    pub async fn kill(self) -> Killed {
+        self.kill_http.send_replace(true);
+        self.http.abort();
+        let _ = self.http.await;
+        self.sweeper.abort().await;
+        Killed {
+            containers: self.app.kill_containers(),
+            pending: self.app.pending_redispatch(),
+        }
     }
 
     /// Refuses new deliveries, drains every worker with `deadline` and waits for them (a draining

@@ -214,10 +214,9 @@ async fn a_failed_admission_is_503_with_retry_after_and_accepts_nothing() {
     // The admin API answers 503 for a live read while the backend is down.
     set(&down, true);
     let w = worker_of(&again);
-    assert_eq!(
-        h.get(&format!("/workers/{w}")).await.status,
-        StatusCode::SERVICE_UNAVAILABLE
-    );
+    let live = h.get(&format!("/workers/{w}")).await;
+    assert_eq!(live.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(live.retry_after, Some(1), "503 with Retry-After");
     set(&down, false);
 }
 

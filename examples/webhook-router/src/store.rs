@@ -1,0 +1,287 @@
+//! The router's own small store next to a shared registry: which replica runs each worker's
+//! container (the address other replicas forward its events to, see [`crate::remote`]), and, for
+//! the simulator's audit, a direct read of the registry's live-worker count.
+//!
+//! It lives beside the library's data, never inside it:
+//!
+//! | backend | owners | live count (read only) |
+//! |---|---|---|
+//! | Redis | hash `{<name>}:webhook-router:owners`, worker id → base URL (same hash tag: same Cluster slot as the registry) | `ZCARD {<name>}:live` |
+//! | PostgreSQL | table `webhook_router_owners (registry, worker, address)`, created by the router | `wr_capacity.live` of the registry |
+//!
+//! A worker's record is written by the replica whose admission created the worker, right after it
+//! started the container, and removed when the container ends, or by the sweeping replica when the
+//! registry declares the worker dead (its owner may be gone).
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio_postgres::NoTls;
+use worker_registry::{RegistryError, WorkerId};
+
+use crate::backend::{RegistryChoice, BACKEND_CALL_TIMEOUT, BACKEND_CONNECT_TIMEOUT};
+
+/// Connections of the store's own PostgreSQL pool (a lookup is one indexed read).
+const POSTGRES_POOL_SIZE: usize = 4;
+
+/// Creates the owners table once, whichever replica gets there first.
+const POSTGRES_SCHEMA: &str = "
+    SELECT pg_advisory_xact_lock(hashtext('webhook_router_owners'));
+    CREATE TABLE IF NOT EXISTS webhook_router_owners (
+        registry   text NOT NULL,
+        worker     bigint NOT NULL,
+        address    text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (registry, worker)
+    );";
+
+/// The store of a shared backend (cheap to clone).
+#[derive(Clone)]
+pub enum Store {
+    /// On the registry's Redis server.
+    Redis {
+        /// Its own managed connection (reconnects by itself).
+        conn: ConnectionManager,
+        /// The owners hash.
+        owners: String,
+        /// The registry's live-worker set.
+        live: String,
+    },
+    /// In the registry's PostgreSQL database.
+    Postgres {
+        /// Its own small pool.
+        pool: Pool,
+        /// The registry name.
+        registry: String,
+    },
+}
+
+fn redis_error(e: redis::RedisError) -> RegistryError {
+    RegistryError::backend("redis", true, e)
+}
+
+fn pg_error(e: impl std::error::Error + Send + Sync + 'static) -> RegistryError {
+    RegistryError::backend("postgres", true, e)
+}
+
+/// Runs `fut` within the backend call timeout.
+async fn timed<T>(
+    backend: &'static str,
+    fut: impl std::future::Future<Output = Result<T, RegistryError>>,
+) -> Result<T, RegistryError> {
+    match tokio::time::timeout(BACKEND_CALL_TIMEOUT, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(RegistryError::backend(
+            backend,
+            true,
+            format!("no answer within {BACKEND_CALL_TIMEOUT:?}"),
+        )),
+    }
+}
+
+fn db_id(worker: WorkerId) -> i64 {
+    i64::try_from(worker.get()).unwrap_or(i64::MAX)
+}
+
+impl Store {
+    /// Opens the store of `choice` for the registry `name`; `None` for the in-memory backend,
+    /// which has no other replicas.
+    pub async fn open(choice: &RegistryChoice, name: &str) -> Result<Option<Self>, String> {
+        match choice {
+            RegistryChoice::Memory => Ok(None),
+            RegistryChoice::Redis(url) => {
+                let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(BACKEND_CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(BACKEND_CALL_TIMEOUT))
+                    .set_number_of_retries(1);
+                let conn = ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(Some(Self::Redis {
+                    conn,
+                    owners: format!("{{{name}}}:webhook-router:owners"),
+                    live: format!("{{{name}}}:live"),
+                }))
+            }
+            RegistryChoice::Postgres(url) => {
+                let mut pg: tokio_postgres::Config = url.parse().map_err(|e| format!("{e}"))?;
+                if pg.get_connect_timeout().is_none() {
+                    pg.connect_timeout(BACKEND_CONNECT_TIMEOUT);
+                }
+                if pg.get_application_name().is_none() {
+                    pg.application_name("webhook-router");
+                }
+                let manager = Manager::from_config(
+                    pg,
+                    NoTls,
+                    ManagerConfig {
+                        recycling_method: RecyclingMethod::Fast,
+                    },
+                );
+                let pool = Pool::builder(manager)
+                    .max_size(POSTGRES_POOL_SIZE)
+                    .runtime(Runtime::Tokio1)
+                    .wait_timeout(Some(BACKEND_CALL_TIMEOUT))
+                    .create_timeout(Some(BACKEND_CONNECT_TIMEOUT))
+                    .recycle_timeout(Some(BACKEND_CONNECT_TIMEOUT))
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let mut client = pool.get().await.map_err(|e| e.to_string())?;
+                let tx = client.transaction().await.map_err(|e| e.to_string())?;
+                tx.batch_execute(POSTGRES_SCHEMA)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tx.commit().await.map_err(|e| e.to_string())?;
+                drop(client);
+                Ok(Some(Self::Postgres {
+                    pool,
+                    registry: name.to_owned(),
+                }))
+            }
+        }
+    }
+
+    fn backend(&self) -> &'static str {
+        match self {
+            Self::Redis { .. } => "redis",
+            Self::Postgres { .. } => "postgres",
+        }
+    }
+
+    /// Records that `worker`'s container runs on the replica reachable at `address`.
+    pub async fn publish(&self, worker: WorkerId, address: &str) -> Result<(), RegistryError> {
+        timed(self.backend(), async {
+            match self {
+                Self::Redis { conn, owners, .. } => {
+                    let mut conn = conn.clone();
+                    redis::cmd("HSET")
+                        .arg(owners)
+                        .arg(worker.get())
+                        .arg(address)
+                        .query_async::<i64>(&mut conn)
+                        .await
+                        .map_err(redis_error)?;
+                }
+                Self::Postgres { pool, registry } => {
+                    let client = pool.get().await.map_err(pg_error)?;
+                    let stmt = client
+                        .prepare_cached(
+                            "INSERT INTO webhook_router_owners (registry, worker, address) VALUES ($1, $2, $3) \
+                             ON CONFLICT (registry, worker) DO UPDATE SET address = EXCLUDED.address",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    client
+                        .execute(&stmt, &[registry, &db_id(worker), &address])
+                        .await
+                        .map_err(pg_error)?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The address of the replica that runs `worker`'s container, if one published it.
+    pub async fn owner(&self, worker: WorkerId) -> Result<Option<String>, RegistryError> {
+        timed(self.backend(), async {
+            match self {
+                Self::Redis { conn, owners, .. } => {
+                    let mut conn = conn.clone();
+                    redis::cmd("HGET")
+                        .arg(owners)
+                        .arg(worker.get())
+                        .query_async::<Option<String>>(&mut conn)
+                        .await
+                        .map_err(redis_error)
+                }
+                Self::Postgres { pool, registry } => {
+                    let client = pool.get().await.map_err(pg_error)?;
+                    let stmt = client
+                        .prepare_cached(
+                            "SELECT address FROM webhook_router_owners WHERE registry = $1 AND worker = $2",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    let row = client
+                        .query_opt(&stmt, &[registry, &db_id(worker)])
+                        .await
+                        .map_err(pg_error)?;
+                    Ok(row.map(|r| r.get::<_, String>(0)))
+                }
+            }
+        })
+        .await
+    }
+
+    /// Forgets the records of `workers` (their containers are gone).
+    pub async fn forget(&self, workers: &[WorkerId]) -> Result<(), RegistryError> {
+        if workers.is_empty() {
+            return Ok(());
+        }
+        timed(self.backend(), async {
+            match self {
+                Self::Redis { conn, owners, .. } => {
+                    let mut conn = conn.clone();
+                    let mut cmd = redis::cmd("HDEL");
+                    cmd.arg(owners);
+                    for w in workers {
+                        cmd.arg(w.get());
+                    }
+                    cmd.query_async::<i64>(&mut conn)
+                        .await
+                        .map_err(redis_error)?;
+                }
+                Self::Postgres { pool, registry } => {
+                    let ids: Vec<i64> = workers.iter().map(|w| db_id(*w)).collect();
+                    let client = pool.get().await.map_err(pg_error)?;
+                    let stmt = client
+                        .prepare_cached(
+                            "DELETE FROM webhook_router_owners WHERE registry = $1 AND worker = ANY($2)",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    client
+                        .execute(&stmt, &[registry, &ids])
+                        .await
+                        .map_err(pg_error)?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The registry's live-worker count as the server holds it now (an audit read of the
+    /// library's documented layout: `ZCARD {name}:live`, or `wr_capacity.live`).
+    pub async fn live_workers(&self) -> Result<u64, RegistryError> {
+        timed(self.backend(), async {
+            match self {
+                Self::Redis { conn, live, .. } => {
+                    let mut conn = conn.clone();
+                    redis::cmd("ZCARD")
+                        .arg(live)
+                        .query_async::<u64>(&mut conn)
+                        .await
+                        .map_err(redis_error)
+                }
+                Self::Postgres { pool, registry } => {
+                    let client = pool.get().await.map_err(pg_error)?;
+                    let stmt = client
+                        .prepare_cached(
+                            "SELECT c.live FROM wr_capacity c JOIN wr_registries r ON r.id = c.registry \
+                             WHERE r.name = $1",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    let row = client
+                        .query_opt(&stmt, &[registry])
+                        .await
+                        .map_err(pg_error)?;
+                    Ok(row.map_or(0, |r| u64::try_from(r.get::<_, i32>(0)).unwrap_or(0)))
+                }
+            }
+        })
+        .await
+    }
+}

@@ -1,0 +1,225 @@
+//! Routers on real servers: the workspace's `test-servers` (the server named by
+//! `WORKER_REGISTRY_REDIS_URL` / `WORKER_REGISTRY_POSTGRES_URL`, else a throwaway one; one skip
+//! line without the binaries, a failure under `CI`), replicas built as the binary builds them, and
+//! bounded polling on real time.
+
+#![allow(dead_code)] // each test module uses part of it
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use webhook_router::app::{App, Options, Platform};
+use webhook_router::backend::RegistryChoice;
+use webhook_router::body::{BodyBudget, BodyLimits, DEFAULT_BODY_BUDGET, DEFAULT_BODY_TIMEOUT};
+use webhook_router::github;
+use webhook_router::routing::Policy;
+use webhook_router::server::{self, Server, ServerLimits};
+use worker_registry::RegistryConfig;
+
+pub use test_servers::{postgres as pg, redis as rd};
+
+/// The two shared backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Redis,
+    Postgres,
+}
+
+/// The server of this test binary for `kind` (see the module documentation), or `None` after
+/// the skip line.
+pub fn shared(kind: Kind) -> Option<RegistryChoice> {
+    match kind {
+        Kind::Redis => rd::shared("the router on Redis").map(RegistryChoice::Redis),
+        Kind::Postgres => pg::shared_url().map(RegistryChoice::Postgres),
+    }
+}
+
+/// A registry name no other test uses.
+pub fn unique(test: &str) -> String {
+    pg::unique_name(&format!("wr-{test}"))
+}
+
+/// The registry's heartbeat interval in these tests; every other timing derives from it.
+pub const HEARTBEAT: Duration = Duration::from_millis(100);
+pub const MISSED: u32 = 3;
+pub const SECRET: &str = "s3cret";
+pub const TOKEN: &str = "admin-token";
+
+/// The configuration of these tests' registries.
+pub fn config(capacity: usize) -> RegistryConfig {
+    RegistryConfig::builder()
+        .max_workers(capacity)
+        .heartbeat_interval(HEARTBEAT)
+        .missed_heartbeats(MISSED)
+        .sweep_interval(HEARTBEAT / 2)
+        .startup_grace(HEARTBEAT)
+        .suspect_grace(HEARTBEAT * 4)
+        .release_ack_timeout(HEARTBEAT * 5)
+        .build()
+        .unwrap()
+}
+
+/// How long, after its container is gone, a worker's events take at most to be re-dispatched:
+/// its silence is noticed (start-up grace + timeout + a sweep, + the suspect grace if every
+/// container went at once and the mass-staleness brake held them), and a released event handed
+/// to a replica that died meanwhile is offered again (the ack timeout + a sweep). Plus slack for
+/// a shared 2-core machine.
+pub fn recovery(config: &RegistryConfig) -> Duration {
+    config.startup_grace()
+        + config.heartbeat_timeout()
+        + config.suspect_grace()
+        + config.release_ack_timeout()
+        + config.sweep_interval() * 4
+        + Duration::from_secs(5)
+}
+
+/// Polls `probe` every sweep interval until it yields, at most `within` / sweep interval times.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let every = HEARTBEAT / 2;
+    let attempts = (within.as_millis() / every.as_millis()).max(1);
+    for _ in 0..attempts {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        tokio::time::sleep(every).await;
+    }
+    panic!("{what}: not reached after {attempts} polls ({within:?})");
+}
+
+pub fn options(work: Duration, idle: Duration, mailbox: usize) -> Options {
+    Options {
+        webhook_secret: Some(Arc::from(SECRET.as_bytes())),
+        admin_token: Some(TOKEN.to_owned()),
+        work,
+        idle,
+        mailbox,
+        policy: Arc::new(Policy::default()),
+        body: BodyLimits {
+            max: github::MAX_PAYLOAD_BYTES,
+            timeout: DEFAULT_BODY_TIMEOUT,
+            budget: BodyBudget::new(DEFAULT_BODY_BUDGET),
+        },
+    }
+}
+
+pub fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// A replica as the binary serves one (`--registry` shared): its own registry handle, its own
+/// containers, and the other replicas' reached through the owner records and the internal
+/// endpoint.
+pub async fn replica(
+    choice: &RegistryChoice,
+    name: &str,
+    config: &RegistryConfig,
+    options: &Options,
+) -> Server {
+    let registry = choice.open(config.clone(), name).await.unwrap();
+    let listener = TcpListener::bind(loopback()).await.unwrap();
+    let advertise = format!("http://{}", listener.local_addr().unwrap());
+    let platform = Platform::for_backend(
+        choice,
+        name,
+        &advertise,
+        options.admin_token.clone(),
+        config.heartbeat_interval(),
+        options.mailbox,
+    )
+    .await
+    .unwrap();
+    let app = App::with_platform(registry, options.clone(), platform);
+    server::serve_with(app, listener, ServerLimits::default())
+        .await
+        .unwrap()
+}
+
+pub struct Answer {
+    pub status: StatusCode,
+    pub retry_after: Option<u64>,
+    pub body: Value,
+}
+
+impl Answer {
+    pub fn worker(&self) -> u64 {
+        self.body["worker"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no worker in {}", self.body))
+    }
+
+    /// A redelivery answered as completed by every PR it names.
+    pub fn completed(&self) -> bool {
+        self.status == StatusCode::OK
+            && self.body["targets"]
+                .as_array()
+                .is_some_and(|ts| !ts.is_empty() && ts.iter().all(|t| t["state"] == "completed"))
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+pub fn pr(repo: &str, number: u64) -> Value {
+    serde_json::json!({
+        "action": "synchronize",
+        "number": number,
+        "pull_request": { "number": number, "title": "t", "head": { "sha": "0".repeat(40) } },
+        "repository": { "full_name": repo },
+        "sender": { "login": "mona" }
+    })
+}
+
+/// Sends a signed `pull_request` delivery to the router at `base` (`http://host:port`); `None`
+/// if the connection failed (a killed router).
+pub async fn try_deliver(
+    http: &reqwest::Client,
+    base: &str,
+    id: &str,
+    payload: &Value,
+) -> Option<Answer> {
+    let body = serde_json::to_vec(payload).unwrap();
+    let res = http
+        .post(format!("{base}/webhook"))
+        .header("content-type", "application/json")
+        .header(github::EVENT_HEADER, "pull_request")
+        .header(github::DELIVERY_HEADER, id)
+        .header(
+            github::SIGNATURE_HEADER,
+            github::sign(SECRET.as_bytes(), &body),
+        )
+        .body(body)
+        .send()
+        .await
+        .ok()?;
+    let status = res.status();
+    let retry_after = res
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let text = res.text().await.ok()?;
+    Some(Answer {
+        status,
+        retry_after,
+        body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    })
+}
+
+pub async fn deliver(http: &reqwest::Client, base: &str, id: &str, payload: &Value) -> Answer {
+    try_deliver(http, base, id, payload)
+        .await
+        .unwrap_or_else(|| panic!("{base} did not answer {id}"))
+}
+
+pub fn base(server: &Server) -> String {
+    format!("http://{}", server.addr())
+}

@@ -1,0 +1,296 @@
+//! Several router replicas on one shared registry: the simulator's 3-replica audit (one replica
+//! killed mid-run), forwarding between replicas that each run their own containers, and claims
+//! that survive a restart of every replica (Redis with AOF).
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use webhook_router::sim::{self, Plan};
+use worker_registry::{Admission, DeliveryId, Target, WorkerId, WorkerRegistry};
+
+use crate::harness::*;
+
+/// `--simulate --replicas 3`, smaller: three replicas in this process on one registry, each
+/// delivery and its redeliveries sent to different replicas, workers crashed and drained, the
+/// third replica killed when half the traffic is sent; the audit must pass and show the kill.
+async fn three_replicas_audit(kind: Kind) {
+    let Some(choice) = shared(kind) else {
+        return;
+    };
+    let name = unique("audit");
+    let config = config(12);
+    let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
+    let (servers, probe) = sim::start(
+        &choice,
+        &name,
+        &config,
+        &options,
+        Default::default(),
+        loopback(),
+        3,
+    )
+    .await
+    .unwrap();
+    let plan = Plan {
+        events: 600,
+        rate: 300,
+        clients: 8,
+        repos: 4,
+        prs: 4,
+        redeliveries: 0.15,
+        crash_every: HEARTBEAT * 3,
+        drain_every: HEARTBEAT * 4,
+        max_time: Duration::from_secs(20),
+        seed: 7,
+        secret: SECRET.as_bytes().to_vec(),
+        admin_token: Some(TOKEN.to_owned()),
+        shutdown_deadline: Duration::from_secs(2),
+        registry: choice.to_string(),
+        registry_name: name,
+    };
+    let report = sim::run(servers, plan, probe).await;
+    assert!(report.passed(), "the audit failed: {report:?}");
+    assert!(report.killed.is_some(), "a replica was killed: {report:?}");
+    assert!(report.accepted > 300, "{report:?}");
+    assert_eq!(report.completed, report.accepted, "{report:?}");
+    assert_eq!(report.containers.max_per_worker, 1);
+    assert!(
+        report.samples > 10,
+        "capacity sampled throughout: {report:?}"
+    );
+    assert!(report.crashes > 0 && report.died > 0, "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_audit_on_redis() {
+    three_replicas_audit(Kind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_audit_on_postgres() {
+    three_replicas_audit(Kind::Postgres).await;
+}
+
+/// Replicas as separate processes would be (each its own containers, reaching the others'
+/// through the owner records and `POST /internal/workers/{id}/jobs`): a sticky event that lands
+/// on the other replica is forwarded to the owner's container; an event for a worker whose owner
+/// was killed is accepted, and once the sweep declares the worker dead it is re-dispatched to a
+/// new worker on the surviving replica; an event for a worker nobody published is refused with a
+/// 503 and no claim left behind.
+async fn forwarding(kind: Kind) {
+    let Some(choice) = shared(kind) else {
+        return;
+    };
+    let name = unique("fwd");
+    let config = config(8);
+    let options = options(Duration::from_millis(20), Duration::from_secs(3600), 8);
+    let a = replica(&choice, &name, &config, &options).await;
+    let b = replica(&choice, &name, &config, &options).await;
+    let (ba, bb) = (base(&a), base(&b));
+    let http = client();
+    let within = recovery(&config);
+
+    let first = deliver(&http, &ba, "f-1", &pr("o/r", 1)).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
+    assert_eq!(first.body["new"], true);
+    let w = first.worker();
+    let second = deliver(&http, &bb, "f-2", &pr("o/r", 1)).await;
+    assert_eq!(second.status, StatusCode::ACCEPTED, "{}", second.body);
+    assert_eq!((second.worker(), &second.body["new"]), (w, &false.into()));
+    let id = WorkerId::new(w);
+    assert!(a.app().containers().is_running(id), "A runs the container");
+    assert!(!b.app().containers().is_running(id), "B never started one");
+    for d in ["f-1", "f-2"] {
+        eventually(&format!("{d} completed"), within, || async {
+            let again = deliver(&http, &bb, d, &pr("o/r", 1)).await;
+            again.completed().then_some(())
+        })
+        .await;
+    }
+
+    // The internal endpoint takes the admin token.
+    let open = http
+        .post(format!("{ba}/internal/workers/{w}/jobs"))
+        .json(&serde_json::json!({"target": "o/r#1", "delivery": "x", "token": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(open.status(), StatusCode::UNAUTHORIZED);
+
+    // The owner dies with its container; the worker is still alive in the registry.
+    let killed = a.kill().await;
+    assert_eq!(killed.containers, 1);
+    let held = deliver(&http, &bb, "f-3", &pr("o/r", 1)).await;
+    assert_eq!(held.status, StatusCode::ACCEPTED, "{}", held.body);
+    assert_eq!(held.worker(), w, "still the dead owner's worker");
+    let done = eventually("f-3 re-dispatched and completed", within, || async {
+        let again = deliver(&http, &bb, "f-3", &pr("o/r", 1)).await;
+        again.completed().then_some(again)
+    })
+    .await;
+    let w2 = done.body["targets"][0]["worker"].as_u64().unwrap();
+    assert!(w2 > w, "a new worker ({w2}) took over from {w}");
+    assert!(b.app().redispatched() >= 1);
+    assert_eq!(
+        b.app().containers().ledger().audit().max_per_worker,
+        1,
+        "one container per worker"
+    );
+
+    // A worker whose container nobody published (created here behind the routers' backs): B waits
+    // a heartbeat interval for its owner, then gives the claim back and answers 503.
+    let registry = choice.open(config.clone(), &name).await.unwrap();
+    let t = Target::new("o/orphan", 1).unwrap();
+    let Ok(Admission::Assigned(orphan)) =
+        registry.admit(&t, &DeliveryId::new("o-0").unwrap()).await
+    else {
+        panic!("admitted");
+    };
+    let refused = deliver(&http, &bb, "o-1", &pr("o/orphan", 1)).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.body["outcome"], "unavailable");
+    assert_eq!(refused.worker(), orphan.worker.get());
+    assert!(refused.retry_after.is_some_and(|s| s >= 1));
+    // Nothing was left behind: once the orphan is declared dead, the delivery is completed by a
+    // worker whose container B started.
+    let done = eventually("o-1 completed", within, || async {
+        let again = deliver(&http, &bb, "o-1", &pr("o/orphan", 1)).await;
+        again.completed().then_some(again)
+    })
+    .await;
+    let by = done.body["targets"][0]["worker"].as_u64().unwrap();
+    assert!(by > orphan.worker.get(), "{}", done.body);
+    assert!(b.app().containers().is_running(WorkerId::new(by)), "on B");
+    b.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_between_replicas_on_redis() {
+    forwarding(Kind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_between_replicas_on_postgres() {
+    forwarding(Kind::Postgres).await;
+}
+
+/// With AOF on, claims survive a restart of every replica (and of the server): three replicas
+/// accept deliveries, some completed and some in flight, then all three are killed and Redis is
+/// restarted; three new replicas answer the completed ones as duplicates, and re-dispatch the ones
+/// the dead containers held once the sweep declares those workers dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_survive_a_restart_of_every_replica_with_aof() {
+    let Some(mut server) = rd::Server::start(true, "the router on Redis with AOF") else {
+        return;
+    };
+    let choice = webhook_router::backend::RegistryChoice::Redis(server.url());
+    let name = unique("aof");
+    let config = config(8);
+    // Long enough work that the second batch is still in flight when the replicas die.
+    let work = HEARTBEAT * 10;
+    let options = options(work, Duration::from_secs(3600), 8);
+    let http = client();
+    let within = recovery(&config) + work * 2;
+
+    let (servers, _) = sim::start(
+        &choice,
+        &name,
+        &config,
+        &options,
+        Default::default(),
+        loopback(),
+        3,
+    )
+    .await
+    .unwrap();
+    let bases: Vec<String> = servers.iter().map(base).collect();
+    for i in 0..3u64 {
+        let a = deliver(
+            &http,
+            &bases[i as usize],
+            &format!("done-{i}"),
+            &pr("o/r", i + 1),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
+    }
+    for i in 0..3u64 {
+        let id = format!("done-{i}");
+        eventually(&format!("{id} completed"), within, || async {
+            let again = deliver(
+                &http,
+                &bases[((i + 1) % 3) as usize],
+                &id,
+                &pr("o/r", i + 1),
+            )
+            .await;
+            again.completed().then_some(())
+        })
+        .await;
+    }
+    let mut old_workers = Vec::new();
+    for i in 0..3u64 {
+        let a = deliver(
+            &http,
+            &bases[i as usize],
+            &format!("busy-{i}"),
+            &pr("o/r", i + 1),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
+        old_workers.push(a.worker());
+    }
+    for s in servers {
+        s.kill().await;
+    }
+    server.restart();
+
+    let (servers, _) = sim::start(
+        &choice,
+        &name,
+        &config,
+        &options,
+        Default::default(),
+        loopback(),
+        3,
+    )
+    .await
+    .unwrap();
+    let bases: Vec<String> = servers.iter().map(base).collect();
+    for i in 0..3u64 {
+        let id = format!("done-{i}");
+        let again = deliver(&http, &bases[i as usize], &id, &pr("o/r", i + 1)).await;
+        assert!(
+            again.completed(),
+            "{id} remembered as completed: {}",
+            again.body
+        );
+    }
+    for i in 0..3u64 {
+        let id = format!("busy-{i}");
+        let done = eventually(
+            &format!("{id} re-dispatched and completed"),
+            within,
+            || async {
+                let again = deliver(&http, &bases[i as usize], &id, &pr("o/r", i + 1)).await;
+                again.completed().then_some(again)
+            },
+        )
+        .await;
+        let w = done.body["targets"][0]["worker"].as_u64().unwrap();
+        assert!(
+            old_workers.iter().all(|old| w > *old),
+            "worker ids go on from where they were: {w} after {old_workers:?}"
+        );
+    }
+    let audit = servers[0].app().containers().ledger().audit();
+    assert_eq!(audit.max_per_worker, 1);
+    for s in servers {
+        s.shutdown(Duration::from_secs(2)).await;
+    }
+}

@@ -1,0 +1,14 @@
+//! Real servers for the workspace's tests and benchmarks (the library's and the reference
+//! router's): the one an environment variable names, or a throwaway one this process starts on a
+//! free loopback port in a temporary directory and stops.
+//!
+//! * [`redis`]: `WORKER_REGISTRY_REDIS_URL`, or a `redis-server` (with or without AOF) that can be
+//!   stopped and restarted on the same port and directory.
+//! * [`postgres`]: `WORKER_REGISTRY_POSTGRES_URL`, or a cluster made with `initdb` + `pg_ctl` (as an
+//!   unprivileged user when running as root) that can be killed and restarted.
+//!
+//! Without the server binaries (and without the variable) a test prints one line saying it skipped
+//! and how to enable it; when `CI` is set it fails instead.
+
+pub mod postgres;
+pub mod redis;
