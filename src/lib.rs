@@ -36,11 +36,14 @@
 //! | `testkit` | `testkit`: the conformance suite every backend runs, and the reference model |
 //! | `redis` | [`redis::RedisRegistry`]: the registry shared by router replicas through Redis |
 //!
+//! The design, each backend's internals, correctness and performance are in [`docs`].
+//!
 #![warn(missing_docs)]
 
 mod api;
 mod clock;
 mod config;
+pub mod docs;
 #[cfg(feature = "http")]
 pub mod http;
 mod memory;

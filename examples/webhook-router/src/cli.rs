@@ -42,7 +42,7 @@ pub struct Args {
     #[arg(long, env = "WEBHOOK_ROUTER_REGISTRY_NAME")]
     pub registry_name: Option<String>,
     /// How other replicas reach this one (its events for this replica's containers are forwarded
-    /// there), with a shared backend [default: http://<the address it listens on>].
+    /// there), with a shared backend [default: http://ADDR, ADDR the address it listens on].
     #[arg(long, env = "WEBHOOK_ROUTER_ADVERTISE_URL")]
     pub advertise_url: Option<String>,
     /// How long a released event handed to this replica for re-dispatch may stay unacknowledged
