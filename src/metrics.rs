@@ -18,7 +18,7 @@
 //! | `worker_registry_rejected_total` | counter | `reason` = capacity, draining | stats, plus [`Returned`] |
 //! | `worker_registry_claims_in_flight` | gauge | | snapshot |
 //! | `worker_registry_claims_retained` | gauge | | live counter |
-//! | `worker_registry_claims_completed_total`, `_released_total`, `_expired_total`, `_evicted_total` | counter | | stats |
+//! | `worker_registry_claims_completed_total`, `_released_total`, `_stuck_total`, `_expired_total`, `_evicted_total` | counter | | stats |
 //! | `worker_registry_deaths_total` | counter | `reason` = missed_heartbeats, exited, deregistered, drain_timed_out | stats |
 //! | `worker_registry_heartbeats_total` | counter | `result` = accepted, refused | stats |
 //! | `worker_registry_sweeps_total`, `_suspected_total`, `_brake_engaged_total`, `_workers_purged_total` | counter | | stats |
@@ -634,6 +634,12 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
             "worker_registry_claims_released",
             "In-flight claims released for re-dispatch.",
             stats.claims_released,
+        )?;
+        counter(
+            e,
+            "worker_registry_claims_stuck",
+            "In-flight claims released because they stayed in flight longer than max_in_flight (not in claims_released).",
+            stats.claims_stuck,
         )?;
         counter(
             e,

@@ -195,3 +195,32 @@ fn sweeps_fill_the_duration_histogram() {
     );
     assert_eq!(m.get("worker_registry_sweeps_total"), 5.0);
 }
+
+/// A delivery stuck in flight past `max_in_flight` is counted as stuck, apart from the claims
+/// released because their worker died, and is no longer in flight.
+#[test]
+fn a_stuck_delivery_is_counted() {
+    let clock = ManualClock::new();
+    let config = RegistryConfig::builder()
+        .startup_grace(Duration::ZERO)
+        .sweep_interval(Duration::from_secs(1))
+        .max_in_flight(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let registry = InMemoryRegistry::with_clock(config, clock.clone());
+    let Admission::Assigned(a) = registry.admit(&t(1), &e("stuck")) else {
+        panic!()
+    };
+    // The worker heartbeats and the registry sweeps every interval (no stall), for longer than
+    // max_in_flight.
+    for _ in 0..12 {
+        clock.advance(Duration::from_secs(1));
+        registry.heartbeat(a.worker).unwrap();
+        registry.sweep();
+    }
+    let m = metrics_format::parse(&Metrics::new(&registry).encode()).unwrap();
+    assert_eq!(m.get("worker_registry_claims_stuck_total"), 1.0);
+    assert_eq!(m.get("worker_registry_claims_released_total"), 0.0);
+    assert_eq!(m.get("worker_registry_claims_in_flight"), 0.0);
+    assert_eq!(m.types["worker_registry_claims_stuck"], "counter");
+}
