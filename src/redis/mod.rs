@@ -179,6 +179,12 @@ pub(crate) struct Limits {
     pub(crate) claim_key_ttl_ms: u64,
     pub(crate) lease_ttl_ms: u64,
     pub(crate) ack_timeout_ms: u64,
+    pub(crate) sweep_interval_ms: u64,
+    pub(crate) max_in_flight_ms: u64,
+    pub(crate) drain_deadline_ms: u64,
+    /// The longest any judgement of the sweep waits: older stalls cannot matter any more (as
+    /// the in-memory backend's).
+    pub(crate) stall_horizon_ms: u64,
     pub(crate) max_workers: u64,
     pub(crate) max_retained: u64,
     pub(crate) brake_min_workers: u64,
@@ -196,6 +202,12 @@ impl Limits {
             claim_key_ttl_ms: millis(c.claim_retention().saturating_add(c.sweep_interval())),
             lease_ttl_ms: millis(lease::ttl(c)),
             ack_timeout_ms: millis(c.release_ack_timeout()),
+            sweep_interval_ms: millis(c.sweep_interval()),
+            max_in_flight_ms: millis(c.max_in_flight()),
+            drain_deadline_ms: millis(c.drain_deadline()),
+            stall_horizon_ms: millis(c.heartbeat_timeout().saturating_add(c.startup_grace()))
+                .max(millis(c.max_in_flight()))
+                .max(millis(c.suspect_grace())),
             max_workers: c.max_workers() as u64,
             max_retained: c.max_retained_claims() as u64,
             brake_min_workers: c.brake_min_workers() as u64,
