@@ -290,7 +290,8 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.max_workers)
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms)
-            .arg(l.retention_ms);
+            .arg(l.retention_ms)
+            .arg(l.max_in_flight_ms);
         let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         let tag = r.text()?;
@@ -534,7 +535,11 @@ impl Maintenance for RedisRegistry {
             .arg(l.lease_ttl_ms)
             .arg(l.ack_timeout_ms)
             .arg(HANDOUT_BATCH)
-            .arg(EXPIRY_BATCH);
+            .arg(EXPIRY_BATCH)
+            .arg(l.sweep_interval_ms)
+            .arg(l.max_in_flight_ms)
+            .arg(l.drain_deadline_ms)
+            .arg(l.stall_horizon_ms);
         let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         let swept = r.int()? == 1;
@@ -571,6 +576,14 @@ impl Maintenance for RedisRegistry {
         report.released = codec::decode_released(r.array()?)?;
         let live = r.uint()?;
         let retained = r.uint()?;
+        report.stall_credited = Duration::from_millis(r.uint()?);
+        let stuck = r.uint()?;
+        let mut drained = r.array()?;
+        while drained.remaining() > 0 {
+            report
+                .drained_stuck
+                .push(codec::worker_id(&drained.text()?)?);
+        }
 
         if !snapshot.is_empty() {
             self.install(&snapshot, now)?;
@@ -585,6 +598,7 @@ impl Maintenance for RedisRegistry {
             }
             c.add(C::Suspected, report.suspected.len() as u64);
             c.add(C::ClaimsReleased, released);
+            c.add(C::ClaimsStuck, stuck);
             c.add(C::ClaimsExpired, report.expired_claims as u64);
             c.add(C::ClaimsEvicted, report.evicted_claims as u64);
             c.add(C::WorkersPurged, report.purged_workers as u64);

@@ -24,12 +24,14 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `{n}:w:<id>` | hash | a worker: status, busy, suspect, beaten, reason, last beat, created, assignments, drain deadline, death |
-//! | `{n}:live` | zset | live workers by a lower bound of their staleness deadline (last beat + timeout, + start-up grace before the first): capacity is `ZCARD`, the stale are one range query. A heartbeat writes only the worker's hash (after its first); the sweep re-scores the candidates that beat since |
+//! | `{n}:live` | zset | live workers by a lower bound of their staleness deadline (last beat + timeout, + start-up grace before the first, + the stall credit once re-scored): capacity is `ZCARD`, the stale are one range query. A heartbeat writes only the worker's hash (after its first); the sweep re-scores the candidates that beat since or were credited a stall |
 //! | `{n}:drain` / `{n}:dead` | zset | draining workers by drain deadline; dead ones by time of death (purge) |
 //! | `{n}:targets` | hash | target → its live worker (sticky assignment) |
 //! | `{n}:next_worker_id` | string | the worker id counter (`INCR`: ids survive replica restarts, never reused) |
 //! | `{n}:c:<target>:<delivery>` | hash | a claim: holder, claimed at, completed at, release reason; a completed one expires with `PEXPIRE` = `claim_retention` + `sweep_interval` |
-//! | `{n}:wc:<id>` | zset | a worker's in-flight claims by claim time (released in the step that kills it; claims stuck past `max_in_flight` would be one range query per worker) |
+//! | `{n}:wc:<id>` | zset | a worker's in-flight claims by claim time (released in the step that kills it) |
+//! | `{n}:flight` | zset | every in-flight claim bound to a worker, by a lower bound of when it is stuck (claimed at + `max_in_flight`, + the stall credit once re-scored): the stuck are one range query |
+//! | `{n}:ws:<id>` | set | a worker's stuck claims, kept as tombstones (release reason `Stuck`) so that its late completion is refused; `{n}:stuck_pending` holds those of dead workers, which the next sweep deletes |
 //! | `{n}:unbound` | zset | bare claims by claim time (those past the heartbeat timeout are one range query) |
 //! | `{n}:done` | zset | completed claims by completion time (`max_retained_claims` eviction, retention) |
 //! | `{n}:rel_pending` | set | claims released since the last sweep |
@@ -38,6 +40,7 @@
 //! | `{n}:snapshot`, `{n}:snapshot_version` | string | the published status snapshot |
 //! | `{n}:events`, `{n}:event_seq`, `{n}:epoch` | channel, strings | lifecycle events, their sequence number, and a value set once (a listener that sees it change knows the data was lost) |
 //! | `{n}:sweep_lease` | string | the maintenance lease: owner and expiry |
+//! | `{n}:last_sweep`, `{n}:stalls` | string, list | when the latest sweep of any replica ran, and the stall spans (`<start>:<end>`, at most 64) the stall rule still credits |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
 //!
 //! **Scripts** (`src/redis/scripts/`): `lib_base.lua` (the prelude every script starts with: key
@@ -49,12 +52,17 @@
 //! (where the event numbering stands, for the listener).
 //!
 //! **Maintenance**: every replica's [`sweep`](crate::Maintenance::sweep) runs the sweep script;
-//! the one holding the lease (see `lease.rs`) does the maintenance: stale workers from one range
-//! query on `{n}:live`, the mass-staleness brake judged on server time, drain deadlines, release
-//! of dead workers' and unbound claims to the stream, retention, eviction, purge, and the
-//! snapshot, built in the script and published as one value with a version. Every replica's sweep
-//! then takes its share of released events (see `stream.rs`) and, if the version changed, the
-//! snapshot; [`status`](crate::WorkerRegistry::status) returns this handle's cached copy.
+//! each one first applies the stall rule (a sweep more than two intervals after the previous one,
+//! of any replica, records the stall in `{n}:stalls` and moves the drain deadlines that had not
+//! passed when it began out by its length). The one holding the lease (see `lease.rs`) then does
+//! the maintenance, every duration judged on registry running time (the clock less the recorded
+//! stalls, as in `src/memory/stall.rs`): stale workers from one range query on `{n}:live`, the
+//! mass-staleness brake, drain deadlines, stuck deliveries from one range query on `{n}:flight`
+//! (released with reason `Stuck`, published as `DeliveryStuck`, their workers drained), release of
+//! dead workers' and unbound claims to the stream, retention, eviction, purge, and the snapshot,
+//! built in the script and published as one value with a version. Every replica's sweep then takes
+//! its share of released events (see `stream.rs`) and, if the version changed, the snapshot;
+//! [`status`](crate::WorkerRegistry::status) returns this handle's cached copy.
 //!
 //! **Events**: scripts `PUBLISH` lifecycle events; each handle's listener task forwards them to
 //! its subscribers (see `events.rs`).
@@ -73,11 +81,11 @@
 //! **Cost.** A sweep is one script that reads every worker (the snapshot lists them all): about
 //! 8 ms of server time with 1 000 workers and 90 ms with 10 000 on the 2-core VM this was measured
 //! on, during which the server runs nothing else; raise the response timeout for registries that
-//! large. A retained claim costs about 400 bytes of server memory (see the README).
-//!
-//! **Not yet implemented** (as in the in-memory backend): releasing claims stuck longer than
-//! `max_in_flight` (the data is ready: each worker's held claims are in `{n}:wc:<id>` by claim
-//! time) and the stall rule (a sweep would store its time and credit a late one's gap).
+//! large. Its decisions cost what changed: range queries on the deadline sorted sets, then one
+//! look per candidate (the stall spans, at most 64, are read once per sweep). Only a sweep that
+//! has to drop a stall beyond those 64, all still within reach of a judgement, re-judges every
+//! live worker and in-flight claim. A retained claim costs about 400 bytes of server memory (see
+//! the README); an in-flight one also has its entry in `{n}:flight`.
 //!
 //! # Examples
 //!
@@ -179,6 +187,12 @@ pub(crate) struct Limits {
     pub(crate) claim_key_ttl_ms: u64,
     pub(crate) lease_ttl_ms: u64,
     pub(crate) ack_timeout_ms: u64,
+    pub(crate) sweep_interval_ms: u64,
+    pub(crate) max_in_flight_ms: u64,
+    pub(crate) drain_deadline_ms: u64,
+    /// The longest any judgement of the sweep waits: older stalls cannot matter any more (as
+    /// the in-memory backend's).
+    pub(crate) stall_horizon_ms: u64,
     pub(crate) max_workers: u64,
     pub(crate) max_retained: u64,
     pub(crate) brake_min_workers: u64,
@@ -196,6 +210,12 @@ impl Limits {
             claim_key_ttl_ms: millis(c.claim_retention().saturating_add(c.sweep_interval())),
             lease_ttl_ms: millis(lease::ttl(c)),
             ack_timeout_ms: millis(c.release_ack_timeout()),
+            sweep_interval_ms: millis(c.sweep_interval()),
+            max_in_flight_ms: millis(c.max_in_flight()),
+            drain_deadline_ms: millis(c.drain_deadline()),
+            stall_horizon_ms: millis(c.heartbeat_timeout().saturating_add(c.startup_grace()))
+                .max(millis(c.max_in_flight()))
+                .max(millis(c.suspect_grace())),
             max_workers: c.max_workers() as u64,
             max_retained: c.max_retained_claims() as u64,
             brake_min_workers: c.brake_min_workers() as u64,

@@ -7,6 +7,13 @@
 //! duration is a whole number of seconds and every advance a whole number of seconds plus 1 ms,
 //! so no comparison in either backend is decided by those milliseconds: the sum of advances
 //! between two instants is always `1000 k + n` ms with `1 <= n < 1000`, never on a boundary.
+//!
+//! The sweep interval is the exception, 1.1 s: the stall rule counts a stalled gap between two
+//! sweeps as one interval of running time, which would eat the `n` above (with a 1 s interval a
+//! worker silent across a stall could be judged silent for exactly its timeout, and the server's
+//! own milliseconds would decide). With 1.1 s every judged duration is `100 a + n` ms past a
+//! whole second, `a` the stalled gaps it spans (at most 4 before any threshold here is reached),
+//! and a gap of 2 s plus `n` is still no stall (it would take more than 2.2 s).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -70,7 +77,7 @@ fn config() -> RegistryConfig {
     RegistryConfig::builder()
         .heartbeat_interval(s(1))
         .missed_heartbeats(2)
-        .sweep_interval(s(1))
+        .sweep_interval(Duration::from_millis(1100))
         .startup_grace(s(1))
         .max_workers(3)
         .claim_retention(s(3))
@@ -81,6 +88,7 @@ fn config() -> RegistryConfig {
         .brake_fraction(0.5)
         .drain_deadline(s(3))
         .release_ack_timeout(s(1))
+        .max_in_flight(s(5))
         .build()
         .unwrap()
 }
@@ -132,9 +140,14 @@ fn report(r: &SweepReport) -> String {
         .map(|e| format!("{} {} {:?} {:?}", e.target, e.delivery, e.holder, e.reason))
         .collect();
     released.sort();
+    let mut drained = r.drained_stuck.clone();
+    drained.sort();
+    // Whether a stall was measured (its length includes the server's own milliseconds).
+    let stalled = !r.stall_credited.is_zero();
     format!(
         "swept={} v{} died={died:?} suspected={suspected:?} brake={} targets={targets:?} \
-         released={released:?} expired={} evicted={} purged={}",
+         released={released:?} expired={} evicted={} purged={} stalled={stalled} \
+         drained_stuck={drained:?}",
         r.swept, r.version, r.brake_engaged, r.expired_claims, r.evicted_claims, r.purged_workers
     )
 }

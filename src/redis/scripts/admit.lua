@@ -1,11 +1,13 @@
 -- admit: dedupe + sticky lookup + capacity + claim, in one step.
--- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms, retention_ms
+-- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms, retention_ms,
+--       max_in_flight_ms
 -- Returns {'dup', holder|'', claimed_at, 'in_flight'|'completed'}
 --       | {'assigned', worker, assignments, new(0/1), live (-1: unchanged), now}
 --       | {'rejected', 'capacity'|'draining', worker|''}
 local target, delivery = ARGV[2], ARGV[3]
 local max_workers, timeout = tonumber(ARGV[4]), tonumber(ARGV[5])
 local grace, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
+local max_in_flight = tonumber(ARGV[8])
 local member = target .. ':' .. delivery
 
 -- Read phase.
@@ -26,6 +28,7 @@ if st ~= 'none' then forget_claim(member, c) end
 local id, n, new = do_place(plan, target, now, now + timeout + grace)
 redis.call('HSET', ckey(member), 'h', id, 'ca', now)
 redis.call('ZADD', wckey(id), now, member)
+redis.call('ZADD', K.flight, now + max_in_flight, member)
 local live = -1
 if new == 1 then live = redis.call('ZCARD', K.live) end
 return finish({ 'assigned', id, n, new, live, now })

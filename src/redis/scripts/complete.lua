@@ -40,7 +40,10 @@ redis.call('HSET', ckey(member), 'dn', now)
 redis.call('PEXPIRE', ckey(member), ttl)
 redis.call('ZADD', K.done, now, member)
 redis.call('ZREM', K.unbound, member)
-if c[1] then redis.call('ZREM', wckey(c[1]), member) end
+if c[1] then
+  redis.call('ZREM', wckey(c[1]), member)
+  redis.call('ZREM', K.flight, member)
+end
 for _, m in ipairs(victims) do
   redis.call('DEL', ckey(m))
   redis.call('ZREM', K.done, m)

@@ -18,6 +18,10 @@
 --   next_worker_id    string  last worker id handed out
 --   w:<id>            hash  a worker (see lib_workers.lua)
 --   wc:<id>           zset  a worker's in-flight claim members -> claimed at (ms)
+--   ws:<id>           set   a worker's stuck claims, kept (as tombstones) to refuse its late completion
+--   flight            zset  every in-flight claim bound to a worker -> a lower bound of when it is
+--                           stuck (claimed at + max_in_flight, + stall credit once re-scored)
+--   stuck_pending     set   stuck tombstones whose worker died: the next sweep deletes them
 --   c:<target>:<delivery>  hash  a claim: h holder, ca claimed at, dn completed at, rel reason
 --   unbound           zset  bare claim member -> claimed at (ms)
 --   done              zset  completed claim member -> completed at (ms)
@@ -27,6 +31,8 @@
 --   events            channel  lifecycle events; event_seq their sequence number
 --   snapshot, snapshot_version  strings  the published status snapshot
 --   sweep_lease       string  "<owner>\t<expires at, registry ms>", with PX
+--   last_sweep        string  when the latest sweep of any replica ran (registry ms)
+--   stalls            list  "<start>:<end>" stall spans the stall rule still credits, oldest first
 --   epoch             string  set once; changes only if the server lost the registry's data
 
 local P = ARGV[1]
@@ -42,6 +48,7 @@ local K = setmetatable({ offset = KEYS[1] }, {
 local function wkey(id) return P .. 'w:' .. id end
 local function wckey(id) return P .. 'wc:' .. id end
 local function ckey(member) return P .. 'c:' .. member end
+local function wskey(id) return P .. 'ws:' .. id end
 
 -- The largest worker id (ids fill the high 44 bits of a fencing token).
 local MAX_ID = 17592186044415

@@ -16,11 +16,22 @@ local function standing(c, now, retention_ms, unbound_ms)
   return 'in_flight'
 end
 
+-- Release reason of a claim stuck in flight (its claim stays, as a tombstone, while its worker
+-- lives: see sweep.lua).
+local RR_STUCK = 5
+
 -- Drops a claim that is about to be replaced or removed, and every index entry of it.
 local function forget_claim(member, c)
   redis.call('DEL', ckey(member))
   redis.call('ZREM', K.unbound, member)
   redis.call('ZREM', K.done, member)
   redis.call('SREM', K.rel_pending, member)
-  if c[1] then redis.call('ZREM', wckey(c[1]), member) end
+  if c[1] then
+    redis.call('ZREM', wckey(c[1]), member)
+    redis.call('ZREM', K.flight, member)
+    if c[4] == '5' then
+      redis.call('SREM', wskey(c[1]), member)
+      redis.call('SREM', K.stuck_pending, member)
+    end
+  end
 end

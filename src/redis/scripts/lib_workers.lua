@@ -16,11 +16,13 @@ local function prep_kill(id, target)
     k.mapped = redis.call('HGET', K.targets, target) == id
   end
   k.members = redis.call('ZRANGE', wckey(id), 0, -1)
+  k.stuck = redis.call('SMEMBERS', wskey(id))
   return k
 end
 
 -- The bookkeeping of a death (write phase): status, indexes, the target's mapping, the release of
--- the worker's in-flight claims, the event. Missed heartbeats keep the activity as it was.
+-- the worker's in-flight claims, the event. Missed heartbeats keep the activity as it was. Its
+-- stuck tombstones (released already) are left for the next sweep to delete.
 local function do_kill(k, reason, now)
   if reason == R_MISSED then
     redis.call('HSET', wkey(k.id), 's', 2, 'r', reason, 'da', now, 'x', 0)
@@ -34,8 +36,11 @@ local function do_kill(k, reason, now)
   for _, m in ipairs(k.members) do
     redis.call('HSET', ckey(m), 'rel', reason)
     redis.call('SADD', K.rel_pending, m)
+    redis.call('ZREM', K.flight, m)
   end
   if #k.members > 0 then redis.call('DEL', wckey(k.id)) end
+  for _, m in ipairs(k.stuck) do redis.call('SADD', K.stuck_pending, m) end
+  if #k.stuck > 0 then redis.call('DEL', wskey(k.id)) end
   emit({ 'X', k.id, k.target, I(reason) })
 end
 

@@ -2,18 +2,116 @@
 -- events and, if newer than the caller's, the published snapshot.
 -- ARGV: prefix, replica id, caller's snapshot version, timeout_ms, startup_grace_ms, retention_ms,
 --       dead_retention_ms, suspect_grace_ms, brake_fraction, brake_min_workers,
---       max_retained_claims, lease_ttl_ms, release_ack_timeout_ms, handout_batch, expiry_batch
+--       max_retained_claims, lease_ttl_ms, release_ack_timeout_ms, handout_batch, expiry_batch,
+--       sweep_interval_ms, max_in_flight_ms, drain_deadline_ms, stall_horizon_ms
 -- Returns (inside `finish`) {swept, now, version, brake, snapshot|'', died{id, reason...}, suspected{ids},
 --          released_targets{targets}, expired, evicted, purged, released, collected{entry id,
---          target, delivery, holder, reason...}, live, retained}
+--          target, delivery, holder, reason...}, live, retained, stall_credited_ms, stuck,
+--          drained_stuck{ids}}
 local me, have = ME, tonumber(ARGV[2])
 local timeout, grace, retention = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local dead_retention, suspect_grace = tonumber(ARGV[6]), tonumber(ARGV[7])
 local brake_fraction, brake_min = tonumber(ARGV[8]), tonumber(ARGV[9])
 local max_retained, lease_ttl = tonumber(ARGV[10]), tonumber(ARGV[11])
 local ack_timeout, handout, expiry_batch = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local interval, max_in_flight = tonumber(ARGV[15]), tonumber(ARGV[16])
+local drain_deadline, horizon = tonumber(ARGV[17]), tonumber(ARGV[18])
 
 local now = clock()
+
+-------------------------------------------------------------------------------- the stall rule
+-- As src/memory/stall.rs: a sweep (of any replica) more than two intervals after the previous one
+-- measures a stall of the registry, [previous + interval, now]; every duration judged from then on
+-- leaves out the stalled time it overlaps. The spans live in `stalls` (at most MAX_STALLS, oldest
+-- dropped first), forgotten once nothing still judged can be based before them.
+local MAX_STALLS = 64
+local prev = redis.call('GET', K.last_sweep)
+if prev then prev = tonumber(prev) or error('worker-registry: bad last_sweep ' .. prev) end
+local spans, stalls_changed = {}, false
+for _, e in ipairs(redis.call('LRANGE', K.stalls, 0, -1)) do
+  local p = string.find(e, ':', 1, true)
+  local a, b = p and tonumber(string.sub(e, 1, p - 1)), p and tonumber(string.sub(e, p + 1))
+  if not (a and b) then error('worker-registry: bad stall span ' .. e) end
+  spans[#spans + 1] = { a, b }
+end
+-- suffix[i]: the total length of spans[i..].
+local suffix = {}
+local function reindex()
+  suffix = {}
+  local acc = 0
+  for i = #spans, 1, -1 do
+    acc = acc + (spans[i][2] - spans[i][1])
+    suffix[i] = acc
+  end
+end
+local stall, rescan = nil, false
+if prev then
+  if now - prev > 2 * interval then
+    stall = { prev + interval, now }
+    if #spans >= MAX_STALLS then
+      -- Dropping the oldest stall can only take credit away, which may bring a deadline below
+      -- its score in `live` or `flight`: this sweep re-judges every live worker and in-flight
+      -- claim (work proportional to them, in a sweep that measured a stall, after MAX_STALLS
+      -- stalls all still within the horizon: rare by construction).
+      table.remove(spans, 1)
+      rescan = true
+    end
+    spans[#spans + 1] = stall
+    stalls_changed = true
+  end
+  reindex()
+  local keep_from = #spans + 1
+  for i = 1, #spans do
+    local ago = math.max(0, now - spans[i][2])
+    if math.max(0, ago - (suffix[i + 1] or 0)) <= horizon then
+      keep_from = i
+      break
+    end
+  end
+  if keep_from > 1 then
+    local kept = {}
+    for i = keep_from, #spans do kept[#kept + 1] = spans[i] end
+    spans = kept
+    reindex()
+    stalls_changed = true
+  end
+end
+local last_sweep = math.max(now, prev or 0)
+
+-- Stalled time after `from` (up to now).
+local function since(from)
+  for i = 1, #spans do
+    if spans[i][2] > from then
+      return spans[i][2] - math.max(from, spans[i][1]) + (suffix[i + 1] or 0)
+    end
+  end
+  return 0
+end
+-- How long the registry ran between `from` and now.
+local function ran(from)
+  if #spans == 0 then return math.max(0, now - from) end
+  local judged = math.max(math.max(0, now - since(from)), math.min(from, now))
+  return math.max(0, judged - from)
+end
+
+-- A drain deadline that had not passed when the stall began moves out by the stall's length (its
+-- loop could not report its end meanwhile). Read here; written with the stall by `write_stalls`.
+local extended = {}
+if stall then
+  local e = redis.call('ZRANGEBYSCORE', K.drain, '(' .. I(stall[1]), '+inf', 'WITHSCORES')
+  for i = 1, #e, 2 do extended[e[i]] = tonumber(e[i + 1]) + (stall[2] - stall[1]) end
+end
+local function write_stalls()
+  redis.call('SET', K.last_sweep, I(last_sweep))
+  if stalls_changed then
+    redis.call('DEL', K.stalls)
+    for _, sp in ipairs(spans) do redis.call('RPUSH', K.stalls, I(sp[1]) .. ':' .. I(sp[2])) end
+  end
+  for id, at in pairs(extended) do
+    redis.call('HSET', wkey(id), 'dd', I(at))
+    redis.call('ZADD', K.drain, at, id)
+  end
+end
 
 -- The lease: free, ours, or lapsed (on the registry's time, or by the key's own expiry).
 local function lease_is_ours()
@@ -43,8 +141,8 @@ local swept = lease_is_ours()
 local need_group = redis.call('EXISTS', K.released) == 0
 local version = tonumber(redis.call('GET', K.snapshot_version) or '0') or 0
 local brake_engaged, snapshot = false, ''
-local died, suspected, released_targets = {}, {}, {}
-local n_expired, n_evicted, n_purged, n_released = 0, 0, 0, 0
+local died, suspected, released_targets, drained_stuck = {}, {}, {}, {}
+local n_expired, n_evicted, n_purged, n_released, n_stuck = 0, 0, 0, 0, 0
 
 if swept then
   ---------------------------------------------------------------------------- read phase
@@ -57,26 +155,37 @@ if swept then
     claims_of[id] = redis.call('ZCARD', wckey(id))
   end
   for _, id in ipairs(dead_ids) do W[id] = read_worker(id); order[#order + 1] = id end
+  for id, at in pairs(extended) do
+    if W[id] then W[id][10] = I(at) end
+  end
 
   -- Draining workers past their deadline die whatever the brake says; the rest of the silent
   -- ones are judged by the brake.
-  local overdue = redis.call('ZRANGEBYSCORE', K.drain, '-inf', '(' .. I(now))
+  -- (A deadline this sweep's stall moved out is not overdue: it now lies after now.)
+  local overdue = {}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.drain, '-inf', '(' .. I(now))) do
+    if not extended[id] then overdue[#overdue + 1] = id end
+  end
   local is_overdue = {}
   for _, id in ipairs(overdue) do is_overdue[id] = true end
   -- A worker's score in `live` is a lower bound of its deadline (heartbeats do not touch the
-  -- index): a candidate that beat since is re-scored, not stale.
+  -- index, stall credit only moves deadlines out): a candidate that beat since, or was credited
+  -- a stall, is re-scored to its deadline as judged now, not stale.
+  local candidates = live_ids
+  if not rescan then candidates = redis.call('ZRANGEBYSCORE', K.live, '-inf', '(' .. I(now)) end
   local stale, rescore, ghosts = {}, {}, {}
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.live, '-inf', '(' .. I(now))) do
+  for _, id in ipairs(candidates) do
     local f = W[id]
     if not f[2] then
       ghosts[#ghosts + 1] = id
     elseif not is_overdue[id] then
-      local deadline = tonumber(f[7]) + timeout
-      if f[5] ~= '1' then deadline = deadline + grace end
-      if deadline < now then
+      local hb = tonumber(f[7])
+      local allowed = timeout
+      if f[5] ~= '1' then allowed = allowed + grace end
+      if ran(hb) > allowed then
         stale[#stale + 1] = id
       else
-        rescore[#rescore + 1] = { deadline, id }
+        rescore[#rescore + 1] = { hb + allowed + since(hb), id }
       end
     end
   end
@@ -87,8 +196,8 @@ if swept then
   for _, id in ipairs(stale) do
     if W[id][4] == '1' then
       -- Already suspect: judged by its own grace only.
-      local since = tonumber(redis.call('HGET', wkey(id), 'ss') or '')
-      if since and now - since < suspect_grace then
+      local ss = tonumber(redis.call('HGET', wkey(id), 'ss') or '')
+      if ss and ran(ss) < suspect_grace then
         held = true
       else
         kills[#kills + 1] = { id, R_MISSED }
@@ -102,8 +211,73 @@ if swept then
   for _, id in ipairs(overdue) do
     if W[id] and W[id][2] == '1' then kills[#kills + 1] = { id, R_DRAIN_TIMED_OUT } end
   end
-  local preps = {}
-  for i, kl in ipairs(kills) do preps[i] = prep_kill(kl[1], W[kl[1]][1]) end
+  local preps, killed = {}, {}
+  for i, kl in ipairs(kills) do
+    preps[i] = prep_kill(kl[1], W[kl[1]][1])
+    killed[kl[1]] = true
+  end
+
+  -- Deliveries stuck in flight: bound claims whose worker lives (and is not killed above: its
+  -- claims are released with it) and that ran longer than max_in_flight of registry running
+  -- time. Their score in `flight` is a lower bound of that moment; a candidate credited a stall
+  -- is re-scored. Entries of claims no longer in flight are dropped.
+  local flight_c
+  if rescan then
+    flight_c = redis.call('ZRANGE', K.flight, 0, -1)
+  else
+    flight_c = redis.call('ZRANGEBYSCORE', K.flight, '-inf', '(' .. I(now))
+  end
+  local stuck, stuck_of, stuck_ids, flight_rescore, flight_ghosts = {}, {}, {}, {}, {}
+  for _, m in ipairs(flight_c) do
+    local c = redis.call('HMGET', ckey(m), 'h', 'ca', 'dn', 'rel')
+    local h = c[1]
+    local f = h and W[h]
+    if not (f and c[2]) or c[3] or c[4] or f[2] == '2' or not f[2] then
+      flight_ghosts[#flight_ghosts + 1] = m
+    elseif not killed[h] then
+      local ca = tonumber(c[2])
+      if ran(ca) > max_in_flight then
+        stuck[#stuck + 1] = { m, h }
+        if not stuck_of[h] then
+          stuck_of[h] = {}
+          stuck_ids[#stuck_ids + 1] = h
+        end
+        stuck_of[h][m] = true
+      else
+        flight_rescore[#flight_rescore + 1] = { ca + max_in_flight + since(ca), m }
+      end
+    end
+  end
+  -- A worker holding a stuck delivery is drained; an idle one exits at once (read its exit now).
+  table.sort(stuck_ids, function(a, b) return tonumber(a) < tonumber(b) end)
+  local stuck_exits = {}
+  for _, h in ipairs(stuck_ids) do
+    local f = W[h]
+    if f[2] == '0' and f[3] ~= '1' then
+      local k = prep_kill(h, f[1])
+      local members = {}
+      for _, m in ipairs(k.members) do
+        if stuck_of[h][m] then k.stuck[#k.stuck + 1] = m else members[#members + 1] = m end
+      end
+      k.members = members
+      stuck_exits[h] = k
+    end
+  end
+
+  -- Stuck tombstones whose worker died (since the last sweep, or above) are no longer needed:
+  -- they only refused that worker's late completion.
+  local tombs, drop_tombs = {}, {}
+  for _, m in ipairs(redis.call('SMEMBERS', K.stuck_pending)) do tombs[#tombs + 1] = m end
+  for _, k in ipairs(preps) do
+    for _, m in ipairs(k.stuck) do tombs[#tombs + 1] = m end
+  end
+  for _, m in ipairs(tombs) do
+    local c = redis.call('HMGET', ckey(m), 'h', 'rel', 'dn')
+    local f = c[1] and W[c[1]]
+    if c[2] == I(RR_STUCK) and not c[3] and (killed[c[1]] or not f or f[2] == '2') then
+      drop_tombs[#drop_tombs + 1] = m
+    end
+  end
 
   -- Claims to release: the killed workers', those released since the last sweep, and bare
   -- claims nobody completed within the heartbeat timeout.
@@ -158,7 +332,10 @@ if swept then
     redis.call('XGROUP', 'CREATE', K.released, 'dispatch', '0', 'MKSTREAM')
     need_group = false
   end
+  write_stalls()
   for _, r in ipairs(rescore) do redis.call('ZADD', K.live, r[1], r[2]) end
+  for _, r in ipairs(flight_rescore) do redis.call('ZADD', K.flight, r[1], r[2]) end
+  for _, m in ipairs(flight_ghosts) do redis.call('ZREM', K.flight, m) end
   for _, id in ipairs(ghosts) do redis.call('ZREM', K.live, id) end
   for _, id in ipairs(suspects) do
     redis.call('HSET', wkey(id), 'x', 1, 'ss', now)
@@ -177,10 +354,7 @@ if swept then
     died[#died + 1] = reason
     if f[1] then released_targets[#released_targets + 1] = f[1] end
   end
-  local by_target, targets = {}, {}
-  for _, t in ipairs(released_targets) do
-    if not by_target[t] then by_target[t] = {}; targets[#targets + 1] = t end
-  end
+  local released_pairs = {}
   for _, r in ipairs(releases) do
     local m = r[1]
     local t, d = split_member(m)
@@ -188,11 +362,63 @@ if swept then
     redis.call('DEL', ckey(m))
     redis.call('ZREM', K.unbound, m)
     redis.call('SREM', K.rel_pending, m)
+    released_pairs[#released_pairs + 1] = { t, d }
+  end
+  n_released = #releases
+  for _, m in ipairs(tombs) do redis.call('SREM', K.stuck_pending, m) end
+  for _, m in ipairs(drop_tombs) do redis.call('DEL', ckey(m)) end
+
+  -- Stuck: released through the stream like the rest, but the claim stays as a tombstone (in
+  -- `ws:<id>`, out of the worker's in-flight set and of `flight`) so that the worker's late
+  -- completion is refused as released, until the worker dies.
+  for _, s in ipairs(stuck) do
+    local m, h = s[1], s[2]
+    local t, d = split_member(m)
+    redis.call('HSET', ckey(m), 'rel', RR_STUCK)
+    redis.call('ZREM', wckey(h), m)
+    redis.call('ZREM', K.flight, m)
+    redis.call('SADD', wskey(h), m)
+    redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', h, 'r', RR_STUCK)
+    emit({ 'K', h, t, d })
+    if claims_of[h] then claims_of[h] = claims_of[h] - 1 end
+    released_pairs[#released_pairs + 1] = { t, d }
+  end
+  n_stuck = #stuck
+  for _, h in ipairs(stuck_ids) do
+    local f = W[h]
+    local at = now + drain_deadline
+    if stuck_exits[h] then
+      -- Idle: no loop to wait for. Its other claims are released by the next sweep (as for any
+      -- death between sweeps) and still count as in flight in this snapshot.
+      do_kill(stuck_exits[h], R_EXITED, now)
+      f[2], f[3], f[4], f[6], f[11] = '2', '0', '0', I(R_EXITED), I(now)
+      died[#died + 1] = h
+      died[#died + 1] = R_EXITED
+      if f[1] then released_targets[#released_targets + 1] = f[1] end
+    elseif f[2] == '0' then
+      redis.call('HSET', wkey(h), 's', 1, 'dd', at)
+      redis.call('ZADD', K.drain, at, h)
+      emit({ 'D', h, f[1] or '' })
+      f[2], f[10] = '1', I(at)
+      drained_stuck[#drained_stuck + 1] = h
+    elseif not f[10] or at < tonumber(f[10]) then
+      -- Draining already: the earlier deadline is kept.
+      redis.call('HSET', wkey(h), 'dd', at)
+      redis.call('ZADD', K.drain, at, h)
+      f[10] = I(at)
+    end
+  end
+
+  local by_target, targets = {}, {}
+  for _, t in ipairs(released_targets) do
+    if not by_target[t] then by_target[t] = {}; targets[#targets + 1] = t end
+  end
+  for _, p in ipairs(released_pairs) do
+    local t, d = p[1], p[2]
     if not by_target[t] then by_target[t] = {}; targets[#targets + 1] = t end
     local list = by_target[t]
     list[#list + 1] = d
   end
-  n_released = #releases
   for _, m in ipairs(stale_pending) do redis.call('SREM', K.rel_pending, m) end
   for _, m in ipairs(stale_unbound) do redis.call('ZREM', K.unbound, m) end
   for _, m in ipairs(expired) do
@@ -208,6 +434,7 @@ if swept then
   for _, id in ipairs(purge) do
     redis.call('DEL', wkey(id))
     redis.call('DEL', wckey(id))
+    redis.call('DEL', wskey(id))
     redis.call('ZREM', K.dead, id)
   end
   n_purged = #purge
@@ -239,8 +466,10 @@ if swept then
   end
 
   redis.call('SET', K.sweep_lease, me .. '\t' .. I(now + lease_ttl), 'PX', lease_ttl)
-elseif version > have then
-  snapshot = redis.call('GET', K.snapshot) or ''
+else
+  -- The stall is the registry's, whichever replica's sweep measured it.
+  write_stalls()
+  if version > have then snapshot = redis.call('GET', K.snapshot) or '' end
 end
 
 -------------------------------------------------------------------------------- hand-out
@@ -270,4 +499,5 @@ end
 
 return finish({ swept and 1 or 0, now, version, brake_engaged and 1 or 0, snapshot, died,
   suspected, released_targets, n_expired, n_evicted, n_purged, n_released, collected,
-  redis.call('ZCARD', K.live), redis.call('ZCARD', K.done) })
+  redis.call('ZCARD', K.live), redis.call('ZCARD', K.done), stall and (stall[2] - stall[1]) or 0,
+  n_stuck, drained_stuck })
