@@ -201,6 +201,12 @@ struct Params {
     brake_min: i64,
     ack_timeout: i64,
     batch: i32,
+    sweep_interval: i64,
+    max_in_flight: i64,
+    drain_deadline: i64,
+    /// The longest any judgement of the sweep waits (memory's `stall_horizon_ms`): stalls
+    /// further back than this much running time cannot matter any more.
+    stall_horizon: i64,
 }
 
 impl Params {
@@ -218,6 +224,12 @@ impl Params {
             brake_min: count(c.brake_min_workers()),
             ack_timeout: rows::ms(c.release_ack_timeout()),
             batch: i32::try_from(batch).unwrap_or(i32::MAX),
+            sweep_interval: rows::ms(c.sweep_interval()),
+            max_in_flight: rows::ms(c.max_in_flight()),
+            drain_deadline: rows::ms(c.drain_deadline()),
+            stall_horizon: rows::ms(c.heartbeat_timeout().saturating_add(c.startup_grace()))
+                .max(rows::ms(c.max_in_flight()))
+                .max(rows::ms(c.suspect_grace())),
         }
     }
 }
