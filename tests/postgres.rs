@@ -489,7 +489,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 2);
+    assert_eq!(n, 3);
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await
@@ -665,7 +665,7 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
         Op::Register => format!("{:?}", r.register().await),
         Op::Deregister(w) => format!("{:?}", r.deregister(id(*w)).await),
         Op::Drain(w) => format!("{:?}", r.drain(id(*w)).await),
-        Op::DrainAll => format!("{:?}", r.drain_all_within(Duration::from_secs(30)).await),
+        Op::DrainAll => format!("{:?}", r.drain_all_within(Duration::from_secs(32)).await),
         Op::Worker(w) => match r.worker(id(*w)).await {
             Ok(Some(info)) => worker_view(&info),
             other => format!("{other:?}"),
@@ -683,6 +683,8 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
                 .map(|e| format!("{} {:?} {}", e.delivery, e.holder, e.reason))
                 .collect();
             released.sort();
+            let mut drained = s.drained_stuck.clone();
+            drained.sort();
             let mut targets = s.released_targets.clone();
             targets.sort();
             let snap = r.status();
@@ -691,14 +693,17 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
             format!(
                 "died={died:?} suspected={suspected:?} brake={} released={released:?} \
                  targets={targets:?} expired={} evicted={} purged={} counts={:?} capacity={:?} \
-                 claims={:?} workers={workers:?}",
+                 claims={:?} workers={workers:?} stall={}s drained_stuck={drained:?} stuck={}",
                 s.brake_engaged,
                 s.expired_claims,
                 s.evicted_claims,
                 s.purged_workers,
                 snap.counts,
                 snap.capacity,
-                snap.claims
+                snap.claims,
+                // Whole seconds: the server's clock adds milliseconds of its own.
+                s.stall_credited.as_secs(),
+                r.stats().claims_stuck,
             )
         }
         Op::Advance => String::new(),
@@ -712,24 +717,36 @@ async fn answers_as_the_in_memory_registry_does_on_random_histories() {
         return;
     };
     // Decisions are at least seconds from any boundary, so the few milliseconds of real time
-    // that pass on the server during a history cannot change one.
-    let config = RegistryConfig::builder()
-        .heartbeat_interval(Duration::from_secs(10))
-        .missed_heartbeats(4)
+    // that pass on the server during a history cannot change one. Time moves in steps of 25 s,
+    // and every step between two sweeps is a stall that leaves 5 s (one sweep interval) of
+    // running time, so running time moves in multiples of 5 s: every duration judged on it (the
+    // timeout, with the grace, the suspect grace, drain deadlines, max_in_flight) is 2 s off a
+    // multiple of 5 s, and those judged on the clock (retention, bare claims) are off multiples
+    // of 25 s.
+    let base = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(14))
+        .missed_heartbeats(3)
         .startup_grace(Duration::from_secs(20))
         .sweep_interval(Duration::from_secs(5))
         .max_workers(5)
         .claim_retention(Duration::from_secs(110))
         .max_retained_claims(1_000)
         .dead_retention(Duration::from_secs(90))
-        .suspect_grace(Duration::from_secs(65))
+        .suspect_grace(Duration::from_secs(67))
         .brake_min_workers(3)
         .brake_fraction(0.5)
-        .drain_deadline(Duration::from_secs(35))
-        .build()
-        .unwrap();
+        .drain_deadline(Duration::from_secs(37));
     const STEP: Duration = Duration::from_secs(25);
-    for seed in 0..8u64 {
+    // Most histories with max_in_flight out of reach of most deliveries; a few with it short,
+    // so that deliveries get stuck and their workers drained (and stuck claims meet deaths,
+    // drains, redeliveries and late completions).
+    for seed in 0..12u64 {
+        let max_in_flight = if seed < 8 { 97 } else { 17 };
+        let config = base
+            .clone()
+            .max_in_flight(Duration::from_secs(max_in_flight))
+            .build()
+            .unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let clock = worker_registry::ManualClock::new();
         let memory = worker_registry::InMemoryRegistry::with_clock(config.clone(), clock.clone());
@@ -739,6 +756,9 @@ async fn answers_as_the_in_memory_registry_does_on_random_histories() {
             if let Op::Advance = op {
                 clock.advance(STEP);
                 pg.advance_time_for_tests(STEP).await.unwrap();
+                if std::env::var_os("WR_SHOW_HISTORY").is_some() {
+                    println!("Advance {STEP:?}");
+                }
                 continue;
             }
             let want = apply(&memory, &op).await;

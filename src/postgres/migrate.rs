@@ -25,6 +25,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "functions",
         sql: include_str!("migrations/0002_functions.sql"),
     },
+    Migration {
+        version: 3,
+        name: "lifecycle",
+        sql: include_str!("migrations/0003_lifecycle.sql"),
+    },
 ];
 
 /// The advisory lock (one bigint key: "wr-migr" in ASCII) that serialises migrations.

@@ -18,7 +18,8 @@
 //! # Design
 //!
 //! **One function, one transaction, one round trip per call.** Every decision is a PL/pgSQL
-//! function (`migrations/0002_functions.sql`) called as one statement in autocommit, so the
+//! function (`migrations/0002_functions.sql`, the sweep's current version and what it needs for
+//! the stall rule and stuck deliveries in `0003_lifecycle.sql`) called as one statement in autocommit, so the
 //! decision and its writes are one transaction that takes the locks it needs and nothing is
 //! decided on the client between two statements (no check-then-act across round trips). The
 //! client prepares each call once per connection and runs it with one round trip.
@@ -101,10 +102,25 @@
 //! database restart the pool replaces its dead connections by itself; the handle need not be
 //! rebuilt.
 //!
-//! **Not yet**: claims stuck in flight past `max_in_flight` and the stall rule, which the
-//! in-memory backend does not implement either. The schema has what they need: the index
-//! `wr_claims_in_flight` on the claim time of in-flight claims, the release reason `stuck`, and
-//! the snapshot's `taken_at_ms` as the time of the last sweep.
+//! **The stall rule** (memory's `stall.rs`, on the server's time): the sweeping replica keeps
+//! the time of the last sweep and the stalls measured so far in `wr_stalls` (one row per
+//! registry, at most 64 spans, older ones forgotten by memory's rule). A sweep more than two
+//! `sweep_interval`s after the previous one records a stall and reports it in
+//! `SweepReport::stall_credited`; every duration the sweep judges (silence, time in flight, time
+//! under suspicion) then leaves out the stalled time it overlaps (`wr_ran`). The candidates are
+//! still range scans on the partial indexes: `wr_run_cutoff` turns "ran longer than d" into an
+//! exact bound on the base time (running time since a base never grows as the base moves later),
+//! so a sweep after a stall reads only what is due. Only the sweep that measures a stall does
+//! work proportional to workers: it moves the deadlines of the draining workers out by the
+//! stall's length.
+//!
+//! **Stuck deliveries**: a claim in flight on a live worker for longer than `max_in_flight` of
+//! running time (a range on `wr_claims_in_flight`) is released in the sweep: a row in the outbox
+//! with reason `stuck`, a `stuck` notification ([`Event::DeliveryStuck`](crate::Event::DeliveryStuck)), and its
+//! worker drained with `drain_deadline` (an idle one exits). The claim stays as a tombstone
+//! (`release_reason = 'stuck'`) so that the worker's late completion is refused as released;
+//! a redelivery replaces it, and once its holder is dead (`wr_kill` marks it) the next sweep
+//! deletes it, as memory does.
 //!
 //! **TLS**: the handle connects without TLS (`tokio_postgres::NoTls`); put the database on a
 //! trusted network or behind a local TLS proxy.
@@ -201,6 +217,12 @@ struct Params {
     brake_min: i64,
     ack_timeout: i64,
     batch: i32,
+    sweep_interval: i64,
+    max_in_flight: i64,
+    drain_deadline: i64,
+    /// The longest any judgement of the sweep waits (memory's `stall_horizon_ms`): stalls
+    /// further back than this much running time cannot matter any more.
+    stall_horizon: i64,
 }
 
 impl Params {
@@ -218,6 +240,12 @@ impl Params {
             brake_min: count(c.brake_min_workers()),
             ack_timeout: rows::ms(c.release_ack_timeout()),
             batch: i32::try_from(batch).unwrap_or(i32::MAX),
+            sweep_interval: rows::ms(c.sweep_interval()),
+            max_in_flight: rows::ms(c.max_in_flight()),
+            drain_deadline: rows::ms(c.drain_deadline()),
+            stall_horizon: rows::ms(c.heartbeat_timeout().saturating_add(c.startup_grace()))
+                .max(rows::ms(c.max_in_flight()))
+                .max(rows::ms(c.suspect_grace())),
         }
     }
 }

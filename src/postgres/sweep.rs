@@ -3,7 +3,7 @@
 //! share of the outbox and returns the snapshot if it is newer than the cached one) and the
 //! acknowledgement of released events.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -16,8 +16,8 @@ use crate::api::error::RegistryError;
 use crate::api::ids::DeliveryId;
 use crate::api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
 
-const SWEEP: &str =
-    "SELECT wr_sweep($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)::text AS body";
+const SWEEP: &str = "SELECT wr_sweep($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+                     $14, $15, $16, $17)::text AS body";
 const ACKNOWLEDGE: &str = "SELECT wr_acknowledge($1, $2) AS n";
 const SNAPSHOT: &str = "SELECT wr_now($1) AS now_ms, (to_jsonb(s) - 'registry')::text AS body \
                         FROM wr_snapshots s WHERE s.registry = $1";
@@ -37,6 +37,12 @@ struct SweepOut {
     purged: u64,
     events: Vec<OutboxRow>,
     snapshot: Option<SnapshotRow>,
+    /// The stall this sweep measured (ms; 0 for none).
+    stall_ms: i64,
+    /// Deliveries this sweep released as stuck.
+    stuck_count: u64,
+    /// Active workers this sweep drained because they held a stuck delivery.
+    drained_stuck: Vec<i64>,
 }
 
 /// A claimed outbox row.
@@ -120,6 +126,10 @@ impl Maintenance for PostgresRegistry {
                     &p.brake_min,
                     &p.ack_timeout,
                     &p.batch,
+                    &p.sweep_interval,
+                    &p.max_in_flight,
+                    &p.drain_deadline,
+                    &p.stall_horizon,
                 ],
                 |row| {
                     let body: String = col(row, "body")?;
@@ -147,6 +157,7 @@ impl Maintenance for PostgresRegistry {
             expired_claims: out.expired as usize,
             evicted_claims: out.evicted as usize,
             purged_workers: out.purged as usize,
+            stall_credited: Duration::from_millis(u64::try_from(out.stall_ms).unwrap_or(0)),
             ..SweepReport::default()
         };
         for (id, reason) in &out.died {
@@ -157,6 +168,11 @@ impl Maintenance for PostgresRegistry {
         for id in &out.suspected {
             report
                 .suspected
+                .push(rows::worker_id(*id).map_err(Failure::into_registry)?);
+        }
+        for id in &out.drained_stuck {
+            report
+                .drained_stuck
                 .push(rows::worker_id(*id).map_err(Failure::into_registry)?);
         }
         for (repo, number) in &out.released_targets {
@@ -181,6 +197,7 @@ impl Maintenance for PostgresRegistry {
                 c.brake_engaged.inc();
             }
             c.claims_released.add(out.released_count);
+            c.claims_stuck.add(out.stuck_count);
             c.claims_expired.add(out.expired);
             c.claims_evicted.add(out.evicted);
             c.workers_purged.add(out.purged);

@@ -134,12 +134,13 @@ pub async fn a_failed_rollout_is_suspected_then_killed<F: Fixture>(fixture: &F) 
     // While the seven stay silent the registry runs on; the three that beat go quiet too until
     // just before the grace ends (so the brake holds them, suspect, not dead).
     let mut reports = run_for(fixture, &r, SUSPECT_GRACE - MARGIN).await;
-    // The registry keeps sweeping (without this sweep, the next one would come two intervals
-    // later, which on a clock that moves by itself is a stall of a few milliseconds over).
-    reports.push(sweep(&r).await);
     for id in &ids[..3] {
         r.heartbeat(*id).await.unwrap();
     }
+    // The stretch ends with a sweep, as run_for leaves it to its caller: otherwise the next
+    // sweep would come two intervals later, which a server's clock (moving by itself) makes a
+    // stall of a few milliseconds, credited to the seven.
+    reports.push(sweep(&r).await);
     reports.extend(sweeps_over(fixture, &r, MARGIN).await);
     assert_eq!(died_in(&reports), ids[3..].iter().copied().collect());
     assert_eq!(r.status().capacity.used, 3);
