@@ -166,8 +166,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_BATCH: usize = 10_000;
 
 /// The worker registry in PostgreSQL, shared by every handle (every router replica) connected to
-/// the same database under the same registry name. See the [module documentation](self) for how
-/// it is kept.
+/// the same database under the same registry name. See [`docs::postgres`](crate::docs::postgres)
+/// for how it is kept (and `src/postgres/mod.rs` for the design notes: locks, sweep, outbox).
 ///
 /// Each handle has its own connection pool and its own event listener; cloning a handle shares
 /// them (it is an `Arc` inside). [`replica`](Self::replica) makes another handle on the same
