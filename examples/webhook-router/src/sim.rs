@@ -1100,7 +1100,7 @@ fn status_table(
     dead.sort_by_key(|w| std::cmp::Reverse(w.id));
     let _ = writeln!(
         out,
-        "  {:>5}  {:<26} {:<26} {:<8} {:>10}  {:>14} {:>6}",
+        "  {:>14}  {:<26} {:<26} {:<8} {:>10}  {:>20} {:>6}",
         "id", "target", "status", "activity", "last beat", "token", "events"
     );
     for w in live
@@ -1114,7 +1114,7 @@ fn status_table(
         };
         let _ = writeln!(
             out,
-            "  {:>5}  {:<26} {:<26} {:<8} {:>7} ms  {:>14} {:>6}",
+            "  {:>14}  {:<26} {:<26} {:<8} {:>7} ms  {:>20} {:>6}",
             w.id.get(),
             w.target
                 .as_ref()
