@@ -935,3 +935,85 @@ async fn the_retained_counter_stays_exact_while_replicas_complete_and_sweep_at_o
     let (counter, count) = retained_in_db(&client, first.name()).await;
     assert_eq!((counter, count), (20, 20));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    // A database of its own at version 3, with claims in it, as an older release left it.
+    let db = pg_cluster::unique_name("upgrade").replace('-', "_");
+    let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    let mut parsed: tokio_postgres::Config = url.parse().unwrap();
+    parsed.dbname(&db);
+    let db_url = format!(
+        "postgres://postgres@127.0.0.1:{}/{db}",
+        parsed.get_ports().first().copied().unwrap_or(5432)
+    );
+    let (client, conn) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "CREATE TABLE wr_schema_migrations (
+                 version    integer PRIMARY KEY,
+                 name       text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now()
+             )",
+        )
+        .await
+        .unwrap();
+    for (v, sql) in [
+        (
+            1,
+            include_str!("../src/postgres/migrations/0001_schema.sql"),
+        ),
+        (
+            2,
+            include_str!("../src/postgres/migrations/0002_functions.sql"),
+        ),
+        (
+            3,
+            include_str!("../src/postgres/migrations/0003_lifecycle.sql"),
+        ),
+    ] {
+        client.batch_execute(sql).await.unwrap();
+        client
+            .execute(
+                "INSERT INTO wr_schema_migrations (version, name) VALUES ($1, 'old')",
+                &[&v],
+            )
+            .await
+            .unwrap();
+    }
+    client
+        .batch_execute(
+            "SELECT wr_open('kept'); SELECT wr_open('empty');
+             INSERT INTO wr_claims (registry, repo, number, delivery, holder, claimed_at_ms,
+                                    completed_at_ms)
+             SELECT r.id, 'octo/repo', i, 'd' || i, NULL, wr_now(r.id),
+                    CASE WHEN i <= 7 THEN wr_now(r.id) END
+               FROM wr_registries r, generate_series(1, 9) i WHERE r.name = 'kept';",
+        )
+        .await
+        .unwrap();
+    assert_eq!(PostgresRegistry::migrate(&db_url).await.unwrap(), [4]);
+    assert_eq!(retained_in_db(&client, "kept").await, (7, 7));
+    assert_eq!(retained_in_db(&client, "empty").await, (0, 0));
+    let r = PostgresRegistry::builder(&db_url)
+        .name("kept")
+        .listen(false)
+        .connect()
+        .await
+        .unwrap();
+    r.sweep().await.unwrap();
+    assert_eq!(r.status().claims.retained, 7);
+}
