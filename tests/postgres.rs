@@ -489,7 +489,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 3);
+    assert_eq!(n, 4);
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await
@@ -795,4 +795,225 @@ async fn events_of_calls_that_returned_before_subscribe_never_reach_the_subscrip
         r.deregister(before).await.unwrap();
         r.deregister(after).await.unwrap();
     }
+}
+
+/// The retained-claims counter (`wr_retained`, summed) and a real count of the completed claims,
+/// on a connection of its own.
+async fn retained_in_db(client: &tokio_postgres::Client, name: &str) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT (SELECT coalesce(sum(x.n), 0)::bigint FROM wr_retained x
+                      WHERE x.registry = r.id),
+                    (SELECT count(*) FROM wr_claims k
+                      WHERE k.registry = r.id AND k.completed_at_ms IS NOT NULL)
+               FROM wr_registries r WHERE r.name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retained_counter_agrees_with_a_count_of_completed_claims() {
+    use rand::SeedableRng;
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    // Retention shorter than two time steps and a small cap, a batch of 2: claims expire, are
+    // evicted, and expired ones wait for a later sweep, so redeliveries replace some of them.
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(14))
+        .missed_heartbeats(3)
+        .sweep_interval(Duration::from_secs(5))
+        .max_workers(5)
+        .claim_retention(Duration::from_secs(40))
+        .max_retained_claims(3)
+        .dead_retention(Duration::from_secs(90))
+        .build()
+        .unwrap();
+    let (mut expired, mut evicted, mut replaced) = (0, 0, 0);
+    for seed in 0..6u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let pg = PostgresRegistry::builder(&url)
+            .name(pg_cluster::unique_name("retained-counter"))
+            .config(config.clone())
+            .batch(2)
+            .connect()
+            .await
+            .unwrap();
+        let mut before = retained_in_db(&client, pg.name()).await.1;
+        for step in 0..300 {
+            let op = random_op(&mut rng);
+            if let Op::Advance = op {
+                pg.advance_time_for_tests(Duration::from_secs(25))
+                    .await
+                    .unwrap();
+                continue;
+            }
+            if let Op::Sweep = op {
+                let s = pg.sweep().await.unwrap();
+                pg.acknowledge(&s.released).await.unwrap();
+                expired += s.expired_claims;
+                evicted += s.evicted_claims;
+                // The gauge the sweep published is the count as it left it.
+                assert_eq!(
+                    pg.status().claims.retained as i64,
+                    retained_in_db(&client, pg.name()).await.1,
+                    "seed {seed}, step {step}: the published gauge"
+                );
+            } else {
+                apply(&pg, &op).await;
+            }
+            let (counter, count) = retained_in_db(&client, pg.name()).await;
+            assert_eq!(counter, count, "seed {seed}, step {step}: {op:?}");
+            // Outside the sweep, only a redelivery replacing an expired claim lowers the count.
+            if !matches!(op, Op::Sweep) && count < before {
+                replaced += 1;
+            }
+            before = count;
+        }
+    }
+    assert!(expired > 0, "no claim expired");
+    assert!(evicted > 0, "no claim evicted");
+    assert!(
+        replaced > 0,
+        "no expired claim was replaced by a redelivery"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retained_counter_stays_exact_while_replicas_complete_and_sweep_at_once() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let config = RegistryConfig::builder()
+        .max_workers(64)
+        .claim_retention(Duration::from_secs(3600))
+        .max_retained_claims(20)
+        .build()
+        .unwrap();
+    let first = open(&url, "retained-race", config).await;
+    let mut tasks = JoinSet::new();
+    for i in 0..4u64 {
+        let r = first.replica().await.unwrap();
+        tasks.spawn(async move {
+            for j in 0..40u64 {
+                let target = t(1 + (i * 40 + j) % 8);
+                let delivery = d(&format!("r{i}-{j}"));
+                if let Admission::Assigned(_) = r.admit(&target, &delivery).await.unwrap() {
+                    r.complete(&target, &delivery).await.unwrap();
+                }
+                if j % 8 == 0 {
+                    let s = r.sweep().await.unwrap();
+                    r.acknowledge(&s.released).await.unwrap();
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    let (counter, count) = retained_in_db(&client, first.name()).await;
+    assert_eq!(counter, count);
+    assert!(count > 0, "nothing was completed");
+    // Eviction works the backlog down to the cap, one batch per sweep.
+    for _ in 0..200 {
+        if retained_in_db(&client, first.name()).await.1 <= 20 {
+            break;
+        }
+        first.sweep().await.unwrap();
+    }
+    let (counter, count) = retained_in_db(&client, first.name()).await;
+    assert_eq!((counter, count), (20, 20));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    // A database of its own at version 3, with claims in it, as an older release left it.
+    let db = pg_cluster::unique_name("upgrade").replace('-', "_");
+    let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    let mut parsed: tokio_postgres::Config = url.parse().unwrap();
+    parsed.dbname(&db);
+    let db_url = format!(
+        "postgres://postgres@127.0.0.1:{}/{db}",
+        parsed.get_ports().first().copied().unwrap_or(5432)
+    );
+    let (client, conn) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "CREATE TABLE wr_schema_migrations (
+                 version    integer PRIMARY KEY,
+                 name       text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now()
+             )",
+        )
+        .await
+        .unwrap();
+    for (v, sql) in [
+        (
+            1,
+            include_str!("../src/postgres/migrations/0001_schema.sql"),
+        ),
+        (
+            2,
+            include_str!("../src/postgres/migrations/0002_functions.sql"),
+        ),
+        (
+            3,
+            include_str!("../src/postgres/migrations/0003_lifecycle.sql"),
+        ),
+    ] {
+        client.batch_execute(sql).await.unwrap();
+        client
+            .execute(
+                "INSERT INTO wr_schema_migrations (version, name) VALUES ($1, 'old')",
+                &[&v],
+            )
+            .await
+            .unwrap();
+    }
+    client
+        .batch_execute(
+            "SELECT wr_open('kept'); SELECT wr_open('empty');
+             INSERT INTO wr_claims (registry, repo, number, delivery, holder, claimed_at_ms,
+                                    completed_at_ms)
+             SELECT r.id, 'octo/repo', i, 'd' || i, NULL, wr_now(r.id),
+                    CASE WHEN i <= 7 THEN wr_now(r.id) END
+               FROM wr_registries r, generate_series(1, 9) i WHERE r.name = 'kept';",
+        )
+        .await
+        .unwrap();
+    assert_eq!(PostgresRegistry::migrate(&db_url).await.unwrap(), [4]);
+    assert_eq!(retained_in_db(&client, "kept").await, (7, 7));
+    assert_eq!(retained_in_db(&client, "empty").await, (0, 0));
+    let r = PostgresRegistry::builder(&db_url)
+        .name("kept")
+        .listen(false)
+        .connect()
+        .await
+        .unwrap();
+    r.sweep().await.unwrap();
+    assert_eq!(r.status().claims.retained, 7);
 }

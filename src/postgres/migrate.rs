@@ -30,6 +30,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "lifecycle",
         sql: include_str!("migrations/0003_lifecycle.sql"),
     },
+    Migration {
+        version: 4,
+        name: "retained_counter",
+        sql: include_str!("migrations/0004_retained_counter.sql"),
+    },
 ];
 
 /// The advisory lock (one bigint key: "wr-migr" in ASCII) that serialises migrations.

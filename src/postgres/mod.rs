@@ -18,8 +18,9 @@
 //! # Design
 //!
 //! **One function, one transaction, one round trip per call.** Every decision is a PL/pgSQL
-//! function (`migrations/0002_functions.sql`, the sweep's current version and what it needs for
-//! the stall rule and stuck deliveries in `0003_lifecycle.sql`) called as one statement in autocommit, so the
+//! function (`migrations/0002_functions.sql`, what the stall rule and stuck deliveries need in
+//! `0003_lifecycle.sql`, the current versions of the sweep and of the calls that move the
+//! retained count in `0004_retained_counter.sql`) called as one statement in autocommit, so the
 //! decision and its writes are one transaction that takes the locks it needs and nothing is
 //! decided on the client between two statements (no check-then-act across round trips). The
 //! client prepares each call once per connection and runs it with one round trip.
@@ -64,6 +65,17 @@
 //! deleted, each at most [`DEFAULT_BATCH`] rows per sweep, so a backlog is worked off over a few
 //! sweeps without one long transaction.
 //!
+//! **The retained count** (the snapshot's `retained` gauge, and how many claims eviction removes
+//! over `max_retained_claims`) is a counter, not a count (`0004_retained_counter.sql`): the sweep
+//! sums the registry's 17 rows of `wr_retained` instead of scanning its completed claims, so its
+//! cost follows what changed, not what is kept. Every change to the set of completed claims moves
+//! the counter in its own transaction: `wr_complete` adds one, a redelivery (`wr_admit`,
+//! `wr_claim`) that replaces a completed claim past its retention takes one away
+//! (`wr_replace_claim` locks the old claim first, so it knows what it replaced), and the sweep
+//! takes away what it expires and evicts. Releases, deaths and the stuck rule touch only claims
+//! not completed. Hot calls add to one of 16 stripes picked at random, so concurrent completions
+//! rarely wait for each other; the sweep writes a stripe of its own.
+//!
 //! **Released events** go through the outbox `wr_released`: each `sweep()` claims rows that are
 //! unclaimed, or claimed longer than `release_ack_timeout` ago, with `FOR UPDATE SKIP LOCKED`
 //! (setting `claimed_by`, the handle's replica id, and `claimed_at_ms`); `acknowledge` deletes
@@ -90,7 +102,8 @@
 //! acknowledged within `release_ack_timeout` are offered again, to any replica including the one
 //! that had them (memory hands each over once).
 //!
-//! **Lock order**, the same everywhere: claim, target, capacity row, worker. The sweep takes
+//! **Lock order**, the same everywhere: claim, target, capacity row, worker, and last one
+//! retained-counter stripe (each call takes at most one, in its last statement). The sweep takes
 //! worker rows first but only with `SKIP LOCKED`, so it never waits for one; `drain_all` locks all
 //! its workers in one statement before it changes any. Deadlocks are therefore not expected; if
 //! the server detects one anyway, the call is retried like a serialization failure, at most
