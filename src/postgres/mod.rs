@@ -138,6 +138,7 @@
 //! **TLS**: the handle connects without TLS (`tokio_postgres::NoTls`); put the database on a
 //! trusted network or behind a local TLS proxy.
 
+mod builder;
 mod counters;
 mod error;
 mod listen;
@@ -147,17 +148,15 @@ mod rows;
 mod snapshot;
 mod sweep;
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
+pub use self::builder::PostgresRegistryBuilder;
 use self::counters::Counters;
 use self::error::{retrying, Failure, BACKEND};
 use self::snapshot::SnapshotCache;
@@ -292,227 +291,6 @@ impl fmt::Debug for PostgresRegistry {
             .field("replica", &self.inner.replica)
             .finish_non_exhaustive()
     }
-}
-
-/// Builds a [`PostgresRegistry`]: the database URL, the registry's name and configuration, and
-/// the handle's pool size and timeouts.
-///
-/// # Examples
-///
-/// ```no_run
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), worker_registry::RegistryError> {
-/// use std::time::Duration;
-/// use worker_registry::{PostgresRegistry, RegistryConfig};
-///
-/// let registry = PostgresRegistry::builder("postgres://router@localhost/registry")
-///     .name("pool-a")
-///     .config(RegistryConfig::builder().max_workers(8).build().unwrap())
-///     .pool_size(8)
-///     .call_timeout(Duration::from_secs(2))
-///     .connect()
-///     .await?;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone)]
-#[must_use = "a builder does nothing until `connect()` is called"]
-pub struct PostgresRegistryBuilder {
-    url: String,
-    name: String,
-    config: RegistryConfig,
-    pool_size: usize,
-    call_timeout: Duration,
-    connect_timeout: Duration,
-    batch: usize,
-    listen: bool,
-    migrate: bool,
-}
-
-impl PostgresRegistryBuilder {
-    /// The registry's name: handles with the same name on the same database share one registry
-    /// ([`DEFAULT_REGISTRY_NAME`] unless set).
-    ///
-    /// # Examples
-    ///
-    /// See [`PostgresRegistryBuilder`].
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-
-    /// The registry's configuration (the defaults unless set). Give every replica of one
-    /// registry the same one: each handle decides with its own.
-    ///
-    /// # Examples
-    ///
-    /// See [`PostgresRegistryBuilder`].
-    pub fn config(mut self, config: RegistryConfig) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// Connections in the handle's pool ([`DEFAULT_POOL_SIZE`] unless set; at least 1).
-    ///
-    /// # Examples
-    ///
-    /// See [`PostgresRegistryBuilder`].
-    pub fn pool_size(mut self, n: usize) -> Self {
-        self.pool_size = n.max(1);
-        self
-    }
-
-    /// How long one call may take in all ([`DEFAULT_CALL_TIMEOUT`] unless set).
-    ///
-    /// # Examples
-    ///
-    /// See [`PostgresRegistryBuilder`].
-    pub fn call_timeout(mut self, d: Duration) -> Self {
-        self.call_timeout = d;
-        self
-    }
-
-    /// How long opening a connection may take ([`DEFAULT_CONNECT_TIMEOUT`] unless set).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use worker_registry::PostgresRegistry;
-    ///
-    /// let _b = PostgresRegistry::builder("postgres://localhost/db").connect_timeout(Duration::from_secs(1));
-    /// ```
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.connect_timeout = d;
-        self
-    }
-
-    /// The most rows of each kind one sweep handles ([`DEFAULT_BATCH`] unless set; at least 1).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use worker_registry::PostgresRegistry;
-    ///
-    /// let _b = PostgresRegistry::builder("postgres://localhost/db").batch(500);
-    /// ```
-    pub fn batch(mut self, n: usize) -> Self {
-        self.batch = n.max(1);
-        self
-    }
-
-    /// Whether the handle listens for lifecycle events (on by default; a handle that never
-    /// subscribes can save the listener's connection).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use worker_registry::PostgresRegistry;
-    ///
-    /// let _b = PostgresRegistry::builder("postgres://localhost/db").listen(false);
-    /// ```
-    pub fn listen(mut self, on: bool) -> Self {
-        self.listen = on;
-        self
-    }
-
-    /// Whether `connect` applies the embedded migrations (on by default; off, the schema must
-    /// have been migrated already, by [`PostgresRegistry::migrate`] or another handle).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use worker_registry::PostgresRegistry;
-    ///
-    /// let _b = PostgresRegistry::builder("postgres://localhost/db").migrate(false);
-    /// ```
-    pub fn migrate(mut self, on: bool) -> Self {
-        self.migrate = on;
-        self
-    }
-
-    /// Connects: parses the URL, builds the pool, applies the migrations, creates the registry's
-    /// rows if they do not exist, fetches its latest snapshot and starts the event listener.
-    ///
-    /// Refused with a backend error: a URL that does not parse (`retryable: false`), a database
-    /// that cannot be reached (`retryable: true`), or one that refuses the migrations.
-    ///
-    /// # Examples
-    ///
-    /// See [`PostgresRegistryBuilder`].
-    pub async fn connect(self) -> Result<PostgresRegistry, RegistryError> {
-        let mut pg: tokio_postgres::Config = self
-            .url
-            .parse()
-            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
-        if pg.get_connect_timeout().is_none() {
-            pg.connect_timeout(self.connect_timeout);
-        }
-        if pg.get_application_name().is_none() {
-            pg.application_name("worker-registry");
-        }
-        let manager = Manager::from_config(
-            pg.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(self.pool_size)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(self.call_timeout))
-            .create_timeout(Some(self.connect_timeout))
-            .recycle_timeout(Some(self.connect_timeout))
-            .build()
-            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
-
-        let timeout = self.call_timeout;
-        let migrate = self.migrate;
-        let name = self.name.clone();
-        let id = retrying(timeout, || async {
-            let mut client = pool.get().await?;
-            if migrate {
-                migrate::apply(&mut client).await?;
-            }
-            let row = client.query_one("SELECT wr_open($1)", &[&name]).await?;
-            rows::col::<i64>(&row, "wr_open")
-        })
-        .await?;
-
-        let events = Arc::new(EventSender::new());
-        let listener = if self.listen {
-            Some(listen::Listener::start(pg, id, events.clone(), self.call_timeout).await?)
-        } else {
-            None
-        };
-        let params = Params::new(&self.config, self.batch);
-        let registry = PostgresRegistry {
-            inner: Arc::new(Inner {
-                snapshot: SnapshotCache::new(self.config.max_workers()),
-                pool,
-                settings: self,
-                id,
-                replica: replica_id(),
-                params,
-                counters: Counters::default(),
-                events,
-                listener,
-            }),
-        };
-        registry.refresh_snapshot().await?;
-        Ok(registry)
-    }
-}
-
-/// A name for this handle that no other handle has: the process id, and a random number.
-fn replica_id() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    // Relaxed: only uniqueness within the process matters, which the RMW gives.
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(n);
-    format!("{}-{}-{:08x}", std::process::id(), n, h.finish() as u32)
 }
 
 impl PostgresRegistry {
