@@ -163,6 +163,16 @@ impl RedisRegistry {
         }
     }
 
+    /// Reads a worker call's first field: `ok`, or one of the refusals of [`Self::worker_refusal`].
+    fn worker_ok(r: &mut Reply<'_>, id: WorkerId) -> Result<(), RegistryError> {
+        let tag = r.text()?;
+        if tag == "ok" {
+            Ok(())
+        } else {
+            Err(Self::worker_refusal(&tag, id, r))
+        }
+    }
+
     fn status_code(code: i64) -> Result<Status, RegistryError> {
         match code {
             0 => Ok(Status::Active),
@@ -400,10 +410,7 @@ impl WorkerRegistry for RedisRegistry {
         inv.arg(worker.get());
         let v = self.invoke(&inv).await?;
         let mut r = Reply::of(&v)?;
-        let tag = r.text()?;
-        if tag != "ok" {
-            return Err(Self::worker_refusal(&tag, worker, &mut r));
-        }
+        Self::worker_ok(&mut r, worker)?;
         Self::status_code(r.int()?)
     }
 
@@ -412,10 +419,7 @@ impl WorkerRegistry for RedisRegistry {
         inv.arg(worker.get());
         let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
-        let tag = r.text()?;
-        if tag != "ok" {
-            return Err(Self::worker_refusal(&tag, worker, &mut r));
-        }
+        Self::worker_ok(&mut r, worker)?;
         let status = Self::status_code(r.int()?)?;
         if let Status::Dead(reason) = status {
             self.inner.counters.death(reason);
@@ -451,10 +455,7 @@ impl WorkerRegistry for RedisRegistry {
         inv.arg(worker.get());
         let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
-        let tag = r.text()?;
-        if tag != "ok" {
-            return Err(Self::worker_refusal(&tag, worker, &mut r));
-        }
+        Self::worker_ok(&mut r, worker)?;
         let reason = codec::dead_reason(r.int()?)?;
         self.inner.counters.death(reason);
         self.observe_live(&mut r)?;
