@@ -444,14 +444,10 @@ async fn a_database_restart_is_a_retryable_error_and_the_same_handle_recovers() 
     assert!(got.is_some(), "no event after the restart");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_first_connects_apply_the_migrations_once() {
-    let Some(url) = pg_cluster::shared_url() else {
-        return;
-    };
-    // A database of its own, so that the migrations really run here.
-    let db = pg_cluster::unique_name("migrate").replace('-', "_");
-    let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+/// Creates an empty database of its own on the cluster at `url` and returns its URL.
+async fn fresh_database(url: &str, prefix: &str) -> String {
+    let db = pg_cluster::unique_name(prefix).replace('-', "_");
+    let (admin, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(conn);
@@ -459,12 +455,20 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .batch_execute(&format!("CREATE DATABASE {db}"))
         .await
         .unwrap();
-    let mut db_url: tokio_postgres::Config = url.parse().unwrap();
-    db_url.dbname(&db);
-    let db_url = format!(
+    let parsed: tokio_postgres::Config = url.parse().unwrap();
+    format!(
         "postgres://postgres@127.0.0.1:{}/{db}",
-        db_url.get_ports().first().copied().unwrap_or(5432)
-    );
+        parsed.get_ports().first().copied().unwrap_or(5432)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_connects_apply_the_migrations_once() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    // A database of its own, so that the migrations really run here.
+    let db_url = fresh_database(&url, "migrate").await;
     let mut tasks = JoinSet::new();
     for i in 0..4 {
         let u = db_url.clone();
@@ -942,21 +946,7 @@ async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept(
         return;
     };
     // A database of its own at version 3, with claims in it, as an older release left it.
-    let db = pg_cluster::unique_name("upgrade").replace('-', "_");
-    let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    admin
-        .batch_execute(&format!("CREATE DATABASE {db}"))
-        .await
-        .unwrap();
-    let mut parsed: tokio_postgres::Config = url.parse().unwrap();
-    parsed.dbname(&db);
-    let db_url = format!(
-        "postgres://postgres@127.0.0.1:{}/{db}",
-        parsed.get_ports().first().copied().unwrap_or(5432)
-    );
+    let db_url = fresh_database(&url, "upgrade").await;
     let (client, conn) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls)
         .await
         .unwrap();
