@@ -47,26 +47,33 @@ impl RedisRegistry {
         inv.invoke_async(&mut conn).await.map_err(error::backend)
     }
 
-    /// Invokes a script that may publish events (its reply is `{events, reply}`): this handle's
-    /// subscribers get the events now, in order, as the in-memory registry's would (the listener
-    /// skips them when they come back through the channel); the reply is returned.
+    /// Invokes a script that may publish events (its reply is `{events, reply, epoch}`) and
+    /// returns the reply once this handle's subscribers have had the events, in order, as the
+    /// in-memory registry's would (see `events.rs`).
     async fn invoke_emitting(&self, inv: &ScriptInvocation<'_>) -> Result<Value, RegistryError> {
         let v = self.invoke(inv).await?;
         let Value::Array(mut parts) = v else {
-            return Err(bad(format!("expected {{events, reply}}, got {v:?}")));
+            return Err(bad(format!("expected {{events, reply, epoch}}, got {v:?}")));
         };
-        if parts.len() != 2 {
+        if parts.len() != 3 {
             return Err(bad(format!(
-                "expected {{events, reply}}, got {} parts",
+                "expected {{events, reply, epoch}}, got {} parts",
                 parts.len()
             )));
         }
+        let epoch = match parts.pop() {
+            Some(Value::BulkString(b)) => {
+                Some(String::from_utf8(b).map_err(|e| bad(format!("epoch: {e}")))?)
+            }
+            _ => None,
+        };
         let reply = parts.pop().unwrap_or(Value::Nil);
         let mut events = Reply::of(&parts[0])?;
+        let mut own = Vec::with_capacity(events.remaining());
         while events.remaining() > 0 {
-            let (seq, event) = codec::decode_event(&events.text()?)?;
-            self.inner.events.deliver_own(seq, event);
+            own.push(codec::decode_event(&events.text()?)?);
         }
+        self.inner.events.settle(epoch.as_deref(), own).await;
         Ok(reply)
     }
 

@@ -377,7 +377,7 @@ impl RedisRegistryBuilder {
             .map_err(unavailable)?;
         let replica = format!("r{n}-{}", secs * 1_000_000 + micros);
         let config = self.config.clone();
-        let events = Arc::new(events::Events::new());
+        let events = Arc::new(events::Events::new(self.connection_timeout));
         let listener = events::Listener::start(
             events::Channel {
                 client,

@@ -152,6 +152,7 @@
 //!   - `the_brake_publishes_suspects_not_deaths`
 //!   - `a_lagging_subscriber_is_told_how_many_it_missed`
 //!   - `every_handle_sees_every_event`
+//!   - `a_workers_events_keep_their_order_whichever_replicas_caused_them`
 //! * [`races`](cases::races): multi-threaded races, one replica per racer
 //!   - `one_delivery_raced_by_many_replicas_is_assigned_once`
 //!   - `racing_new_targets_never_exceed_capacity`

@@ -144,6 +144,7 @@ macro_rules! conformance_suite {
                 the_brake_publishes_suspects_not_deaths,
                 a_lagging_subscriber_is_told_how_many_it_missed,
                 every_handle_sees_every_event,
+                a_workers_events_keep_their_order_whichever_replicas_caused_them,
             }
             races {
                 one_delivery_raced_by_many_replicas_is_assigned_once,

@@ -64,8 +64,7 @@ end
 
 -- Publishes one lifecycle event: a registry-wide sequence number (a listener that sees a gap knows
 -- how many it missed), the replica that caused it, its fields, tab-separated. The caller gets its
--- own events in the reply (see `finish`) and hands them to its subscribers at once; the other
--- replicas' listeners forward them from the channel.
+-- own events in the reply too (see `finish`), and waits until its listener has passed them.
 local EMITTED = {}
 local function emit(fields)
   local seq = I(redis.call('INCR', K.event_seq))
@@ -74,5 +73,11 @@ local function emit(fields)
   EMITTED[#EMITTED + 1] = seq .. '\t' .. body
 end
 
--- The reply of a script that may emit events: {events, reply}.
-local function finish(reply) return { EMITTED, reply } end
+-- The reply of a script that may emit events: {events, reply, epoch}; the epoch (read only when
+-- there are events, nil if no listener has set one since the data was lost) tells the caller
+-- which numbering its events belong to.
+local function finish(reply)
+  local epoch = false
+  if #EMITTED > 0 then epoch = redis.call('GET', K.epoch) end
+  return { EMITTED, reply, epoch }
+end

@@ -259,3 +259,64 @@ pub async fn every_handle_sees_every_event<F: Fixture>(fixture: &F) {
         assert_eq!(got, want);
     }
 }
+
+/// A worker created on one replica and deregistered on another, by several replicas at once:
+/// every handle's subscribers get each worker's `WorkerCreated` before its `WorkerDied`, and every
+/// event exactly once (a handle must not hand out its own calls' events ahead of earlier ones it
+/// has yet to receive from the others).
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn a_workers_events_keep_their_order_whichever_replicas_caused_them<F: Fixture>(
+    fixture: &F,
+) {
+    const EACH: usize = 25;
+    let r = registry(fixture, config().max_workers(RACERS)).await;
+    let handles = std::sync::Arc::new(replicas(fixture, &r, RACERS).await);
+    let mut subs: Vec<_> = handles.iter().map(|h| h.subscribe()).collect();
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(RACERS));
+    let mut tasks = Vec::new();
+    for i in 0..RACERS {
+        let (handles, barrier) = (handles.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            for _ in 0..EACH {
+                let w = handles[i].register().await.expect("register");
+                handles[(i + 1) % RACERS]
+                    .deregister(w)
+                    .await
+                    .expect("deregister");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a racer panicked");
+    }
+    for (i, sub) in subs.iter_mut().enumerate() {
+        let mut got = Vec::with_capacity(2 * RACERS * EACH);
+        while got.len() < 2 * RACERS * EACH {
+            got.push(next_event(sub).await);
+        }
+        let per = by_worker(&got);
+        assert_eq!(per.len(), RACERS * EACH, "handle {i}: {got:?}");
+        for (w, events) in per {
+            assert_eq!(
+                events,
+                vec![
+                    Event::WorkerCreated {
+                        worker: w,
+                        target: None
+                    },
+                    Event::WorkerDied {
+                        worker: w,
+                        target: None,
+                        reason: DeadReason::Deregistered
+                    }
+                ],
+                "handle {i}"
+            );
+        }
+        assert_eq!(sub.try_recv(), Ok(None), "handle {i}: nothing twice");
+    }
+}
