@@ -5,10 +5,33 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use webhook_router::sim::{self, Plan};
-use worker_registry::{Admission, DeliveryId, Target, WorkerId, WorkerRegistry};
+use webhook_router::app::Options;
+use webhook_router::backend::RegistryChoice;
+use webhook_router::server::Server;
+use webhook_router::sim::{self, Plan, Probe};
+use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry};
 
 use crate::harness::*;
+
+/// Three router replicas in this process on the registry `name`, on loopback ports.
+async fn three_replicas(
+    choice: &RegistryChoice,
+    name: &str,
+    config: &RegistryConfig,
+    options: &Options,
+) -> (Vec<Server>, Probe) {
+    sim::start(
+        choice,
+        name,
+        config,
+        options,
+        Default::default(),
+        loopback(),
+        3,
+    )
+    .await
+    .expect("three replicas start")
+}
 
 /// `--simulate --replicas 3`, smaller: three replicas in this process on one registry, each
 /// delivery and its redeliveries sent to different replicas, workers crashed and drained, the
@@ -20,17 +43,7 @@ async fn three_replicas_audit(kind: Kind) {
     let name = unique("audit");
     let config = config(12);
     let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
-    let (servers, probe) = sim::start(
-        &choice,
-        &name,
-        &config,
-        &options,
-        Default::default(),
-        loopback(),
-        3,
-    )
-    .await
-    .unwrap();
+    let (servers, probe) = three_replicas(&choice, &name, &config, &options).await;
     let plan = Plan {
         events: 600,
         rate: 300,
@@ -197,17 +210,7 @@ async fn claims_survive_a_restart_of_every_replica_with_aof() {
     let http = client();
     let within = recovery(&config) + work * 2;
 
-    let (servers, _) = sim::start(
-        &choice,
-        &name,
-        &config,
-        &options,
-        Default::default(),
-        loopback(),
-        3,
-    )
-    .await
-    .unwrap();
+    let (servers, _) = three_replicas(&choice, &name, &config, &options).await;
     let bases: Vec<String> = servers.iter().map(base).collect();
     for i in 0..3u64 {
         let a = deliver(
@@ -250,17 +253,7 @@ async fn claims_survive_a_restart_of_every_replica_with_aof() {
     }
     server.restart();
 
-    let (servers, _) = sim::start(
-        &choice,
-        &name,
-        &config,
-        &options,
-        Default::default(),
-        loopback(),
-        3,
-    )
-    .await
-    .unwrap();
+    let (servers, _) = three_replicas(&choice, &name, &config, &options).await;
     let bases: Vec<String> = servers.iter().map(base).collect();
     for i in 0..3u64 {
         let id = format!("done-{i}");
