@@ -8,7 +8,8 @@
 //!   unprivileged user when running as root) that can be killed and restarted.
 //!
 //! Without the server binaries (and without the variable) a test prints one line saying it skipped
-//! and how to enable it; when `CI` is set it fails instead.
+//! and how to enable it; when `CI` is set it fails instead (`.ci/run` sets it). Any other failure
+//! to start a server (the binaries are there and fail) is a test failure, `CI` or not.
 
 pub mod postgres;
 pub mod redis;

@@ -6,7 +6,9 @@
 //!
 //! Without the binaries (and without the variable) [`shared_url`] prints one line saying the
 //! PostgreSQL tests were skipped and how to enable them, and returns `None`; when `CI` is set it
-//! panics instead, so CI cannot pass by skipping.
+//! panics instead, so CI cannot pass by skipping. With the binaries present, a cluster that fails
+//! to start (initdb failing, no user to run it as, `runuser` missing) is a failure, `CI` or not:
+//! only a machine without PostgreSQL skips.
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -39,6 +41,15 @@ impl Cluster {
     /// server may lose the last commits). `Err` says why (no binaries, or they failed).
     pub fn start() -> Result<Self, String> {
         Self::start_with(false)
+    }
+
+    /// As [`start_with`](Self::start_with), telling a machine without the binaries (the only
+    /// case a test may skip) from binaries that failed (always a test failure).
+    fn try_start(durable: bool) -> Result<Self, StartError> {
+        if find_bin().is_none() {
+            return Err(StartError::NoBinaries);
+        }
+        Self::start_with(durable).map_err(StartError::Failed)
     }
 
     /// As [`start`](Self::start); `durable` keeps `synchronous_commit` on, so that every
@@ -265,6 +276,31 @@ fn find_bin() -> Option<PathBuf> {
     versions.pop().map(|(_, b)| b)
 }
 
+/// Why no cluster could be started.
+#[derive(Debug, Clone)]
+enum StartError {
+    /// No `initdb`/`pg_ctl` on this machine: the tests may skip (unless `CI` is set).
+    NoBinaries,
+    /// The binaries are there and failed (initdb, the user to run as, `runuser`, `pg_ctl
+    /// start`): a broken start must never read as a pass.
+    Failed(String),
+}
+
+/// The outcome of a start for a test: the cluster, or `None` after [`skip`] when the machine
+/// has no PostgreSQL; a failed start panics with what failed.
+fn started<T>(r: Result<T, StartError>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(StartError::NoBinaries) => {
+            skip("no initdb/pg_ctl found");
+            None
+        }
+        Err(StartError::Failed(why)) => {
+            panic!("PostgreSQL is installed but the test cluster did not start: {why}")
+        }
+    }
+}
+
 static SKIP_SAID: AtomicBool = AtomicBool::new(false);
 
 /// Says, once per process, that the PostgreSQL tests were skipped, on stderr past the test
@@ -285,12 +321,12 @@ pub fn skip(why: &str) {
 /// use and stopped when the process exits (by a watchdog, since statics are never dropped).
 /// `None` after [`skip`] when there is neither.
 pub fn shared_url() -> Option<String> {
-    static SHARED: OnceLock<Result<String, String>> = OnceLock::new();
+    static SHARED: OnceLock<Result<String, StartError>> = OnceLock::new();
     let r = SHARED.get_or_init(|| {
         if let Ok(url) = std::env::var(URL_VAR) {
             return Ok(url);
         }
-        let mut cluster = Cluster::start()?;
+        let mut cluster = Cluster::try_start(false)?;
         let url = cluster.url();
         watch(&cluster);
         // From now on the watchdog owns the cluster's end (and deletes its directory).
@@ -300,32 +336,22 @@ pub fn shared_url() -> Option<String> {
         }
         Ok(url)
     });
-    match r {
-        Ok(url) => Some(url.clone()),
-        Err(why) => {
-            skip(why);
-            None
-        }
-    }
+    started(r.clone())
 }
 
 /// A fresh cluster of the test's own (for tests that stop and restart the server), or `None`
-/// after [`skip`] (also when the server is an external one, which a test must not restart).
+/// after [`skip`] when the machine has no PostgreSQL binaries. The server [`URL_VAR`] names is
+/// never used here (a test must not restart it): with the variable set the test still starts its
+/// own cluster, and without the binaries skips, or fails when `CI` is set, as everywhere else.
 pub fn own_cluster() -> Option<Cluster> {
-    if std::env::var_os(URL_VAR).is_some() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: a test that restarts PostgreSQL ({URL_VAR} names a server it must not stop)"
-        );
+    let r = Cluster::try_start(true);
+    if matches!(r, Err(StartError::NoBinaries)) && std::env::var_os(URL_VAR).is_some() {
+        skip(&format!(
+            "a test that restarts PostgreSQL needs initdb/pg_ctl: {URL_VAR} names a server it must not stop"
+        ));
         return None;
     }
-    match Cluster::start_with(true) {
-        Ok(c) => Some(c),
-        Err(why) => {
-            skip(&why);
-            None
-        }
-    }
+    started(r)
 }
 
 /// Starts a process that waits for this one to exit, then stops the cluster and deletes it.
