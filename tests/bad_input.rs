@@ -234,12 +234,18 @@ proptest! {
         }
     }
 
-    /// `WorkerId::from_str` accepts exactly what `u64` parsing accepts and keeps (a bounded prefix
-    /// of) the rejected text.
+    /// `WorkerId::from_str` accepts exactly the canonical decimals up to `WorkerId::MAX` and keeps
+    /// (a bounded prefix of) the rejected text. The generators reach the accept path (any id up
+    /// to MAX), the bound itself (MAX and MAX + 1), both sides of it (MAX - 1000 ..= MAX + 1000,
+    /// and 13-15 digit strings: MAX has 14 digits) and the `u64` overflow (18-22 digits).
     #[test]
     fn worker_id_parse_never_panics(s in prop_oneof![
         nasty_text(),
         any::<u64>().prop_map(|n| n.to_string()),
+        (0..=WorkerId::MAX).prop_map(|n| n.to_string()),
+        (WorkerId::MAX - 1000..=WorkerId::MAX + 1000).prop_map(|n| n.to_string()),
+        prop_oneof![Just(WorkerId::MAX), Just(WorkerId::MAX + 1)].prop_map(|n| n.to_string()),
+        re("[+-]?0?[0-9]{13,15}"),
         re("[+-]?[0-9]{18,22}"),
     ]) {
         // Canonical decimal only: digits, no sign, no leading zero, at most WorkerId::MAX.
@@ -400,4 +406,36 @@ fn length_limits_are_exact() {
         panic!()
     };
     assert!(input.len() <= 64 && wide.starts_with(&input));
+}
+
+/// The bound itself, pinned: `WorkerId::MAX` parses (the last id a registry hands out must be
+/// addressable over the network), `MAX + 1` is `OutOfRange` carrying it, and so is every id past
+/// it up to `u64::MAX`; one more digit overflows `u64` and is not a number.
+#[test]
+fn worker_id_max_parses_and_max_plus_one_is_out_of_range() {
+    assert_eq!(WorkerId::MAX, 17_592_186_044_415);
+    assert_eq!(
+        WorkerId::from_str("17592186044415"),
+        Ok(WorkerId::new(WorkerId::MAX))
+    );
+    assert_eq!(
+        WorkerId::from_str("17592186044414"),
+        Ok(WorkerId::new(WorkerId::MAX - 1))
+    );
+    assert_eq!(
+        WorkerId::from_str("17592186044416"),
+        Err(WorkerIdError::OutOfRange {
+            id: WorkerId::MAX + 1
+        })
+    );
+    assert_eq!(
+        WorkerId::from_str(&u64::MAX.to_string()),
+        Err(WorkerIdError::OutOfRange { id: u64::MAX })
+    );
+    assert_eq!(
+        WorkerId::from_str("18446744073709551616"),
+        Err(WorkerIdError::NotANumber {
+            input: "18446744073709551616".into()
+        })
+    );
 }
