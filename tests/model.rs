@@ -43,6 +43,12 @@ const CLAIM_RETENTION_MS: u64 = 300;
 const DEAD_RETENTION_MS: u64 = 250;
 const BRAKE_FRACTION: f64 = 0.5;
 const BRAKE_MIN: usize = 3;
+/// Short enough that a run (about 50 s of registry time, steps of up to 330 ms) reaches them: a
+/// claim held by a worker that keeps beating is released as stuck, and its holder drained, after
+/// MAX_IN_FLIGHT_MS; a plain `drain` (and `drain_all`, and the drain of a stuck holder) dies with
+/// `DrainTimedOut` after DRAIN_DEADLINE_MS. (The defaults, 30 minutes, are never reached.)
+const MAX_IN_FLIGHT_MS: u64 = 150;
+const DRAIN_DEADLINE_MS: u64 = 250;
 
 fn config() -> RegistryConfig {
     let ms = Duration::from_millis;
@@ -57,6 +63,8 @@ fn config() -> RegistryConfig {
         .dead_retention(ms(DEAD_RETENTION_MS))
         .brake_fraction(BRAKE_FRACTION)
         .brake_min_workers(BRAKE_MIN)
+        .max_in_flight(ms(MAX_IN_FLIGHT_MS))
+        .drain_deadline(ms(DRAIN_DEADLINE_MS))
         // Eviction order among claims completed in the same millisecond is unspecified, so the
         // test keeps eviction out of reach (the key space is TARGETS x EVENTS).
         .max_retained_claims(1_000)
@@ -484,4 +492,96 @@ fn drain_deadlines_and_fenced_completions_agree() {
     ]);
     let died = WorkerRegistry::stats(&run.memory).deaths_drain_timed_out;
     assert_eq!(died, 1, "the earlier deadline held");
+}
+
+/// `n` sweep intervals of 50 ms, every worker in `beating` heartbeating before each sweep (the
+/// sweeps run on time, so no stall compensation moves a deadline).
+fn ticks(ops: &mut Vec<Op>, n: usize, beating: &[usize]) {
+    for _ in 0..n {
+        ops.push(Op::Advance(50));
+        ops.extend(beating.iter().map(|i| Op::Heartbeat(W::Known(*i))));
+        ops.extend([Op::Sweep, Op::Inspect]);
+    }
+}
+
+/// A delivery held past `max_in_flight` by a busy worker that keeps beating: a sweep releases the
+/// claim as stuck (reported with its holder) and drains the holder, which dies with
+/// `DrainTimedOut` once the configured drain deadline passes; its late completion is refused.
+/// Both registries must agree at every step (the 30-minute defaults kept this out of reach).
+#[test]
+fn a_delivery_stuck_past_max_in_flight_is_released_and_its_holder_drained() {
+    use Op::*;
+    let mut ops = vec![
+        Admit(0, 0),
+        LoopStarted(W::Known(0)),
+        Heartbeat(W::Known(0)),
+    ];
+    let per = |ms: u64| (ms / 50) as usize + 1;
+    ticks(&mut ops, per(MAX_IN_FLIGHT_MS), &[0]);
+    ticks(&mut ops, per(DRAIN_DEADLINE_MS), &[0]);
+    ops.extend([CompleteBy(W::Known(0), 0, 0), Inspect]);
+    let run = fixed(&ops);
+    let stats = WorkerRegistry::stats(&run.memory);
+    assert_eq!(
+        (stats.claims_stuck, stats.deaths_drain_timed_out),
+        (1, 1),
+        "{stats:?}"
+    );
+}
+
+/// `drain` without a deadline and `drain_all` use the configured `drain_deadline`: busy workers
+/// drained either way die with `DrainTimedOut` at the first sweep past it.
+#[test]
+fn plain_drains_use_the_configured_deadline() {
+    use Op::*;
+    let mut ops = vec![
+        Admit(0, 0),
+        Admit(1, 0),
+        Complete(0, 0),
+        Complete(1, 0),
+        LoopStarted(W::Known(0)),
+        LoopStarted(W::Known(1)),
+        Drain(W::Known(0)),
+    ];
+    ticks(&mut ops, 2, &[0, 1]);
+    ops.push(DrainAll);
+    ticks(&mut ops, (DRAIN_DEADLINE_MS / 50) as usize + 1, &[0, 1]);
+    let run = fixed(&ops);
+    let stats = WorkerRegistry::stats(&run.memory);
+    assert_eq!(
+        (stats.claims_stuck, stats.deaths_drain_timed_out),
+        (0, 2),
+        "{stats:?}"
+    );
+}
+
+/// The random histories of `registry_matches_the_reference_model` (same strategy, same seed)
+/// reach stuck deliveries and drain deadlines, so the comparison covers them: with the 30-minute
+/// defaults neither ever happened in a run.
+#[test]
+fn random_histories_reach_stuck_deliveries_and_drain_deadlines() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::new(proptest_config(256));
+    let (mut runs, mut stuck, mut timed_out) = (0, 0, 0);
+    for _ in 0..64 {
+        let ops = proptest::collection::vec(op(), 1..150)
+            .new_tree(&mut runner)
+            .unwrap()
+            .current();
+        let mut run = Run::new();
+        for op in &ops {
+            run.step(op).unwrap();
+        }
+        let stats = WorkerRegistry::stats(&run.memory);
+        runs += 1;
+        stuck += u64::from(stats.claims_stuck > 0);
+        timed_out += u64::from(stats.deaths_drain_timed_out > 0);
+    }
+    eprintln!("{runs} runs: {stuck} with a stuck delivery, {timed_out} with a drain timeout");
+    assert!(stuck >= 4, "{stuck} of {runs} runs had a stuck delivery");
+    assert!(
+        timed_out >= 4,
+        "{timed_out} of {runs} runs had a drain timeout"
+    );
 }
