@@ -84,11 +84,27 @@ where
     (outcome, runs.load(Relaxed), started.elapsed())
 }
 
-/// Explores `model` within `preemption_bound`; any panic fails the test.
+/// The variable the twins runner sets to explore a model with a smaller preemption bound than its
+/// own (`1`: one thread may be preempted once, so either may start first and each call then runs
+/// whole: every sequential order), to show that a twin's bug needs an interleaving. Unset in every
+/// ordinary run.
+pub const PREEMPTION_BOUND_VAR: &str = "WR_LOOM_PREEMPTION_BOUND";
+
+/// Explores `model` within `preemption_bound` (or the lower bound [`PREEMPTION_BOUND_VAR`]
+/// names); any panic fails the test.
 pub fn check<F>(name: &str, preemption_bound: Option<usize>, model: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
+    let preemption_bound = match std::env::var(PREEMPTION_BOUND_VAR).ok() {
+        Some(v) => {
+            let forced: usize = v
+                .parse()
+                .unwrap_or_else(|_| panic!("{PREEMPTION_BOUND_VAR}={v:?} is not a number"));
+            Some(preemption_bound.map_or(forced, |b| b.min(forced)))
+        }
+        None => preemption_bound,
+    };
     let (outcome, runs, took) = explore(preemption_bound, model);
     if let Err(panic) = outcome {
         eprintln!("loom model {name}: failed after {runs} executions");

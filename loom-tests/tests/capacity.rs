@@ -1,11 +1,16 @@
 //! Race 3: capacity 1, deliveries for two different new targets at once.
 //!
-//! Invariant `capacity-respected`: exactly one is assigned (a new worker), the other is rejected
-//! with `CapacityFull { limit: 1 }` and leaves no claim; `live_workers()`, the stats and the next
-//! snapshot all count one live worker.
+//! One invariant per check, so that a twin names the one that fired:
+//! * `capacity-one-admitted`: exactly one is assigned (a new worker), the other is rejected with
+//!   `CapacityFull { limit: 1 }`;
+//! * `capacity-refusal-leaves-no-claim`: the rejected delivery leaves no claim;
+//! * `capacity-stats-agree`: `live_workers()` and the stats count what the outcomes say;
+//! * `capacity-snapshot-agrees`: the next snapshot counts the same live workers.
+//!
 //! Guard: the capacity reservation is one `fetch_update` (check and increment in one RMW).
-//! A second model frees the only slot (a deregister) while two new targets compete for it: at most
-//! one gets it, and never before it is free.
+//! A second model frees the only slot (a deregister) while two new targets compete for it:
+//! `capacity-freed-slot-taken-once` (at most one gets it, and never before it is free), then the
+//! stats and snapshot checks as above.
 //! Twin: `twins/capacity-check-then-increment.patch` (load and compare, then increment), for both
 //! models.
 #![cfg(worker_registry_loom)]
@@ -27,18 +32,18 @@ fn two_targets_one_slot() {
 
     let (assigned, full) = tally([&mine, &theirs]);
     invariant!(
-        "capacity-respected",
+        "capacity-one-admitted",
         (assigned, full) == (1, 1),
         "one assigned, one CapacityFull: {mine:?} / {theirs:?}"
     );
     let s = reg.stats();
     invariant!(
-        "capacity-respected",
+        "capacity-stats-agree",
         (s.live_workers, s.admitted_new, s.rejected_capacity) == (1, 1, 1),
         "live_workers() and stats must agree with the outcomes: {s:?}"
     );
     invariant!(
-        "capacity-respected",
+        "capacity-refusal-leaves-no-claim",
         reg.claim_count() == 1,
         "the rejected delivery must leave no claim: {} claims",
         reg.claim_count()
@@ -46,7 +51,7 @@ fn two_targets_one_slot() {
     reg.sweep();
     let snap = reg.status();
     invariant!(
-        "capacity-respected",
+        "capacity-snapshot-agrees",
         snap.capacity.used == 1 && snap.counts.active == 1 && snap.workers.len() == 1,
         "the snapshot must count one live worker: {:?} {:?}",
         snap.capacity,
@@ -72,13 +77,13 @@ fn two_targets_one_slot_being_freed() {
 
     let (assigned, full) = tally([&mine, &theirs]);
     invariant!(
-        "capacity-respected",
+        "capacity-freed-slot-taken-once",
         assigned <= 1 && assigned + full == 2,
         "at most one may take the freed slot: {mine:?} / {theirs:?}"
     );
     let s = reg.stats();
     invariant!(
-        "capacity-respected",
+        "capacity-stats-agree",
         (s.live_workers, s.admitted_new, s.rejected_capacity)
             == (assigned, assigned as u64, full as u64),
         "live_workers() and stats must agree with the outcomes ({assigned} assigned): {s:?}"
@@ -87,7 +92,7 @@ fn two_targets_one_slot_being_freed() {
     let snap = reg.status();
     let live = snap.workers.iter().filter(|w| w.status.is_alive()).count();
     invariant!(
-        "capacity-respected",
+        "capacity-snapshot-agrees",
         live == assigned
             && snap.capacity.used == assigned
             && snap.worker(holder.id()).map(|w| w.status.is_alive()) == Some(false)

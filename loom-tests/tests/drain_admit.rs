@@ -5,8 +5,10 @@
 //! does land on it was first, so drain saw it busy: drain answered `Draining`, not `Exited`, and
 //! the worker ends draining with the assignment rather than dead.
 //! Guard: drain and assign are each one CAS on the state word.
-//! Twin: `twins/transition-load-store.patch` (drain decides "idle: exit now" on a load, then stores it over
-//! the assignment that made the worker busy).
+//! Twins: `twins/transition-load-store.patch` (drain decides "idle: exit now" on a load, then stores it over
+//! the assignment that made the worker busy) for the idle model; `twins/assign-onto-draining.patch`
+//! (the assignment refuses only a dead worker, so a busy one being drained still takes deliveries)
+//! for the busy model.
 #![cfg(worker_registry_loom)]
 
 use loom::sync::atomic::{AtomicBool, Ordering};

@@ -10,7 +10,9 @@
 //! Invariant `beat-clears-suspicion` (the mass-staleness brake engaged): a heartbeat racing the
 //! sweep that marks every silent worker suspect is never lost: its worker ends alive, not suspect,
 //! with the new beat recorded; no worker dies while the brake holds.
-//! Twin: `twins/transition-load-store.patch` (load, decide, store), for both models.
+//! Twins: `twins/transition-load-store.patch` (load, decide, store), for both models;
+//! `twins/handle-beat-after-death.patch` (a handle accepts its dead worker's beat) for
+//! `dead-stays-dead`.
 #![cfg(worker_registry_loom)]
 
 use std::time::Duration;

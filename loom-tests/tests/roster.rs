@@ -6,7 +6,11 @@
 //! that agree with the live count.
 //! Guard: a new worker is announced on the roster's channel before its creation returns, and a
 //! sweep takes in every announced worker before it reads any.
-//! Twin: `twins/roster-late-intake.patch` (the sweep takes in new workers after its pass).
+//! Twins: `twins/roster-late-intake.patch` (the sweep takes in new workers after its pass: caught
+//! in every sequential order too); `twins/roster-intake-drops-unindexed.patch` (creation announces
+//! before it indexes, and intake drops what the map does not list: caught only when the sweep's
+//! intake runs inside a creation, two preemptions; the runner checks that the model passes with at
+//! most one).
 #![cfg(worker_registry_loom)]
 
 use loom::sync::atomic::{AtomicBool, Ordering};
