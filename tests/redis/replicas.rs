@@ -203,17 +203,22 @@ async fn a_sweeper_on_each_replica_redispatches_every_released_delivery_once() {
         .missed_heartbeats(2)
         .sweep_interval(Duration::from_millis(50))
         .startup_grace(Duration::ZERO)
+        // Short, so that the jump below passes it: an unacknowledged release would be offered
+        // again by the first sweep after the jump.
+        .release_ack_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
     let a = harness::registry(&url, "sweeper", cfg).await;
     let b = a.connect_replica().await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // Every report, once its callback is done: (the registry time it ran at, whether it swept).
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let sweepers: Vec<_> = [a.clone(), b.clone()]
         .into_iter()
         .map(|r| {
-            let (router, tx) = (r.clone(), tx.clone());
+            let (router, tx, done_tx) = (r.clone(), tx.clone(), done_tx.clone());
             worker_registry::Sweeper::spawn_async(r, move |report| {
-                let (router, tx) = (router.clone(), tx.clone());
+                let (router, tx, done_tx) = (router.clone(), tx.clone(), done_tx.clone());
                 async move {
                     for e in &report.released {
                         // Re-dispatch: admitted again, as new (and done at once, so that
@@ -222,6 +227,7 @@ async fn a_sweeper_on_each_replica_redispatches_every_released_delivery_once() {
                         router.complete(&e.target, &e.delivery).await.unwrap();
                         let _ = tx.send((e.delivery.clone(), again));
                     }
+                    let _ = done_tx.send((report.at, report.swept));
                 }
             })
         })
@@ -244,11 +250,27 @@ async fn a_sweeper_on_each_replica_redispatches_every_released_delivery_once() {
             "{delivery} re-dispatched twice"
         );
     }
-    // Acknowledged by the sweepers: not offered again, even past release_ack_timeout.
-    a.advance_time_for_tests(Duration::from_secs(6))
-        .await
-        .unwrap();
-    let late = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await;
+    // Acknowledged by the sweepers: not offered again, even past release_ack_timeout. A minute of
+    // registry time, which no real time in this test reaches: a report at or past `before + JUMP`
+    // is of a sweep that ran after the jump. Once such a sweep did the maintenance and its
+    // callback is done, whatever it offered again would be in `rx` already.
+    const JUMP: Duration = Duration::from_secs(60);
+    assert!(JUMP > a.config().release_ack_timeout());
+    let mut before = Duration::ZERO;
+    while let Ok((at, _)) = done_rx.try_recv() {
+        before = before.max(at);
+    }
+    a.advance_time_for_tests(JUMP).await.unwrap();
+    loop {
+        let (at, swept) = tokio::time::timeout(Duration::from_secs(10), done_rx.recv())
+            .await
+            .expect("a sweep reported within 10 s")
+            .unwrap();
+        if swept && at >= before + JUMP {
+            break;
+        }
+    }
+    let late = rx.try_recv();
     assert!(late.is_err(), "offered again: {late:?}");
     for s in sweepers {
         assert_eq!(s.errors(), 0);
