@@ -44,6 +44,9 @@ struct Scripted {
 }
 
 const WORKER: WorkerId = WorkerId::new(7);
+/// The fake's drain deadline: not the library's default, so a `drain` that passed the default
+/// instead of the config's would show.
+const FAKE_DRAIN_DEADLINE: Duration = Duration::from_secs(17);
 
 impl Scripted {
     fn new() -> Self {
@@ -67,7 +70,11 @@ impl Scripted {
             claims,
         );
         Self {
-            config: RegistryConfig::builder().max_workers(8).build().unwrap(),
+            config: RegistryConfig::builder()
+                .max_workers(8)
+                .drain_deadline(FAKE_DRAIN_DEADLINE)
+                .build()
+                .unwrap(),
             calls: Mutex::new(Vec::new()),
             snapshot: Arc::new(snapshot),
             events: worker_registry::EventSender::new(),
@@ -411,8 +418,23 @@ async fn a_fake_returns_every_outcome_through_the_seam() {
         }))
     ));
     // Through the dynamic form too, and the default `drain` uses the config's deadline.
-    let dynamic = DynRegistry::new(fake);
+    let fake = Arc::new(fake);
+    let dynamic = DynRegistry::from_arc(fake.clone());
     assert_eq!(dynamic.drain(WORKER).await, Ok(Status::Draining));
+    let drains: Vec<String> = fake
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.starts_with("drain"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        drains,
+        vec![format!("drain {WORKER} {FAKE_DRAIN_DEADLINE:?}")],
+        "the default drain passes the fake's configured deadline (not the library default)"
+    );
+    assert_ne!(FAKE_DRAIN_DEADLINE, worker_registry::DEFAULT_DRAIN_DEADLINE);
     let calls = dynamic.backend().status();
     assert_eq!(calls.version, 42);
     assert_eq!(calls.counts.busy, 1);

@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::testkit::support::*;
 use crate::testkit::Fixture;
 use crate::{
-    ClaimOutcome, ClaimState, DeliveryId, HeartbeatAck, RegistryError, Target, WorkerId,
-    WorkerRegistry, MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
+    ClaimOutcome, ClaimState, DeadReason, DeliveryId, HeartbeatAck, RegistryError, Target,
+    WorkerId, WorkerRegistry, MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
 };
 
 /// Every call that takes a worker id refuses an unknown one with `UnknownWorker` carrying that id,
@@ -161,7 +161,7 @@ pub async fn extreme_valid_input_round_trips_exactly<F: Fixture>(fixture: &F) {
     ));
 
     // What a sweep hands back is exactly what went in.
-    assert!(r.deregister(workers[0]).await.is_ok());
+    assert_eq!(r.deregister(workers[0]).await, Ok(DeadReason::Deregistered));
     let report = sweep(&r).await;
     let mut got = released(&report);
     got.sort();

@@ -323,7 +323,9 @@ pub async fn nothing_is_assigned_to_a_worker_after_its_drain_returned<F: Fixture
 pub async fn a_completion_racing_the_workers_death_either_completes_or_is_released<F: Fixture>(
     fixture: &F,
 ) {
-    let (mut completed, mut refused) = (0, 0);
+    // Which of the two wins a round is the scheduler's choice, so the case checks that each round
+    // is exactly one of them, consistently, and nothing about how often each won (a count of the
+    // two would add up to ROUNDS by construction).
     for round in 0..ROUNDS {
         let r = registry(fixture, config()).await;
         let (target, delivery) = (t(1), d("d"));
@@ -357,7 +359,6 @@ pub async fn a_completion_racing_the_workers_death_either_completes_or_is_releas
         let report = sweep(&r).await;
         match completion {
             Ok(()) => {
-                completed += 1;
                 assert!(
                     report.released.is_empty(),
                     "round {round}: completed and released"
@@ -368,7 +369,6 @@ pub async fn a_completion_racing_the_workers_death_either_completes_or_is_releas
                 );
             }
             Err(RegistryError::ClaimReleased { holder, reason, .. }) => {
-                refused += 1;
                 assert_eq!(holder, Some(w));
                 assert_eq!(reason, ReleaseReason::WorkerDied(DeadReason::Deregistered));
                 assert_eq!(released(&report), vec![(target.clone(), delivery.clone())]);
@@ -377,5 +377,4 @@ pub async fn a_completion_racing_the_workers_death_either_completes_or_is_releas
             Err(other) => panic!("round {round}: {other:?}"),
         }
     }
-    assert_eq!(completed + refused, ROUNDS);
 }
