@@ -64,6 +64,27 @@ pub fn config(capacity: usize) -> RegistryConfig {
         .unwrap()
 }
 
+/// Missed heartbeats before death in the tests that assert a worker is still alive, or still
+/// sticky, some time after a replica or a process could have stalled: a 4 s timeout, which a
+/// loaded 2-core machine does not eat (with `MISSED` it was 300 ms, 200 ms of it past a beat).
+/// Deaths those tests wait for take that much longer (seconds, bounded by [`recovery`]).
+pub const PATIENT_MISSED: u32 = 40;
+
+/// As [`config`], with the heartbeat timeout `HEARTBEAT * PATIENT_MISSED`.
+pub fn patient_config(capacity: usize) -> RegistryConfig {
+    let c = config(capacity);
+    RegistryConfig::builder()
+        .max_workers(capacity)
+        .heartbeat_interval(c.heartbeat_interval())
+        .missed_heartbeats(PATIENT_MISSED)
+        .sweep_interval(c.sweep_interval())
+        .startup_grace(c.startup_grace())
+        .suspect_grace(c.suspect_grace())
+        .release_ack_timeout(c.release_ack_timeout())
+        .build()
+        .unwrap()
+}
+
 /// How long, after its container is gone, a worker's events take at most to be re-dispatched:
 /// its silence is noticed (start-up grace + timeout + a sweep, + the suspect grace if every
 /// container went at once and the mass-staleness brake held them), and a released event handed

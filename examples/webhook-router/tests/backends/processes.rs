@@ -59,7 +59,7 @@ impl Replica {
             ])
             .args(["--capacity", "12", "--mailbox", "16"])
             .args(["--heartbeat-ms", &HEARTBEAT.as_millis().to_string()])
-            .args(["--missed-heartbeats", &MISSED.to_string()])
+            .args(["--missed-heartbeats", &PATIENT_MISSED.to_string()])
             .args([
                 "--work-ms",
                 &WORK.as_millis().to_string(),
@@ -151,7 +151,9 @@ async fn sigkill(choice: RegistryChoice, victim_url: String, kill: impl AsyncKil
     ];
     let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
     let http = client();
-    let config = config(12);
+    // As the children are configured: patient, so that a redelivery answered by another process
+    // finds the first one's worker alive however long a loaded machine stalls a process.
+    let config = patient_config(12);
     let within = recovery(&config) + WORK * 8;
 
     // 18 deliveries on 6 pull requests; each redelivered at once to the next replica, which must

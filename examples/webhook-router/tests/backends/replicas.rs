@@ -95,7 +95,9 @@ async fn forwarding(kind: Kind) {
         return;
     };
     let name = unique("fwd");
-    let config = config(8);
+    // Patient: the owner's worker must still be alive (and sticky) a moment after the kill, however
+    // long a loaded machine takes to deliver in between.
+    let config = patient_config(8);
     let options = options(Duration::from_millis(20), Duration::from_secs(3600), 8);
     let a = replica(&choice, &name, &config, &options).await;
     let b = replica(&choice, &name, &config, &options).await;
