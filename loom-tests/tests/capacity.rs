@@ -11,8 +11,11 @@
 //! A second model frees the only slot (a deregister) while two new targets compete for it:
 //! `capacity-freed-slot-taken-once` (at most one gets it, and never before it is free), then the
 //! stats and snapshot checks as above.
-//! Twin: `twins/capacity-check-then-increment.patch` (load and compare, then increment), for both
-//! models.
+//! Twins, one per check: `twins/capacity-check-then-increment.patch` (load and compare, then
+//! increment: `capacity-one-admitted`, `capacity-freed-slot-taken-once`),
+//! `twins/capacity-refusal-keeps-a-claim.patch`, `twins/capacity-rejections-miscounted.patch` (both
+//! models) and `twins/snapshot-counts-dead-as-used.patch` (the freed-slot model: only it has a dead
+//! worker).
 #![cfg(worker_registry_loom)]
 
 use loom_tests::{check, event, invariant, registry, spawn, target, EXHAUSTIVE};
