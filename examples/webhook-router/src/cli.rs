@@ -3,11 +3,12 @@
 //! checked here, where the flag is read, so that nothing downstream can overflow or panic on a
 //! value a careless operator typed.
 
-use crate::app::{self, MAX_MAILBOX};
+use crate::app;
 use crate::backend::{validate_name, RegistryChoice, DEFAULT_REGISTRY_NAME};
 use crate::body::{BodyBudget, BodyLimits};
 use crate::github;
-use crate::routing::Policy;
+use crate::limits::{DEFAULT_MAILBOX, MAX_MAILBOX};
+use crate::policy::Policy;
 use crate::server::{self, ServerLimits};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -68,7 +69,7 @@ pub struct Args {
     #[arg(long, env = "WEBHOOK_ROUTER_IDLE_MS")]
     pub idle_ms: Option<u64>,
     /// Events a worker may have queued before its target gets 503 (1 to 65536).
-    #[arg(long, env = "WEBHOOK_ROUTER_MAILBOX", default_value_t = app::DEFAULT_MAILBOX)]
+    #[arg(long, env = "WEBHOOK_ROUTER_MAILBOX", default_value_t = DEFAULT_MAILBOX)]
     pub mailbox: usize,
     /// GitHub webhook secret: deliveries must carry a valid X-Hub-Signature-256. Without one, unsigned
     /// deliveries are accepted, and only on a loopback bind. [default: none / a random one]
@@ -403,7 +404,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             s.options.policy.decide("pull_request", Some("closed")),
-            crate::routing::Decision::Ignore
+            crate::policy::Decision::Ignore
         );
         assert!(parse(&["--route", "push=start"]).is_err());
         assert!(parse(&["--body-budget-mib", "1"]).is_err());
