@@ -16,8 +16,8 @@
 //! | refuses the connection (its process is gone) | [`Handover::Held`] | 202, the same: its containers died with it |
 //! | no owner recorded within [`MAX_OWNER_WAIT`] (or the lookup failed), another failure, a timeout | [`Handover::Unreachable`] | the claim is released, 503 unavailable (if the release fails too, 202: the claim stays with the worker, which releases it when it dies or exits) |
 //!
-//! This module is the network half only: the owner records ([`Remote::owner`],
-//! [`Remote::publish`]) and the request to another replica ([`Remote::post`]). It knows nothing of
+//! This module is the network half only: the owner records (`Remote::owner`,
+//! `Remote::publish`) and the request to another replica (`Remote::post`). It knows nothing of
 //! this process's containers; [`crate::dispatch`] decides when to look locally and when to forward.
 //!
 //! So no worker ever gets a second container (only the creating admission starts one), and an

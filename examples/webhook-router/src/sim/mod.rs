@@ -3,12 +3,13 @@
 //! mid-run, then a summary (throughput, latency, outcomes, and an audit: nothing lost, no worker
 //! with two containers, capacity never exceeded; and the final status table).
 //!
-//! [`run`] is the list of phases, one file each: the [`clients`] send the generated
-//! [`traffic`] while the [`chaos`] crashes and drains workers, the [`killer`] kills a replica
-//! halfway, the [`sampler`] watches the registry's live count and the [`progress`] line is
-//! printed; then the [`reconcile`]r resends what was refused, the router is left to [`settle`],
-//! every accepted delivery is [`audit`]ed, the replicas [`shutdown`], and the [`summary`] is
-//! printed. [`client`] is the simulated GitHub and operator they all use.
+//! [`run`] is the list of phases, one file each: the clients (`clients.rs`) send the generated
+//! traffic (`traffic.rs`) while the chaos (`chaos.rs`) crashes and drains workers, the killer
+//! (`killer.rs`) kills a replica halfway, the sampler (`sampler.rs`) watches the registry's live
+//! count and a progress line (`progress.rs`) is printed; then the reconciler (`reconcile.rs`)
+//! resends what was refused, the router is left to settle (`settle.rs`), every accepted delivery
+//! is audited (`audit.rs`), the replicas shut down (`shutdown.rs`) and the summary
+//! (`summary.rs`) is printed. `client.rs` is the simulated GitHub and operator they all use.
 
 mod audit;
 mod chaos;
