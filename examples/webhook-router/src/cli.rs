@@ -3,11 +3,12 @@
 //! checked here, where the flag is read, so that nothing downstream can overflow or panic on a
 //! value a careless operator typed.
 
-use crate::app::{self, MAX_MAILBOX};
+use crate::app;
 use crate::backend::{validate_name, RegistryChoice, DEFAULT_REGISTRY_NAME};
 use crate::body::{BodyBudget, BodyLimits};
 use crate::github;
-use crate::routing::Policy;
+use crate::limits::{DEFAULT_MAILBOX, MAX_MAILBOX};
+use crate::policy::Policy;
 use crate::server::{self, ServerLimits};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -68,7 +69,7 @@ pub struct Args {
     #[arg(long, env = "WEBHOOK_ROUTER_IDLE_MS")]
     pub idle_ms: Option<u64>,
     /// Events a worker may have queued before its target gets 503 (1 to 65536).
-    #[arg(long, env = "WEBHOOK_ROUTER_MAILBOX", default_value_t = app::DEFAULT_MAILBOX)]
+    #[arg(long, env = "WEBHOOK_ROUTER_MAILBOX", default_value_t = DEFAULT_MAILBOX)]
     pub mailbox: usize,
     /// GitHub webhook secret: deliveries must carry a valid X-Hub-Signature-256. Without one, unsigned
     /// deliveries are accepted, and only on a loopback bind. [default: none / a random one]
@@ -170,10 +171,57 @@ fn ms(flag: &str, v: u64) -> Result<Duration, String> {
 
 /// Validates the flags.
 pub fn settings(a: &Args) -> Result<Settings, String> {
-    let sim = a.simulate;
-    let pick = |flag: &str, v: Option<u64>, serve: u64, simulate: u64| {
-        ms(flag, v.unwrap_or(if sim { simulate } else { serve }))
+    let config = registry_config(a)?;
+    let (bind, secret, admin_token) = access(a)?;
+    let registry_name = match (&a.registry_name, a.simulate) {
+        (Some(n), _) => n.clone(),
+        (None, false) => DEFAULT_REGISTRY_NAME.to_owned(),
+        // A fresh registry per run: the simulator's deliveries repeat from run to run (same seed).
+        (None, true) => format!("webhook-router-sim-{:08x}", rand::thread_rng().gen::<u32>()),
     };
+    validate_name(&registry_name)?;
+    if !(1..=MAX_REPLICAS).contains(&a.replicas) {
+        return Err(format!(
+            "--replicas {} is out of range: 1 to {MAX_REPLICAS}",
+            a.replicas
+        ));
+    }
+    if a.replicas > 1 && !a.registry.is_shared() {
+        return Err(format!(
+            "--replicas {} needs a shared registry (--registry redis://... or postgres://...): \
+             replicas on the in-memory registry would each have their own",
+            a.replicas
+        ));
+    }
+    let options = router_options(a, secret, admin_token)?;
+    Ok(Settings {
+        limits: server_limits(a)?,
+        registry: a.registry.clone(),
+        registry_name,
+        advertise_url: a.advertise_url.clone(),
+        replicas: a.replicas,
+        bind,
+        config,
+        options,
+        shutdown: pick(a, "--shutdown-ms", a.shutdown_ms, 10_000, 5_000)?,
+    })
+}
+
+/// A duration flag in milliseconds, or its default when serving or simulating.
+fn pick(
+    a: &Args,
+    flag: &str,
+    v: Option<u64>,
+    serve: u64,
+    simulate: u64,
+) -> Result<Duration, String> {
+    ms(flag, v.unwrap_or(if a.simulate { simulate } else { serve }))
+}
+
+/// The registry's configuration: heartbeats, capacity, sweeps (checked against the backend's
+/// clock).
+fn registry_config(a: &Args) -> Result<RegistryConfig, String> {
+    let sim = a.simulate;
     let heartbeat = Duration::from_millis(a.heartbeat_ms.unwrap_or(if sim {
         100
     } else {
@@ -200,6 +248,7 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         // scaled with it (--simulate's 100 ms).
         .suspect_grace((heartbeat * 4).max(sweep))
         .release_ack_timeout(pick(
+            a,
             "--release-ack-ms",
             a.release_ack_ms,
             u64::try_from(DEFAULT_RELEASE_ACK_TIMEOUT.as_millis()).unwrap_or(60_000),
@@ -216,7 +265,13 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
             config.heartbeat_timeout()
         ));
     }
+    Ok(config)
+}
 
+/// Where to listen, the webhook secret and the admin token (random ones for `--simulate`), and
+/// the refusals that keep a non-loopback router from running unguarded.
+fn access(a: &Args) -> Result<(SocketAddr, Option<String>, Option<String>), String> {
+    let sim = a.simulate;
     let bind = a.bind.unwrap_or(SocketAddr::new(
         IpAddr::V4(Ipv4Addr::LOCALHOST),
         if sim { 0 } else { 3000 },
@@ -251,26 +306,15 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
              replicas forward events to each other's containers through POST /internal/..., which it guards"
         ));
     }
-    let registry_name = match (&a.registry_name, sim) {
-        (Some(n), _) => n.clone(),
-        (None, false) => DEFAULT_REGISTRY_NAME.to_owned(),
-        // A fresh registry per run: the simulator's deliveries repeat from run to run (same seed).
-        (None, true) => format!("webhook-router-sim-{:08x}", rand::thread_rng().gen::<u32>()),
-    };
-    validate_name(&registry_name)?;
-    if !(1..=MAX_REPLICAS).contains(&a.replicas) {
-        return Err(format!(
-            "--replicas {} is out of range: 1 to {MAX_REPLICAS}",
-            a.replicas
-        ));
-    }
-    if a.replicas > 1 && !a.registry.is_shared() {
-        return Err(format!(
-            "--replicas {} needs a shared registry (--registry redis://... or postgres://...): \
-             replicas on the in-memory registry would each have their own",
-            a.replicas
-        ));
-    }
+    Ok((bind, secret, admin_token))
+}
+
+/// The router's options: mailboxes, the routing policy, body limits, the simulated work.
+fn router_options(
+    a: &Args,
+    secret: Option<String>,
+    admin_token: Option<String>,
+) -> Result<app::Options, String> {
     if !(1..=MAX_MAILBOX).contains(&a.mailbox) {
         return Err(format!(
             "--mailbox {} is out of range: 1 to {MAX_MAILBOX}",
@@ -292,7 +336,7 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
     if body_timeout.is_zero() {
         return Err("--body-timeout-ms must be at least 1".into());
     }
-    let options = app::Options {
+    Ok(app::Options {
         policy: Arc::new(policy),
         body: BodyLimits {
             max: github::MAX_PAYLOAD_BYTES,
@@ -301,10 +345,14 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         },
         webhook_secret: secret.map(|s| Arc::from(s.into_bytes())),
         admin_token,
-        work: pick("--work-ms", a.work_ms, 2_000, 20)?,
-        idle: pick("--idle-ms", a.idle_ms, 60_000, 200)?,
+        work: pick(a, "--work-ms", a.work_ms, 2_000, 20)?,
+        idle: pick(a, "--idle-ms", a.idle_ms, 60_000, 200)?,
         mailbox: a.mailbox,
-    };
+    })
+}
+
+/// The HTTP server's limits.
+fn server_limits(a: &Args) -> Result<ServerLimits, String> {
     let header_timeout = ms("--header-timeout-ms", a.header_timeout_ms)?;
     if header_timeout.is_zero() {
         return Err("--header-timeout-ms must be at least 1".into());
@@ -321,20 +369,10 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
             a.max_concurrent_webhooks
         ));
     }
-    Ok(Settings {
-        limits: ServerLimits {
-            header_timeout,
-            max_connections: a.max_connections,
-            max_concurrent_webhooks: a.max_concurrent_webhooks,
-        },
-        registry: a.registry.clone(),
-        registry_name,
-        advertise_url: a.advertise_url.clone(),
-        replicas: a.replicas,
-        bind,
-        config,
-        options,
-        shutdown: pick("--shutdown-ms", a.shutdown_ms, 10_000, 5_000)?,
+    Ok(ServerLimits {
+        header_timeout,
+        max_connections: a.max_connections,
+        max_concurrent_webhooks: a.max_concurrent_webhooks,
     })
 }
 
@@ -403,7 +441,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             s.options.policy.decide("pull_request", Some("closed")),
-            crate::routing::Decision::Ignore
+            crate::policy::Decision::Ignore
         );
         assert!(parse(&["--route", "push=start"]).is_err());
         assert!(parse(&["--body-budget-mib", "1"]).is_err());

@@ -27,7 +27,7 @@ use dashmap::DashMap;
 use tokio::sync::{mpsc, Notify};
 use worker_registry::{DeliveryId, ReleasedEvent, Target, WorkerId};
 
-use crate::app::MAX_MAILBOX;
+use crate::limits::MAX_MAILBOX;
 use crate::worker::Job;
 
 /// A router replica's tag on the platform.

@@ -409,23 +409,7 @@ pub const PR_EVENTS: [&str; 10] = [
 /// Every body must be a JSON object (even for ignored events); the events that concern a pull
 /// request must carry the fields naming it.
 pub fn route(event: &str, body: &[u8]) -> Result<Route, PayloadError> {
-    let json_err = |source| PayloadError::Json {
-        event: event.to_owned(),
-        source,
-    };
-    let target = |repo: &str, number: u64| Target::new(repo, number).map_err(PayloadError::Target);
-    let targets = |action: Option<String>, targets: Vec<Target>| {
-        let mut unique: Vec<Target> = Vec::with_capacity(targets.len());
-        for t in targets {
-            if !unique.contains(&t) {
-                unique.push(t);
-            }
-        }
-        Route::Targets {
-            action,
-            targets: unique,
-        }
-    };
+    let json_err = json_error(event);
     match event {
         "pull_request"
         | "pull_request_review"
@@ -451,42 +435,7 @@ pub fn route(event: &str, body: &[u8]) -> Result<Route, PayloadError> {
                 )))
             }
         }
-        "check_run" | "check_suite" | "workflow_run" => {
-            let p: CiPayload = serde_json::from_slice(body).map_err(json_err)?;
-            let run = match event {
-                "check_run" => p.check_run,
-                "check_suite" => p.check_suite,
-                _ => p.workflow_run,
-            };
-            let Some(run) = run else {
-                return Err(json_err(serde::de::Error::missing_field(match event {
-                    "check_run" => "check_run",
-                    "check_suite" => "check_suite",
-                    _ => "workflow_run",
-                })));
-            };
-            if run.pull_requests.is_empty() {
-                return Ok(Route::Ignored(format!(
-                    "{event} for no pull request (pull_requests is empty: a push, or a pull request from a fork)"
-                )));
-            }
-            let mut found = Vec::with_capacity(run.pull_requests.len());
-            for pr in run.pull_requests {
-                let base = pr.base.and_then(|b| b.repo);
-                // The pull request lives in its base repository, which is the delivery's repository
-                // unless the payload says otherwise.
-                let repo = match base {
-                    Some(b) if b.id.is_some() && b.id != p.repository.id => b
-                        .url
-                        .as_deref()
-                        .and_then(repo_from_api_url)
-                        .unwrap_or_else(|| p.repository.full_name.clone()),
-                    _ => p.repository.full_name.clone(),
-                };
-                found.push(target(&repo, pr.number)?);
-            }
-            Ok(targets(p.action, found))
-        }
+        "check_run" | "check_suite" | "workflow_run" => ci_route(event, body),
         "merge_group" => {
             let p: MergeGroupPayload = serde_json::from_slice(body).map_err(json_err)?;
             match merge_queue_number(&p.merge_group.head_ref) {
@@ -507,6 +456,72 @@ pub fn route(event: &str, body: &[u8]) -> Result<Route, PayloadError> {
                 format!("{other} events have no pull-request target")
             }))
         }
+    }
+}
+
+/// The pull requests a `check_run`, `check_suite` or `workflow_run` ran for: each in its base
+/// repository, which is the delivery's unless the payload says otherwise.
+fn ci_route(event: &str, body: &[u8]) -> Result<Route, PayloadError> {
+    let json_err = json_error(event);
+    let p: CiPayload = serde_json::from_slice(body).map_err(&json_err)?;
+    let run = match event {
+        "check_run" => p.check_run,
+        "check_suite" => p.check_suite,
+        _ => p.workflow_run,
+    };
+    let Some(run) = run else {
+        return Err(json_err(serde::de::Error::missing_field(match event {
+            "check_run" => "check_run",
+            "check_suite" => "check_suite",
+            _ => "workflow_run",
+        })));
+    };
+    if run.pull_requests.is_empty() {
+        return Ok(Route::Ignored(format!(
+            "{event} for no pull request (pull_requests is empty: a push, or a pull request from a fork)"
+        )));
+    }
+    let mut found = Vec::with_capacity(run.pull_requests.len());
+    for pr in run.pull_requests {
+        let base = pr.base.and_then(|b| b.repo);
+        // The pull request lives in its base repository, which is the delivery's repository
+        // unless the payload says otherwise.
+        let repo = match base {
+            Some(b) if b.id.is_some() && b.id != p.repository.id => b
+                .url
+                .as_deref()
+                .and_then(repo_from_api_url)
+                .unwrap_or_else(|| p.repository.full_name.clone()),
+            _ => p.repository.full_name.clone(),
+        };
+        found.push(target(&repo, pr.number)?);
+    }
+    Ok(targets(p.action, found))
+}
+
+/// Turns serde's error on a payload of `event` into a [`PayloadError`].
+fn json_error(event: &str) -> impl Fn(serde_json::Error) -> PayloadError + '_ {
+    move |source| PayloadError::Json {
+        event: event.to_owned(),
+        source,
+    }
+}
+
+fn target(repo: &str, number: u64) -> Result<Target, PayloadError> {
+    Target::new(repo, number).map_err(PayloadError::Target)
+}
+
+/// A route to `targets`, each once, in order.
+fn targets(action: Option<String>, targets: Vec<Target>) -> Route {
+    let mut unique: Vec<Target> = Vec::with_capacity(targets.len());
+    for t in targets {
+        if !unique.contains(&t) {
+            unique.push(t);
+        }
+    }
+    Route::Targets {
+        action,
+        targets: unique,
     }
 }
 

@@ -3,37 +3,48 @@
 //! Written against the registry's contract through a [`DynRegistry`](worker_registry::DynRegistry),
 //! so it runs on whichever backend `--registry` names.
 //!
-//! * [`cli`]: the flags, validated into [`cli::Settings`].
-//! * [`backend`]: `--registry`, the backend choice.
-//! * [`store`]: the router's own records next to a shared registry (which replica owns which
-//!   container).
-//! * [`containers`]: the in-process container platform (worker id -> mailbox), one container per
-//!   worker.
-//! * [`remote`]: reaching containers that other router processes run.
-//! * [`app`]: the router's state and decisions ([`app::App`]).
-//! * [`http`]: the HTTP app (`POST /webhook`, the debug endpoint, the admin API).
-//! * [`server`]: [`server::serve`] and the shutdown path.
-//! * [`github`]: GitHub's webhook format: signatures, headers, payloads, the pull requests named.
-//! * [`routing`]: the routing policy (which events start, reach or drain a PR's worker).
-//! * [`body`]: reading a body under a size cap, a time limit and a shared memory budget.
-//! * [`answer`] and [`openapi`]: the answers' JSON and the OpenAPI document.
-//! * [`worker`]: the simulated worker container.
-//! * [`metrics`]: the router's own metrics.
-//! * [`sim`]: `--simulate`, built-in traffic over HTTP with an audit and a summary.
+//! The modules, from the top floor down; each imports only from the floors below it:
+//!
+//! * [`cli`]: the flags, validated into [`cli::Settings`]; [`sim`]: `--simulate`, built-in
+//!   traffic over HTTP with an audit and a summary, one file per phase.
+//! * [`server`]: [`server::serve`], the accept loop, and the shutdown path that runs
+//!   [`shutdown`]'s steps with the HTTP server and the sweeper.
+//! * [`http`]: the edge: `POST /webhook` (parsing, signatures, answers), the debug and internal
+//!   endpoints, the admin API and the OpenAPI document. It reads bodies with [`body`] (a size
+//!   cap, a time limit, a shared memory budget) and GitHub's format with [`github`].
+//! * [`routing`]: the routing policy's decision carried out for one pull request.
+//! * [`redispatch`]: released deliveries placed again (the sweeper's callback).
+//! * [`dispatch`]: admission and the handover to a worker's container, here or on its owner.
+//! * [`lifecycle`]: containers started, crashed and forgotten; [`shutdown`]: draining, stopping
+//!   and accounting for what was not finished.
+//! * [`app`]: the router's state ([`app::App`]) that those add to, built from
+//!   [`app::Options`] and a [`app::Platform`].
+//! * [`containers`]: the in-process container platform (worker id -> mailbox); [`remote`]:
+//!   the owner records and forwarding to containers that other router processes run; [`store`]:
+//!   those records next to a shared registry; [`worker`]: the simulated worker container;
+//!   [`metrics`]: the router's own metrics; [`backend`]: `--registry`, the backend choice.
+//! * At the bottom, what every layer speaks: [`outcome`] (what was done with a delivery:
+//!   [`outcome::Dispatch`], [`outcome::Source`], [`outcome::Unfinished`]), [`limits`], the
+//!   routing [`policy`] table, and [`github`]'s vocabulary.
 
-pub mod answer;
 pub mod app;
 pub mod backend;
 pub mod body;
 pub mod cli;
 pub mod containers;
+pub mod dispatch;
 pub mod github;
 pub mod http;
+pub mod lifecycle;
+pub mod limits;
 pub mod metrics;
-pub mod openapi;
+pub mod outcome;
+pub mod policy;
+pub mod redispatch;
 pub mod remote;
 pub mod routing;
 pub mod server;
+pub mod shutdown;
 pub mod sim;
 pub mod store;
 pub mod worker;

@@ -22,6 +22,7 @@
 //! * Ctrl-C refuses new deliveries, drains every worker and exits when they are done; at the
 //!   deadline it stops the rest and lists every delivery it could not complete.
 
+use webhook_router::server::Server;
 use webhook_router::{cli, server, sim};
 
 use std::process::ExitCode;
@@ -77,41 +78,38 @@ async fn run() -> ExitCode {
     if args.simulate {
         return simulate(&args, &s).await;
     }
-    let registry = match s.registry.open(s.config.clone(), &s.registry_name).await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!(
-                "webhook-router: cannot open the {} registry: {e}",
-                s.registry
-            );
-            return ExitCode::from(1);
-        }
-    };
-    let listener = match TcpListener::bind(s.bind).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("webhook-router: cannot listen on {}: {e}", s.bind);
-            return ExitCode::from(1);
-        }
-    };
-    let signed = s.options.webhook_secret.is_some();
-    let platform = match platform(&s, &listener).await {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("webhook-router: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let app = App::with_platform(registry, s.options.clone(), platform);
-    let server = match server::serve_with(app, listener, s.limits).await {
+    let server = match start(&s).await {
         Ok(server) => server,
         Err(e) => {
             eprintln!("webhook-router: {e}");
             return ExitCode::from(1);
         }
     };
-    let addr = server.addr();
+    announce(&server, &s);
+    serve_until_ctrl_c(server, &s).await
+}
 
+/// Opens the registry, listens and starts the router.
+async fn start(s: &cli::Settings) -> Result<Server, String> {
+    let registry = s
+        .registry
+        .open(s.config.clone(), &s.registry_name)
+        .await
+        .map_err(|e| format!("cannot open the {} registry: {e}", s.registry))?;
+    let listener = TcpListener::bind(s.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", s.bind))?;
+    let platform = platform(s, &listener).await?;
+    let app = App::with_platform(registry, s.options.clone(), platform);
+    server::serve_with(app, listener, s.limits)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Logs where the router listens and how it is configured (and what it leaves unguarded).
+fn announce(server: &Server, s: &cli::Settings) {
+    let addr = server.addr();
+    let signed = s.options.webhook_secret.is_some();
     let cfg = server.app().registry().config();
     tracing::info!(
         "listening on http://{addr}: POST /webhook | GET /workers, /workers/{{id}}, /metrics, /openapi.json, /healthz | POST /workers/{{id}}/drain, /debug/workers/{{id}}/crash"
@@ -151,7 +149,10 @@ async fn run() -> ExitCode {
     if server.app().options().admin_token.is_none() {
         tracing::warn!("no --admin-token: the admin API and /debug/... are open to anyone who can reach {addr}");
     }
+}
 
+/// Serves until Ctrl-C, then shuts down (a second Ctrl-C exits at once).
+async fn serve_until_ctrl_c(server: Server, s: &cli::Settings) -> ExitCode {
     if let Err(e) = tokio::signal::ctrl_c().await {
         eprintln!("webhook-router: cannot wait for Ctrl-C: {e}");
         return ExitCode::from(1);

@@ -17,7 +17,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use worker_registry::metrics::{Metrics, Returned};
 
-use crate::app::{Dispatch, Source};
+use crate::outcome::{Dispatch, Source};
 use crate::worker::Exit;
 
 type Labels = Vec<(&'static str, &'static str)>;

@@ -16,6 +16,10 @@
 //! | refuses the connection (its process is gone) | [`Handover::Held`] | 202, the same: its containers died with it |
 //! | no owner recorded within [`MAX_OWNER_WAIT`] (or the lookup failed), another failure, a timeout | [`Handover::Unreachable`] | the claim is released, 503 unavailable (if the release fails too, 202: the claim stays with the worker, which releases it when it dies or exits) |
 //!
+//! This module is the network half only: the owner records (`Remote::owner`,
+//! `Remote::publish`) and the request to another replica (`Remote::post`). It knows nothing of
+//! this process's containers; [`crate::dispatch`] decides when to look locally and when to forward.
+//!
 //! So no worker ever gets a second container (only the creating admission starts one), and an
 //! accepted event is either in its container's queue or held by a worker that will die, in which
 //! case the sweep of a surviving replica re-dispatches it.
@@ -24,11 +28,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::time::{sleep, Instant};
+use tokio::time::sleep;
 use utoipa::ToSchema;
 use worker_registry::WorkerId;
 
-use crate::containers::{Containers, Handed};
 use crate::store::Store;
 use crate::worker::Job;
 
@@ -52,6 +55,17 @@ pub enum Handover {
     Held,
     /// Not delivered for this reason; the worker may well be alive.
     Unreachable(String),
+}
+
+/// Which replica runs a worker's container, as its owner record says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// This one.
+    This,
+    /// The replica at this address.
+    Other(String),
+    /// None has published a record (yet).
+    Unknown,
 }
 
 /// A forwarded event, as `POST /internal/workers/{id}/jobs` takes it.
@@ -132,17 +146,27 @@ impl Remote {
         &self.0.store
     }
 
+    /// How long a dispatch waits for a new worker's owner to publish its record.
+    pub fn owner_wait(&self) -> Duration {
+        self.0.owner_wait
+    }
+
     /// Records this replica as the owner of `worker`'s container; if the backend cannot answer,
-    /// tries again in the background until it can or the container stops.
-    pub(crate) async fn publish(&self, containers: &Arc<Containers>, worker: WorkerId) {
+    /// tries again in the background for as long as `running` (whether the container still runs)
+    /// says so.
+    pub(crate) async fn publish(
+        &self,
+        worker: WorkerId,
+        running: impl Fn() -> bool + Send + 'static,
+    ) {
         let Err(e) = self.0.store.publish(worker, &self.0.advertise).await else {
             return;
         };
         tracing::warn!(%worker, "could not record this replica as the container's owner, retrying: {e}");
-        let (this, containers) = (self.clone(), containers.clone());
+        let this = self.clone();
         tokio::spawn(async move {
             let mut delay = this.0.publish_retry / 4;
-            while containers.is_running(worker) {
+            while running() {
                 sleep(delay).await;
                 if this
                     .0
@@ -166,49 +190,19 @@ impl Remote {
         }
     }
 
-    /// Hands `job` to `worker`'s container on its owner replica (see the module documentation);
-    /// `containers` are this process's own, checked again while the owner's record is awaited.
-    pub(crate) async fn forward(
-        &self,
-        containers: &Containers,
-        worker: WorkerId,
-        mut job: Job,
-    ) -> Handover {
-        let deadline = Instant::now() + self.0.owner_wait;
-        let mut delay = Duration::from_millis(1);
-        loop {
-            match self.0.store.owner(worker).await {
-                Err(e) => return Handover::Unreachable(format!("owner lookup failed: {e}")),
-                Ok(Some(address)) if address == self.0.advertise => {
-                    // Ours: started by another task of this process a moment ago, or gone.
-                    return match containers.hand(worker, job, false) {
-                        Handed::Absent(_) | Handed::Stopped => Handover::Held,
-                        Handed::Queued => Handover::Queued,
-                        Handed::Full => Handover::Full,
-                    };
-                }
-                Ok(Some(address)) => return self.post(&address, worker, job).await,
-                Ok(None) => {}
-            }
-            // The owner may be this process, between its admission and its record.
-            job = match containers.hand(worker, job, false) {
-                Handed::Queued => return Handover::Queued,
-                Handed::Full => return Handover::Full,
-                Handed::Stopped => return Handover::Held,
-                Handed::Absent(job) => job,
-            };
-            if Instant::now() >= deadline {
-                return Handover::Unreachable(format!(
-                    "no replica has published worker {worker}'s container within {:?}",
-                    self.0.owner_wait
-                ));
-            }
-            sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_millis(50));
+    /// Which replica runs `worker`'s container, as its record says; `Err` (why) if the record
+    /// cannot be read.
+    pub(crate) async fn owner(&self, worker: WorkerId) -> Result<Owner, String> {
+        match self.0.store.owner(worker).await {
+            Err(e) => Err(format!("owner lookup failed: {e}")),
+            Ok(Some(address)) if address == self.0.advertise => Ok(Owner::This),
+            Ok(Some(address)) => Ok(Owner::Other(address)),
+            Ok(None) => Ok(Owner::Unknown),
         }
     }
 
-    async fn post(&self, address: &str, worker: WorkerId, job: Job) -> Handover {
+    /// Forwards `job` to `worker`'s container on the replica at `address`.
+    pub(crate) async fn post(&self, address: &str, worker: WorkerId, job: Job) -> Handover {
         let body = ForwardedJob {
             target: job.target.to_string(),
             delivery: job.event.to_string(),

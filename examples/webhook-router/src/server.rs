@@ -15,8 +15,9 @@
 //! requests handled at once is a tower `ConcurrencyLimit` behind a `LoadShed` (503 beyond it), in
 //! [`crate::http`].
 
-use crate::app::{App, Unfinished};
+use crate::app::App;
 use crate::http;
+use crate::outcome::Unfinished;
 
 use std::io;
 use std::net::SocketAddr;
@@ -318,20 +319,7 @@ impl Server {
                 Vec::new()
             }
         };
-        let unfinished = self.app.unfinished(&released);
-        self.app
-            .inner
-            .metrics
-            .shutdown_unfinished
-            .inc_by(unfinished.len() as u64);
-        for u in &unfinished {
-            tracing::warn!(
-                delivery = %u.delivery,
-                target = %u.target,
-                why = %u.why,
-                "accepted delivery not completed at shutdown (released in the registry)"
-            );
-        }
+        let unfinished = self.app.account_unfinished(&released);
         ShutdownReport {
             drained,
             completed: registry

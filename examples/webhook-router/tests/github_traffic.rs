@@ -177,7 +177,7 @@ async fn a_closed_pull_request_drains_its_worker_and_starts_none() {
 /// A configured policy is followed: here, labels start workers and closing is ignored.
 #[tokio::test(start_paused = true)]
 async fn the_routing_policy_is_configurable() {
-    let policy = webhook_router::routing::Policy::default()
+    let policy = webhook_router::policy::Policy::default()
         .with_rule("pull_request.labeled=start")
         .unwrap()
         .with_rule("pull_request.closed=ignore")

@@ -188,7 +188,7 @@ async fn label_values_are_present_at_zero() {
         ));
     }
     for source in ["webhook", "redispatch"] {
-        for outcome in webhook_router::app::Dispatch::OUTCOMES {
+        for outcome in webhook_router::outcome::Dispatch::OUTCOMES {
             zero(&format!(
                 "webhook_router_admissions_total{{outcome=\"{outcome}\",source=\"{source}\"}}"
             ));

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use webhook_router::app::UnfinishedWhy;
+use webhook_router::outcome::UnfinishedWhy;
 use worker_registry::{
     ClaimOutcome, ClaimState, DeliveryId, InMemoryRegistry, Target, TokioClock, WorkerRegistry,
 };

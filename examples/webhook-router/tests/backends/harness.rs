@@ -17,7 +17,7 @@ use webhook_router::app::{App, Options, Platform};
 use webhook_router::backend::RegistryChoice;
 use webhook_router::body::{BodyBudget, BodyLimits, DEFAULT_BODY_BUDGET, DEFAULT_BODY_TIMEOUT};
 use webhook_router::github;
-use webhook_router::routing::Policy;
+use webhook_router::policy::Policy;
 use webhook_router::server::{self, Server, ServerLimits};
 use worker_registry::RegistryConfig;
 

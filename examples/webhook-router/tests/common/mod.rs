@@ -2,7 +2,7 @@
 //! paused clock, a client, and helpers to send deliveries and poll state.
 #![allow(dead_code)] // each test file uses part of it
 
-use webhook_router::{app, body, routing, server};
+use webhook_router::{app, body, policy, server};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ pub struct Setup {
     pub token: Option<&'static str>,
     pub work: Duration,
     pub mailbox: usize,
-    pub policy: routing::Policy,
+    pub policy: policy::Policy,
     pub body_timeout: Duration,
     pub body_budget: usize,
     pub limits: server::ServerLimits,
@@ -39,7 +39,7 @@ impl Default for Setup {
             token: None,
             work: Duration::from_millis(10),
             mailbox: 8,
-            policy: routing::Policy::default(),
+            policy: policy::Policy::default(),
             body_timeout: body::DEFAULT_BODY_TIMEOUT,
             body_budget: body::DEFAULT_BODY_BUDGET,
             limits: server::ServerLimits::default(),

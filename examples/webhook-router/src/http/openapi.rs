@@ -4,16 +4,17 @@
 
 use utoipa::OpenApi;
 
-use crate::answer::{
+use super::answer::{
     ClaimStateName, CrashAnswer, DeliveryAnswer, ErrorAnswer, Outcome, TargetAnswer,
 };
-use crate::http::{self, FormDelivery};
+use super::webhook::FormDelivery;
+use super::{debug, internal, webhook};
+use crate::policy::Decision;
 use crate::remote::{ForwardAnswer, ForwardedJob};
-use crate::routing::Decision;
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(http::webhook, http::crash, http::internal_jobs),
+    paths(webhook::webhook, debug::crash, internal::internal_jobs),
     components(schemas(
         DeliveryAnswer, TargetAnswer, Outcome, ClaimStateName, Decision, ErrorAnswer, CrashAnswer,
         FormDelivery, ForwardedJob, ForwardAnswer,

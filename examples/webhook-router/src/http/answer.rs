@@ -4,7 +4,7 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::routing::Decision;
+use crate::policy::Decision;
 
 /// What the router did with a delivery, or with one of its pull requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]

@@ -1,0 +1,80 @@
+//! `POST /internal/workers/{id}/jobs`: events other replicas (in other processes, sharing the
+//! registry) forward for this replica's containers; see [`crate::remote`].
+
+use super::answer::ErrorAnswer;
+use super::reply::error_response;
+use crate::app::App;
+use crate::containers::Handed;
+use crate::remote::{ForwardAnswer, ForwardedJob};
+use crate::worker::Job;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use worker_registry::{DeliveryId, FencingToken, Target, WorkerId};
+
+/// Takes an event another replica forwards for one of this router's containers.
+#[utoipa::path(
+    post,
+    path = "/internal/workers/{id}/jobs",
+    tag = "internal",
+    description = "An event another replica of the router admitted for a worker whose container \
+                   this replica runs (served only with a shared registry, replicas in separate \
+                   processes). It is put in the container's queue as it is; the registry's \
+                   decision was made by the forwarding replica.",
+    params(("id" = u64, Path, minimum = 0, maximum = 17592186044415_u64,
+            description = "Worker id: a decimal integer without sign or leading zeros, at most 2^44 - 1")),
+    request_body(content = ForwardedJob, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "Queued", body = ForwardAnswer),
+        (status = 400, description = "A bad id or body", body = ErrorAnswer),
+        (status = 401, description = "Bearer token missing or wrong (when one is configured)", body = ErrorAnswer),
+        (status = 404, description = "No container of this replica has that id", body = ForwardAnswer),
+        (status = 410, description = "Its container here has stopped", body = ForwardAnswer),
+        (status = 429, description = "Its queue is full", body = ForwardAnswer),
+    ),
+)]
+pub(crate) async fn internal_jobs(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Json<ForwardedJob>, JsonRejection>,
+) -> Response {
+    let id: WorkerId = match id.parse() {
+        Ok(id) => id,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
+    };
+    let job = match body {
+        Ok(Json(job)) => job,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let target: Target = match job.target.parse() {
+        Ok(t) => t,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
+    };
+    let delivery = match DeliveryId::new(&job.delivery) {
+        Ok(d) => d,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
+    };
+    let job = Job {
+        target,
+        event: delivery,
+        token: FencingToken::from_raw(job.token),
+    };
+    let (status, result) = match app.containers().hand(id, job, false) {
+        Handed::Queued => (StatusCode::ACCEPTED, "queued"),
+        Handed::Full => (StatusCode::TOO_MANY_REQUESTS, "full"),
+        Handed::Stopped => (StatusCode::GONE, "stopped"),
+        Handed::Absent(_) => (StatusCode::NOT_FOUND, "unknown"),
+    };
+    (
+        status,
+        Json(ForwardAnswer {
+            worker: id.get(),
+            result: result.to_owned(),
+        }),
+    )
+        .into_response()
+}

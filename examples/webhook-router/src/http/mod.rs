@@ -1,0 +1,124 @@
+//! The router's HTTP app, the edge of the router: `POST /webhook` ([`webhook`]), the debug
+//! endpoint ([`debug`]), the replicas' internal endpoint ([`internal`]) and the library's admin
+//! API (`/workers`, `/metrics`, `/openapi.json` from [`openapi`], `/healthz`) merged at the root;
+//! JSON errors everywhere ([`reply`]), unknown paths and wrong methods included. Below it: the
+//! routing policy carried out ([`crate::routing`]) and dispatch ([`crate::dispatch`]).
+//!
+//! A delivery is refused before its body is read when its headers already rule it out (the router
+//! is shutting down, a missing or repeated identity header, a content type GitHub does not send, a
+//! missing or malformed signature, a `Content-Length` above the cap); its body is then read under
+//! the limits of [`crate::body`], its HMAC computed as it arrives.
+
+pub mod answer;
+pub mod debug;
+pub mod internal;
+pub mod openapi;
+pub mod reply;
+pub mod webhook;
+
+pub use reply::{retry_after_secs, Reply};
+
+use crate::app::App;
+use answer::Outcome;
+use reply::{error_response, refused, OVERLOADED};
+
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::BoxError;
+use axum::Router;
+use tower::limit::ConcurrencyLimitLayer;
+use tower::load_shed::LoadShedLayer;
+use tower::ServiceBuilder;
+use worker_registry::http::{admin_router, require_bearer_method, AdminOptions};
+use worker_registry::metrics::Metrics;
+
+/// The HTTP app: webhook, debug endpoint and the library's admin API, serving `metrics`.
+///
+/// With an admin token, every admin endpoint but `/healthz` needs it, reads included (the worker
+/// list names repositories and pull requests, private ones too).
+///
+/// At most `max_concurrent_webhooks` webhook requests are handled at once (a tower
+/// `ConcurrencyLimit`); beyond that a `LoadShed` answers 503 with `Retry-After` at once, before any
+/// body is read.
+pub fn router(app: &App, metrics: Metrics, max_concurrent_webhooks: usize) -> Router {
+    let token = app.options().admin_token.clone();
+    let admin = AdminOptions::new()
+        .metrics(metrics)
+        .maybe_bearer_token(token.clone())
+        .protect_reads(true)
+        .openapi(openapi::document());
+    // The debug endpoint mutates, so it takes the admin API's bearer token (same 401 answer), checked
+    // once the method matched (a GET is 405 first).
+    let crash_route = match &token {
+        Some(token) => require_bearer_method(post(debug::crash), token.clone()),
+        None => post(debug::crash),
+    };
+    // Replicas in other processes forward events for this router's containers here.
+    let internal = app.remote().map(|_| match token {
+        Some(token) => require_bearer_method(post(internal::internal_jobs), token),
+        None => post(internal::internal_jobs),
+    });
+    let router = Router::new();
+    let router = match internal {
+        Some(route) => router.route("/internal/workers/{id}/jobs", route),
+        None => router,
+    };
+    router
+        .route(
+            "/webhook",
+            post(webhook::webhook).layer(
+                ServiceBuilder::new()
+                    .layer(HandleErrorLayer::new({
+                        let app = app.clone();
+                        move |headers: HeaderMap, error: BoxError| {
+                            let app = app.clone();
+                            async move { overloaded(&app, &headers, error) }
+                        }
+                    }))
+                    .layer(LoadShedLayer::new())
+                    .layer(ConcurrencyLimitLayer::new(max_concurrent_webhooks.max(1))),
+            ),
+        )
+        .route("/debug/workers/{id}/crash", crash_route)
+        .with_state(app.clone())
+        .merge(admin_router(app.registry().clone(), admin))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+/// The webhook route is at its concurrency limit (or its service failed, which it cannot).
+fn overloaded(app: &App, headers: &HeaderMap, error: BoxError) -> Response {
+    tracing::debug!("webhook request shed: {error}");
+    let event = webhook::event_header(headers);
+    let reply = refused(
+        event,
+        Outcome::Unavailable,
+        OVERLOADED,
+        Duration::from_secs(1),
+    );
+    app.metrics().delivery(reply.label());
+    reply.into_response()
+}
+
+async fn not_found(request: Request) -> Response {
+    error_response(
+        StatusCode::NOT_FOUND,
+        format!("no such path: {}", request.uri().path()),
+    )
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} is not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}

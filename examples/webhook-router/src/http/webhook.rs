@@ -1,0 +1,366 @@
+//! `POST /webhook`: a GitHub delivery read (headers first, then the body under its limits),
+//! routed to the pull requests it names, the policy's decision carried out for each
+//! ([`App::apply`]) and answered as one [`Reply`].
+
+use super::answer::{ClaimStateName, DeliveryAnswer, ErrorAnswer, Outcome, TargetAnswer};
+use super::reply::{refused, retry_after_secs, Reply};
+use crate::app::App;
+use crate::body::{self, BodyError};
+use crate::github::{self, Delivery, Route, SignatureError, Verifier};
+use crate::outcome::Dispatch;
+use crate::policy::Decision;
+use crate::routing::TargetOutcome;
+
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use worker_registry::{ClaimState, Rejection, Target, WorkerId, WorkerRegistry};
+
+/// The whole handling of one `POST /webhook`.
+pub async fn handle(app: &App, request: Request) -> Reply {
+    let (delivery, payload) = match read(app, request).await {
+        Ok(read) => read,
+        Err(reply) => return reply,
+    };
+    let (action, targets) = match github::route(&delivery.event, &payload) {
+        Ok(Route::Targets { action, targets }) => (action, targets),
+        Ok(Route::Ignored(reason)) => return ignored(delivery.event, reason),
+        Err(e) => return Reply::error(StatusCode::BAD_REQUEST, e),
+    };
+    drop(payload);
+    let decision = app
+        .options()
+        .policy
+        .decide(&delivery.event, action.as_deref());
+    let mut answers = Vec::with_capacity(targets.len());
+    let mut wait: Option<Duration> = None;
+    for target in &targets {
+        let outcome = app.apply(decision, target, &delivery.id).await;
+        tracing::debug!(%target, delivery = %delivery.id, event = %delivery.event, %decision, ?outcome, "delivery");
+        let (answer, w) = target_answer(app, target, outcome, &delivery.event, action.as_deref());
+        wait = wait.max(w);
+        answers.push(answer);
+    }
+    answer(decision, delivery.event, action, answers, wait)
+}
+
+/// The delivery's identity and its JSON payload, or the refusal of the request: everything that
+/// rules it out without its body is checked before the body is read.
+async fn read(app: &App, request: Request) -> Result<(Delivery, Vec<u8>), Reply> {
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
+    if app.is_closing() {
+        let wait = app.registry().config().heartbeat_timeout();
+        let event = event_header(headers);
+        return Err(refused(
+            event,
+            Outcome::Closing,
+            "the router is shutting down",
+            wait,
+        ));
+    }
+    let delivery = github::delivery(headers).map_err(|e| Reply::error(e.status(), e))?;
+    // A signature header must be well-formed even without a secret (GitHub never sends a
+    // malformed one); with a secret it must be there, and match.
+    let verify = match (&app.options().webhook_secret, github::signature(headers)) {
+        (Some(secret), Ok(digest)) => Some((Verifier::new(secret), digest)),
+        (None, Ok(_) | Err(SignatureError::Missing)) => None,
+        (_, Err(e)) => return Err(Reply::error(StatusCode::UNAUTHORIZED, e)),
+    };
+    let limits = &app.options().body;
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limits.max as u64) {
+        return Err(Reply::error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::TooLarge { max: limits.max },
+        ));
+    }
+    let raw = match body::read(body, limits, verify).await {
+        Ok(b) => b,
+        Err(e @ BodyError::Overloaded) => {
+            return Err(refused(
+                Some(delivery.event),
+                Outcome::Unavailable,
+                &e.to_string(),
+                Duration::from_secs(1),
+            ))
+        }
+        Err(e) => {
+            let status = match e {
+                BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                BodyError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+                BodyError::Signature(_) => StatusCode::UNAUTHORIZED,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            return Err(Reply::error(status, e));
+        }
+    };
+    let payload = github::json_payload(delivery.content_type, &raw.bytes)
+        .map_err(|e| Reply::error(StatusCode::BAD_REQUEST, e))?;
+    Ok((delivery, payload))
+}
+
+/// The `X-GitHub-Event` header as far as it can be echoed (visible, at most 64 characters).
+pub(crate) fn event_header(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(github::EVENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|e| e.chars().take(64).collect::<String>())
+}
+
+/// A delivery whose event names no pull request the router serves.
+fn ignored(event: String, reason: String) -> Reply {
+    Reply::Answer {
+        status: StatusCode::ACCEPTED,
+        retry_after: None,
+        body: DeliveryAnswer {
+            outcome: Outcome::Ignored,
+            decision: None,
+            event: Some(event),
+            action: None,
+            worker: None,
+            new: None,
+            token: None,
+            state: None,
+            limit: None,
+            reason: Some(reason),
+            targets: Vec::new(),
+        },
+    }
+}
+
+/// The answer to a delivery from its pull requests' `answers`; `wait` is the longest wait a
+/// refused one asks for.
+fn answer(
+    decision: Decision,
+    event: String,
+    action: Option<String>,
+    answers: Vec<TargetAnswer>,
+    wait: Option<Duration>,
+) -> Reply {
+    let outcome = summary(&answers);
+    let status = if outcome.is_refusal() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else if outcome == Outcome::Duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let single = (answers.len() == 1).then(|| answers[0].clone());
+    let pick = |f: fn(&TargetAnswer) -> Option<u64>| single.as_ref().and_then(f);
+    Reply::Answer {
+        status,
+        retry_after: outcome
+            .is_refusal()
+            .then(|| retry_after_secs(wait.unwrap_or_default())),
+        body: DeliveryAnswer {
+            outcome,
+            decision: Some(decision),
+            event: Some(event),
+            action,
+            worker: pick(|a| a.worker),
+            new: single.as_ref().and_then(|a| a.new),
+            token: pick(|a| a.token),
+            state: single.as_ref().and_then(|a| a.state),
+            limit: pick(|a| a.limit),
+            reason: single.as_ref().and_then(|a| a.reason.clone()),
+            targets: answers,
+        },
+    }
+}
+
+/// How long a client should wait before sending a refused delivery again.
+fn wait_for(app: &App, d: &Dispatch) -> Duration {
+    let cfg = app.registry().config();
+    match d {
+        Dispatch::Rejected(Rejection::TargetDraining { .. }) | Dispatch::Backlog { .. } => {
+            app.options().work
+        }
+        Dispatch::Closing => cfg.heartbeat_timeout(),
+        _ => cfg.sweep_interval(),
+    }
+}
+
+/// One pull request's answer, and how long to wait if it was refused.
+fn target_answer(
+    app: &App,
+    target: &Target,
+    outcome: TargetOutcome,
+    event: &str,
+    action: Option<&str>,
+) -> (TargetAnswer, Option<Duration>) {
+    let mut a = TargetAnswer {
+        target: target.to_string(),
+        outcome: Outcome::Ignored,
+        worker: None,
+        new: None,
+        token: None,
+        state: None,
+        limit: None,
+        reason: None,
+    };
+    let mut wait = None;
+    let event = || {
+        format!(
+            "{event}{}",
+            action.map(|a| format!(".{a}")).unwrap_or_default()
+        )
+    };
+    match outcome {
+        TargetOutcome::Dispatched(d) => {
+            dispatched(&mut a, &d);
+            if a.outcome.is_refusal() {
+                wait = Some(wait_for(app, &d));
+            }
+        }
+        TargetOutcome::Drained { assignment } => {
+            a.outcome = Outcome::Drained;
+            a.worker = Some(assignment.worker.get());
+            a.new = Some(assignment.new);
+            a.token = Some(assignment.token.get());
+        }
+        TargetOutcome::AlreadyDraining { worker } => {
+            a.worker = Some(worker.get());
+            a.reason = Some(format!("its worker {worker} is already draining"));
+        }
+        TargetOutcome::NoWorker(decision) => {
+            a.reason = Some(format!(
+                "no live worker serves {target}, and {} events ({decision}) start none",
+                event()
+            ));
+        }
+        TargetOutcome::Ignored => {
+            a.reason = Some(format!("the routing policy ignores {} events", event()));
+        }
+    }
+    (a, wait)
+}
+
+/// Fills in a pull request's answer from what dispatch did.
+fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
+    match d {
+        Dispatch::Assigned(x) => {
+            a.outcome = Outcome::Assigned;
+            a.worker = Some(x.worker.get());
+            a.new = Some(x.new);
+            a.token = Some(x.token.get());
+        }
+        Dispatch::Duplicate(dup) => {
+            a.outcome = Outcome::Duplicate;
+            a.worker = dup.holder.map(WorkerId::get);
+            a.state = Some(match dup.state {
+                ClaimState::Completed => ClaimStateName::Completed,
+                _ => ClaimStateName::InFlight,
+            });
+        }
+        Dispatch::Rejected(Rejection::CapacityFull { limit }) => {
+            a.outcome = Outcome::Capacity;
+            a.limit = Some(*limit as u64);
+            a.reason = Some(format!("{limit} live workers is the limit"));
+        }
+        Dispatch::Rejected(Rejection::TargetDraining { worker }) => {
+            a.outcome = Outcome::Draining;
+            a.worker = Some(worker.get());
+            a.reason = Some(format!("its worker {worker} is draining"));
+        }
+        Dispatch::Rejected(r) => {
+            a.outcome = Outcome::Capacity;
+            a.reason = Some(r.to_string());
+        }
+        Dispatch::Backlog { worker } => {
+            a.outcome = Outcome::Capacity;
+            a.worker = Some(worker.get());
+            a.reason = Some("the worker's queue is full".to_owned());
+        }
+        Dispatch::Closing => {
+            a.outcome = Outcome::Closing;
+            a.reason = Some("the router is shutting down".to_owned());
+        }
+        Dispatch::Unavailable(e) => {
+            a.outcome = Outcome::Unavailable;
+            a.reason = Some(e.to_string());
+        }
+        Dispatch::Unreachable { worker, reason } => {
+            a.outcome = Outcome::Unavailable;
+            a.worker = Some(worker.get());
+            a.reason = Some(reason.clone());
+        }
+    }
+}
+
+/// The outcome of a delivery from its pull requests': the first refusal (send it again), else
+/// assigned, drained, duplicate (all of them) or ignored.
+fn summary(answers: &[TargetAnswer]) -> Outcome {
+    if let Some(r) = answers.iter().find(|a| a.outcome.is_refusal()) {
+        return r.outcome;
+    }
+    for o in [Outcome::Assigned, Outcome::Drained] {
+        if answers.iter().any(|a| a.outcome == o) {
+            return o;
+        }
+    }
+    if !answers.is_empty() && answers.iter().all(|a| a.outcome == Outcome::Duplicate) {
+        Outcome::Duplicate
+    } else {
+        Outcome::Ignored
+    }
+}
+
+/// Receives a GitHub webhook delivery.
+#[utoipa::path(
+    post,
+    path = "/webhook",
+    tag = "webhook",
+    description = "A GitHub webhook delivery. The router finds the pull requests it concerns \
+                   (`pull_request*`, `issue_comment` and `issues` on a pull request, `check_run`, \
+                   `check_suite` and `workflow_run` through `pull_requests[]`, `merge_group` \
+                   through its queue branch), applies the routing policy (`decision`: start, reach, \
+                   drain or ignore) and admits the delivery to each one's worker. A redelivery (same \
+                   `X-GitHub-Delivery`) is a duplicate. Headers are checked before the body is read.",
+    params(
+        ("X-GitHub-Event" = String, Header, pattern = r"^[!-~]{1,64}$",
+         description = "The event name, e.g. `pull_request` (visible ASCII, at most 64 bytes)"),
+        ("X-GitHub-Delivery" = String, Header, pattern = r"^[!-~]{1,255}$",
+         description = "The delivery id (visible ASCII, at most 255 bytes); a redelivery repeats it"),
+        ("X-Hub-Signature-256" = Option<String>, Header, pattern = r"^sha256=[0-9a-fA-F]{64}$",
+         description = "`sha256=` and the hex HMAC-SHA256 of the body under the webhook secret (required when the router has one)"),
+    ),
+    request_body(
+        description = "The event's payload as JSON, or form-encoded with the JSON in its `payload` field (GitHub's two content types); at most 25 MiB",
+        content(
+            (Object = "application/json"),
+            (FormDelivery = "application/x-www-form-urlencoded"),
+        ),
+    ),
+    responses(
+        (status = 200, description = "Every pull request it concerns already has it (a redelivery)", body = DeliveryAnswer),
+        (status = 202, description = "Assigned, drained or ignored", body = DeliveryAnswer),
+        (status = 400, description = "A missing, repeated or invalid header, or a payload that is not what its event promises", body = ErrorAnswer),
+        (status = 401, description = "A malformed X-Hub-Signature-256, or (when the router has a secret) a missing or wrong one", body = ErrorAnswer),
+        (status = 408, description = "The body was not received in time", body = ErrorAnswer),
+        (status = 413, description = "Larger than GitHub's 25 MiB", body = ErrorAnswer),
+        (status = 415, description = "Not application/json nor application/x-www-form-urlencoded", body = ErrorAnswer),
+        (status = 503, description = "Not accepted now (no capacity, the worker drains or its queue is full, shutting down, the registry's backend is away, or too many deliveries at once): send it again after Retry-After; nothing was left behind",
+         body = DeliveryAnswer,
+         headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+)]
+pub(crate) async fn webhook(State(app): State<App>, request: Request) -> Response {
+    let reply = handle(&app, request).await;
+    app.metrics().delivery(reply.label());
+    reply.into_response()
+}
+
+/// GitHub's form-encoded delivery.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only
+pub(crate) struct FormDelivery {
+    /// The event's JSON payload, as the `application/json` body would be.
+    #[schema(content_media_type = "application/json")]
+    payload: String,
+}

@@ -1,0 +1,154 @@
+//! What the router did with a delivery, and who asked: the types that the dispatch, re-dispatch,
+//! shutdown and HTTP layers all speak, and the metrics count. They sit below the code that
+//! produces them, so none of it has to import another layer to name an outcome.
+
+use std::fmt;
+
+use worker_registry::{
+    AlreadyClaimed, Assignment, DeliveryId, RegistryError, Rejection, ReleaseReason, Status,
+    Target, WorkerId,
+};
+
+/// Who asked for an admission (a label of the `webhook_router_admissions_total` metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A webhook delivery.
+    Webhook,
+    /// A released event placed again by the sweeper callback.
+    Redispatch,
+}
+
+impl Source {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Webhook => "webhook",
+            Self::Redispatch => "redispatch",
+        }
+    }
+}
+
+/// What the router did with one (target, delivery) pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dispatch {
+    /// Placed on a worker, which has it queued.
+    Assigned(Assignment),
+    /// A redelivery of something in flight or recently completed.
+    Duplicate(AlreadyClaimed),
+    /// The registry refused it (no claim is left behind).
+    Rejected(Rejection),
+    /// The worker's mailbox is full; the claim was released again.
+    Backlog {
+        /// The worker.
+        worker: WorkerId,
+    },
+    /// The worker's container (on another replica) could not be reached; the claim was released
+    /// again.
+    Unreachable {
+        /// The worker.
+        worker: WorkerId,
+        /// Why.
+        reason: String,
+    },
+    /// The router is shutting down.
+    Closing,
+    /// The registry's backend could not answer: the delivery was not accepted.
+    Unavailable(RegistryError),
+}
+
+impl Dispatch {
+    /// The outcome as the router answers it (and counts it): `assigned`, `duplicate`, `capacity`
+    /// (no capacity, or the worker's queue is full), `draining`, `closing` or `unavailable`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Self::Assigned(_) => "assigned",
+            Self::Duplicate(_) => "duplicate",
+            Self::Rejected(Rejection::CapacityFull { .. }) | Self::Backlog { .. } => "capacity",
+            Self::Rejected(_) => "draining",
+            Self::Closing => "closing",
+            Self::Unavailable(_) | Self::Unreachable { .. } => "unavailable",
+        }
+    }
+
+    /// Every value of [`outcome`](Self::outcome).
+    pub const OUTCOMES: [&'static str; 6] = [
+        "assigned",
+        "duplicate",
+        "capacity",
+        "draining",
+        "closing",
+        "unavailable",
+    ];
+}
+
+/// Why an accepted delivery was not completed before the router stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UnfinishedWhy {
+    /// Its worker was still busy (or had it queued) at the shutdown deadline: the worker was
+    /// stopped and deregistered, which released the claim through the registry.
+    StoppedAtDeadline {
+        /// The worker.
+        worker: WorkerId,
+    },
+    /// Its worker died and the registry released it; it was not placed again before the router
+    /// stopped.
+    Released {
+        /// Why the registry released it.
+        reason: ReleaseReason,
+    },
+}
+
+impl fmt::Display for UnfinishedWhy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StoppedAtDeadline { worker } => {
+                write!(f, "worker {worker} was stopped at the shutdown deadline")
+            }
+            Self::Released { reason } => {
+                write!(f, "released ({reason}) and not re-dispatched before exit")
+            }
+        }
+    }
+}
+
+/// An accepted delivery that was not completed before the router stopped. Its claim is released in
+/// the registry: a shared backend's other replicas re-dispatch it (or the next start, if the
+/// backend outlives the process); with the in-memory backend it is gone with the process, and
+/// GitHub does not redeliver on its own: redeliver it by id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    /// The target.
+    pub target: Target,
+    /// The delivery (`X-GitHub-Delivery`).
+    pub delivery: DeliveryId,
+    /// Why it was not completed.
+    pub why: UnfinishedWhy,
+}
+
+/// Why a crash request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CrashError {
+    /// No such worker (404).
+    Unknown(WorkerId),
+    /// The worker is dead already (409).
+    Dead(WorkerId, Status),
+    /// The worker has no container in this router (409).
+    NoContainer(WorkerId),
+    /// Its container has stopped already (409).
+    AlreadyStopped(WorkerId),
+    /// The registry's backend could not answer (503).
+    Unavailable(RegistryError),
+}
+
+impl fmt::Display for CrashError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unknown(id) => write!(f, "unknown worker {id}"),
+            Self::Dead(id, status) => write!(f, "worker {id} is {status}"),
+            Self::NoContainer(id) => write!(f, "worker {id} has no container in this router"),
+            Self::AlreadyStopped(id) => write!(f, "worker {id}'s container has stopped already"),
+            Self::Unavailable(e) => write!(f, "{e}"),
+        }
+    }
+}

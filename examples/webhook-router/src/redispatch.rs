@@ -1,0 +1,123 @@
+//! Re-dispatch of released deliveries: the [`Sweeper`](worker_registry::Sweeper)'s callback.
+//! Events the registry released (their worker died) are admitted again through
+//! [`crate::dispatch`]; those that cannot be placed yet are kept for the next sweep, and those
+//! of this sweep deferred (not acknowledged, so a shared backend may offer them to another
+//! replica).
+
+use crate::app::App;
+use crate::outcome::{Dispatch, Source};
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use worker_registry::{
+    Deferred, DeliveryId, Maintenance, ReleasedEvent, SweepReport, Target, WorkerId,
+};
+
+/// A released event's identity: one delivery to one target.
+type Key = (Target, DeliveryId);
+
+fn key(e: &ReleasedEvent) -> Key {
+    (e.target.clone(), e.delivery.clone())
+}
+
+/// What one pass over the waiting events made of them.
+#[derive(Default)]
+struct Placed {
+    /// Deferred by an earlier sweep and placed now: to acknowledge here.
+    late: Vec<ReleasedEvent>,
+    /// Not placed: kept for the next sweep.
+    still: Vec<ReleasedEvent>,
+}
+
+impl App {
+    /// The sweeper callback: re-dispatch released events (keeping, and deferring, those that cannot
+    /// be placed yet), then forget the mailboxes of dead workers whose task has stopped.
+    pub async fn after_sweep(&self, report: SweepReport) -> Deferred {
+        for (id, reason) in &report.died {
+            tracing::warn!(worker = %id, %reason, "worker declared dead");
+        }
+        self.inner.containers.ledger().released(&report.released);
+        if let Some(remote) = &self.inner.remote {
+            // Their owners may be gone (that may be why they died): nobody else forgets them.
+            let died: Vec<WorkerId> = report.died.iter().map(|(id, _)| *id).collect();
+            remote.forget(&died).await;
+        }
+        let fresh: HashSet<Key> = report.released.iter().map(key).collect();
+        let queue = self.waiting_with(&report.released);
+        let placed = self.place_again(queue, &fresh).await;
+        // Events deferred by an earlier sweep and placed now are acknowledged here (this sweep's
+        // own are acknowledged by the sweeper, unless deferred below).
+        if !placed.late.is_empty() {
+            if let Err(e) = self.inner.registry.acknowledge(&placed.late).await {
+                tracing::warn!(
+                    "acknowledging {} re-dispatched events failed: {e}",
+                    placed.late.len()
+                );
+            }
+        }
+        let deferred: Vec<ReleasedEvent> = placed
+            .still
+            .iter()
+            .filter(|e| fresh.contains(&key(e)))
+            .cloned()
+            .collect();
+        if let Ok(mut p) = self.inner.pending.lock() {
+            p.extend(placed.still);
+        }
+        self.forget_stopped_workers().await;
+        Deferred::new(deferred)
+    }
+
+    /// The events waiting from earlier sweeps, taken out, and `released` added once each (a shared
+    /// backend may offer a deferred event again: one copy is kept).
+    fn waiting_with(&self, released: &[ReleasedEvent]) -> Vec<ReleasedEvent> {
+        let mut queue = self
+            .inner
+            .pending
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default();
+        let known: HashSet<Key> = queue.iter().map(key).collect();
+        queue.extend(
+            released
+                .iter()
+                .filter(|e| !known.contains(&key(e)))
+                .cloned(),
+        );
+        queue
+    }
+
+    /// Admits each of `queue` again; `fresh` are this sweep's own.
+    async fn place_again(&self, queue: Vec<ReleasedEvent>, fresh: &HashSet<Key>) -> Placed {
+        let mut placed = Placed::default();
+        for event in queue {
+            match self
+                .dispatch(&event.target, &event.delivery, Source::Redispatch)
+                .await
+            {
+                Dispatch::Assigned(a) => {
+                    tracing::info!(target = %event.target, delivery = %event.delivery, worker = %a.worker, "released event re-dispatched");
+                    // Relaxed: a statistic.
+                    self.inner.redispatched.fetch_add(1, Ordering::Relaxed);
+                    self.inner.metrics.redispatched.inc();
+                    if !fresh.contains(&key(&event)) {
+                        placed.late.push(event);
+                    }
+                }
+                // Someone (a GitHub redelivery) placed it again first.
+                Dispatch::Duplicate(_) => {
+                    if !fresh.contains(&key(&event)) {
+                        placed.late.push(event);
+                    }
+                }
+                Dispatch::Rejected(_)
+                | Dispatch::Backlog { .. }
+                | Dispatch::Unreachable { .. }
+                | Dispatch::Closing
+                | Dispatch::Unavailable(_) => placed.still.push(event),
+            }
+        }
+        placed
+    }
+}

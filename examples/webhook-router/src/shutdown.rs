@@ -1,0 +1,124 @@
+//! Shutdown, the router's half: refuse new deliveries, drain this replica's workers, stop what
+//! still runs at the deadline, and account for every delivery accepted and not completed
+//! ([`Unfinished`]). [`Server::shutdown`](crate::server::Server::shutdown) runs these steps in
+//! order, with the HTTP server and the sweeper; [`App::kill_containers`] is the `kill -9` of a
+//! replica.
+
+use crate::app::App;
+use crate::outcome::{Unfinished, UnfinishedWhy};
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+use worker_registry::{DeliveryId, DrainAll, ReleasedEvent, Status, Target, WorkerRegistry};
+
+impl App {
+    /// The Ctrl-C path, first half: refuse new deliveries (503) and drain this replica's workers
+    /// (those whose containers it started) with `deadline`, one by one, leaving other replicas'
+    /// alone; closing their mailboxes lets idle workers leave at once and draining ones leave once
+    /// their queue is done.
+    pub async fn begin_shutdown(&self, deadline: Duration) -> DrainAll {
+        // Release: pairs with the Acquire in `is_closing`.
+        self.inner.closing.store(true, Ordering::Release);
+        let mut drained = DrainAll::default();
+        for id in self.inner.containers.owned_by(self.inner.replica) {
+            match self.inner.registry.drain_within(id, deadline).await {
+                Ok(Status::Draining) => drained.draining += 1,
+                Ok(_) => drained.exited += 1,
+                // Dead already (crashed and swept), or the backend is away: its claims are
+                // released when the registry declares it dead.
+                Err(e) => tracing::debug!(worker = %id, "not drained: {e}"),
+            }
+        }
+        self.inner.containers.close_owned_by(self.inner.replica);
+        drained
+    }
+
+    /// A killed replica: its containers stop at once, as if their process had been killed (no
+    /// goodbye to the registry; the sweep of another replica declares them dead). Returns how many
+    /// were running.
+    pub fn kill_containers(&self) -> usize {
+        // Release: pairs with the Acquire in `is_closing`; nothing new is placed from now on.
+        self.inner.closing.store(true, Ordering::Release);
+        let tasks: Vec<AbortHandle> = self.inner.tasks.iter().map(|t| t.clone()).collect();
+        for t in &tasks {
+            t.abort();
+        }
+        tasks.len()
+    }
+
+    /// Waits until every worker task has stopped, or `deadline` passes; returns how many still run.
+    pub async fn wait_workers(&self, deadline: Duration) -> usize {
+        let mut rx = self.inner.running.subscribe();
+        let _ = tokio::time::timeout(deadline, rx.wait_for(|n| *n == 0)).await;
+        self.running_workers()
+    }
+
+    /// The shutdown deadline passed: every worker still running stops now, deregisters (releasing
+    /// its claims through the registry) and hands back what it did not finish. Waits up to `grace`
+    /// for that, then aborts what is left; returns how many had to be aborted.
+    pub async fn stop_workers(&self, grace: Duration) -> usize {
+        self.inner.stop.send_replace(true);
+        let left = self.wait_workers(grace).await;
+        if left > 0 {
+            for t in self.inner.tasks.iter() {
+                t.abort();
+            }
+            let _ = self.wait_workers(grace).await;
+        }
+        left
+    }
+
+    /// Everything accepted and not completed that this router knows of, once its workers are
+    /// stopped: what stopped workers handed back, released events not re-dispatched, and
+    /// `released` (the final sweep's), one entry per delivery.
+    fn unfinished(&self, released: &[ReleasedEvent]) -> Vec<Unfinished> {
+        let mut out: Vec<Unfinished> = self
+            .inner
+            .stopped
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        let pending = self
+            .inner
+            .pending
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default();
+        let mut seen: HashSet<(Target, DeliveryId)> = out
+            .iter()
+            .map(|u| (u.target.clone(), u.delivery.clone()))
+            .collect();
+        for e in pending.iter().chain(released) {
+            if seen.insert((e.target.clone(), e.delivery.clone())) {
+                out.push(Unfinished {
+                    target: e.target.clone(),
+                    delivery: e.delivery.clone(),
+                    why: UnfinishedWhy::Released { reason: e.reason },
+                });
+            }
+        }
+        out
+    }
+
+    /// [`unfinished`](Self::unfinished), each logged and counted in
+    /// `webhook_router_shutdown_unfinished_total`.
+    pub(crate) fn account_unfinished(&self, released: &[ReleasedEvent]) -> Vec<Unfinished> {
+        let unfinished = self.unfinished(released);
+        self.inner
+            .metrics
+            .shutdown_unfinished
+            .inc_by(unfinished.len() as u64);
+        for u in &unfinished {
+            tracing::warn!(
+                delivery = %u.delivery,
+                target = %u.target,
+                why = %u.why,
+                "accepted delivery not completed at shutdown (released in the registry)"
+            );
+        }
+        unfinished
+    }
+}

@@ -1,0 +1,383 @@
+//! The summary: throughput, latency, outcomes, chaos and recovery, the registry's and the
+//! containers' counts, capacity, the audit, the status tables and the shutdown, printed; and
+//! the [`Report`] whose [`passed`](Report::passed) is the run's verdict.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use worker_registry::{DeadReason, Status, StatusSnapshot, WorkerInfo, WorkerRegistry};
+
+use super::audit::Audited;
+use super::client::Outcome;
+use super::clients::Traffic;
+use super::killer::Kill;
+use super::reconcile::Resent;
+use super::sampler::{Probe, Samples};
+use super::settle::Settled;
+use super::shutdown::ShutDown;
+use super::Sim;
+use crate::app::App;
+use crate::containers::Audit;
+use crate::server::{Killed, ShutdownReport};
+
+/// Everything the phases found.
+pub(super) struct Findings<'s> {
+    pub(super) sim: &'s Sim,
+    pub(super) traffic: Traffic,
+    pub(super) killed: Option<Kill>,
+    /// The registry's snapshot when the traffic ended.
+    pub(super) at_peak: Arc<StatusSnapshot>,
+    pub(super) resent: Resent,
+    pub(super) settled: Settled,
+    pub(super) audited: Audited,
+    pub(super) counts: Counts,
+    pub(super) samples: Samples,
+    pub(super) probe: Probe,
+    pub(super) shutdown: ShutDown,
+}
+
+/// The registry's and the containers' counts once the router settled, before shutdown.
+pub(super) struct Counts {
+    totals: Totals,
+    /// Released events re-dispatched, by every replica.
+    redispatched: u64,
+    ledger: Audit,
+}
+
+impl Counts {
+    /// Taken now: the live replicas' registry counters (and the killed one's, from before it was
+    /// killed) and the container ledger.
+    pub(super) fn take(sim: &Sim, killed: Option<&Kill>) -> Self {
+        let mut totals = Totals::default();
+        for a in &sim.live_apps() {
+            totals.add(&a.registry().stats());
+        }
+        if let Some((_, _, stats)) = killed {
+            totals.add(stats);
+        }
+        Self {
+            totals,
+            redispatched: sim.apps.iter().map(App::redispatched).sum(),
+            ledger: sim.app().containers().ledger().audit(),
+        }
+    }
+}
+
+/// Counters summed over the replicas.
+#[derive(Default, Clone, Copy)]
+struct Totals {
+    admitted_new: u64,
+    exited: u64,
+    died: u64,
+    heartbeats: u64,
+    sweeps: u64,
+}
+
+impl Totals {
+    fn add(&mut self, s: &worker_registry::Stats) {
+        self.admitted_new += s.admitted_new;
+        self.exited += s.deaths_exited + s.deaths_deregistered;
+        self.died += s.deaths_missed_heartbeats;
+        self.heartbeats += s.heartbeats;
+        self.sweeps += s.sweeps;
+    }
+}
+
+/// Prints the summary on stdout; the run's [`Report`].
+pub(super) fn print(mut f: Findings<'_>) -> Report {
+    let mut out = String::new();
+    let _ = writeln!(out, "\n== webhook-router --simulate: summary ==");
+    replicas(&mut out, &f);
+    traffic(&mut out, &f);
+    recovery(&mut out, &f);
+    capacity(&mut out, &f);
+    f.samples.max_live = f.samples.max_live.max(f.samples.max_snapshot as u64);
+    let _ = writeln!(
+        out,
+        "audit      {} accepted deliveries redelivered once more: {} duplicate/completed, {} still in flight, {} lost",
+        f.audited.accepted, f.audited.completed, f.audited.in_flight, f.audited.lost,
+    );
+    status_table(&mut out, "at the end of the traffic", &f.at_peak, 12, 4);
+    status_table(&mut out, "final", &f.settled.status, usize::MAX, 4);
+    shutdown(&mut out, &f.shutdown);
+    print!("{out}");
+    let crashes = f.sim.tally.crashes.load(Ordering::Relaxed);
+    Report {
+        accepted: f.audited.accepted,
+        completed: f.audited.completed,
+        in_flight: f.audited.in_flight,
+        lost: f.audited.lost,
+        unfinished: f.shutdown.unfinished.len(),
+        containers: f.counts.ledger,
+        samples: f.samples.taken,
+        max_live: f.samples.max_live,
+        capacity: f.sim.app().registry().config().max_workers() as u64,
+        killed: f.killed.map(|(at, k, _)| (at, k)),
+        died: f.counts.totals.died,
+        redispatched: f.counts.redispatched,
+        crashes,
+    }
+}
+
+/// The replicas, and the one killed.
+fn replicas(out: &mut String, f: &Findings<'_>) {
+    let (plan, replicas) = (&f.sim.plan, f.sim.replicas());
+    if replicas < 2 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "replicas   {replicas} routers on {} (registry {:?}), one process, one container platform; each delivery and its redeliveries sent to different replicas",
+        plan.registry, plan.registry_name,
+    );
+    match &f.killed {
+        Some((at, k, _)) => {
+            let _ = writeln!(
+                out,
+                "killed     replica {replicas} at {:.2} s: its HTTP server, sweeper and {} running containers stopped abruptly, nothing acknowledged ({} deferred released events dropped)",
+                at.as_secs_f64(),
+                k.containers,
+                k.pending,
+            );
+        }
+        None => {
+            let _ = writeln!(out, "killed     none (the traffic ended first)");
+        }
+    }
+}
+
+/// Throughput, latency and how the deliveries were answered.
+fn traffic(out: &mut String, f: &Findings<'_>) {
+    let (sim, plan, tally) = (f.sim, &f.sim.plan, &f.sim.tally);
+    // Relaxed: read after the clients are joined.
+    let sent = tally.sent.load(Ordering::Relaxed);
+    let sent_ones = &sim.deliveries[..sent.min(sim.deliveries.len())];
+    let redeliveries = sent_ones.iter().filter(|d| d.redelivery).count();
+    let with_target = sent_ones
+        .iter()
+        .filter(|d| d.has_target && !d.redelivery)
+        .count();
+    let (hist, took) = (&f.traffic.latency, f.traffic.took);
+    let ms = |us: u64| us as f64 / 1000.0;
+    let _ = writeln!(
+        out,
+        "traffic    {sent} deliveries in {:.2} s = {:.0} req/s ({} clients, {}); {redeliveries} redeliveries ({:.1}%), {with_target} distinct PR deliveries",
+        took.as_secs_f64(),
+        sent as f64 / took.as_secs_f64().max(1e-9),
+        plan.clients,
+        if plan.rate == 0 { "unpaced".to_owned() } else { format!("paced at {}/s", plan.rate) },
+        100.0 * redeliveries as f64 / sent.max(1) as f64,
+    );
+    let _ = writeln!(
+        out,
+        "latency    p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  max {:.2} ms  (client-observed POST /webhook over loopback, {} samples)",
+        ms(hist.value_at_quantile(0.50)),
+        ms(hist.value_at_quantile(0.90)),
+        ms(hist.value_at_quantile(0.99)),
+        ms(hist.max()),
+        hist.len(),
+    );
+    let _ = writeln!(
+        out,
+        "outcomes   202 assigned {} (new worker {}, existing worker {}) | 200 duplicate {} | 202 ignored {} | 503 capacity {} | 503 draining {} | 503 unavailable {} | 4xx {} | failed {}",
+        tally.get(Outcome::AssignedNew) + tally.get(Outcome::AssignedExisting),
+        tally.get(Outcome::AssignedNew),
+        tally.get(Outcome::AssignedExisting),
+        tally.get(Outcome::Duplicate),
+        tally.get(Outcome::Ignored),
+        tally.get(Outcome::Capacity),
+        tally.get(Outcome::Draining),
+        tally.get(Outcome::Unavailable),
+        tally.get(Outcome::Refused),
+        tally.get(Outcome::Failed),
+    );
+}
+
+/// The chaos, and how the router recovered from it.
+fn recovery(out: &mut String, f: &Findings<'_>) {
+    let (tally, totals) = (&f.sim.tally, &f.counts.totals);
+    let _ = writeln!(
+        out,
+        "chaos      {} containers crashed (POST /debug/workers/{{id}}/crash), {} drained (POST /workers/{{id}}/drain)",
+        tally.crashes.load(Ordering::Relaxed),
+        tally.drains.load(Ordering::Relaxed),
+    );
+    let _ = writeln!(
+        out,
+        "recovery   {} workers declared dead by the sweep, {} released events re-dispatched; {} 503s and cut-off requests resent by the simulated reconciler, {} given up",
+        totals.died, f.counts.redispatched, f.resent.retried, f.resent.gave_up,
+    );
+    let _ = writeln!(
+        out,
+        "registry   {} workers created, {} exited cleanly, {} died of missed heartbeats; {} heartbeats; {} sweeps; settled in {:.2} s",
+        totals.admitted_new,
+        totals.exited,
+        totals.died,
+        totals.heartbeats,
+        totals.sweeps,
+        f.settled.took.as_secs_f64(),
+    );
+}
+
+/// Containers per worker and per delivery, and the live count against the capacity.
+fn capacity(out: &mut String, f: &Findings<'_>) {
+    let ledger = &f.counts.ledger;
+    let _ = writeln!(
+        out,
+        "containers {} started for {} worker ids: at most {} per worker id{}; at most {} per delivery, {} deliveries started more than 1 + their releases; at most {} container tasks at once (an exiting one ends just after the registry frees its slot)",
+        ledger.started,
+        ledger.workers,
+        ledger.max_per_worker,
+        if ledger.refused > 0 { format!(" ({} second starts refused)", ledger.refused) } else { String::new() },
+        ledger.max_per_delivery,
+        ledger.unexplained.len(),
+        ledger.max_running,
+    );
+    let limit = f.sim.app().registry().config().max_workers() as u64;
+    let _ = writeln!(
+        out,
+        "capacity   {} samples of {} ({} failed): at most {} live of {limit}; snapshots: at most {}",
+        f.samples.taken,
+        f.probe.describe(),
+        f.samples.failed,
+        f.samples.max_live,
+        f.samples.max_snapshot,
+    );
+}
+
+/// How the replicas shut down.
+fn shutdown(out: &mut String, s: &ShutDown) {
+    let sum = |f: fn(&ShutdownReport) -> u64| s.reports.iter().map(f).sum::<u64>();
+    let _ = writeln!(
+        out,
+        "shutdown   in {:.0} ms{}: {} busy workers drained, {} idle ones exited at once; {} deliveries completed meanwhile; {} workers stopped at the deadline; {} accepted deliveries not completed{}",
+        s.took.as_secs_f64() * 1000.0,
+        if s.reports.len() > 1 { format!(" ({} replicas)", s.reports.len()) } else { String::new() },
+        sum(|r| r.drained.draining as u64),
+        sum(|r| r.drained.exited as u64),
+        sum(|r| r.completed),
+        sum(|r| r.stopped_at_deadline as u64),
+        s.unfinished.len(),
+        if s.unfinished.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", s.unfinished.join(" "))
+        },
+    );
+}
+
+/// What a simulation found (the summary prints it all).
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Accepted deliveries (answered 202 or 200 duplicate at least once).
+    pub accepted: usize,
+    /// Of those, completed when audited.
+    pub completed: usize,
+    /// Of those, still in flight when audited (not lost, not done).
+    pub in_flight: usize,
+    /// Of those, neither completed nor in flight: lost.
+    pub lost: usize,
+    /// Accepted deliveries the shutdown reported not completed.
+    pub unfinished: usize,
+    /// Container starts.
+    pub containers: Audit,
+    /// Samples of the registry's live count.
+    pub samples: u64,
+    /// The most live workers any sample saw (the snapshots' included).
+    pub max_live: u64,
+    /// The registry's capacity.
+    pub capacity: u64,
+    /// When a replica was killed, and what that stopped.
+    pub killed: Option<(Duration, Killed)>,
+    /// Workers declared dead by the sweeps.
+    pub died: u64,
+    /// Released events re-dispatched.
+    pub redispatched: u64,
+    /// Containers crashed by the chaos.
+    pub crashes: u64,
+}
+
+impl Report {
+    /// Whether the audit passed: nothing lost or left unfinished, no worker with two containers
+    /// and no delivery that started more than its releases explain, capacity never exceeded.
+    pub fn passed(&self) -> bool {
+        self.lost == 0
+            && self.unfinished == 0
+            && self.containers.max_per_worker <= 1
+            && self.containers.refused == 0
+            && self.containers.unexplained.is_empty()
+            && self.max_live <= self.capacity
+    }
+}
+
+/// The final status table: every live worker and the most recent dead ones.
+fn status_table(
+    out: &mut String,
+    when: &str,
+    s: &StatusSnapshot,
+    show_live: usize,
+    show_dead: usize,
+) {
+    let died_of = |r: DeadReason| {
+        s.workers
+            .iter()
+            .filter(|w| w.status == Status::Dead(r))
+            .count()
+    };
+    let _ = writeln!(
+        out,
+        "status     {when}, snapshot #{}: {} active, {} draining, {} dead ({} exited, {} missed heartbeats); capacity {}/{}; claims {} in flight, {} retained",
+        s.version,
+        s.counts.active,
+        s.counts.draining,
+        s.counts.dead,
+        died_of(DeadReason::Exited) + died_of(DeadReason::Deregistered),
+        died_of(DeadReason::MissedHeartbeats),
+        s.capacity.used,
+        s.capacity.limit,
+        s.claims.in_flight,
+        s.claims.retained,
+    );
+    let mut live: Vec<&WorkerInfo> = s.workers.iter().filter(|w| w.status.is_alive()).collect();
+    let mut dead: Vec<&WorkerInfo> = s.workers.iter().filter(|w| !w.status.is_alive()).collect();
+    live.sort_by_key(|w| w.id);
+    dead.sort_by_key(|w| std::cmp::Reverse(w.id));
+    let _ = writeln!(
+        out,
+        "  {:>14}  {:<26} {:<26} {:<8} {:>10}  {:>20} {:>6}",
+        "id", "target", "status", "activity", "last beat", "token", "events"
+    );
+    for w in live
+        .iter()
+        .take(show_live)
+        .chain(dead.iter().take(show_dead))
+    {
+        let status = match w.status {
+            Status::Dead(reason) => format!("dead ({reason})"),
+            other => other.as_str().to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>14}  {:<26} {:<26} {:<8} {:>7} ms  {:>20} {:>6}",
+            w.id.get(),
+            w.target
+                .as_ref()
+                .map_or("-".to_owned(), ToString::to_string),
+            status,
+            w.activity.as_str(),
+            w.heartbeat_age.as_millis(),
+            w.token.get(),
+            w.token.seq(),
+        );
+    }
+    let hidden_live = live.len().saturating_sub(show_live);
+    let hidden_dead = dead.len().saturating_sub(show_dead);
+    if hidden_live + hidden_dead > 0 {
+        let _ = writeln!(
+            out,
+            "  ... and {hidden_live} more live, {hidden_dead} more dead workers"
+        );
+    }
+}
