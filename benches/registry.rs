@@ -23,6 +23,8 @@ mod naive;
 mod ops;
 #[path = "registry/report.rs"]
 mod report;
+#[path = "registry/storm.rs"]
+mod storm;
 #[path = "registry/tail.rs"]
 mod tail;
 
@@ -42,6 +44,7 @@ fn main() {
     ops::status(&mut c);
     ops::sweep(&mut c);
     mixed::bench(&mut c);
+    storm::bench(&mut c);
     tail::bench(&mut c);
     c.final_summary();
     std::process::exit(report::finish(started));

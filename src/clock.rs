@@ -57,6 +57,26 @@ pub trait Clock: Send + Sync + 'static {
     fn resolution(&self) -> Duration {
         DEFAULT_CLOCK_RESOLUTION
     }
+
+    /// [`now`](Self::now) in whole milliseconds (rounded down, saturating): the unit the
+    /// in-memory registry stores times in, read on every heartbeat, admit and completion. A clock
+    /// may compute it more cheaply than through a `Duration` (the system clock does), but it must
+    /// always equal `now().as_millis()`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::{Clock, ManualClock};
+    ///
+    /// let clock = ManualClock::new();
+    /// clock.advance(Duration::from_micros(2_999));
+    /// assert_eq!(clock.now_millis(), 2);
+    /// ```
+    #[inline]
+    fn now_millis(&self) -> u64 {
+        millis(self.now())
+    }
 }
 
 /// What [`Clock::resolution`] reports unless a clock says otherwise: 1 ms.
@@ -71,6 +91,10 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
     fn resolution(&self) -> Duration {
         (**self).resolution()
+    }
+    #[inline]
+    fn now_millis(&self) -> u64 {
+        (**self).now_millis()
     }
 }
 
@@ -97,6 +121,9 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 pub struct SystemClock {
     #[cfg(target_os = "linux")]
     origin: Duration,
+    /// `origin` in nanoseconds (for `now_millis`, which stays in `u64` arithmetic).
+    #[cfg(target_os = "linux")]
+    origin_ns: u64,
     #[cfg(not(target_os = "linux"))]
     origin: Instant,
 }
@@ -104,9 +131,13 @@ pub struct SystemClock {
 impl SystemClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
+        #[cfg(target_os = "linux")]
+        let origin = monotonic_coarse();
         Self {
             #[cfg(target_os = "linux")]
-            origin: monotonic_coarse(),
+            origin,
+            #[cfg(target_os = "linux")]
+            origin_ns: u64::try_from(origin.as_nanos()).unwrap_or(u64::MAX),
             #[cfg(not(target_os = "linux"))]
             origin: Instant::now(),
         }
@@ -129,6 +160,21 @@ impl Clock for SystemClock {
         #[cfg(not(target_os = "linux"))]
         {
             self.origin.elapsed()
+        }
+    }
+
+    /// On Linux, the coarse clock's `timespec` turned into milliseconds in `u64` arithmetic (a
+    /// multiply-add and a division by a constant), skipping the `Duration` normalisation and
+    /// `u128` conversion of `millis(now())`; the result is the same.
+    #[inline]
+    fn now_millis(&self) -> u64 {
+        #[cfg(target_os = "linux")]
+        {
+            coarse_nanos().saturating_sub(self.origin_ns) / 1_000_000
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            millis(self.now())
         }
     }
 
@@ -169,6 +215,29 @@ fn coarse_resolution() -> Duration {
 #[cfg(target_os = "linux")]
 #[inline]
 fn monotonic_coarse() -> Duration {
+    let ts = coarse_timespec();
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds since boot (saturating; `u64` nanoseconds last 584
+/// years of uptime).
+#[cfg(target_os = "linux")]
+#[inline]
+fn coarse_nanos() -> u64 {
+    let ts = coarse_timespec();
+    u64::try_from(ts.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
+}
+
+/// `clock_gettime(CLOCK_MONOTONIC_COARSE)`.
+#[cfg(target_os = "linux")]
+#[inline]
+fn coarse_timespec() -> libc::timespec {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -178,10 +247,7 @@ fn monotonic_coarse() -> Duration {
     // to fail, `ts` stays zero and `now()` saturates to the origin: nothing looks stale.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     debug_assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC_COARSE) failed");
-    Duration::new(
-        u64::try_from(ts.tv_sec).unwrap_or(0),
-        u32::try_from(ts.tv_nsec).unwrap_or(0),
-    )
+    ts
 }
 
 /// A clock that only moves when told to: the fake clock for tests (like governor's `FakeRelativeClock`).
@@ -326,6 +392,21 @@ mod tests {
             Arc::new(ManualClock::new()).resolution(),
             Duration::from_nanos(1)
         );
+    }
+
+    /// `now_millis` is `now()` in whole milliseconds, read in either order around it.
+    #[test]
+    fn now_millis_agrees_with_now() {
+        let clock = SystemClock::new();
+        for _ in 0..1_000 {
+            let before = millis(clock.now());
+            let ms = clock.now_millis();
+            let after = millis(clock.now());
+            assert!(before <= ms && ms <= after, "{before} <= {ms} <= {after}");
+        }
+        let manual = ManualClock::new();
+        manual.advance(Duration::from_nanos(7_999_999));
+        assert_eq!(manual.now_millis(), 7);
     }
 
     /// The reported resolution is what the clock does: two reads a tick apart differ, and no step

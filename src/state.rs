@@ -49,10 +49,12 @@ pub(crate) struct Word(u64);
 
 impl Word {
     /// A new worker: active, last "heartbeat" = creation time, not yet beaten.
+    #[inline]
     pub(crate) fn new(now_ms: u64, busy: bool) -> Self {
         Self(ACTIVE | if busy { BUSY } else { 0 }).with_ts(now_ms)
     }
 
+    #[inline]
     pub(crate) fn status(self) -> Status {
         match self.0 & STATUS_MASK {
             ACTIVE => Status::Active,
@@ -66,14 +68,17 @@ impl Word {
         }
     }
 
+    #[inline]
     pub(crate) fn is_dead(self) -> bool {
         self.0 & STATUS_MASK == DEAD
     }
 
+    #[inline]
     pub(crate) fn is_active(self) -> bool {
         self.0 & STATUS_MASK == ACTIVE
     }
 
+    #[inline]
     pub(crate) fn activity(self) -> Activity {
         if self.0 & BUSY != 0 {
             Activity::Busy
@@ -82,42 +87,51 @@ impl Word {
         }
     }
 
+    #[inline]
     pub(crate) fn is_suspect(self) -> bool {
         self.0 & SUSPECT != 0
     }
 
     /// Whether the worker has heartbeated at least once (else it is still in its start-up grace).
+    #[inline]
     pub(crate) fn has_beaten(self) -> bool {
         self.0 & BEATEN != 0
     }
 
     /// Last heartbeat (or creation) time, ms since the clock's origin.
+    #[inline]
     pub(crate) fn ts(self) -> u64 {
         self.0 >> TS_SHIFT
     }
 
+    #[inline]
     fn with_ts(self, ms: u64) -> Self {
         Self((self.0 & ((1 << TS_SHIFT) - 1)) | (ms.min(TS_MAX) << TS_SHIFT))
     }
 
+    #[inline]
     fn set(self, bit: u64, on: bool) -> Self {
         Self(if on { self.0 | bit } else { self.0 & !bit })
     }
 
+    #[inline]
     fn with_status(self, status: u64) -> Self {
         Self((self.0 & !STATUS_MASK) | status)
     }
 
+    #[inline]
     fn dead(self, reason: DeadReason) -> Self {
         Self(((self.0 & !STATUS_MASK & !REASON_MASK & !SUSPECT) | DEAD) | reason_bits(reason))
     }
 
     /// The raw word (for a cell that stores it).
+    #[inline]
     pub(crate) fn bits(self) -> u64 {
         self.0
     }
 
     /// A word from its raw bits.
+    #[inline]
     pub(crate) fn from_bits(bits: u64) -> Self {
         Self(bits)
     }
@@ -143,6 +157,7 @@ pub(crate) struct IsDead(pub(crate) Word);
 
 /// A heartbeat at `now_ms`: refused if dead; otherwise records the time (never moving it backwards),
 /// marks the worker as having beaten, and clears suspicion.
+#[inline]
 pub(crate) fn beat(w: Word, now_ms: u64) -> Result<Word, IsDead> {
     if w.is_dead() {
         return Err(IsDead(w));
@@ -153,6 +168,7 @@ pub(crate) fn beat(w: Word, now_ms: u64) -> Result<Word, IsDead> {
 }
 
 /// An assignment: only an active worker takes one; it becomes busy.
+#[inline]
 pub(crate) fn assign(w: Word) -> Result<Word, Word> {
     if !w.is_active() {
         return Err(w);
@@ -161,6 +177,7 @@ pub(crate) fn assign(w: Word) -> Result<Word, Word> {
 }
 
 /// The worker reports that a loop started.
+#[inline]
 pub(crate) fn loop_started(w: Word) -> Result<Word, IsDead> {
     if w.is_dead() {
         return Err(IsDead(w));
@@ -169,6 +186,7 @@ pub(crate) fn loop_started(w: Word) -> Result<Word, IsDead> {
 }
 
 /// The worker reports that its loop finished: idle if active, dead (exited) if draining.
+#[inline]
 pub(crate) fn loop_finished(w: Word) -> Result<Word, IsDead> {
     match w.status() {
         Status::Dead(_) => Err(IsDead(w)),
@@ -179,6 +197,7 @@ pub(crate) fn loop_finished(w: Word) -> Result<Word, IsDead> {
 
 /// Drain: a busy active worker becomes draining (its loop may finish); an idle one has no loop to
 /// finish and exits at once; draining again changes nothing.
+#[inline]
 pub(crate) fn drain(w: Word) -> Result<Word, IsDead> {
     match w.status() {
         Status::Dead(_) => Err(IsDead(w)),
@@ -189,6 +208,7 @@ pub(crate) fn drain(w: Word) -> Result<Word, IsDead> {
 }
 
 /// A clean exit: `Exited` if it was draining, `Deregistered` if it was active.
+#[inline]
 pub(crate) fn deregister(w: Word) -> Result<Word, IsDead> {
     match w.status() {
         Status::Dead(_) => Err(IsDead(w)),
@@ -199,6 +219,7 @@ pub(crate) fn deregister(w: Word) -> Result<Word, IsDead> {
 
 /// Whether `w` is past its deadline at `now_ms` (strictly older than the timeout; a worker that has
 /// never beaten also gets the start-up grace).
+#[inline]
 pub(crate) fn is_stale(w: Word, now_ms: u64, timeout_ms: u64, startup_grace_ms: u64) -> bool {
     if w.is_dead() {
         return false;
@@ -212,6 +233,7 @@ pub(crate) fn is_stale(w: Word, now_ms: u64, timeout_ms: u64, startup_grace_ms: 
 }
 
 /// The sweeper's kill: only if the worker is still stale on the word the CAS sees.
+#[inline]
 pub(crate) fn expire(
     w: Word,
     now_ms: u64,
@@ -225,6 +247,7 @@ pub(crate) fn expire(
 }
 
 /// The sweeper's kill of a draining worker past its drain deadline: only if it is still draining.
+#[inline]
 pub(crate) fn drain_timed_out(w: Word) -> Result<Word, Word> {
     if w.status() != Status::Draining {
         return Err(w);
@@ -233,6 +256,7 @@ pub(crate) fn drain_timed_out(w: Word) -> Result<Word, Word> {
 }
 
 /// The brake's alternative to a kill: mark suspect, only if still stale.
+#[inline]
 pub(crate) fn suspect(
     w: Word,
     now_ms: u64,

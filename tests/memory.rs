@@ -286,3 +286,49 @@ fn hot_paths_do_not_allocate_once_warm() {
         "every completion evicted"
     );
 }
+
+/// The high-water mark (issue 23): 200 000 deliveries admitted before any completes, then all
+/// completed. The storage sized for the burst of in-flight claims is given back as they complete,
+/// so what the registry keeps afterwards is within the same per-claim budget as claims completed
+/// one at a time.
+#[test]
+fn a_retained_claim_costs_at_most_the_budget_after_a_burst_in_flight() {
+    const N: usize = 200_000;
+    const TARGETS: usize = 1_000;
+    let targets: Vec<Target> = (0..TARGETS)
+        .map(|i| Target::new(&format!("org/repo-{i}"), 1).unwrap())
+        .collect();
+    let events: Vec<DeliveryId> = (0..N).map(event).collect();
+    let (bytes, allocs, registry) = measure(|| {
+        let registry = InMemoryRegistry::with_clock(config(N), ManualClock::new());
+        for (i, e) in events.iter().enumerate() {
+            let a = registry.admit(&targets[i % TARGETS], e);
+            assert!(matches!(a, Admission::Assigned(_)), "{a:?}");
+        }
+        for (i, e) in events.iter().enumerate() {
+            registry.complete(&targets[i % TARGETS], e).unwrap();
+        }
+        registry
+    });
+    let stats = registry.stats();
+    assert_eq!(
+        (stats.retained_claims, stats.claims_completed),
+        (N, N as u64)
+    );
+    let per_claim = footprint(bytes, allocs) as f64 / N as f64;
+    println!(
+        "{N} claims admitted before any completed, then completed: {bytes} B in {allocs} \
+         allocations, {per_claim:.1} B per retained claim (budget {CLAIM_BUDGET} B)"
+    );
+    assert!(
+        per_claim <= CLAIM_BUDGET as f64,
+        "{per_claim:.1} B per retained claim after a burst exceeds the budget {CLAIM_BUDGET} B"
+    );
+    // Every one is still a duplicate: nothing was lost by giving the burst's storage back.
+    for (i, e) in events.iter().enumerate().step_by(997) {
+        assert!(matches!(
+            registry.admit(&targets[i % TARGETS], e),
+            Admission::Duplicate(_)
+        ));
+    }
+}

@@ -59,6 +59,17 @@ pub fn bench(c: &mut Criterion) {
         }
     });
 
+    // The price of one shared cache line (for the scaling estimates in docs::performance): every
+    // thread adds to the same atomic. At 1 thread it is an uncontended read-modify-write; at 2
+    // the line moves between the cores on every add, so the 2-thread time per add (wall time over
+    // both threads' adds) is about one line transfer.
+    let shared = CachePadded::new(AtomicU64::new(0));
+    both(&mut g, "shared_add", |_| {
+        let shared = &shared;
+        // Relaxed: a count; the cost measured is the line's, not an ordering's.
+        move |iters| timed(iters, |_| shared.fetch_add(1, Ordering::Relaxed))
+    });
+
     // Worker id -> atomic word, the shape of a heartbeat by id.
     let words: DashMap<WorkerId, AtomicU64, Hasher> =
         DashMap::with_hasher_and_shard_amount(Hasher::new(), DEFAULT_SHARDS);
@@ -74,6 +85,39 @@ pub fn bench(c: &mut Criterion) {
                     // Release: as in `atomic_store`.
                     w.store(i, Ordering::Release);
                 }
+            })
+        }
+    });
+
+    // The floor of any heartbeat that fences (issue 23): the shard read of a get, a coarse clock
+    // read and one CAS on the state word that refuses a dead worker. The registry adds to this
+    // only the record's indirection (its state word lives in the worker's record, shared with
+    // handles, targets and claims) and the heartbeat counter.
+    let clock = worker_registry::SystemClock::new();
+    both(&mut g, "fence", |t| {
+        let (words, ids, ring, clock) = (&words, &ids, &ring, &clock);
+        move |iters| {
+            timed(iters, |i| {
+                let now = worker_registry::Clock::now_millis(clock);
+                words.get(&ids[ring.at(t, i)]).map(|w| {
+                    // Acquire / AcqRel: the orderings of the registry's state-word transition.
+                    let mut cur = w.load(Ordering::Acquire);
+                    loop {
+                        if cur & 3 == 2 {
+                            return false;
+                        }
+                        let next = (cur & 0xff) | (now.max(cur >> 8) << 8) | 16;
+                        match w.compare_exchange_weak(
+                            cur,
+                            next,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        ) {
+                            Ok(_) => return true,
+                            Err(seen) => cur = seen,
+                        }
+                    }
+                })
             })
         }
     });
@@ -107,6 +151,48 @@ pub fn bench(c: &mut Criterion) {
                 // ... and forget it when done.
                 black_box(inserted);
                 black_box(claims.remove(&(target.clone(), event.clone())));
+            })
+        }
+    });
+
+    // The floor of a fresh admit + complete at the retained bound (issue 23): an insert and a
+    // remove in a map that holds the bound, plus a push and a pop on a ring (the oldest claim
+    // evicted in completion order). Each thread owns its ring (half the bound each); the map is
+    // shared. The issue's floor also hashes the two key strings; the registry's timed call gets
+    // keys already validated (their hashes computed once, untimed, when parsed), so the floor
+    // leaves the string hashing out as well, which only makes it stricter.
+    let bound = worker_registry::DEFAULT_MAX_RETAINED_CLAIMS;
+    let bounded: DashMap<ClaimKey, u64, Hasher> =
+        DashMap::with_hasher_and_shard_amount(Hasher::new(), DEFAULT_SHARDS);
+    let pools: Vec<Vec<DeliveryId>> = (0..2).map(|t| events(1 << 17, 0xbd0 + t)).collect();
+    let rings: Vec<std::sync::Mutex<(std::collections::VecDeque<ClaimKey>, usize)>> = (0..2)
+        .map(|t| {
+            let mut ring = std::collections::VecDeque::with_capacity(bound / 2 + 1);
+            for (i, e) in pools[t].iter().take(bound / 2).enumerate() {
+                let key = (keys[i % keys.len()].0.clone(), e.clone());
+                bounded.insert(key.clone(), i as u64);
+                ring.push_back(key);
+            }
+            std::sync::Mutex::new((ring, bound / 2))
+        })
+        .collect();
+    both(&mut g, "bounded_insert_remove", |t| {
+        let (bounded, keys, ring, pool, rings) = (&bounded, &keys, &ring, &pools[t], &rings);
+        move |iters| {
+            let mut guard = rings[t].lock().unwrap();
+            let (fifo, next) = &mut *guard;
+            timed(iters, |i| {
+                let target = &keys[ring.at(t, i)].0;
+                let event = &pool[*next & (pool.len() - 1)];
+                *next += 1;
+                let key = (target.clone(), event.clone());
+                // The new claim ...
+                black_box(bounded.insert(key.clone(), i));
+                fifo.push_back(key);
+                // ... and the oldest one evicted.
+                if let Some(old) = fifo.pop_front() {
+                    black_box(bounded.remove(&old));
+                }
             })
         }
     });

@@ -17,6 +17,17 @@ pub const WORKERS: usize = 10_000;
 /// The thread counts every operation runs at.
 pub const THREADS: [usize; 2] = [1, 2];
 
+/// The thread counts the scaling benches (heartbeat storm, mixed workload) run at: 1, 2 and every
+/// available thread (the same as 2 on a 2-core machine, then not repeated).
+pub fn scaling_threads() -> Vec<usize> {
+    let all = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut t = vec![1, 2];
+    if all > 2 {
+        t.push(all);
+    }
+    t
+}
+
 /// The hasher the registry uses for every map (same key types, same hasher, in the baselines).
 pub type Hasher = ahash::RandomState;
 

@@ -118,7 +118,11 @@ pub fn bench(c: &mut Criterion) {
     let ring = Ring::new(WORKERS);
     let mix = Mix::new();
     // Fresh deliveries: enough that none repeats within a sample.
-    let fresh: Vec<Vec<DeliveryId>> = (0..2).map(|t| events(1 << 18, 0xc0 + t)).collect();
+    let threads_run = crate::common::scaling_threads();
+    let most = threads_run.iter().copied().max().unwrap_or(2);
+    let fresh: Vec<Vec<DeliveryId>> = (0..most as u32)
+        .map(|t| events(1 << 18, 0xc0 + t))
+        .collect();
     let world = |t: usize| World {
         targets: &ts,
         events: &es,
@@ -128,7 +132,7 @@ pub fn bench(c: &mut Criterion) {
     };
     // Each sample starts from a freshly populated registry (untimed), so claims never pile up
     // across samples.
-    for threads in crate::common::THREADS {
+    for threads in threads_run {
         g.throughput(criterion::Throughput::Elements(threads as u64));
         g.bench_function(crate::common::id("registry", threads), |b| {
             b.iter_custom(|iters| {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::record::WorkerRecord;
+use super::record::{dead_error, WorkerRecord};
 use super::InMemoryRegistry;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
@@ -70,9 +70,7 @@ impl<C: Clock> WorkerHandle<C> {
                 self.registry.inner.counters.heartbeats.inc();
                 Ok(ack)
             }
-            Err(w) => Err(self
-                .registry
-                .refused(super::lifecycle::dead_error(self.rec.id, w))),
+            Err(w) => Err(self.registry.refused(dead_error(self.rec.id, w))),
         }
     }
 

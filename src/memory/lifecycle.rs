@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::handle::WorkerHandle;
-use super::record::WorkerRecord;
+use super::record::{dead_error, WorkerRecord};
 use super::InMemoryRegistry;
 use crate::api::error::RegistryError;
 use crate::api::ids::WorkerId;
@@ -276,12 +276,5 @@ impl<C: Clock> InMemoryRegistry<C> {
         self.inner
             .workers
             .get_with(&id, |rec| rec.info(rec.state.load(), now, origin))
-    }
-}
-
-pub(super) fn dead_error(id: WorkerId, w: Word) -> RegistryError {
-    match w.status() {
-        Status::Dead(reason) => RegistryError::WorkerDead { id, reason },
-        _ => RegistryError::UnknownWorker { id },
     }
 }

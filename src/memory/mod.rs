@@ -260,7 +260,7 @@ impl<C: Clock> InMemoryRegistry<C> {
 
     #[inline]
     pub(crate) fn now_ms(&self) -> u64 {
-        millis(self.inner.clock.now())
+        self.inner.clock.now_millis()
     }
 
     pub(crate) fn wall_at(&self, ms: u64) -> SystemTime {

@@ -3,9 +3,10 @@
 use std::time::{Duration, SystemTime};
 
 use super::cell::StateCell;
+use crate::api::error::RegistryError;
 use crate::api::ids::{FencingToken, Target, WorkerId};
 use crate::api::snapshot::WorkerInfo;
-use crate::api::status::WorkerKind;
+use crate::api::status::{Status, WorkerKind};
 use crate::state::Word;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -188,7 +189,7 @@ impl WorkerRecord {
             None
         };
         info.token = self.token();
-        info.drain_deadline = if w.status() == crate::api::status::Status::Draining {
+        info.drain_deadline = if w.status() == Status::Draining {
             self.drain_deadline().map(at)
         } else {
             None
@@ -202,4 +203,13 @@ impl WorkerRecord {
 fn token(id: WorkerId, seq: u64) -> FencingToken {
     let seq = seq.min(FencingToken::MAX_SEQ);
     FencingToken::from_raw((id.get() << FencingToken::SEQ_BITS) | seq)
+}
+
+/// The error for a call refused on a worker whose state word is `w`: dead (with its reason), or
+/// unknown if the word is not a dead one. Shared by the registry's calls and the worker's handle.
+pub(crate) fn dead_error(id: WorkerId, w: Word) -> RegistryError {
+    match w.status() {
+        Status::Dead(reason) => RegistryError::WorkerDead { id, reason },
+        _ => RegistryError::UnknownWorker { id },
+    }
 }

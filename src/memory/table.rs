@@ -6,7 +6,10 @@
 //!
 //! * an **index**, a `hashbrown::HashTable` of 4-byte locations (one probe finds a pair, in flight
 //!   or retained);
-//! * the **in-flight** claims in a slab (a `Vec` with a free list);
+//! * the **in-flight** claims in a dense slab (a `Vec` kept without holes: removing one moves
+//!   the last into its place and relabels that one's index slot, so the slab is always exactly
+//!   as long as the shard's in-flight claims and gives memory back after a burst, see
+//!   [`Shard::take`]);
 //! * the **retained** (completed) claims in a ring in completion order, so the oldest is always at
 //!   the front: expiry pops fronts until it meets one still within its retention, and eviction
 //!   pops the front of the shard whose front is oldest. Nothing walks the retained claims.
@@ -33,6 +36,9 @@ const RETAINED: u32 = 1 << 31;
 const SEQ_MASK: u32 = RETAINED - 1;
 /// `front` of a shard with no retained claim.
 const EMPTY: u64 = u64::MAX;
+/// In-flight slots a shard's slab keeps however few claims are in flight (so a shard that goes
+/// from none to a few and back never reallocates).
+const SLAB_KEEP: usize = 64;
 
 /// The hash of a (target, delivery) pair, from the two keyed hashes the ids carry.
 #[inline]
@@ -126,8 +132,8 @@ pub(crate) enum Found<'a> {
 /// One shard's claims. Every method runs under the shard's mutex.
 pub(crate) struct Shard {
     index: HashTable<u32>,
-    slab: Vec<Option<InFlight>>,
-    free: Vec<u32>,
+    /// In-flight claims (stuck tombstones included), dense: `slab[i]` is indexed as location `i`.
+    slab: Vec<InFlight>,
     ring: VecDeque<Retained>,
     /// The sequence number of `ring[0]`.
     head_seq: u32,
@@ -148,7 +154,6 @@ impl Shard {
         Self {
             index: HashTable::new(),
             slab: Vec::new(),
-            free: Vec::new(),
             ring: VecDeque::new(),
             head_seq: 0,
             retained: 0,
@@ -162,12 +167,9 @@ impl Shard {
     }
 
     /// The hash of the entry at `loc` (to rebuild the index as it grows).
-    fn hash_at(slab: &[Option<InFlight>], ring: &VecDeque<Retained>, head: u32, loc: u32) -> u64 {
+    fn hash_at(slab: &[InFlight], ring: &VecDeque<Retained>, head: u32, loc: u32) -> u64 {
         if loc & RETAINED == 0 {
-            slab[loc as usize]
-                .as_ref()
-                .expect("indexed slot is used")
-                .hash
+            slab[loc as usize].hash
         } else {
             ring[(loc.wrapping_sub(head) & SEQ_MASK) as usize].hash
         }
@@ -180,9 +182,8 @@ impl Shard {
         self.index
             .find(hash, |&loc| {
                 if loc & RETAINED == 0 {
-                    slab[loc as usize]
-                        .as_ref()
-                        .is_some_and(|e| e.delivery.matches(delivery) && e.target == *target)
+                    let e = &slab[loc as usize];
+                    e.delivery.matches(delivery) && e.target == *target
                 } else {
                     let e = &ring[(loc.wrapping_sub(head) & SEQ_MASK) as usize];
                     !e.dead && e.delivery.matches(delivery) && e.target == *target
@@ -195,7 +196,7 @@ impl Shard {
     #[inline]
     pub(crate) fn get(&mut self, loc: Loc) -> Found<'_> {
         if loc.0 & RETAINED == 0 {
-            Found::InFlight(self.slab[loc.0 as usize].as_mut().expect("used slot"))
+            Found::InFlight(&mut self.slab[loc.0 as usize])
         } else {
             let pos = self.ring_pos(loc.0);
             Found::Retained(&self.ring[pos])
@@ -207,8 +208,8 @@ impl Shard {
     pub(crate) fn put(&mut self, hash: u64, loc: Option<Loc>, claim: InFlight) -> PutOutcome {
         match loc {
             Some(Loc(slot)) if slot & RETAINED == 0 => {
-                let old = self.slab[slot as usize].replace(claim);
-                if old.is_some_and(|o| o.stuck) {
+                let old = std::mem::replace(&mut self.slab[slot as usize], claim);
+                if old.stuck {
                     self.in_flight += 1;
                 }
                 PutOutcome::Replaced
@@ -238,26 +239,40 @@ impl Shard {
     }
 
     fn alloc(&mut self, claim: InFlight) -> u32 {
-        match self.free.pop() {
-            Some(slot) => {
-                self.slab[slot as usize] = Some(claim);
-                slot
-            }
-            None => {
-                self.slab.push(Some(claim));
-                (self.slab.len() - 1) as u32
+        self.slab.push(claim);
+        (self.slab.len() - 1) as u32
+    }
+
+    /// Takes the in-flight claim at `slot` out of the slab, whose index slot the caller has
+    /// already removed or relabelled: the last claim moves into its place (one index probe
+    /// relabels it), so the slab never has holes. When a burst of in-flight claims has drained
+    /// (a quarter of the slab's capacity in use), the slab gives half its capacity back: a
+    /// reallocation of what is left, at most once per halving, as its growth was.
+    fn take(&mut self, slot: u32) -> InFlight {
+        let e = self.slab.swap_remove(slot as usize);
+        if let Some(moved) = self.slab.get(slot as usize) {
+            let from = self.slab.len() as u32;
+            if let Ok(mut entry) = self.index.find_entry(moved.hash, |&l| l == from) {
+                *entry.get_mut() = slot;
             }
         }
+        let cap = self.slab.capacity();
+        if cap > SLAB_KEEP && self.slab.len() < cap / 4 {
+            self.slab.shrink_to(cap / 2);
+        }
+        e
     }
 
     /// Removes the in-flight claim at `loc` (released, or a tombstone no longer needed).
     pub(crate) fn remove(&mut self, hash: u64, loc: Loc) -> Option<InFlight> {
         debug_assert_eq!(loc.0 & RETAINED, 0);
-        let e = self.slab[loc.0 as usize].take()?;
+        if loc.0 as usize >= self.slab.len() {
+            return None;
+        }
         if let Ok(entry) = self.index.find_entry(hash, |&l| l == loc.0) {
             entry.remove();
         }
-        self.free.push(loc.0);
+        let e = self.take(loc.0);
         if !e.stuck {
             self.in_flight -= 1;
         }
@@ -266,7 +281,7 @@ impl Shard {
 
     /// Marks the in-flight claim at `loc` released as stuck (it stays, to refuse its completion).
     pub(crate) fn mark_stuck(&mut self, loc: Loc) {
-        if let Some(e) = self.slab[loc.0 as usize].as_mut() {
+        if let Some(e) = self.slab.get_mut(loc.0 as usize) {
             if !e.stuck {
                 e.stuck = true;
                 self.in_flight -= 1;
@@ -276,17 +291,21 @@ impl Shard {
 
     /// Completes the in-flight claim at `loc` at `now`: it moves to the back of the ring.
     pub(crate) fn complete(&mut self, hash: u64, loc: Loc, now: u64) {
-        let Some(e) = self.slab[loc.0 as usize].take() else {
+        if loc.0 as usize >= self.slab.len() {
             return;
-        };
-        self.free.push(loc.0);
+        }
+        let seq = self.head_seq.wrapping_add(self.ring.len() as u32) & SEQ_MASK;
+        // Relabel its index slot first: `take` then relabels the claim it moves into `loc`.
+        if let Ok(mut entry) = self.index.find_entry(hash, |&l| l == loc.0) {
+            *entry.get_mut() = RETAINED | seq;
+        }
+        let e = self.take(loc.0);
         self.in_flight -= 1;
         if self.ring.len() == self.ring.capacity() {
             // Grow by a quarter, not double: the ring of a shard at the retained bound is most of
             // the table's memory.
             self.ring.reserve_exact((self.ring.len() / 4).max(16));
         }
-        let seq = self.head_seq.wrapping_add(self.ring.len() as u32) & SEQ_MASK;
         self.front_moved |= self.ring.is_empty();
         self.ring.push_back(Retained {
             hash,
@@ -298,9 +317,6 @@ impl Shard {
             dead: false,
         });
         self.retained += 1;
-        if let Ok(mut entry) = self.index.find_entry(hash, |&l| l == loc.0) {
-            *entry.get_mut() = RETAINED | seq;
-        }
     }
 
     /// The completion time of the oldest retained claim.
@@ -340,14 +356,16 @@ impl Shard {
 
     /// Visits every in-flight claim; `f` decides what becomes of it.
     pub(crate) fn sweep_in_flight(&mut self, mut f: impl FnMut(&mut InFlight) -> Verdict) {
-        for slot in 0..self.slab.len() {
-            let Some(e) = self.slab[slot].as_mut() else {
-                continue;
-            };
+        let mut slot = 0;
+        while let Some(e) = self.slab.get_mut(slot) {
             match f(e) {
-                Verdict::Keep => {}
-                Verdict::Stuck => self.mark_stuck(Loc(slot as u32)),
+                Verdict::Keep => slot += 1,
+                Verdict::Stuck => {
+                    self.mark_stuck(Loc(slot as u32));
+                    slot += 1;
+                }
                 Verdict::Remove => {
+                    // The last claim moves into `slot`: visit it there next.
                     let hash = e.hash;
                     self.remove(hash, Loc(slot as u32));
                 }
@@ -361,15 +379,8 @@ impl Shard {
         if self.ring.capacity() > 2 * len + 64 {
             self.ring.shrink_to(len + len / 4);
         }
-        if self.slab.len() > 64 && self.free.len() * 2 > self.slab.len() {
-            // Only trailing free slots can go without moving live ones.
-            while self.slab.last().is_some_and(Option::is_none) {
-                self.slab.pop();
-            }
-            let n = self.slab.len() as u32;
-            self.free.retain(|s| *s < n);
-            self.slab.shrink_to_fit();
-            self.free.shrink_to_fit();
+        if self.slab.capacity() > 2 * self.slab.len() + SLAB_KEEP {
+            self.slab.shrink_to(self.slab.len() + self.slab.len() / 4);
         }
         let (slab, ring, head) = (&self.slab, &self.ring, self.head_seq);
         self.index
@@ -531,7 +542,7 @@ impl ClaimTable {
         let (mut in_flight, mut entries) = (0, 0);
         self.each(|s| {
             in_flight += s.in_flight;
-            entries += s.slab.len() - s.free.len() + s.retained;
+            entries += s.slab.len() + s.retained;
         });
         (in_flight, entries)
     }

@@ -1,0 +1,257 @@
+//! The measured calls: one fixture and one loop per row, each loop run inside [`measured`], the
+//! only function whose instructions callgrind counts (`--toggle-collect`).
+//!
+//! Every row builds its fixture the way `benches/registry/ops.rs` does (10 000 live workers, each
+//! holding one in-flight claim; the at-limit row at the default retained bound), runs the call
+//! `WARM` times uncounted (caches, tables and rings reach their steady size) and then `CALLS`
+//! times counted. Floors (bare primitives with the same key types and hasher) are rows too, so a
+//! ratio of instruction counts can be read beside the wall-clock one.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dashmap::DashMap;
+use rand::{Rng, SeedableRng};
+use worker_registry::{
+    Admission, Clock, DeliveryId, InMemoryRegistry, RegistryConfig, SystemClock, Target, WorkerId,
+    DEFAULT_SHARDS,
+};
+
+type Hasher = ahash::RandomState;
+
+/// Live workers in every fixture (as in the wall-clock benches).
+pub const WORKERS: usize = 10_000;
+/// Counted calls per row (sweeps: `SWEEPS`).
+pub const CALLS: u64 = 20_000;
+const WARM: u64 = 4_096;
+const SWEEPS: u64 = 4;
+
+/// Runs `op(i)` for `i` in `0..n`. Never inlined and not generic over anything but the closure,
+/// so callgrind's `--toggle-collect=*measured*` counts exactly these loops.
+#[inline(never)]
+pub fn measured<R>(n: u64, mut op: impl FnMut(u64) -> R) {
+    for i in 0..n {
+        black_box(op(i));
+    }
+}
+
+/// One row: its name, what it measures, how many calls one counted loop makes and how to run it.
+pub struct Row {
+    pub name: &'static str,
+    pub what: &'static str,
+    /// Calls per counted loop (the per-call figure is the loop's count over this).
+    pub calls: u64,
+    pub run: fn(bool),
+}
+
+pub const ROWS: &[Row] = &[
+    Row { name: "heartbeat_by_id", what: "InMemoryRegistry::heartbeat(id), 10k workers", calls: CALLS, run: heartbeat_by_id },
+    Row { name: "heartbeat_handle", what: "WorkerHandle::heartbeat()", calls: CALLS, run: heartbeat_handle },
+    Row { name: "admit_duplicate", what: "admit of an in-flight delivery (redelivery)", calls: CALLS, run: admit_duplicate },
+    Row { name: "admit_fresh_complete_at_limit", what: "admit + complete of a fresh delivery at the default retained bound (every completion evicts)", calls: CALLS, run: admit_fresh_complete_at_limit },
+    Row { name: "status", what: "status() (Arc of the snapshot)", calls: CALLS, run: status },
+    Row { name: "status_with", what: "status_with(|s| s.version)", calls: CALLS, run: status_with },
+    Row { name: "sweep_idle_10k", what: "sweep(), 10k idle workers (per sweep)", calls: SWEEPS, run: sweep_idle_10k },
+    Row { name: "floor_dashmap_get_store", what: "floor: DashMap<WorkerId, AtomicU64> get + store", calls: CALLS, run: floor_get_store },
+    Row { name: "floor_fence", what: "floor of a fencing heartbeat: DashMap get + coarse clock read + one CAS", calls: CALLS, run: floor_fence },
+    Row { name: "floor_dashmap_get_claim", what: "floor of a duplicate: DashMap get on the (target, delivery) key", calls: CALLS, run: floor_get_claim },
+];
+
+pub fn find(name: &str) -> Option<&'static Row> {
+    ROWS.iter().find(|r| r.name == name)
+}
+
+fn config() -> RegistryConfig {
+    RegistryConfig::builder()
+        .max_workers(1 << 20)
+        .max_in_flight(worker_registry::MAX_DURATION)
+        .build()
+        .expect("valid config")
+}
+
+fn targets(n: usize) -> Vec<Target> {
+    (0..n)
+        .map(|i| Target::new(&format!("org-{}/repo-{i}", i % 97), i as u64 + 1).unwrap())
+        .collect()
+}
+
+fn events(n: usize, salt: u32) -> Vec<DeliveryId> {
+    (0..n)
+        .map(|i| DeliveryId::new(&format!("{salt:08x}-cc78-11e3-81ab-{i:012x}")).unwrap())
+        .collect()
+}
+
+/// A fixed pseudo-random access pattern over `0..n`, a power of two long.
+struct Pattern(Vec<u32>);
+
+impl Pattern {
+    fn new(n: usize) -> Self {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+        Pattern((0..8192).map(|_| rng.gen_range(0..n as u32)).collect())
+    }
+    #[inline(always)]
+    fn at(&self, i: u64) -> usize {
+        self.0[i as usize & 8191] as usize
+    }
+}
+
+struct Fixture<C: Clock = SystemClock> {
+    registry: InMemoryRegistry<C>,
+    targets: Vec<Target>,
+    events: Vec<DeliveryId>,
+    ids: Vec<WorkerId>,
+}
+
+fn fixture(n: usize) -> Fixture {
+    let registry = InMemoryRegistry::new(config());
+    let targets = targets(n);
+    let events = events(n, 0xfeed);
+    let ids = targets
+        .iter()
+        .zip(&events)
+        .map(|(t, e)| match registry.admit(t, e) {
+            Admission::Assigned(a) => a.worker,
+            other => panic!("fixture admit: {other:?}"),
+        })
+        .collect();
+    registry.sweep();
+    Fixture {
+        registry,
+        targets,
+        events,
+        ids,
+    }
+}
+
+/// Runs `op` `WARM` times, then (`count`) `calls` times inside `measured`.
+fn run<R>(count: bool, calls: u64, mut op: impl FnMut(u64) -> R) {
+    for i in 0..WARM.min(calls * 1024) {
+        black_box(op(i.wrapping_add(1 << 40)));
+    }
+    if count {
+        measured(calls, op);
+    }
+}
+
+fn heartbeat_by_id(count: bool) {
+    let f = fixture(WORKERS);
+    let p = Pattern::new(WORKERS);
+    run(count, CALLS, |i| {
+        f.registry.heartbeat(f.ids[p.at(i)]).is_ok()
+    });
+}
+
+fn heartbeat_handle(count: bool) {
+    let f = fixture(WORKERS);
+    let h = f.registry.handle(f.ids[0]).unwrap();
+    run(count, CALLS, |_| h.heartbeat().is_ok());
+}
+
+fn admit_duplicate(count: bool) {
+    let f = fixture(WORKERS);
+    let p = Pattern::new(WORKERS);
+    run(count, CALLS, |i| {
+        let k = p.at(i);
+        matches!(
+            f.registry.admit(&f.targets[k], &f.events[k]),
+            Admission::Duplicate(_)
+        )
+    });
+}
+
+fn admit_fresh_complete_at_limit(count: bool) {
+    let f = fixture(WORKERS);
+    let p = Pattern::new(WORKERS);
+    // Fill to the bound (untimed), then every counted completion evicts the oldest claim.
+    let bound = worker_registry::DEFAULT_MAX_RETAINED_CLAIMS;
+    let pool = events(1 << 17, 0xb0);
+    assert!(pool.len() > bound);
+    for (i, e) in pool.iter().enumerate().take(bound) {
+        let t = &f.targets[i % WORKERS];
+        f.registry.admit(t, e);
+        let _ = f.registry.complete(t, e);
+    }
+    let mask = pool.len() - 1;
+    let mut next = bound;
+    run(count, CALLS, |i| {
+        let (t, e) = (&f.targets[p.at(i)], &pool[next & mask]);
+        next += 1;
+        let a = f.registry.admit(t, e);
+        (
+            matches!(a, Admission::Assigned(_)),
+            f.registry.complete(t, e).is_ok(),
+        )
+    });
+}
+
+fn status(count: bool) {
+    let f = fixture(10);
+    run(count, CALLS, |_| f.registry.status().version);
+}
+
+fn status_with(count: bool) {
+    let f = fixture(10);
+    run(count, CALLS, |_| f.registry.status_with(|s| s.version));
+}
+
+fn sweep_idle_10k(count: bool) {
+    let f = fixture(WORKERS);
+    run(count, SWEEPS, |_| f.registry.sweep().version);
+}
+
+fn floor_words() -> (DashMap<WorkerId, AtomicU64, Hasher>, Vec<WorkerId>) {
+    let words = DashMap::with_hasher_and_shard_amount(Hasher::new(), DEFAULT_SHARDS);
+    let ids: Vec<WorkerId> = (1..=WORKERS as u64).map(WorkerId::new).collect();
+    for id in &ids {
+        words.insert(*id, AtomicU64::new(0));
+    }
+    (words, ids)
+}
+
+fn floor_get_store(count: bool) {
+    let (words, ids) = floor_words();
+    let p = Pattern::new(WORKERS);
+    run(count, CALLS, |i| {
+        if let Some(w) = words.get(&ids[p.at(i)]) {
+            // Release: what a heartbeat store would need to publish.
+            w.store(i, Ordering::Release);
+        }
+    });
+}
+
+fn floor_fence(count: bool) {
+    let (words, ids) = floor_words();
+    let p = Pattern::new(WORKERS);
+    let clock = SystemClock::new();
+    run(count, CALLS, |i| {
+        let now = clock.now_millis();
+        words.get(&ids[p.at(i)]).map(|w| {
+            // Acquire/AcqRel: the orderings of the registry's state-word transition.
+            let mut cur = w.load(Ordering::Acquire);
+            loop {
+                if cur & 3 == 2 {
+                    return false;
+                }
+                let next = (cur & 0xff) | (now.max(cur >> 8) << 8) | 16;
+                match w.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return true,
+                    Err(seen) => cur = seen,
+                }
+            }
+        })
+    });
+}
+
+fn floor_get_claim(count: bool) {
+    let keys: Vec<(Target, DeliveryId)> = targets(WORKERS)
+        .into_iter()
+        .zip(events(WORKERS, 0xfeed))
+        .collect();
+    let m: DashMap<(Target, DeliveryId), u64, Hasher> =
+        DashMap::with_hasher_and_shard_amount(Hasher::new(), DEFAULT_SHARDS);
+    for (i, k) in keys.iter().enumerate() {
+        m.insert(k.clone(), i as u64);
+    }
+    let p = Pattern::new(WORKERS);
+    run(count, CALLS, |i| m.get(&keys[p.at(i)]).map(|v| *v));
+}
