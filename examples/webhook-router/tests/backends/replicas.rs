@@ -138,18 +138,34 @@ async fn forwarding(kind: Kind) {
     let held = deliver(&http, &bb, "f-3", &pr("o/r", 1)).await;
     assert_eq!(held.status, StatusCode::ACCEPTED, "{}", held.body);
     assert_eq!(held.worker(), w, "still the dead owner's worker");
+    // Once the sweep declares the worker dead, f-3 is placed again by whichever comes first: B's
+    // sweeper callback (a re-dispatch) or one of these resends (admitted as new, since a released
+    // claim is; the callback's admission is then a duplicate). Either way B's registry handle
+    // admits f-3 exactly once more, onto a new worker, and nothing sticks a second copy onto it.
+    let before = b.app().registry().stats();
     let done = eventually("f-3 re-dispatched and completed", within, || async {
         let again = deliver(&http, &bb, "f-3", &pr("o/r", 1)).await;
         again.completed().then_some(again)
     })
     .await;
+    let after = b.app().registry().stats();
     let w2 = done.body["targets"][0]["worker"].as_u64().unwrap();
     assert!(w2 > w, "a new worker ({w2}) took over from {w}");
-    assert!(b.app().redispatched() >= 1);
     assert_eq!(
-        b.app().containers().ledger().audit().max_per_worker,
-        1,
-        "one container per worker"
+        (
+            after.admitted_new - before.admitted_new,
+            after.admitted_sticky - before.admitted_sticky
+        ),
+        (1, 0),
+        "f-3 placed once after its release: {before:?} -> {after:?}"
+    );
+    assert!(b.app().redispatched() <= 1);
+    assert!(b.app().containers().is_running(WorkerId::new(w2)), "on B");
+    let audit = b.app().containers().ledger().audit();
+    assert_eq!(
+        (audit.started, audit.max_per_worker),
+        (1, 1),
+        "B started one container, for {w2}: {audit:?}"
     );
 
     // A worker whose container nobody published (created here behind the routers' backs): B waits
