@@ -122,6 +122,11 @@ impl Remote {
         }
         let http = reqwest::Client::builder()
             .no_proxy()
+            // A fresh connection per forward: an owner that died since the last forward is then
+            // always a refused connect (Held, 202), never a send on a pooled socket it left behind,
+            // which fails after the request was written and reads as Unreachable (503: a lost
+            // delivery). Forwarding is the minority path; one loopback or LAN handshake is cheap.
+            .pool_max_idle_per_host(0)
             .connect_timeout(FORWARD_CONNECT_TIMEOUT)
             .timeout(FORWARD_TIMEOUT)
             .build()
