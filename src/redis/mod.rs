@@ -122,9 +122,10 @@ mod error;
 mod events;
 mod keys;
 mod lease;
+mod publish;
 mod scripts;
-mod snapshot;
 mod stream;
+mod sweep;
 
 use std::fmt;
 use std::sync::Arc;
@@ -135,15 +136,17 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 pub use self::error::RedisConnectError;
 pub use self::keys::{RegistryNameError, MAX_REGISTRY_NAME_LEN};
 pub use self::lease::MIN_LEASE_TTL;
+pub use self::publish::{CHANGES_PAGE, CHANGE_LOG_VERSIONS, PUBLISH_STEP, SNAP_PAGE};
 pub use self::stream::{EXPIRY_BATCH, HANDOUT_BATCH};
+pub use self::sweep::{MAX_SWEEP_STEPS, SWEEP_STEP_BUDGET};
 
 use self::counters::Counters;
 use self::keys::Keys;
-use self::snapshot::SnapshotCache;
 use crate::api::error::RegistryError;
 use crate::api::snapshot::StatusSnapshot;
 use crate::clock::millis;
 use crate::config::RegistryConfig;
+use crate::remote::snapshot::SnapshotCache;
 
 /// The registry name used unless [`RedisRegistryBuilder::name`] sets one.
 pub const DEFAULT_REGISTRY_NAME: &str = "worker-registry";
@@ -232,6 +235,8 @@ pub(crate) struct Inner {
     pub(crate) conn: ConnectionManager,
     pub(crate) replica: String,
     pub(crate) snapshot: SnapshotCache,
+    /// Serialises this handle's snapshot refreshes (each applies changes to the version it read).
+    pub(crate) refresh: tokio::sync::Mutex<()>,
     pub(crate) counters: Counters,
     pub(crate) events: Arc<events::Events>,
     /// Forwards the server's lifecycle events into `events`; stopped when this is dropped.
@@ -399,6 +404,7 @@ impl RedisRegistryBuilder {
                     config.max_workers(),
                     SystemTime::now(),
                 )),
+                refresh: tokio::sync::Mutex::new(()),
                 config,
                 keys,
                 conn,
@@ -410,7 +416,7 @@ impl RedisRegistryBuilder {
             }),
         };
         registry
-            .fetch_snapshot()
+            .refresh_snapshot()
             .await
             .map_err(RedisConnectError::Unavailable)?;
         Ok(registry)

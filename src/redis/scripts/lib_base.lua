@@ -29,7 +29,11 @@
 --   released          stream  released deliveries (consumer group `dispatch`)
 --   deliveries        zset  stream entry id -> when it was handed out (ms)
 --   events            channel  lifecycle events; event_seq their sequence number
---   snapshot, snapshot_version  strings  the published status snapshot
+--   dirty             set   workers written since the last publish (publish.lua drains it)
+--   snap              hash  worker id -> its line as last published (a rebuild pages it)
+--   changes           stream  the change log: per version, entries `<version>-<n>` of upserted
+--                           lines (u) and removed ids (r), the last one the header (h)
+--   snap_head, snapshot_version  strings  the latest published header and version
 --   sweep_lease       string  "<owner>\t<expires at, registry ms>", with PX
 --   last_sweep        string  when the latest sweep of any replica ran (registry ms)
 --   stalls            list  "<start>:<end>" stall spans the stall rule still credits, oldest first

@@ -32,6 +32,7 @@ local function do_kill(k, reason, now)
   redis.call('ZREM', K.live, k.id)
   redis.call('ZREM', K.drain, k.id)
   redis.call('ZADD', K.dead, now, k.id)
+  redis.call('SADD', K.dirty, k.id)
   if k.mapped then redis.call('HDEL', K.targets, k.target) end
   for _, m in ipairs(k.members) do
     redis.call('HSET', ckey(m), 'rel', reason)
@@ -74,12 +75,14 @@ local function do_place(plan, target, now, first_deadline)
   if plan.kind == 'sticky' then
     local n = plan.n + 1
     redis.call('HSET', wkey(plan.id), 'b', 1, 'n', n)
+    redis.call('SADD', K.dirty, plan.id)
     return plan.id, n, 0
   end
   local id = I(redis.call('INCR', K.next_worker_id))
   redis.call('HSET', wkey(id), 's', 0, 'b', 1, 'x', 0, 'bt', 0, 'hb', now, 'c', now, 'n', 1, 't', target)
   redis.call('ZADD', K.live, first_deadline, id)
   redis.call('HSET', K.targets, target, id)
+  redis.call('SADD', K.dirty, id)
   emit({ 'C', id, target })
   return id, 1, 1
 end
