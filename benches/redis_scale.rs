@@ -87,9 +87,11 @@ impl Pinger {
                 .build()
                 .unwrap();
             rt.block_on(async move {
+                // No response timeout: a PING stuck behind a long script is measured, not dropped.
+                let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
                 let mut conn = redis::Client::open(url.as_str())
                     .unwrap()
-                    .get_multiplexed_async_connection()
+                    .get_multiplexed_async_connection_with_config(&config)
                     .await
                     .expect("ping connection");
                 while !s.load(Ordering::Relaxed) {
@@ -369,16 +371,24 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
                 let cmd = match f.get(3) {
                     Some(redis::Value::Array(a)) => a
                         .iter()
-                        .take(1)
+                        .enumerate()
+                        .filter(|(i, _)| *i == 0 || (5..9).contains(i))
+                        .map(|(_, v)| v)
                         .map(|v| match v {
-                            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                            redis::Value::BulkString(b) => {
+                                String::from_utf8_lossy(&b[..b.len().min(24)]).into_owned()
+                            }
                             other => format!("{other:?}"),
                         })
                         .collect::<Vec<_>>()
                         .join(" "),
                     _ => String::new(),
                 };
-                Some((us, cmd))
+                let args = match f.get(3) {
+                    Some(redis::Value::Array(a)) => a.len(),
+                    _ => 0,
+                };
+                Some((us, format!("{cmd} ({args} args)")))
             }
             _ => None,
         })
@@ -398,7 +408,7 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
             .map(|(us, c)| format!(", the longest {:.1} ms ({c})", *us as f64 / 1e3))
             .unwrap_or_default()
     );
-    for (us, c) in entries.iter().take(5) {
+    for (us, c) in entries.iter().take(12) {
         println!("  {:>8.1} ms  {c}", *us as f64 / 1e3);
     }
 }

@@ -26,6 +26,9 @@ use crate::api::status::{DeadReason, Status};
 use crate::clock::millis;
 use crate::config::RegistryConfig;
 
+/// Receipts one `acknowledge` script call takes (three commands each).
+const ACK_CHUNK: usize = 128;
+
 /// What a placement script answered (admit after its duplicate check, assign).
 enum Placed {
     Assigned(Assignment),
@@ -505,15 +508,16 @@ impl Maintenance for RedisRegistry {
     }
 
     async fn acknowledge(&self, released: &[ReleasedEvent]) -> Result<(), RegistryError> {
-        let mut inv = self.prepare(&SCRIPTS.acknowledge);
-        let mut any = false;
-        for e in released {
-            if let Some(receipt) = e.receipt() {
-                inv.arg(receipt.as_str());
-                any = true;
+        // A bounded number per script call: a sweep hands out up to HANDOUT_BATCH at once.
+        let receipts: Vec<&str> = released
+            .iter()
+            .filter_map(|e| e.receipt().map(|r| r.as_str()))
+            .collect();
+        for chunk in receipts.chunks(ACK_CHUNK) {
+            let mut inv = self.prepare(&SCRIPTS.acknowledge);
+            for receipt in chunk {
+                inv.arg(*receipt);
             }
-        }
-        if any {
             self.invoke(&inv).await?;
         }
         Ok(())

@@ -31,8 +31,9 @@ pub const PUBLISH_STEP: usize = 256;
 /// Versions the change log keeps (a handle further behind rebuilds).
 pub const CHANGE_LOG_VERSIONS: usize = 1_000;
 
-/// Change-log entries one `changes` call returns.
-pub const CHANGES_PAGE: usize = 256;
+/// Change-log entries one `changes` call returns (each holds at most [`PUBLISH_STEP`] lines, so
+/// one answer stays around a hundred kilobytes).
+pub const CHANGES_PAGE: usize = 4;
 
 /// Worker lines one rebuild page asks for (`HSCAN ... COUNT`).
 pub const SNAP_PAGE: usize = 256;
