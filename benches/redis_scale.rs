@@ -162,6 +162,23 @@ async fn ticks(r: &RedisRegistry, interval: Duration, ticks: usize, what: &str) 
     );
 }
 
+/// The server's main-thread CPU time so far (user + system, seconds): what its scripts cost,
+/// whatever else the machine runs (the slow log's times are wall-clock).
+async fn main_thread_cpu(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            l.strip_prefix("used_cpu_user_main_thread:")
+                .or_else(|| l.strip_prefix("used_cpu_sys_main_thread:"))
+        })
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum()
+}
+
 fn main() {
     let smoke = std::env::args().any(|a| a == "--test");
     if !harness::have_binary() {
@@ -302,6 +319,12 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
         .query_async(&mut admin)
         .await
         .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let cpu_before = main_thread_cpu(&mut admin).await;
     let pinger = Pinger::start(url);
     tokio::time::sleep(Duration::from_millis(50)).await;
     pinger.armed.store(true, Ordering::Relaxed);
@@ -354,6 +377,17 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
     let worst = pinger.worst_us.load(Ordering::Relaxed);
     let pings = pinger.pings.load(Ordering::Relaxed);
     drop(pinger);
+    let cpu = main_thread_cpu(&mut admin).await - cpu_before;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let evalsha = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .unwrap_or("")
+        .to_owned();
     let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(1024)
@@ -396,6 +430,7 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
     entries.sort_by(|a, b| b.0.cmp(&a.0));
     println!();
     println!("maintenance phases: {:.1} s", took.as_secs_f64());
+    println!("server main-thread CPU during them: {cpu:.2} s; EVALSHA {evalsha}");
     println!(
         "worst PING round trip: {:.2} ms over {pings} pings (aim <= 2 ms)",
         worst as f64 / 1e3

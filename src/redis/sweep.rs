@@ -24,7 +24,7 @@ use crate::api::report::SweepReport;
 /// About how many commands one sweep step runs on the server (kills cost more than one each;
 /// see `scripts/sweep.lua`). At roughly a microsecond per command, a step stays near a
 /// millisecond of server time.
-pub const SWEEP_STEP_BUDGET: usize = 400;
+pub const SWEEP_STEP_BUDGET: usize = 200;
 
 /// The most steps one sweep call runs (enough for a mass death of tens of thousands of workers);
 /// a call that runs out reports what it did and the next sweep continues.

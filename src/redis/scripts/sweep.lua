@@ -185,7 +185,10 @@ if swept then
   -- Live candidates: below `now` in `live` (a lower bound of each one's deadline: heartbeats do
   -- not touch the index, stall credit only moves deadlines out). One that beat since, or was
   -- credited a stall, is re-scored to its deadline as judged now (out of the range).
-  local chunk = room(mode == 'judge' and 2 or 8)
+  -- Judging costs about 2 commands a candidate; killing about 20 (suspecting 5).
+  local function act_cost(brake) if brake then return 5 end return 20 end
+  local chunk = room(2)
+  if mode == 'act' then chunk = room(act_cost(brake_in)) end
   local cands
   if rescan and first then
     -- Dropping the oldest stall (after MAX_STALLS, all within reach) can only take credit away:
@@ -221,8 +224,8 @@ if swept then
     if exhausted then
       local live = redis.call('ZCARD', K.live) - #ghosts
       brake_out = live >= brake_min and skip + #stale > brake_fraction * live
-      if skip == 0 then
-        act = true -- every candidate is in this chunk: act on it now
+      if skip == 0 and (#stale + #overdue_c) * act_cost(brake_out) <= budget then
+        act = true -- every candidate is in this chunk and the budget covers acting on it
         next_mode = 'act'
       else
         next_mode, next_skip, more = 'act', 0, true
@@ -266,7 +269,7 @@ if swept then
   -- after now.)
   local drain_ghosts = {}
   if rest then
-    local lim = room(8) - #kills
+    local lim = room(20) - #kills
     if lim > 0 then
       local due = redis.call('ZRANGEBYSCORE', K.drain, '-inf', '(' .. I(now), 'LIMIT', 0, lim)
       if #due == lim then more = true end
@@ -288,7 +291,7 @@ if swept then
   local preps = {}
   for i, kl in ipairs(kills) do
     preps[i] = prep_kill(kl[1], W[kl[1]][1])
-    spend(8 + 2 * #preps[i].members)
+    spend(16 + 4 * #preps[i].members)
   end
 
   -- Deliveries stuck in flight: bound claims whose worker lives (and is not killed here: its
@@ -342,7 +345,7 @@ if swept then
         end
         k.members = members
         stuck_exits[h] = k
-        spend(8 + 2 * #members)
+        spend(16 + 4 * #members)
       end
     end
   end
