@@ -12,7 +12,7 @@
 local at, engaged, adj = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local have, budget, keep = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 
-local ids = redis.call('SRANDMEMBER', K.dirty, budget)
+local ids = redis.call('ZRANGE', K.dirty, 0, budget - 1)
 local ups, rems = {}, {}
 for _, id in ipairs(ids) do
   local f = read_worker(id)
@@ -31,7 +31,7 @@ for i, u in ipairs(ups) do
 end
 for _, id in ipairs(rems) do redis.call('HDEL', K.snap, id) end
 if #ids > 0 then
-  redis.call('SREM', K.dirty, unpack(ids))
+  redis.call('ZREM', K.dirty, unpack(ids))
   redis.call('XADD', K.changes, I(version) .. '-*', 'u', table.concat(lines, '\n'),
     'r', table.concat(rems, ','))
 end

@@ -128,7 +128,7 @@ local function write_stalls()
   for id, at in pairs(extended) do
     redis.call('HSET', wkey(id), 'dd', I(at))
     redis.call('ZADD', K.drain, at, id)
-    redis.call('SADD', K.dirty, id)
+    redis.call('ZADD', K.dirty, 0, id)
   end
 end
 
@@ -356,7 +356,7 @@ if swept then
   if rest then
     local lim = room(3)
     if lim > 0 then
-      tombs = redis.call('SRANDMEMBER', K.stuck_pending, lim)
+      tombs = redis.call('ZRANGE', K.stuck_due, 0, lim - 1)
       if #tombs == lim then more = true end
     else
       more = true
@@ -383,7 +383,7 @@ if swept then
   if rest then
     local lim = room(6)
     local pend = {}
-    if lim > 0 then pend = redis.call('SRANDMEMBER', K.rel_pending, lim) end
+    if lim > 0 then pend = redis.call('ZRANGE', K.released_due, 0, lim - 1) end
     if #pend == lim then more = true end
     for _, m in ipairs(pend) do
       local c = redis.call('HMGET', ckey(m), 'h', 'rel')
@@ -466,7 +466,7 @@ if swept then
   for _, id in ipairs(drain_ghosts) do redis.call('ZREM', K.drain, id) end
   for _, id in ipairs(suspects) do
     redis.call('HSET', wkey(id), 'x', 1, 'ss', now)
-    redis.call('SADD', K.dirty, id)
+    redis.call('ZADD', K.dirty, 0, id)
     suspected[#suspected + 1] = id
     emit({ 'S', id, W[id][1] or '' })
   end
@@ -485,11 +485,11 @@ if swept then
     redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', r[2], 'r', r[3])
     redis.call('DEL', ckey(m))
     redis.call('ZREM', K.unbound, m)
-    redis.call('SREM', K.rel_pending, m)
+    redis.call('ZREM', K.released_due, m)
     released_pairs[#released_pairs + 1] = { t, d }
   end
   n_released = #releases
-  for _, m in ipairs(tombs) do redis.call('SREM', K.stuck_pending, m) end
+  for _, m in ipairs(tombs) do redis.call('ZREM', K.stuck_due, m) end
   for _, m in ipairs(drop_tombs) do redis.call('DEL', ckey(m)) end
 
   -- Stuck: released through the stream like the rest, but the claim stays as a tombstone (in
@@ -522,14 +522,14 @@ if swept then
     elseif f[2] == '0' then
       redis.call('HSET', wkey(h), 's', 1, 'dd', until_)
       redis.call('ZADD', K.drain, until_, h)
-      redis.call('SADD', K.dirty, h)
+      redis.call('ZADD', K.dirty, 0, h)
       emit({ 'D', h, target or '' })
       drained_stuck[#drained_stuck + 1] = h
     elseif not f[10] or f[10] == '' or until_ < tonumber(f[10]) then
       -- Draining already: the earlier deadline is kept.
       redis.call('HSET', wkey(h), 'dd', until_)
       redis.call('ZADD', K.drain, until_, h)
-      redis.call('SADD', K.dirty, h)
+      redis.call('ZADD', K.dirty, 0, h)
     end
   end
 
@@ -543,7 +543,7 @@ if swept then
     local list = by_target[t]
     list[#list + 1] = d
   end
-  for _, m in ipairs(stale_pending) do redis.call('SREM', K.rel_pending, m) end
+  for _, m in ipairs(stale_pending) do redis.call('ZREM', K.released_due, m) end
   for _, m in ipairs(stale_unbound) do redis.call('ZREM', K.unbound, m) end
   for _, m in ipairs(expired) do
     redis.call('DEL', ckey(m))
@@ -560,7 +560,7 @@ if swept then
     redis.call('DEL', wckey(id))
     redis.call('DEL', wskey(id))
     redis.call('ZREM', K.dead, id)
-    redis.call('SADD', K.dirty, id)
+    redis.call('ZADD', K.dirty, 0, id)
   end
   n_purged = #purge
   engaged = held or #suspects > 0
