@@ -427,7 +427,7 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
             _ => None,
         })
         .collect();
-    entries.sort_by(|a, b| b.0.cmp(&a.0));
+    entries.sort_by_key(|e| std::cmp::Reverse(e.0));
     println!();
     println!("maintenance phases: {:.1} s", took.as_secs_f64());
     println!("server main-thread CPU during them: {cpu:.2} s; EVALSHA {evalsha}");

@@ -59,9 +59,10 @@ fn head(text: &str) -> Result<Head, RegistryError> {
     let [version, now, brake, in_flight, retained] = f[..] else {
         return Err(bad(format!("snapshot header with {} fields", f.len())));
     };
-    let mut claims = ClaimCounts::default();
-    claims.in_flight = num(in_flight, "in flight")? as usize;
-    claims.retained = num(retained, "retained")? as usize;
+    let claims = ClaimCounts {
+        in_flight: num(in_flight, "in flight")? as usize,
+        retained: num(retained, "retained")? as usize,
+    };
     Ok(Head {
         version: num(version, "version")?,
         now: num(now, "time")?,
