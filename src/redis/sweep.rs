@@ -88,7 +88,7 @@ impl RedisRegistry {
                 report.at = Duration::from_millis(now);
                 report.stall_credited = Duration::from_millis(f.uint("stall_ms")?);
                 cur.at = now;
-            } else if !swept {
+            } else if report.swept && !swept {
                 // Another replica took the lease between two steps (this one's lapsed): it
                 // continues the work; what this call did is reported.
                 break;
@@ -132,7 +132,8 @@ impl RedisRegistry {
             }
             let more = f.int("more")? == 1;
             let more_handout = handout > 0 && f.uint("handed")? as usize == handout;
-            if !swept || !(more || more_handout) {
+            // A replica without the lease only takes its share of released events.
+            if !((swept && more) || more_handout) {
                 break;
             }
         }

@@ -279,7 +279,9 @@ if swept then
           if f[2] == '1' then
             kills[#kills + 1] = { id, R_DRAIN_TIMED_OUT }
             killed[id] = true
-          elseif f[2] ~= '2' then
+          else
+            -- Not draining (a death removes its entry; this one is stale): drop it, or it
+            -- would head the range forever.
             drain_ghosts[#drain_ghosts + 1] = id
           end
         end
