@@ -199,6 +199,9 @@ fn criterion_benches(c: &mut Criterion, rt: &Runtime, f: &Arc<Fixture>) {
 struct Row {
     call: Call,
     in_flight: usize,
+    /// The server's own time per call for the row's command (`INFO commandstats`, EVALSHA's
+    /// `usec_per_call` over the measured calls only).
+    server_us: f64,
     ops_per_s: f64,
     p50_us: f64,
     p99_us: f64,
@@ -215,11 +218,14 @@ fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
             };
             // Warm up, then measure.
             rt.block_on(drive(f, call, n / 10, in_flight, false));
+            rt.block_on(reset_stats(f));
             let (elapsed, hist) = rt.block_on(drive(f, call, n, in_flight, true));
+            let server_us = rt.block_on(evalsha_usec_per_call(f));
             let hist = hist.unwrap();
             rows.push(Row {
                 call,
                 in_flight,
+                server_us,
                 ops_per_s: n as f64 / elapsed.as_secs_f64(),
                 p50_us: hist.value_at_quantile(0.50) as f64 / 1_000.0,
                 p99_us: hist.value_at_quantile(0.99) as f64 / 1_000.0,
@@ -229,10 +235,40 @@ fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
     rows
 }
 
+/// Zeroes the server's command statistics (`CONFIG RESETSTAT`).
+async fn reset_stats(f: &Fixture) {
+    let mut conn = f.bare.clone();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG RESETSTAT");
+}
+
+/// EVALSHA's `usec_per_call` since the last reset (every script call of a row is an EVALSHA).
+async fn evalsha_usec_per_call(f: &Fixture) -> f64 {
+    let mut conn = f.bare.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|l| {
+            l.split(',')
+                .find_map(|kv| kv.strip_prefix("usec_per_call="))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
 fn print_table(rows: &[Row]) {
     println!();
-    println!("| call | in flight | calls/s | vs bare EVALSHA | p50 | p99 |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| call | in flight | server µs/call | calls/s | vs bare EVALSHA | vs 1/server cost | p50 | p99 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let bare = rows
             .iter()
@@ -248,11 +284,13 @@ fn print_table(rows: &[Row]) {
             " (below 0.8)".to_owned()
         };
         println!(
-            "| {} | {} | {:.0} | {:.2}{mark} | {:.0} µs | {:.0} µs |",
+            "| {} | {} | {:.1} | {:.0} | {:.2}{mark} | {:.2} | {:.0} µs | {:.0} µs |",
             r.call.name(),
             r.in_flight,
+            r.server_us,
             r.ops_per_s,
             ratio,
+            r.ops_per_s * r.server_us / 1e6,
             r.p50_us,
             r.p99_us
         );

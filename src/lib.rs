@@ -53,6 +53,8 @@ pub mod metrics;
 mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod remote;
 mod state;
 #[cfg(feature = "tokio")]
 mod sweeper;

@@ -169,6 +169,58 @@ impl<'a> Reply<'a> {
     }
 }
 
+/// A script reply read by name: a flat list of name, value pairs (the scripts' `{'name', value,
+/// ...}`). A missing name is a non-retryable error naming it, never a default.
+pub(crate) struct Fields<'a> {
+    items: &'a [Value],
+}
+
+impl<'a> Fields<'a> {
+    /// The reply `v`, which must be an array of an even length.
+    pub(crate) fn of(v: &'a Value) -> Result<Self, RegistryError> {
+        match v {
+            Value::Array(items) if items.len() % 2 == 0 => Ok(Self { items }),
+            other => Err(bad(format!("expected name, value pairs, got {other:?}"))),
+        }
+    }
+
+    fn get(&self, name: &str) -> Result<&'a Value, RegistryError> {
+        self.items
+            .chunks_exact(2)
+            .find(|p| matches!(&p[0], Value::BulkString(b) if b.as_slice() == name.as_bytes()))
+            .map(|p| &p[1])
+            .ok_or_else(|| bad(format!("reply has no field {name:?}")))
+    }
+
+    /// One value as a one-field reader.
+    fn one(&self, name: &str) -> Result<Reply<'a>, RegistryError> {
+        Ok(Reply {
+            items: std::slice::from_ref(self.get(name)?),
+            pos: 0,
+        })
+    }
+
+    /// The field `name` as text.
+    pub(crate) fn text(&self, name: &str) -> Result<std::borrow::Cow<'a, str>, RegistryError> {
+        self.one(name)?.text()
+    }
+
+    /// The field `name` as an integer.
+    pub(crate) fn int(&self, name: &str) -> Result<i64, RegistryError> {
+        self.one(name)?.int()
+    }
+
+    /// The field `name` as a non-negative integer.
+    pub(crate) fn uint(&self, name: &str) -> Result<u64, RegistryError> {
+        self.one(name)?.uint()
+    }
+
+    /// The field `name` as a nested array (a Lua empty table arrives as an empty array).
+    pub(crate) fn array(&self, name: &str) -> Result<Reply<'a>, RegistryError> {
+        Reply::of(self.get(name)?)
+    }
+}
+
 /// Decodes one worker line (`id t s b x bt r hb c n dd da`, see `scripts/lib_workers.lua`) as of `now`.
 pub(crate) fn decode_worker(line: &str, now: u64) -> Result<WorkerInfo, RegistryError> {
     let f: Vec<&str> = line.split('\t').collect();

@@ -3,7 +3,7 @@
 //! particular here is documented on the module.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ::redis::{Script, ScriptInvocation, Value};
 
@@ -11,7 +11,6 @@ use super::codec::{self, bad, Reply};
 use super::counters::C;
 use super::error;
 use super::scripts::SCRIPTS;
-use super::stream::{EXPIRY_BATCH, HANDOUT_BATCH};
 use super::RedisRegistry;
 use crate::api::contract::{Maintenance, Subscribe, WorkerRegistry};
 use crate::api::error::RegistryError;
@@ -27,6 +26,9 @@ use crate::api::status::{DeadReason, Status};
 use crate::clock::millis;
 use crate::config::RegistryConfig;
 
+/// Receipts one `acknowledge` script call takes (three commands each).
+const ACK_CHUNK: usize = 128;
+
 /// What a placement script answered (admit after its duplicate check, assign).
 enum Placed {
     Assigned(Assignment),
@@ -36,13 +38,13 @@ enum Placed {
 impl RedisRegistry {
     /// An invocation of `script` with the arguments every script takes (the offset key, the
     /// prefix, this replica's id).
-    fn prepare(&self, script: &'static Script) -> ScriptInvocation<'static> {
+    pub(crate) fn prepare(&self, script: &'static Script) -> ScriptInvocation<'static> {
         let mut inv = script.key(&self.inner.keys.offset);
         inv.arg(&self.inner.keys.prefix).arg(&self.inner.replica);
         inv
     }
 
-    async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Value, RegistryError> {
+    pub(crate) async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Value, RegistryError> {
         let mut conn = self.inner.conn.clone();
         inv.invoke_async(&mut conn).await.map_err(error::backend)
     }
@@ -50,7 +52,10 @@ impl RedisRegistry {
     /// Invokes a script that may publish events (its reply is `{events, reply, epoch}`) and
     /// returns the reply once this handle's subscribers have had the events, in order, as the
     /// in-memory registry's would (see `events.rs`).
-    async fn invoke_emitting(&self, inv: &ScriptInvocation<'_>) -> Result<Value, RegistryError> {
+    pub(crate) async fn invoke_emitting(
+        &self,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<Value, RegistryError> {
         let v = self.invoke(inv).await?;
         let Value::Array(mut parts) = v else {
             return Err(bad(format!("expected {{events, reply, epoch}}, got {v:?}")));
@@ -75,33 +80,6 @@ impl RedisRegistry {
         }
         self.inner.events.settle(epoch.as_deref(), own).await;
         Ok(reply)
-    }
-
-    /// Fetches the published snapshot if it is newer than the cached one.
-    pub(crate) async fn fetch_snapshot(&self) -> Result<(), RegistryError> {
-        let mut inv = self.prepare(&SCRIPTS.snapshot);
-        inv.arg(self.inner.snapshot.version());
-        let v = self.invoke(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        let now = r.uint()?;
-        let _version = r.uint()?;
-        let text = r.text()?;
-        if !text.is_empty() {
-            self.install(&text, now)?;
-        }
-        Ok(())
-    }
-
-    fn install(&self, text: &str, now: u64) -> Result<(), RegistryError> {
-        let snapshot = codec::decode_snapshot(text, self.inner.config.max_workers())?;
-        let at = millis(snapshot.taken_at_monotonic);
-        let c = &self.inner.counters;
-        c.observe_live(at, snapshot.capacity.used as u64);
-        c.observe_retained(at, snapshot.claims.retained as u64);
-        self.inner
-            .snapshot
-            .offer(snapshot, Duration::from_millis(now));
-        Ok(())
     }
 
     fn count_placed(&self, p: &Placed) {
@@ -526,112 +504,20 @@ impl WorkerRegistry for RedisRegistry {
 
 impl Maintenance for RedisRegistry {
     async fn sweep(&self) -> Result<SweepReport, RegistryError> {
-        let started = Instant::now();
-        let i = &*self.inner;
-        let l = &i.limits;
-        let have = i.snapshot.version();
-        let mut inv = self.prepare(&SCRIPTS.sweep);
-        inv.arg(have)
-            .arg(l.timeout_ms)
-            .arg(l.startup_grace_ms)
-            .arg(l.retention_ms)
-            .arg(l.dead_retention_ms)
-            .arg(l.suspect_grace_ms)
-            .arg(&l.brake_fraction)
-            .arg(l.brake_min_workers)
-            .arg(l.max_retained)
-            .arg(l.lease_ttl_ms)
-            .arg(l.ack_timeout_ms)
-            .arg(HANDOUT_BATCH)
-            .arg(EXPIRY_BATCH)
-            .arg(l.sweep_interval_ms)
-            .arg(l.max_in_flight_ms)
-            .arg(l.drain_deadline_ms)
-            .arg(l.stall_horizon_ms);
-        let v = self.invoke_emitting(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        let swept = r.int()? == 1;
-        let now = r.uint()?;
-        let mut report = SweepReport {
-            swept,
-            at: Duration::from_millis(now),
-            ..SweepReport::default()
-        };
-        let version = r.uint()?;
-        report.brake_engaged = r.int()? == 1;
-        let snapshot = r.text()?;
-        let mut died = r.array()?;
-        while died.remaining() > 0 {
-            let id = codec::worker_id(&died.text()?)?;
-            let reason = codec::dead_reason(died.int()?)?;
-            report.died.push((id, reason));
-        }
-        let mut suspected = r.array()?;
-        while suspected.remaining() > 0 {
-            report.suspected.push(codec::worker_id(&suspected.text()?)?);
-        }
-        let mut targets = r.array()?;
-        while targets.remaining() > 0 {
-            let t = targets.text()?;
-            report
-                .released_targets
-                .push(t.parse().map_err(|e| bad(format!("target {t:?}: {e}")))?);
-        }
-        report.expired_claims = r.uint()? as usize;
-        report.evicted_claims = r.uint()? as usize;
-        report.purged_workers = r.uint()? as usize;
-        let released = r.uint()?;
-        report.released = codec::decode_released(r.array()?)?;
-        let live = r.uint()?;
-        let retained = r.uint()?;
-        report.stall_credited = Duration::from_millis(r.uint()?);
-        let stuck = r.uint()?;
-        let mut drained = r.array()?;
-        while drained.remaining() > 0 {
-            report
-                .drained_stuck
-                .push(codec::worker_id(&drained.text()?)?);
-        }
-
-        if !snapshot.is_empty() {
-            self.install(&snapshot, now)?;
-        }
-        report.version = version.max(i.snapshot.version());
-        let c = &i.counters;
-        c.observe_live(now, live);
-        c.observe_retained(now, retained);
-        if report.swept {
-            for (_, reason) in &report.died {
-                c.death(*reason);
-            }
-            c.add(C::Suspected, report.suspected.len() as u64);
-            c.add(C::ClaimsReleased, released);
-            c.add(C::ClaimsStuck, stuck);
-            c.add(C::ClaimsExpired, report.expired_claims as u64);
-            c.add(C::ClaimsEvicted, report.evicted_claims as u64);
-            c.add(C::WorkersPurged, report.purged_workers as u64);
-            if report.brake_engaged {
-                c.inc(C::BrakeEngaged);
-            }
-            c.inc(C::Sweeps);
-        }
-        report.took = started.elapsed();
-        if report.swept {
-            c.observe_sweep(report.took);
-        }
-        Ok(report)
+        self.sweep_steps().await
     }
 
     async fn acknowledge(&self, released: &[ReleasedEvent]) -> Result<(), RegistryError> {
-        let mut inv = self.prepare(&SCRIPTS.acknowledge);
-        let mut any = false;
-        for e in released {
-            if let Some(receipt) = e.receipt() {
-                inv.arg(receipt.as_str());
-                any = true;
+        // A bounded number per script call: a sweep hands out up to HANDOUT_BATCH at once.
+        let receipts: Vec<&str> = released
+            .iter()
+            .filter_map(|e| e.receipt().map(|r| r.as_str()))
+            .collect();
+        for chunk in receipts.chunks(ACK_CHUNK) {
+            let mut inv = self.prepare(&SCRIPTS.acknowledge);
+            for receipt in chunk {
+                inv.arg(*receipt);
             }
-        }
-        if any {
             self.invoke(&inv).await?;
         }
         Ok(())

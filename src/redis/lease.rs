@@ -2,8 +2,9 @@
 //!
 //! `{name}:sweep_lease` holds `<replica id>\t<expiry, registry ms>` and is set with `PX` = the
 //! lease's TTL, 3 x `sweep_interval` (at least 1 s). The sweep script takes the lease if it is
-//! free, its own, or lapsed, and renews it at the end of the maintenance work, all in the same
-//! atomic step, so two replicas never sweep at once. The lease lapses by the key's own expiry
+//! free, its own, or lapsed, and renews it at the end of each maintenance step, in the same atomic
+//! step, so two replicas never sweep at once (a holder whose lease lapsed between two steps
+//! stops at the step that finds it taken). The lease lapses by the key's own expiry
 //! (real time) or when the registry's time (the server clock plus the test offset) passes the
 //! stored expiry, so a test that advances time sees a silent replica's lease lapse without
 //! sleeping. Replica ids come from `INCR {name}:next_replica_id`: unique, never reused.

@@ -31,13 +31,16 @@
 //! | `{n}:c:<target>:<delivery>` | hash | a claim: holder, claimed at, completed at, release reason; a completed one expires with `PEXPIRE` = `claim_retention` + `sweep_interval` |
 //! | `{n}:wc:<id>` | zset | a worker's in-flight claims by claim time (released in the step that kills it) |
 //! | `{n}:flight` | zset | every in-flight claim bound to a worker, by a lower bound of when it is stuck (claimed at + `max_in_flight`, + the stall credit once re-scored): the stuck are one range query |
-//! | `{n}:ws:<id>` | set | a worker's stuck claims, kept as tombstones (release reason `Stuck`) so that its late completion is refused; `{n}:stuck_pending` holds those of dead workers, which the next sweep deletes |
+//! | `{n}:ws:<id>` | set | a worker's stuck claims, kept as tombstones (release reason `Stuck`) so that its late completion is refused; `{n}:stuck_due` (zset, score 0) holds those of dead workers, which the next sweep deletes |
 //! | `{n}:unbound` | zset | bare claims by claim time (those past the heartbeat timeout are one range query) |
 //! | `{n}:done` | zset | completed claims by completion time (`max_retained_claims` eviction, retention) |
-//! | `{n}:rel_pending` | set | claims released since the last sweep |
+//! | `{n}:released_due` | zset | claims released since the last sweep (score 0: read by rank, a bounded range per step) |
 //! | `{n}:released` | stream | released deliveries, consumer group `dispatch` |
 //! | `{n}:deliveries` | zset | stream entries by when they were handed out (re-offered after `release_ack_timeout`) |
-//! | `{n}:snapshot`, `{n}:snapshot_version` | string | the published status snapshot |
+//! | `{n}:dirty` | zset | workers whose hash was written since the last publish (score 0) |
+//! | `{n}:snap` | hash | worker id → its line as last published (what a rebuilding handle pages through) |
+//! | `{n}:changes` | stream | the change log: per version, entries `<version>-<n>` of upserted lines (`u`) and removed ids (`r`), the version's header (`h`) last; the last [`CHANGE_LOG_VERSIONS`] versions |
+//! | `{n}:snap_head`, `{n}:snapshot_version` | string | the latest published header and its version |
 //! | `{n}:events`, `{n}:event_seq`, `{n}:epoch` | channel, strings | lifecycle events, their sequence number, and a value set once (a listener that sees it change knows the data was lost) |
 //! | `{n}:sweep_lease` | string | the maintenance lease: owner and expiry |
 //! | `{n}:last_sweep`, `{n}:stalls` | string, list | when the latest sweep of any replica ran, and the stall spans (`<start>:<end>`, at most 64) the stall rule still credits |
@@ -48,21 +51,32 @@
 //! (placement, death bookkeeping, encoding), included by the scripts that use them, and one file
 //! per operation: `admit`, `assign`, `claim`, `release`, `complete` (both `complete` and
 //! `complete_by`), `heartbeat`, `loop_started`, `loop_finished`, `register`, `deregister`, `drain`
-//! (`drain_within` and `drain_all_within`), `worker`, `sweep`, `acknowledge`, `snapshot`, `listen`
-//! (where the event numbering stands, for the listener).
+//! (`drain_within` and `drain_all_within`), `worker`, `sweep` (one bounded step), `publish` (one
+//! bounded step of publishing the snapshot), `changes` and `snap_page` (what a handle reads to bring
+//! its copy up to date), `acknowledge`, `listen` (where the event numbering stands, for the
+//! listener).
 //!
-//! **Maintenance**: every replica's [`sweep`](crate::Maintenance::sweep) runs the sweep script;
-//! each one first applies the stall rule (a sweep more than two intervals after the previous one,
+//! **Maintenance** runs in bounded steps (see `sweep.rs`): every replica's
+//! [`sweep`](crate::Maintenance::sweep) runs the sweep script a step at a time, each step its own
+//! script call of about [`SWEEP_STEP_BUDGET`] commands, so other replicas' calls run between
+//! steps; the sweep repeats steps until one answers that nothing more is due and merges their
+//! answers into one report, judged at the first step's time. The first step applies the stall
+//! rule (a sweep more than two intervals after the previous one,
 //! of any replica, records the stall in `{n}:stalls` and moves the drain deadlines that had not
 //! passed when it began out by its length). The one holding the lease (see `lease.rs`) then does
 //! the maintenance, every duration judged on registry running time (the clock less the recorded
 //! stalls, as in `src/memory/stall.rs`): stale workers from one range query on `{n}:live`, the
 //! mass-staleness brake, drain deadlines, stuck deliveries from one range query on `{n}:flight`
 //! (released with reason `Stuck`, published as `DeliveryStuck`, their workers drained), release of
-//! dead workers' and unbound claims to the stream, retention, eviction, purge, and the snapshot,
-//! built in the script and published as one value with a version. Every replica's sweep then takes
-//! its share of released events (see `stream.rs`) and, if the version changed, the snapshot;
-//! [`status`](crate::WorkerRegistry::status) returns this handle's cached copy.
+//! dead workers' and unbound claims to the stream, retention, eviction and purge, each a range of
+//! a sorted set by time with a `LIMIT` from what is left of the step's budget. Live candidates
+//! (workers whose score in `{n}:live` is below the sweep's time) too many for one step are first
+//! counted over several `judge` steps (the fresh ones re-scored out of the range), so that the
+//! brake is decided on all of them, as in memory, then killed or suspected a chunk per step. Every
+//! step takes a bounded share of released events for this replica (see `stream.rs`). The lease
+//! holder then publishes the snapshot in bounded steps and every handle applies what changed
+//! since its version (see `publish.rs`); [`status`](crate::WorkerRegistry::status) returns this
+//! handle's cached copy.
 //!
 //! **Events**: scripts `PUBLISH` lifecycle events; each handle's listener task forwards them to
 //! its subscribers (see `events.rs`).
@@ -78,14 +92,17 @@
 //! Cluster (one slot per registry), but the connection here is to one node (or a proxy in front
 //! of a cluster); a cluster client is not wired in.
 //!
-//! **Cost.** A sweep is one script that reads every worker (the snapshot lists them all): about
-//! 8 ms of server time with 1 000 workers and 90 ms with 10 000 on the 2-core VM this was measured
-//! on, during which the server runs nothing else; raise the response timeout for registries that
-//! large. Its decisions cost what changed: range queries on the deadline sorted sets, then one
-//! look per candidate (the stall spans, at most 64, are read once per sweep). Only a sweep that
-//! has to drop a stall beyond those 64, all still within reach of a judgement, re-judges every
-//! live worker and in-flight claim. A retained claim costs about 400 bytes of server memory (see
-//! the README); an in-flight one also has its entry in `{n}:flight`.
+//! **Cost.** No script's work grows with the registry, with three exceptions kept on purpose,
+//! each rare: a sweep that has to drop a stall beyond the 64 kept, all still within reach of a
+//! judgement, re-judges every live worker and in-flight claim in its first step; a sweep that
+//! measures a stall reads the drain deadlines it moves out; `drain_all_within` reads every live
+//! worker (an operator's call). A sweep step is about [`SWEEP_STEP_BUDGET`] commands, a publish
+//! step [`PUBLISH_STEP`] workers, a change-log answer [`CHANGES_PAGE`] entries, a rebuild page
+//! [`SNAP_PAGE`] lines, an acknowledgement 128 receipts, and a completion evicts at most 4. What
+//! a sweep costs in total is what is due: the candidates past their score, the queues' due
+//! entries, the workers written since the last publish (heartbeats included). A retained claim
+//! costs about 400 bytes of server memory (see the README); an in-flight one also has its entry
+//! in `{n}:flight`, a worker also its line in `{n}:snap`.
 //!
 //! # Examples
 //!
@@ -122,9 +139,10 @@ mod error;
 mod events;
 mod keys;
 mod lease;
+mod publish;
 mod scripts;
-mod snapshot;
 mod stream;
+mod sweep;
 
 use std::fmt;
 use std::sync::Arc;
@@ -135,15 +153,17 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 pub use self::error::RedisConnectError;
 pub use self::keys::{RegistryNameError, MAX_REGISTRY_NAME_LEN};
 pub use self::lease::MIN_LEASE_TTL;
+pub use self::publish::{CHANGES_PAGE, CHANGE_LOG_VERSIONS, PUBLISH_STEP, SNAP_PAGE};
 pub use self::stream::{EXPIRY_BATCH, HANDOUT_BATCH};
+pub use self::sweep::{MAX_SWEEP_STEPS, SWEEP_STEP_BUDGET};
 
 use self::counters::Counters;
 use self::keys::Keys;
-use self::snapshot::SnapshotCache;
 use crate::api::error::RegistryError;
 use crate::api::snapshot::StatusSnapshot;
 use crate::clock::millis;
 use crate::config::RegistryConfig;
+use crate::remote::snapshot::SnapshotCache;
 
 /// The registry name used unless [`RedisRegistryBuilder::name`] sets one.
 pub const DEFAULT_REGISTRY_NAME: &str = "worker-registry";
@@ -232,6 +252,8 @@ pub(crate) struct Inner {
     pub(crate) conn: ConnectionManager,
     pub(crate) replica: String,
     pub(crate) snapshot: SnapshotCache,
+    /// Serialises this handle's snapshot refreshes (each applies changes to the version it read).
+    pub(crate) refresh: tokio::sync::Mutex<()>,
     pub(crate) counters: Counters,
     pub(crate) events: Arc<events::Events>,
     /// Forwards the server's lifecycle events into `events`; stopped when this is dropped.
@@ -313,8 +335,9 @@ impl RedisRegistryBuilder {
         self
     }
 
-    /// How long a call may wait for its answer (default [`DEFAULT_RESPONSE_TIMEOUT`]). Raise it
-    /// for registries with many thousands of workers, whose sweep takes longer.
+    /// How long a call may wait for its answer (default [`DEFAULT_RESPONSE_TIMEOUT`]). Each
+    /// call is one bounded script (a sweep is several), so the size of the registry does not
+    /// call for a longer one.
     ///
     /// # Examples
     ///
@@ -399,6 +422,7 @@ impl RedisRegistryBuilder {
                     config.max_workers(),
                     SystemTime::now(),
                 )),
+                refresh: tokio::sync::Mutex::new(()),
                 config,
                 keys,
                 conn,
@@ -410,7 +434,7 @@ impl RedisRegistryBuilder {
             }),
         };
         registry
-            .fetch_snapshot()
+            .refresh_snapshot()
             .await
             .map_err(RedisConnectError::Unavailable)?;
         Ok(registry)

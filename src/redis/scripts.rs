@@ -66,7 +66,9 @@ scripts! {
     worker => "worker.lua" [WORKERS],
     sweep => "sweep.lua" [CLAIMS, WORKERS],
     acknowledge => "acknowledge.lua" [],
-    snapshot => "snapshot.lua" [],
+    publish => "publish.lua" [WORKERS],
+    changes => "changes.lua" [],
+    snap_page => "snap_page.lua" [],
     listen => "listen.lua" [],
 }
 

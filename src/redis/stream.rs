@@ -2,7 +2,8 @@
 //! and are not lost if that replica dies before acting on them.
 //!
 //! The sweep script `XADD`s each released delivery to `{name}:released` (consumer group
-//! `dispatch`); every replica's sweep then takes its share in the same script: entries handed out
+//! `dispatch`); every replica's sweep takes its share in each of its steps (at most 128 a step,
+//! [`HANDOUT_BATCH`] a sweep): entries handed out
 //! longer than `release_ack_timeout` ago (registry time, tracked in `{name}:deliveries`) and not
 //! acknowledged are claimed again (`XCLAIM`), then new ones are read (`XREADGROUP`, consumer = the
 //! replica id). Each entry comes back in a [`SweepReport`](crate::SweepReport) as a
@@ -12,6 +13,8 @@
 /// The most released entries one sweep hands out; the rest follow in the next sweeps.
 pub const HANDOUT_BATCH: usize = 1_000;
 
-/// The most expired completed claims one sweep deletes (a sweep after a long pause deletes the
-/// rest in the sweeps that follow; expired claims count as absent meanwhile).
+/// No longer a bound of its own: the sweep deletes expired completed claims in its bounded steps
+/// (as many as each step's budget allows, see
+/// [`SWEEP_STEP_BUDGET`](super::SWEEP_STEP_BUDGET)); kept for code that names it. Expired claims
+/// count as absent until deleted.
 pub const EXPIRY_BATCH: usize = 10_000;

@@ -153,6 +153,9 @@
 //!   - `a_lagging_subscriber_is_told_how_many_it_missed`
 //!   - `every_handle_sees_every_event`
 //!   - `a_workers_events_keep_their_order_whichever_replicas_caused_them`
+//! * [`mass`](cases::mass): mass deaths large enough for a networked backend's bounded steps
+//!   - `a_mass_death_is_fully_worked_off`
+//!   - `released_events_of_a_chunked_death_arrive_exactly_once`
 //! * [`races`](cases::races): multi-threaded races, one replica per racer
 //!   - `one_delivery_raced_by_many_replicas_is_assigned_once`
 //!   - `racing_new_targets_never_exceed_capacity`

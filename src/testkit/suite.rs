@@ -146,6 +146,10 @@ macro_rules! conformance_suite {
                 every_handle_sees_every_event,
                 a_workers_events_keep_their_order_whichever_replicas_caused_them,
             }
+            mass {
+                a_mass_death_is_fully_worked_off,
+                released_events_of_a_chunked_death_arrive_exactly_once,
+            }
             races {
                 one_delivery_raced_by_many_replicas_is_assigned_once,
                 racing_new_targets_never_exceed_capacity,

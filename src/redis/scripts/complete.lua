@@ -18,13 +18,16 @@ if st == 'completed' then return { 'ok', 0, 0, -1, now } end
 if st == 'released' then return { 'released', holder, reason } end
 if st == 'expired' then return { 'unknown' } end
 
--- In flight. Far over the limit (a burst between sweeps), the oldest are evicted now, down to
--- the limit: read which before the first write. A stale index entry (its key expired by the
--- server and the pair claimed again since) is dropped from the index but not counted.
+-- In flight. Far over the limit (a burst between sweeps), the oldest are evicted now, at most
+-- MAX_EVICT per completion (the sweep's bounded steps do the rest): read which before the first
+-- write. A stale index entry (its key expired by the server and the pair claimed again since) is
+-- dropped from the index but not counted.
+local MAX_EVICT = 4
 local retained = redis.call('ZCARD', K.done) + 1
 local victims, stale = {}, {}
 if retained > max_retained + math.floor(max_retained / 16) then
-  for _, m in ipairs(redis.call('ZRANGE', K.done, 0, retained - max_retained - 1)) do
+  local n = math.min(retained - max_retained, MAX_EVICT)
+  for _, m in ipairs(redis.call('ZRANGE', K.done, 0, n - 1)) do
     if m ~= member then
       if redis.call('HEXISTS', ckey(m), 'dn') == 1 then
         victims[#victims + 1] = m

@@ -10,6 +10,7 @@ if w[1] == '2' then return { 'dead', w[3] } end
 
 local hb = math.max(now, tonumber(w[2]))
 redis.call('HSET', wkey(id), 'hb', hb, 'bt', 1, 'x', 0)
+redis.call('ZADD', K.dirty, 0, id)
 -- The score in `live` is a lower bound of the deadline, which later beats only move forward: it
 -- needs writing only on the first beat, which ends the start-up grace (the sweep re-scores the
 -- rest lazily).

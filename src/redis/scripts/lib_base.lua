@@ -21,15 +21,19 @@
 --   ws:<id>           set   a worker's stuck claims, kept (as tombstones) to refuse its late completion
 --   flight            zset  every in-flight claim bound to a worker -> a lower bound of when it is
 --                           stuck (claimed at + max_in_flight, + stall credit once re-scored)
---   stuck_pending     set   stuck tombstones whose worker died: the next sweep deletes them
+--   stuck_due         zset  stuck tombstones whose worker died (score 0): the next sweep deletes them
 --   c:<target>:<delivery>  hash  a claim: h holder, ca claimed at, dn completed at, rel reason
 --   unbound           zset  bare claim member -> claimed at (ms)
 --   done              zset  completed claim member -> completed at (ms)
---   rel_pending       set   released claim members the next sweep hands out
+--   released_due      zset  released claim members the next sweep hands out (score 0)
 --   released          stream  released deliveries (consumer group `dispatch`)
 --   deliveries        zset  stream entry id -> when it was handed out (ms)
 --   events            channel  lifecycle events; event_seq their sequence number
---   snapshot, snapshot_version  strings  the published status snapshot
+--   dirty             zset  workers written since the last publish (score 0; publish.lua drains it)
+--   snap              hash  worker id -> its line as last published (a rebuild pages it)
+--   changes           stream  the change log: per version, entries `<version>-<n>` of upserted
+--                           lines (u) and removed ids (r), the last one the header (h)
+--   snap_head, snapshot_version  strings  the latest published header and version
 --   sweep_lease       string  "<owner>\t<expires at, registry ms>", with PX
 --   last_sweep        string  when the latest sweep of any replica ran (registry ms)
 --   stalls            list  "<start>:<end>" stall spans the stall rule still credits, oldest first

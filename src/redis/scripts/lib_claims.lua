@@ -25,13 +25,13 @@ local function forget_claim(member, c)
   redis.call('DEL', ckey(member))
   redis.call('ZREM', K.unbound, member)
   redis.call('ZREM', K.done, member)
-  redis.call('SREM', K.rel_pending, member)
+  redis.call('ZREM', K.released_due, member)
   if c[1] then
     redis.call('ZREM', wckey(c[1]), member)
     redis.call('ZREM', K.flight, member)
     if c[4] == '5' then
       redis.call('SREM', wskey(c[1]), member)
-      redis.call('SREM', K.stuck_pending, member)
+      redis.call('ZREM', K.stuck_due, member)
     end
   end
 end

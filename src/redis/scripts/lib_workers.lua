@@ -32,14 +32,15 @@ local function do_kill(k, reason, now)
   redis.call('ZREM', K.live, k.id)
   redis.call('ZREM', K.drain, k.id)
   redis.call('ZADD', K.dead, now, k.id)
+  redis.call('ZADD', K.dirty, 0, k.id)
   if k.mapped then redis.call('HDEL', K.targets, k.target) end
   for _, m in ipairs(k.members) do
     redis.call('HSET', ckey(m), 'rel', reason)
-    redis.call('SADD', K.rel_pending, m)
+    redis.call('ZADD', K.released_due, 0, m)
     redis.call('ZREM', K.flight, m)
   end
   if #k.members > 0 then redis.call('DEL', wckey(k.id)) end
-  for _, m in ipairs(k.stuck) do redis.call('SADD', K.stuck_pending, m) end
+  for _, m in ipairs(k.stuck) do redis.call('ZADD', K.stuck_due, 0, m) end
   if #k.stuck > 0 then redis.call('DEL', wskey(k.id)) end
   emit({ 'X', k.id, k.target, I(reason) })
 end
@@ -74,12 +75,14 @@ local function do_place(plan, target, now, first_deadline)
   if plan.kind == 'sticky' then
     local n = plan.n + 1
     redis.call('HSET', wkey(plan.id), 'b', 1, 'n', n)
+    redis.call('ZADD', K.dirty, 0, plan.id)
     return plan.id, n, 0
   end
   local id = I(redis.call('INCR', K.next_worker_id))
   redis.call('HSET', wkey(id), 's', 0, 'b', 1, 'x', 0, 'bt', 0, 'hb', now, 'c', now, 'n', 1, 't', target)
   redis.call('ZADD', K.live, first_deadline, id)
   redis.call('HSET', K.targets, target, id)
+  redis.call('ZADD', K.dirty, 0, id)
   emit({ 'C', id, target })
   return id, 1, 1
 end

@@ -9,6 +9,7 @@ if not w[1] then return finish({ 'unknown' }) end
 if w[1] == '2' then return finish({ 'dead', w[2] }) end
 if w[1] == '0' then
   redis.call('HSET', wkey(id), 'b', 0)
+  redis.call('ZADD', K.dirty, 0, id)
   return finish({ 'ok', 0, -1, now })
 end
 local k = prep_kill(id, w[3])

@@ -8,4 +8,5 @@ if not w[1] then return { 'unknown' } end
 if w[1] == '2' then return { 'dead', w[2] } end
 
 redis.call('HSET', wkey(id), 'b', 1)
+redis.call('ZADD', K.dirty, 0, id)
 return { 'ok', tonumber(w[1]) }

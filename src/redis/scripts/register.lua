@@ -11,5 +11,6 @@ if last + 1 > MAX_ID then return finish({ 'exhausted' }) end
 local id = I(redis.call('INCR', K.next_worker_id))
 redis.call('HSET', wkey(id), 's', 0, 'b', 0, 'x', 0, 'bt', 0, 'hb', now, 'c', now, 'n', 0)
 redis.call('ZADD', K.live, now + timeout + grace, id)
+redis.call('ZADD', K.dirty, 0, id)
 emit({ 'C', id, '' })
 return finish({ 'ok', id, redis.call('ZCARD', K.live), now })

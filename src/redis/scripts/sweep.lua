@@ -1,23 +1,41 @@
--- sweep: the maintenance pass (for the lease holder), then this replica's share of released
--- events and, if newer than the caller's, the published snapshot.
--- ARGV: prefix, replica id, caller's snapshot version, timeout_ms, startup_grace_ms, retention_ms,
---       dead_retention_ms, suspect_grace_ms, brake_fraction, brake_min_workers,
---       max_retained_claims, lease_ttl_ms, release_ack_timeout_ms, handout_batch, expiry_batch,
+-- sweep: one bounded step of the maintenance pass (for the lease holder), then a bounded share of
+-- released events for this replica. The caller (contract.rs) repeats steps until one answers
+-- `more` = 0, carrying `at`, `mode`, `skip` and `brake` from each answer to the next call, so that
+-- other commands run between steps and no step's work grows with the registry.
+--
+-- A sweep judges at one instant: the first step (`at` = 0) reads the clock and applies the stall
+-- rule; later steps judge at its `at`. Live workers whose score in `live` is below `at` are the
+-- candidates, taken `budget / 2` at a time from offset `skip` (the candidates this sweep already
+-- judged and left in place: stale ones while the brake is undecided, held and newly suspect ones
+-- after). With more candidates than one step takes, mode `judge` first counts the stale ones
+-- (re-scoring the rest out of the range), so that the brake is decided on all of them, as in
+-- memory; mode `act` then kills or suspects them a chunk per step. Once no candidate is left, a
+-- step works on the other queues (overdue drains, stuck deliveries, releases, stuck tombstones,
+-- expiry, eviction, purge), each from a sorted set by time or a set with a LIMIT taken from what
+-- is left of the step's budget; `more` = 1 if any of them may hold more.
+--
+-- ARGV: prefix, replica id, at (0: first step), mode ('judge'|'act'), skip, brake (act: 0/1),
+--       timeout_ms, startup_grace_ms, retention_ms, dead_retention_ms, suspect_grace_ms,
+--       brake_fraction, brake_min_workers, max_retained_claims, lease_ttl_ms,
+--       release_ack_timeout_ms, handout (entries this step may hand out), budget,
 --       sweep_interval_ms, max_in_flight_ms, drain_deadline_ms, stall_horizon_ms
--- Returns (inside `finish`) {swept, now, version, brake, snapshot|'', died{id, reason...}, suspected{ids},
---          released_targets{targets}, expired, evicted, purged, released, collected{entry id,
---          target, delivery, holder, reason...}, live, retained, stall_credited_ms, stuck,
---          drained_stuck{ids}}
-local me, have = ME, tonumber(ARGV[2])
-local timeout, grace, retention = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local dead_retention, suspect_grace = tonumber(ARGV[6]), tonumber(ARGV[7])
-local brake_fraction, brake_min = tonumber(ARGV[8]), tonumber(ARGV[9])
-local max_retained, lease_ttl = tonumber(ARGV[10]), tonumber(ARGV[11])
-local ack_timeout, handout, expiry_batch = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
-local interval, max_in_flight = tonumber(ARGV[15]), tonumber(ARGV[16])
-local drain_deadline, horizon = tonumber(ARGV[17]), tonumber(ARGV[18])
+-- Returns (inside `finish`) a flat list of name, value pairs (see SweepStep in contract.rs):
+--   swept, now, mode, skip, brake, engaged, more, died {id, reason...}, suspected {ids},
+--   released_targets {targets}, expired, evicted, purged, released, collected {entry id, target,
+--   delivery, holder, reason...}, live, stall_ms, stuck, drained_stuck {ids}, in_flight_adj
+local me = ME
+local at, mode, skip, brake_in = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
+local timeout, grace, retention = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local dead_retention, suspect_grace = tonumber(ARGV[9]), tonumber(ARGV[10])
+local brake_fraction, brake_min = tonumber(ARGV[11]), tonumber(ARGV[12])
+local max_retained, lease_ttl = tonumber(ARGV[13]), tonumber(ARGV[14])
+local ack_timeout, handout, budget = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
+local interval, max_in_flight = tonumber(ARGV[18]), tonumber(ARGV[19])
+local drain_deadline, horizon = tonumber(ARGV[20]), tonumber(ARGV[21])
 
-local now = clock()
+local first = at == 0
+local now = at
+if first then now = clock() end
 
 -------------------------------------------------------------------------------- the stall rule
 -- As src/memory/stall.rs: a sweep (of any replica) more than two intervals after the previous one
@@ -110,6 +128,7 @@ local function write_stalls()
   for id, at in pairs(extended) do
     redis.call('HSET', wkey(id), 'dd', I(at))
     redis.call('ZADD', K.drain, at, id)
+    redis.call('ZADD', K.dirty, 0, id)
   end
 end
 
@@ -137,48 +156,57 @@ local function target_less(a, b)
   return tonumber(string.sub(a, ha + 1)) < tonumber(string.sub(b, hb + 1))
 end
 
+-- The budget: about one unit per redis.call; each phase takes what is left.
+local function room(cost) return math.max(0, math.floor(budget / cost)) end
+local function spend(units) budget = budget - units end
+
 local swept = lease_is_ours()
 local need_group = redis.call('EXISTS', K.released) == 0
-local version = tonumber(redis.call('GET', K.snapshot_version) or '0') or 0
-local brake_engaged, snapshot = false, ''
+local brake_out, engaged, more, next_mode, next_skip = brake_in, false, false, mode, skip
 local died, suspected, released_targets, drained_stuck = {}, {}, {}, {}
-local n_expired, n_evicted, n_purged, n_released, n_stuck = 0, 0, 0, 0, 0
+local n_expired, n_evicted, n_purged, n_released, n_stuck, adj = 0, 0, 0, 0, 0, 0
 
 if swept then
   ---------------------------------------------------------------------------- read phase
-  local live_ids = redis.call('ZRANGE', K.live, 0, -1)
-  local dead_ids = redis.call('ZRANGE', K.dead, 0, -1)
-  local W, order, claims_of = {}, {}, {}
-  for _, id in ipairs(live_ids) do
-    W[id] = read_worker(id)
-    order[#order + 1] = id
-    claims_of[id] = redis.call('ZCARD', wckey(id))
+  local W = {}
+  local function worker_of(id)
+    local f = W[id]
+    if f == nil then
+      f = read_worker(id)
+      if extended[id] and f[2] then f[10] = I(extended[id]) end
+      W[id] = f
+    end
+    return f
   end
-  for _, id in ipairs(dead_ids) do W[id] = read_worker(id); order[#order + 1] = id end
-  for id, at in pairs(extended) do
-    if W[id] then W[id][10] = I(at) end
+  local function overdue_drain(id, f)
+    return f[2] == '1' and not extended[id] and f[10] and f[10] ~= '' and tonumber(f[10]) < now
   end
 
-  -- Draining workers past their deadline die whatever the brake says; the rest of the silent
-  -- ones are judged by the brake.
-  -- (A deadline this sweep's stall moved out is not overdue: it now lies after now.)
-  local overdue = {}
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.drain, '-inf', '(' .. I(now))) do
-    if not extended[id] then overdue[#overdue + 1] = id end
+  -- Live candidates: below `now` in `live` (a lower bound of each one's deadline: heartbeats do
+  -- not touch the index, stall credit only moves deadlines out). One that beat since, or was
+  -- credited a stall, is re-scored to its deadline as judged now (out of the range).
+  -- Judging costs about 2 commands a candidate; killing about 20 (suspecting 5).
+  local function act_cost(brake) if brake then return 5 end return 20 end
+  local chunk = room(2)
+  if mode == 'act' then chunk = room(act_cost(brake_in)) end
+  local cands
+  if rescan and first then
+    -- Dropping the oldest stall (after MAX_STALLS, all within reach) can only take credit away:
+    -- re-judge every live worker (work proportional to them, in this rare case only).
+    cands = redis.call('ZRANGE', K.live, 0, -1)
+    chunk = #cands + 1
+  else
+    cands = redis.call('ZRANGEBYSCORE', K.live, '-inf', '(' .. I(now), 'LIMIT', skip, chunk)
   end
-  local is_overdue = {}
-  for _, id in ipairs(overdue) do is_overdue[id] = true end
-  -- A worker's score in `live` is a lower bound of its deadline (heartbeats do not touch the
-  -- index, stall credit only moves deadlines out): a candidate that beat since, or was credited
-  -- a stall, is re-scored to its deadline as judged now, not stale.
-  local candidates = live_ids
-  if not rescan then candidates = redis.call('ZRANGEBYSCORE', K.live, '-inf', '(' .. I(now)) end
-  local stale, rescore, ghosts = {}, {}, {}
-  for _, id in ipairs(candidates) do
-    local f = W[id]
+  local exhausted = #cands < chunk
+  local stale, rescore, ghosts, overdue_c = {}, {}, {}, {}
+  for _, id in ipairs(cands) do
+    local f = worker_of(id)
     if not f[2] then
       ghosts[#ghosts + 1] = id
-    elseif not is_overdue[id] then
+    elseif overdue_drain(id, f) then
+      overdue_c[#overdue_c + 1] = id
+    else
       local hb = tonumber(f[7])
       local allowed = timeout
       if f[5] ~= '1' then allowed = allowed + grace end
@@ -189,95 +217,164 @@ if swept then
       end
     end
   end
-  local live = #live_ids - #ghosts
-  local brake = live >= brake_min and #stale > brake_fraction * live
+  spend(#cands * 2)
+
+  local act = mode == 'act'
+  if mode == 'judge' then
+    if exhausted then
+      local live = redis.call('ZCARD', K.live) - #ghosts
+      brake_out = live >= brake_min and skip + #stale > brake_fraction * live
+      if skip == 0 and (#stale + #overdue_c) * act_cost(brake_out) <= budget then
+        act = true -- every candidate is in this chunk and the budget covers acting on it
+        next_mode = 'act'
+      else
+        next_mode, next_skip, more = 'act', 0, true
+      end
+    else
+      next_skip = skip + #stale + #overdue_c
+      more = true
+    end
+  end
 
   local kills, suspects, held = {}, {}, false
-  for _, id in ipairs(stale) do
-    if W[id][4] == '1' then
-      -- Already suspect: judged by its own grace only.
-      local ss = tonumber(redis.call('HGET', wkey(id), 'ss') or '')
-      if ss and ran(ss) < suspect_grace then
-        held = true
+  local killed = {}
+  local rest = false -- whether this step also works on the other queues
+  if act then
+    for _, id in ipairs(stale) do
+      local f = W[id]
+      if f[4] == '1' then
+        -- Already suspect: judged by its own grace only.
+        local ss = tonumber(redis.call('HGET', wkey(id), 'ss') or '')
+        if ss and ran(ss) < suspect_grace then
+          held = true
+        else
+          kills[#kills + 1] = { id, R_MISSED }
+        end
+      elseif brake_out then
+        suspects[#suspects + 1] = id
       else
         kills[#kills + 1] = { id, R_MISSED }
       end
-    elseif brake then
-      suspects[#suspects + 1] = id
-    else
-      kills[#kills + 1] = { id, R_MISSED }
+    end
+    for _, id in ipairs(overdue_c) do kills[#kills + 1] = { id, R_DRAIN_TIMED_OUT } end
+    next_skip = next_skip + #stale - (#kills - #overdue_c)
+    if mode == 'judge' then next_skip = #stale - (#kills - #overdue_c) end
+    if not exhausted then more = true end
+    rest = exhausted
+  end
+  for _, kl in ipairs(kills) do killed[kl[1]] = true end
+
+  -- Draining workers past their deadline die whatever the brake says (those among the
+  -- candidates are above). (A deadline this sweep's stall moved out is not overdue: it now lies
+  -- after now.)
+  local drain_ghosts = {}
+  if rest then
+    local lim = room(20) - #kills
+    if lim > 0 then
+      local due = redis.call('ZRANGEBYSCORE', K.drain, '-inf', '(' .. I(now), 'LIMIT', 0, lim)
+      if #due == lim then more = true end
+      for _, id in ipairs(due) do
+        if not killed[id] and not extended[id] then
+          local f = worker_of(id)
+          if f[2] == '1' then
+            kills[#kills + 1] = { id, R_DRAIN_TIMED_OUT }
+            killed[id] = true
+          else
+            -- Not draining (a death removes its entry; this one is stale): drop it, or it
+            -- would head the range forever.
+            drain_ghosts[#drain_ghosts + 1] = id
+          end
+        end
+      end
+    elseif lim <= 0 then
+      more = true
     end
   end
-  for _, id in ipairs(overdue) do
-    if W[id] and W[id][2] == '1' then kills[#kills + 1] = { id, R_DRAIN_TIMED_OUT } end
-  end
-  local preps, killed = {}, {}
+  local preps = {}
   for i, kl in ipairs(kills) do
     preps[i] = prep_kill(kl[1], W[kl[1]][1])
-    killed[kl[1]] = true
+    spend(16 + 4 * #preps[i].members)
   end
 
-  -- Deliveries stuck in flight: bound claims whose worker lives (and is not killed above: its
+  -- Deliveries stuck in flight: bound claims whose worker lives (and is not killed here: its
   -- claims are released with it) and that ran longer than max_in_flight of registry running
   -- time. Their score in `flight` is a lower bound of that moment; a candidate credited a stall
   -- is re-scored. Entries of claims no longer in flight are dropped.
-  local flight_c
-  if rescan then
-    flight_c = redis.call('ZRANGE', K.flight, 0, -1)
-  else
-    flight_c = redis.call('ZRANGEBYSCORE', K.flight, '-inf', '(' .. I(now))
-  end
   local stuck, stuck_of, stuck_ids, flight_rescore, flight_ghosts = {}, {}, {}, {}, {}
-  for _, m in ipairs(flight_c) do
-    local c = redis.call('HMGET', ckey(m), 'h', 'ca', 'dn', 'rel')
-    local h = c[1]
-    local f = h and W[h]
-    if not (f and c[2]) or c[3] or c[4] or f[2] == '2' or not f[2] then
-      flight_ghosts[#flight_ghosts + 1] = m
-    elseif not killed[h] then
-      local ca = tonumber(c[2])
-      if ran(ca) > max_in_flight then
-        stuck[#stuck + 1] = { m, h }
-        if not stuck_of[h] then
-          stuck_of[h] = {}
-          stuck_ids[#stuck_ids + 1] = h
+  local stuck_exits = {}
+  if rest then
+    local flight_c
+    if rescan and first then
+      flight_c = redis.call('ZRANGE', K.flight, 0, -1)
+    else
+      local lim = room(4)
+      flight_c = {}
+      if lim > 0 then
+        flight_c = redis.call('ZRANGEBYSCORE', K.flight, '-inf', '(' .. I(now), 'LIMIT', 0, lim)
+      end
+      if #flight_c == lim then more = true end
+    end
+    spend(2 * #flight_c)
+    for _, m in ipairs(flight_c) do
+      local c = redis.call('HMGET', ckey(m), 'h', 'ca', 'dn', 'rel')
+      local h = c[1]
+      local f = h and worker_of(h)
+      if not (f and f[2] and c[2]) or c[3] or c[4] or f[2] == '2' then
+        flight_ghosts[#flight_ghosts + 1] = m
+      elseif not killed[h] then
+        local ca = tonumber(c[2])
+        if ran(ca) > max_in_flight then
+          stuck[#stuck + 1] = { m, h }
+          if not stuck_of[h] then
+            stuck_of[h] = {}
+            stuck_ids[#stuck_ids + 1] = h
+          end
+          stuck_of[h][m] = true
+        else
+          flight_rescore[#flight_rescore + 1] = { ca + max_in_flight + since(ca), m }
         end
-        stuck_of[h][m] = true
-      else
-        flight_rescore[#flight_rescore + 1] = { ca + max_in_flight + since(ca), m }
       end
     end
-  end
-  -- A worker holding a stuck delivery is drained; an idle one exits at once (read its exit now).
-  table.sort(stuck_ids, function(a, b) return tonumber(a) < tonumber(b) end)
-  local stuck_exits = {}
-  for _, h in ipairs(stuck_ids) do
-    local f = W[h]
-    if f[2] == '0' and f[3] ~= '1' then
-      local k = prep_kill(h, f[1])
-      local members = {}
-      for _, m in ipairs(k.members) do
-        if stuck_of[h][m] then k.stuck[#k.stuck + 1] = m else members[#members + 1] = m end
+    -- A worker holding a stuck delivery is drained; an idle one exits at once (read its exit now).
+    table.sort(stuck_ids, function(a, b) return tonumber(a) < tonumber(b) end)
+    for _, h in ipairs(stuck_ids) do
+      local f = W[h]
+      if f[2] == '0' and f[3] ~= '1' then
+        local k = prep_kill(h, f[1])
+        local members = {}
+        for _, m in ipairs(k.members) do
+          if stuck_of[h][m] then k.stuck[#k.stuck + 1] = m else members[#members + 1] = m end
+        end
+        k.members = members
+        stuck_exits[h] = k
+        spend(16 + 4 * #members)
       end
-      k.members = members
-      stuck_exits[h] = k
     end
   end
 
-  -- Stuck tombstones whose worker died (since the last sweep, or above) are no longer needed:
+  -- Stuck tombstones whose worker died (since the last sweep, or here) are no longer needed:
   -- they only refused that worker's late completion.
   local tombs, drop_tombs = {}, {}
-  for _, m in ipairs(redis.call('SMEMBERS', K.stuck_pending)) do tombs[#tombs + 1] = m end
+  if rest then
+    local lim = room(3)
+    if lim > 0 then
+      tombs = redis.call('ZRANGE', K.stuck_due, 0, lim - 1)
+      if #tombs == lim then more = true end
+    else
+      more = true
+    end
+  end
   for _, k in ipairs(preps) do
     for _, m in ipairs(k.stuck) do tombs[#tombs + 1] = m end
   end
   for _, m in ipairs(tombs) do
     local c = redis.call('HMGET', ckey(m), 'h', 'rel', 'dn')
-    local f = c[1] and W[c[1]]
-    if c[2] == I(RR_STUCK) and not c[3] and (killed[c[1]] or not f or f[2] == '2') then
+    local f = c[1] and worker_of(c[1])
+    if c[2] == I(RR_STUCK) and not c[3] and (killed[c[1]] or not f or not f[2] or f[2] == '2') then
       drop_tombs[#drop_tombs + 1] = m
     end
   end
+  spend(3 * #tombs)
 
   -- Claims to release: the killed workers', those released since the last sweep, and bare
   -- claims nobody completed within the heartbeat timeout.
@@ -285,47 +382,78 @@ if swept then
   for i, kl in ipairs(kills) do
     for _, m in ipairs(preps[i].members) do releases[#releases + 1] = { m, kl[1], kl[2] } end
   end
-  for _, m in ipairs(redis.call('SMEMBERS', K.rel_pending)) do
-    local c = redis.call('HMGET', ckey(m), 'h', 'rel')
-    if c[2] then
-      releases[#releases + 1] = { m, c[1] or '', tonumber(c[2]) }
-    else
-      stale_pending[#stale_pending + 1] = m
+  if rest then
+    local lim = room(6)
+    local pend = {}
+    if lim > 0 then pend = redis.call('ZRANGE', K.released_due, 0, lim - 1) end
+    if #pend == lim then more = true end
+    for _, m in ipairs(pend) do
+      local c = redis.call('HMGET', ckey(m), 'h', 'rel')
+      if c[2] then
+        releases[#releases + 1] = { m, c[1] or '', tonumber(c[2]) }
+      else
+        stale_pending[#stale_pending + 1] = m
+      end
     end
-  end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', K.unbound, '-inf', '(' .. I(now - timeout))) do
-    local c = redis.call('HMGET', ckey(m), 'h', 'ca', 'dn', 'rel')
-    if c[2] and not c[1] and not c[3] and not c[4] then
-      releases[#releases + 1] = { m, '', RR_UNBOUND }
-    else
-      stale_unbound[#stale_unbound + 1] = m
+    spend(6 * #pend)
+    lim = room(6)
+    local unb = {}
+    if lim > 0 then
+      unb = redis.call('ZRANGEBYSCORE', K.unbound, '-inf', '(' .. I(now - timeout), 'LIMIT', 0, lim)
     end
+    if #unb == lim then more = true end
+    for _, m in ipairs(unb) do
+      local c = redis.call('HMGET', ckey(m), 'h', 'ca', 'dn', 'rel')
+      if c[2] and not c[1] and not c[3] and not c[4] then
+        releases[#releases + 1] = { m, '', RR_UNBOUND }
+      else
+        stale_unbound[#stale_unbound + 1] = m
+      end
+    end
+    spend(6 * #unb)
   end
 
   -- Completed claims past retention (a key the server already expired counts too), then the
   -- oldest beyond max_retained_claims. Index entries whose pair was claimed again are dropped.
   local expired, stale_done, victims = {}, {}, {}
-  local old = redis.call('ZRANGEBYSCORE', K.done, '-inf', '(' .. I(now - retention), 'LIMIT', 0, expiry_batch)
-  for _, m in ipairs(old) do
-    local c = redis.call('HMGET', ckey(m), 'ca', 'dn')
-    if c[1] and not c[2] then stale_done[#stale_done + 1] = m else expired[#expired + 1] = m end
-  end
-  local remaining = redis.call('ZCARD', K.done) - #old
-  if remaining > max_retained then
-    local cand = redis.call('ZRANGE', K.done, #old, #old + remaining - max_retained - 1)
-    for _, m in ipairs(cand) do
-      if redis.call('HEXISTS', ckey(m), 'dn') == 1 then
-        victims[#victims + 1] = m
-      else
-        stale_done[#stale_done + 1] = m
+  local purge = {}
+  if rest then
+    local lim = room(3)
+    local old = {}
+    if lim > 0 then
+      old = redis.call('ZRANGEBYSCORE', K.done, '-inf', '(' .. I(now - retention), 'LIMIT', 0, lim)
+    end
+    local all_old = #old < lim
+    if not all_old then more = true end
+    for _, m in ipairs(old) do
+      local c = redis.call('HMGET', ckey(m), 'ca', 'dn')
+      if c[1] and not c[2] then stale_done[#stale_done + 1] = m else expired[#expired + 1] = m end
+    end
+    spend(3 * #old)
+    local excess = redis.call('ZCARD', K.done) - #old - max_retained
+    if excess > 0 and all_old then
+      lim = room(3)
+      local n = math.min(excess, lim)
+      if n < excess then more = true end
+      if n > 0 then
+        for _, m in ipairs(redis.call('ZRANGE', K.done, #old, #old + n - 1)) do
+          if redis.call('HEXISTS', ckey(m), 'dn') == 1 then
+            victims[#victims + 1] = m
+          else
+            stale_done[#stale_done + 1] = m
+          end
+        end
+        spend(3 * n)
       end
     end
-  end
 
-  -- Dead records past retention.
-  local purge = redis.call('ZRANGEBYSCORE', K.dead, '-inf', '(' .. I(now - dead_retention))
-  local purged = {}
-  for _, id in ipairs(purge) do purged[id] = true end
+    -- Dead records past retention.
+    lim = room(5)
+    if lim > 0 then
+      purge = redis.call('ZRANGEBYSCORE', K.dead, '-inf', '(' .. I(now - dead_retention), 'LIMIT', 0, lim)
+    end
+    if #purge == lim then more = true end
+  end
 
   ---------------------------------------------------------------------------- write phase
   if need_group then
@@ -337,22 +465,20 @@ if swept then
   for _, r in ipairs(flight_rescore) do redis.call('ZADD', K.flight, r[1], r[2]) end
   for _, m in ipairs(flight_ghosts) do redis.call('ZREM', K.flight, m) end
   for _, id in ipairs(ghosts) do redis.call('ZREM', K.live, id) end
+  for _, id in ipairs(drain_ghosts) do redis.call('ZREM', K.drain, id) end
   for _, id in ipairs(suspects) do
     redis.call('HSET', wkey(id), 'x', 1, 'ss', now)
-    W[id][4] = '1'
+    redis.call('ZADD', K.dirty, 0, id)
     suspected[#suspected + 1] = id
     emit({ 'S', id, W[id][1] or '' })
   end
   for i, kl in ipairs(kills) do
     local id, reason = kl[1], kl[2]
     do_kill(preps[i], reason, now)
-    local f = W[id]
-    f[2], f[4], f[6], f[11] = '2', '0', I(reason), I(now)
-    if reason ~= R_MISSED then f[3] = '0' end
-    claims_of[id] = 0
     died[#died + 1] = id
     died[#died + 1] = reason
-    if f[1] then released_targets[#released_targets + 1] = f[1] end
+    local t = W[id][1]
+    if t and t ~= '' then released_targets[#released_targets + 1] = t end
   end
   local released_pairs = {}
   for _, r in ipairs(releases) do
@@ -361,11 +487,11 @@ if swept then
     redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', r[2], 'r', r[3])
     redis.call('DEL', ckey(m))
     redis.call('ZREM', K.unbound, m)
-    redis.call('SREM', K.rel_pending, m)
+    redis.call('ZREM', K.released_due, m)
     released_pairs[#released_pairs + 1] = { t, d }
   end
   n_released = #releases
-  for _, m in ipairs(tombs) do redis.call('SREM', K.stuck_pending, m) end
+  for _, m in ipairs(tombs) do redis.call('ZREM', K.stuck_due, m) end
   for _, m in ipairs(drop_tombs) do redis.call('DEL', ckey(m)) end
 
   -- Stuck: released through the stream like the rest, but the claim stays as a tombstone (in
@@ -380,32 +506,32 @@ if swept then
     redis.call('SADD', wskey(h), m)
     redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', h, 'r', RR_STUCK)
     emit({ 'K', h, t, d })
-    if claims_of[h] then claims_of[h] = claims_of[h] - 1 end
     released_pairs[#released_pairs + 1] = { t, d }
   end
   n_stuck = #stuck
   for _, h in ipairs(stuck_ids) do
     local f = W[h]
-    local at = now + drain_deadline
+    local target = f[1]
+    local until_ = now + drain_deadline
     if stuck_exits[h] then
       -- Idle: no loop to wait for. Its other claims are released by the next sweep (as for any
       -- death between sweeps) and still count as in flight in this snapshot.
+      adj = adj + #stuck_exits[h].members
       do_kill(stuck_exits[h], R_EXITED, now)
-      f[2], f[3], f[4], f[6], f[11] = '2', '0', '0', I(R_EXITED), I(now)
       died[#died + 1] = h
       died[#died + 1] = R_EXITED
-      if f[1] then released_targets[#released_targets + 1] = f[1] end
+      if target and target ~= '' then released_targets[#released_targets + 1] = target end
     elseif f[2] == '0' then
-      redis.call('HSET', wkey(h), 's', 1, 'dd', at)
-      redis.call('ZADD', K.drain, at, h)
-      emit({ 'D', h, f[1] or '' })
-      f[2], f[10] = '1', I(at)
+      redis.call('HSET', wkey(h), 's', 1, 'dd', until_)
+      redis.call('ZADD', K.drain, until_, h)
+      redis.call('ZADD', K.dirty, 0, h)
+      emit({ 'D', h, target or '' })
       drained_stuck[#drained_stuck + 1] = h
-    elseif not f[10] or at < tonumber(f[10]) then
+    elseif not f[10] or f[10] == '' or until_ < tonumber(f[10]) then
       -- Draining already: the earlier deadline is kept.
-      redis.call('HSET', wkey(h), 'dd', at)
-      redis.call('ZADD', K.drain, at, h)
-      f[10] = I(at)
+      redis.call('HSET', wkey(h), 'dd', until_)
+      redis.call('ZADD', K.drain, until_, h)
+      redis.call('ZADD', K.dirty, 0, h)
     end
   end
 
@@ -419,7 +545,7 @@ if swept then
     local list = by_target[t]
     list[#list + 1] = d
   end
-  for _, m in ipairs(stale_pending) do redis.call('SREM', K.rel_pending, m) end
+  for _, m in ipairs(stale_pending) do redis.call('ZREM', K.released_due, m) end
   for _, m in ipairs(stale_unbound) do redis.call('ZREM', K.unbound, m) end
   for _, m in ipairs(expired) do
     redis.call('DEL', ckey(m))
@@ -436,26 +562,10 @@ if swept then
     redis.call('DEL', wckey(id))
     redis.call('DEL', wskey(id))
     redis.call('ZREM', K.dead, id)
+    redis.call('ZADD', K.dirty, 0, id)
   end
   n_purged = #purge
-  brake_engaged = held or #suspects > 0
-
-  -- Publish the snapshot: one value, one version that never goes backwards (a replica that
-  -- remembers a later version than the server, after a data loss, carries it forward).
-  version = redis.call('INCR', K.snapshot_version)
-  if version <= have then
-    version = have + 1
-    redis.call('SET', K.snapshot_version, version)
-  end
-  local in_flight = redis.call('ZCARD', K.unbound)
-  for _, id in ipairs(live_ids) do in_flight = in_flight + (claims_of[id] or 0) end
-  local lines = { table.concat({ I(version), I(now), brake_engaged and '1' or '0', I(in_flight),
-    I(redis.call('ZCARD', K.done)) }, '\t') }
-  for _, id in ipairs(order) do
-    if not purged[id] then lines[#lines + 1] = encode_worker(id, W[id]) end
-  end
-  snapshot = table.concat(lines, '\n')
-  redis.call('SET', K.snapshot, snapshot)
+  engaged = held or #suspects > 0
 
   -- One TargetReleased per target that lost its worker or had deliveries released, in order.
   table.sort(targets, target_less)
@@ -469,14 +579,13 @@ if swept then
 else
   -- The stall is the registry's, whichever replica's sweep measured it.
   write_stalls()
-  if version > have then snapshot = redis.call('GET', K.snapshot) or '' end
 end
 
 -------------------------------------------------------------------------------- hand-out
 -- Entries handed out longer than release_ack_timeout ago (registry time) and not acknowledged
 -- are offered again, to whoever sweeps first; then entries never handed out.
 if need_group then redis.call('XGROUP', 'CREATE', K.released, 'dispatch', '0', 'MKSTREAM') end
-local collected = {}
+local collected, n_collected = {}, 0
 local function take(entry)
   local f, map = entry[2], {}
   for i = 1, #f, 2 do map[f[i]] = f[i + 1] end
@@ -485,19 +594,27 @@ local function take(entry)
   collected[#collected + 1] = map.d or ''
   collected[#collected + 1] = map.h or ''
   collected[#collected + 1] = map.r or ''
+  n_collected = n_collected + 1
   redis.call('ZADD', K.deliveries, now, entry[1])
 end
-local overdue_ids = redis.call('ZRANGEBYSCORE', K.deliveries, '-inf', '(' .. I(now - ack_timeout), 'LIMIT', 0, handout)
-for _, id in ipairs(overdue_ids) do
-  local got = redis.call('XCLAIM', K.released, 'dispatch', me, 0, id)
-  if got[1] and got[1][2] then take(got[1]) else redis.call('ZREM', K.deliveries, id) end
-end
-local fresh = redis.call('XREADGROUP', 'GROUP', 'dispatch', me, 'COUNT', handout, 'STREAMS', K.released, '>')
-if fresh and fresh[1] then
-  for _, entry in ipairs(fresh[1][2]) do take(entry) end
+if handout > 0 then
+  local overdue_ids = redis.call('ZRANGEBYSCORE', K.deliveries, '-inf', '(' .. I(now - ack_timeout), 'LIMIT', 0, handout)
+  for _, id in ipairs(overdue_ids) do
+    local got = redis.call('XCLAIM', K.released, 'dispatch', me, 0, id)
+    if got[1] and got[1][2] then take(got[1]) else redis.call('ZREM', K.deliveries, id) end
+  end
+  if handout - n_collected > 0 then
+    local fresh = redis.call('XREADGROUP', 'GROUP', 'dispatch', me, 'COUNT', handout - n_collected, 'STREAMS', K.released, '>')
+    if fresh and fresh[1] then
+      for _, entry in ipairs(fresh[1][2]) do take(entry) end
+    end
+  end
 end
 
-return finish({ swept and 1 or 0, now, version, brake_engaged and 1 or 0, snapshot, died,
-  suspected, released_targets, n_expired, n_evicted, n_purged, n_released, collected,
-  redis.call('ZCARD', K.live), redis.call('ZCARD', K.done), stall and (stall[2] - stall[1]) or 0,
-  n_stuck, drained_stuck })
+return finish({ 'swept', swept and 1 or 0, 'now', now, 'mode', next_mode, 'skip', next_skip,
+  'brake', brake_out and 1 or 0, 'engaged', engaged and 1 or 0, 'more', more and 1 or 0,
+  'died', died, 'suspected', suspected, 'released_targets', released_targets,
+  'expired', n_expired, 'evicted', n_evicted, 'purged', n_purged, 'released', n_released,
+  'collected', collected, 'handed', n_collected, 'live', redis.call('ZCARD', K.live),
+  'stall_ms', (first and stall) and (stall[2] - stall[1]) or 0, 'stuck', n_stuck,
+  'drained_stuck', drained_stuck, 'in_flight_adj', adj })

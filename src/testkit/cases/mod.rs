@@ -22,6 +22,7 @@ pub mod brake;
 pub mod drain;
 pub mod events;
 pub mod liveness;
+pub mod mass;
 pub mod races;
 pub mod registration;
 pub mod released;

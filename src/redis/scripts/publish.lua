@@ -1,0 +1,49 @@
+-- publish: one bounded step of publishing the snapshot (the lease holder, after its sweep's
+-- maintenance steps). Takes up to `budget` ids from `dirty` (workers written since the last
+-- publish), stores each one's line in `snap` (id -> line; gone: removed) and appends them to the
+-- change log `changes` under the version being built (entry ids `<version>-<n>`). The step that
+-- empties `dirty` appends the version's header (`h`), moves `snapshot_version` to it and trims
+-- the log to its last `keep` versions. A replica applies a version once it has its header, so a
+-- version is published atomically however many steps built it; entries of a publisher that died
+-- mid-way stay valid (they hold real data) and the next publisher continues the same version.
+-- ARGV: prefix, replica id, at (the sweep's time), brake engaged (0/1), in-flight adjustment,
+--       caller's version, budget, keep
+-- Returns {'done', 0/1, 'version', version}
+local at, engaged, adj = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local have, budget, keep = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+
+local ids = redis.call('ZRANGE', K.dirty, 0, budget - 1)
+local ups, rems = {}, {}
+for _, id in ipairs(ids) do
+  local f = read_worker(id)
+  if f[2] then ups[#ups + 1] = { id, encode_worker(id, f) } else rems[#rems + 1] = id end
+end
+-- A version never goes backwards: a replica that remembers a later one than the server (after
+-- a data loss) carries it forward.
+local version = (tonumber(redis.call('GET', K.snapshot_version) or '0') or 0) + 1
+if version <= have then version = have + 1 end
+local done = #ids < budget
+
+local lines = {}
+for i, u in ipairs(ups) do
+  redis.call('HSET', K.snap, u[1], u[2])
+  lines[i] = u[2]
+end
+for _, id in ipairs(rems) do redis.call('HDEL', K.snap, id) end
+if #ids > 0 then
+  redis.call('ZREM', K.dirty, unpack(ids))
+  redis.call('XADD', K.changes, I(version) .. '-*', 'u', table.concat(lines, '\n'),
+    'r', table.concat(rems, ','))
+end
+if done then
+  local head = table.concat({ I(version), at, engaged,
+    I(redis.call('ZCARD', K.unbound) + redis.call('ZCARD', K.flight) + adj),
+    I(redis.call('ZCARD', K.done)) }, '\t')
+  redis.call('XADD', K.changes, I(version) .. '-*', 'h', head)
+  redis.call('SET', K.snapshot_version, I(version))
+  redis.call('SET', K.snap_head, head)
+  if version > keep then
+    redis.call('XTRIM', K.changes, 'MINID', I(version - keep + 1) .. '-0')
+  end
+end
+return { 'done', done and 1 or 0, 'version', version }
