@@ -142,6 +142,7 @@ mod builder;
 mod counters;
 mod error;
 mod listen;
+mod maintain;
 mod migrate;
 mod ops;
 mod rows;
@@ -174,8 +175,16 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long opening a connection may take.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The most rows of each kind one sweep releases, deletes or claims.
+/// The most rows of each kind one sweep releases, deletes or claims (in steps of its own
+/// transactions: `maintain::DEATH_STEP`, `maintain::MAINTENANCE_STEP`).
 pub const DEFAULT_BATCH: usize = 10_000;
+/// How long a statement of this crate waits for a row lock before it gives up (`lock_timeout`,
+/// set on every connection of the pool): the call is then retried like a lost race, and
+/// answered with a retryable backend error if it keeps timing out.
+pub(crate) const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one statement of this crate may run (`statement_timeout`, set on every connection of
+/// the pool); a call cancelled by it is a retryable backend error.
+pub(crate) const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The worker registry in PostgreSQL, shared by every handle (every router replica) connected to
 /// the same database under the same registry name. See [`docs::postgres`](crate::docs::postgres)
@@ -229,6 +238,10 @@ struct Params {
     brake_min: i64,
     ack_timeout: i64,
     batch: i32,
+    /// The same bound as a count of rows.
+    batch_rows: usize,
+    /// The maintenance lease's time to live (ms).
+    lease_ttl: i64,
     sweep_interval: i64,
     max_in_flight: i64,
     drain_deadline: i64,
@@ -252,6 +265,8 @@ impl Params {
             brake_min: count(c.brake_min_workers()),
             ack_timeout: rows::ms(c.release_ack_timeout()),
             batch: i32::try_from(batch).unwrap_or(i32::MAX),
+            batch_rows: batch.clamp(1, i32::MAX as usize),
+            lease_ttl: rows::ms(maintain::lease_ttl(c.sweep_interval())),
             sweep_interval: rows::ms(c.sweep_interval()),
             max_in_flight: rows::ms(c.max_in_flight()),
             drain_deadline: rows::ms(c.drain_deadline()),

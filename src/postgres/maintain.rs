@@ -1,0 +1,383 @@
+//! The lease holder's part of a sweep: the maintenance, in bounded steps (the functions
+//! `wr_sweep_*` in `functions.sql`), each its own short transaction, so other calls interleave
+//! with them. Each kind of work goes on in steps of at most [`DEATH_STEP`] or
+//! [`MAINTENANCE_STEP`] rows until a step finds less than it could take, or the sweep's bound
+//! (the builder's `batch`, per kind) is reached.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::error::Failure;
+use super::rows::col;
+use super::PostgresRegistry;
+use crate::api::error::RegistryError;
+
+/// Workers one death step locks and judges. Small: the step holds the capacity row (which every
+/// admit that creates a worker needs) while it kills its workers.
+pub(crate) const DEATH_STEP: usize = 32;
+/// Rows of each kind one step of the other maintenance releases, deletes or versions.
+pub(crate) const MAINTENANCE_STEP: usize = 256;
+/// Snapshot versions the purge log keeps: a replica further behind reads every worker row.
+pub(crate) const PURGE_LOG_VERSIONS: i64 = 1_000;
+/// The shortest maintenance lease.
+pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
+
+/// The lease's time to live for a sweep interval: three intervals, at least [`MIN_LEASE_TTL`].
+pub(crate) fn lease_ttl(sweep_interval: Duration) -> Duration {
+    sweep_interval.saturating_mul(3).max(MIN_LEASE_TTL)
+}
+
+const BEGIN: &str = "SELECT wr_sweep_begin($1, $2, $3, $4, $5, $6, $7, $8, $9)::text AS body";
+const DEATHS: &str =
+    "SELECT wr_sweep_deaths($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)::text AS body";
+const RELEASE: &str = "SELECT wr_sweep_release($1, $2, $3, $4, $5)::text AS body";
+const STUCK: &str = "SELECT wr_sweep_stuck($1, $2, $3, $4, $5, $6, $7)::text AS body";
+const RETAIN: &str = "SELECT wr_sweep_retain($1, $2, $3, $4, $5, $6, $7)::text AS body";
+const STAMP: &str = "SELECT wr_sweep_stamp($1, $2, $3) AS n";
+const PUBLISH: &str = "SELECT wr_sweep_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+                       $12, $13) AS version";
+
+/// What `wr_sweep_begin` decided.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Begun {
+    pub(crate) swept: bool,
+    pub(crate) now: i64,
+    pub(crate) stall_ms: i64,
+    pub(crate) brake: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct DeathStep {
+    scanned: usize,
+    last_beat: i64,
+    last_id: i64,
+    died: Vec<(i64, String)>,
+    suspected: Vec<i64>,
+    held: bool,
+    targets: Vec<(String, i64)>,
+    lost_lease: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReleaseStep {
+    count: u64,
+    released: Vec<(String, i64, String)>,
+    more: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct StuckStep {
+    count: usize,
+    released: Vec<(String, i64, String)>,
+    in_flight: Option<i64>,
+    drained: Vec<i64>,
+    died: Vec<(i64, String)>,
+    targets: Vec<(String, i64)>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RetainStep {
+    expired: u64,
+    evicted: u64,
+    purged: u64,
+    retained: Option<i64>,
+}
+
+/// What the maintenance did, summed over its steps.
+#[derive(Debug, Default)]
+pub(crate) struct Maintained {
+    /// Deaths: the silent ones by id, then the overdue drains by id, then the stuck workers
+    /// that exited (the order one sweep used to report them in).
+    pub(crate) died: Vec<(i64, String)>,
+    pub(crate) suspected: Vec<i64>,
+    pub(crate) held: bool,
+    /// Targets that lost their worker.
+    pub(crate) dead_targets: Vec<(String, i64)>,
+    /// Deliveries released into the outbox (worker died, unbound, stuck).
+    released: Vec<(String, i64, String)>,
+    pub(crate) released_count: u64,
+    pub(crate) stuck_count: u64,
+    pub(crate) drained_stuck: Vec<i64>,
+    pub(crate) expired: u64,
+    pub(crate) evicted: u64,
+    pub(crate) purged: u64,
+    in_flight: Option<i64>,
+    retained: Option<i64>,
+    /// Transactions the maintenance ran (begin and publish included).
+    pub(crate) steps: usize,
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(
+    what: &str,
+    row: &tokio_postgres::Row,
+) -> Result<T, Failure> {
+    let body: String = col(row, "body")?;
+    serde_json::from_str(&body).map_err(|e| super::error::decode(format!("{what}: {e}")))
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+impl PostgresRegistry {
+    /// Takes or renews the maintenance lease; for the holder, the stall rule and the brake.
+    pub(crate) async fn sweep_begin(&self) -> Result<Begun, RegistryError> {
+        let inner = &*self.inner;
+        let p = &inner.params;
+        self.call(
+            BEGIN,
+            &[
+                &inner.id,
+                &inner.replica,
+                &p.lease_ttl,
+                &p.sweep_interval,
+                &p.stall_horizon,
+                &p.timeout,
+                &p.grace,
+                &p.brake_fraction,
+                &p.brake_min,
+            ],
+            |row| parse("sweep begin", row),
+        )
+        .await
+    }
+
+    /// The maintenance of the lease holder, at the sweep's instant `begun.now`.
+    pub(crate) async fn maintain(&self, begun: &Begun) -> Result<Maintained, RegistryError> {
+        let mut m = Maintained {
+            steps: 1,
+            ..Maintained::default()
+        };
+        if self.deaths(begun, &mut m).await? {
+            self.releases(begun.now, &mut m).await?;
+            self.stuck(begun.now, &mut m).await?;
+            self.retention(begun.now, &mut m).await?;
+            self.stamp(&mut m).await?;
+        }
+        self.publish(begun, &mut m).await?;
+        Ok(m)
+    }
+
+    /// The death steps, silent workers then overdue drains; false if the lease was lost.
+    async fn deaths(&self, begun: &Begun, m: &mut Maintained) -> Result<bool, RegistryError> {
+        let inner = &*self.inner;
+        let p = &inner.params;
+        let (mut silent, mut overdue) = (Vec::new(), Vec::new());
+        for phase in ["silent", "overdue"] {
+            let (mut after_beat, mut after_id) = (i64::MIN, 0i64);
+            let mut left = p.batch_rows;
+            while left > 0 {
+                let step = DEATH_STEP.min(left);
+                let s: DeathStep = self
+                    .call(
+                        DEATHS,
+                        &[
+                            &inner.id,
+                            &inner.replica,
+                            &begun.now,
+                            &phase,
+                            &begun.brake,
+                            &after_beat,
+                            &after_id,
+                            &count(step),
+                            &p.timeout,
+                            &p.grace,
+                            &p.suspect_grace,
+                        ],
+                        |row| parse("sweep deaths", row),
+                    )
+                    .await?;
+                m.steps += 1;
+                if s.lost_lease {
+                    return Ok(false);
+                }
+                for d in s.died {
+                    if d.1 == "missed_heartbeats" {
+                        silent.push(d);
+                    } else {
+                        overdue.push(d);
+                    }
+                }
+                m.suspected.extend(s.suspected);
+                m.held |= s.held;
+                m.dead_targets.extend(s.targets);
+                (after_beat, after_id) = (s.last_beat, s.last_id);
+                left -= s.scanned.min(left);
+                if s.scanned < step {
+                    break;
+                }
+            }
+        }
+        silent.sort_by_key(|d| d.0);
+        overdue.sort_by_key(|d| d.0);
+        m.suspected.sort_unstable();
+        m.died = silent;
+        m.died.extend(overdue);
+        Ok(true)
+    }
+
+    /// The release steps: bare claims past the timeout, dead workers' claims to the outbox.
+    async fn releases(&self, now: i64, m: &mut Maintained) -> Result<(), RegistryError> {
+        let inner = &*self.inner;
+        let p = &inner.params;
+        let mut left = p.batch_rows;
+        while left > 0 {
+            let step = MAINTENANCE_STEP.min(left);
+            let s: ReleaseStep = self
+                .call(
+                    RELEASE,
+                    &[&inner.id, &inner.replica, &now, &p.timeout, &count(step)],
+                    |row| parse("sweep release", row),
+                )
+                .await?;
+            m.steps += 1;
+            m.released_count += s.count;
+            m.released.extend(s.released);
+            left -= step;
+            if !s.more {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The stuck-delivery steps, and the in-flight gauge.
+    async fn stuck(&self, now: i64, m: &mut Maintained) -> Result<(), RegistryError> {
+        let inner = &*self.inner;
+        let p = &inner.params;
+        let mut left = p.batch_rows;
+        while left > 0 {
+            let step = MAINTENANCE_STEP.min(left);
+            let s: StuckStep = self
+                .call(
+                    STUCK,
+                    &[
+                        &inner.id,
+                        &inner.replica,
+                        &now,
+                        &p.timeout,
+                        &p.max_in_flight,
+                        &p.drain_deadline,
+                        &count(step),
+                    ],
+                    |row| parse("sweep stuck", row),
+                )
+                .await?;
+            m.steps += 1;
+            m.stuck_count += s.count as u64;
+            m.released.extend(s.released);
+            m.drained_stuck.extend(s.drained);
+            m.died.extend(s.died);
+            m.dead_targets.extend(s.targets);
+            if s.in_flight.is_some() {
+                m.in_flight = s.in_flight;
+            }
+            left -= step;
+            if s.count < step {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The retention steps: expiry, eviction, purge.
+    async fn retention(&self, now: i64, m: &mut Maintained) -> Result<(), RegistryError> {
+        let inner = &*self.inner;
+        let p = &inner.params;
+        let mut left = p.batch_rows;
+        while left > 0 {
+            let step = MAINTENANCE_STEP.min(left);
+            let s: RetainStep = self
+                .call(
+                    RETAIN,
+                    &[
+                        &inner.id,
+                        &inner.replica,
+                        &now,
+                        &p.retention,
+                        &p.max_retained,
+                        &p.dead_retention,
+                        &count(step),
+                    ],
+                    |row| parse("sweep retention", row),
+                )
+                .await?;
+            m.steps += 1;
+            m.expired += s.expired;
+            m.evicted += s.evicted;
+            m.purged += s.purged;
+            if s.retained.is_some() {
+                m.retained = s.retained;
+            }
+            left -= step;
+            let full = |n: u64| n >= step as u64;
+            if !(full(s.expired) || full(s.evicted) || full(s.purged)) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The versioning steps: the worker rows changed since the last snapshot.
+    async fn stamp(&self, m: &mut Maintained) -> Result<(), RegistryError> {
+        let inner = &*self.inner;
+        // Bounded like the rest, by the rows a sweep may touch of one kind; rows changed again
+        // meanwhile are versioned by the next sweep.
+        let mut left = inner.params.batch_rows.max(MAINTENANCE_STEP);
+        while left > 0 {
+            let step = MAINTENANCE_STEP.min(left);
+            let n: i32 = self
+                .call(STAMP, &[&inner.id, &inner.replica, &count(step)], |row| {
+                    col(row, "n")
+                })
+                .await?;
+            m.steps += 1;
+            left -= step;
+            if usize::try_from(n).unwrap_or(0) < step {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The new snapshot version and the TargetReleased events.
+    async fn publish(&self, begun: &Begun, m: &mut Maintained) -> Result<(), RegistryError> {
+        let inner = &*self.inner;
+        let brake = m.held || !m.suspected.is_empty();
+        let (rel_repo, rel_number, rel_delivery): (Vec<&str>, Vec<i64>, Vec<&str>) = m
+            .released
+            .iter()
+            .map(|(r, n, d)| (r.as_str(), *n, d.as_str()))
+            .fold((vec![], vec![], vec![]), |mut acc, (r, n, d)| {
+                acc.0.push(r);
+                acc.1.push(n);
+                acc.2.push(d);
+                acc
+            });
+        let dead_repo: Vec<&str> = m.dead_targets.iter().map(|(r, _)| r.as_str()).collect();
+        let dead_number: Vec<i64> = m.dead_targets.iter().map(|(_, n)| *n).collect();
+        self.call(
+            PUBLISH,
+            &[
+                &inner.id,
+                &inner.replica,
+                &begun.now,
+                &brake,
+                &m.in_flight,
+                &m.retained,
+                &PURGE_LOG_VERSIONS,
+                &count(MAINTENANCE_STEP),
+                &rel_repo,
+                &rel_number,
+                &rel_delivery,
+                &dead_repo,
+                &dead_number,
+            ],
+            |row| col::<Option<i64>>(row, "version"),
+        )
+        .await?;
+        m.steps += 1;
+        Ok(())
+    }
+}
