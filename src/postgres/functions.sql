@@ -594,11 +594,13 @@ $$;
 -- another, each one statement in autocommit, so each step is its own short transaction and
 -- other calls interleave between them; no step does work proportional to the registry:
 --   wr_sweep_begin     the maintenance lease (take, renew, or skip), the stall rule, the brake;
---   wr_sweep_deaths    one step of liveness: at most p_step candidates locked, judged, killed;
---   wr_sweep_release   one step of releases: bare claims past the timeout, dead workers' claims
---                      into the outbox, stuck tombstones whose holder died;
---   wr_sweep_stuck     one step of stuck deliveries (and the in-flight gauge when done);
 --   wr_sweep_retain    one step of retention, eviction and purge;
+--   wr_sweep_release   one step of releases: bare claims past the timeout, claims of workers
+--                      that died in other calls into the outbox, stuck tombstones whose holder
+--                      died;
+--   wr_sweep_deaths    one step of liveness: at most p_step candidates locked, judged, killed,
+--                      their deliveries moved to the outbox and claimed for the caller;
+--   wr_sweep_stuck     one step of stuck deliveries (and the in-flight gauge when done);
 --   wr_sweep_stamp     one step of versioning the worker rows changed since the last snapshot;
 --   wr_sweep_publish   the new snapshot version and the TargetReleased events;
 --   wr_sweep_collect   (every replica) its share of the outbox;
@@ -742,11 +744,13 @@ DECLARE
     v_number bigint[] := '{}';
     v_id bigint;
     v_n integer;
+    v_events jsonb;
 BEGIN
     IF NOT wr_holds_lease(p_reg, p_replica) THEN
         RETURN jsonb_build_object('scanned', 0, 'last_beat', v_last_beat, 'last_id', v_last_id,
                                   'died', v_died, 'suspected', '[]'::jsonb, 'held', false,
-                                  'targets', '[]'::jsonb, 'lost_lease', true);
+                                  'targets', '[]'::jsonb, 'events', '[]'::jsonb,
+                                  'lost_lease', true);
     END IF;
     SELECT s.starts_ms, s.ends_ms INTO v_starts, v_ends FROM wr_stalls s WHERE s.registry = p_reg;
     v_starts := coalesce(v_starts, '{}');
@@ -815,12 +819,32 @@ BEGIN
     END LOOP;
     PERFORM wr_drop_targets(p_reg, v_repo, v_number);
 
+    -- The dead workers' deliveries move to the outbox in the transaction that released them,
+    -- claimed for this replica, which hands them out with this sweep's answer: no other call sees
+    -- them released and not yet handed out. (Their rows are this step's already: wr_kill_row
+    -- marked them; stuck tombstones stay for the release step.)
+    WITH moved AS (
+        DELETE FROM wr_claims
+         WHERE registry = p_reg AND holder = ANY (v_kill || v_over)
+           AND completed_at_ms IS NULL AND release_reason = 'worker_died'
+        RETURNING repo, number, delivery, holder, release_reason, dead_reason
+    ), outbox AS (
+        INSERT INTO wr_released (registry, repo, number, delivery, holder, reason,
+                                 dead_reason, released_at_ms, claimed_by, claimed_at_ms)
+        SELECT p_reg, repo, number, delivery, holder, release_reason, dead_reason, p_now,
+               p_replica, p_now
+          FROM moved
+        RETURNING id, repo, number, delivery, holder, reason, dead_reason
+    )
+    SELECT coalesce(jsonb_agg(to_jsonb(outbox) ORDER BY outbox.id), '[]') INTO v_events
+      FROM outbox;
+
     RETURN jsonb_build_object(
         'scanned', v_scanned, 'last_beat', v_last_beat, 'last_id', v_last_id,
         'died', v_died, 'suspected', to_jsonb(v_susp), 'held', v_held,
         'targets', (SELECT coalesce(jsonb_agg(jsonb_build_array(a, b)), '[]')
                       FROM unnest(v_repo, v_number) AS u (a, b)),
-        'lost_lease', false);
+        'events', v_events, 'lost_lease', false);
 END
 $$;
 
@@ -1107,34 +1131,44 @@ BEGIN
 END
 $$;
 
--- Publishes the sweep: the next snapshot version (the gauges, the brake), in a transaction of
--- its own that locks only the snapshot row; at most p_step purge-log rows older than
+-- Publishes the sweep: the last versioning step (at most p_step dirty worker rows, as
+-- wr_sweep_stamp) and the next snapshot version (the gauges, the brake), in a transaction of its
+-- own that locks only the snapshot row and the rows it versions; at most p_step purge-log rows older than
 -- p_purge_keep versions trimmed (a replica further behind than that reloads whole); and one
 -- TargetReleased per target that lost its worker or had deliveries released in this sweep
 -- (NOTIFY payloads are limited to 8000 bytes: a long list goes in several events). Returns the
--- version published.
+-- version published and how many rows it versioned (p_step: there may be more).
 CREATE OR REPLACE FUNCTION wr_sweep_publish(
     p_reg bigint, p_replica text, p_now bigint, p_brake boolean, p_in_flight bigint,
     p_retained bigint, p_purge_keep bigint, p_step integer,
     p_rel_repo text[], p_rel_number bigint[], p_rel_delivery text[],
     p_dead_repo text[], p_dead_number bigint[]
-) RETURNS bigint
+) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_version bigint;
+    v_stamped integer;
     v_floor bigint;
     v_payload text;
     r record;
 BEGIN
     IF NOT wr_holds_lease(p_reg, p_replica) THEN
-        RETURN NULL;
+        RETURN jsonb_build_object('version', NULL, 'stamped', 0);
     END IF;
+    -- The last versioning step (at most p_step rows) and the version, under the snapshot row's
+    -- exclusive lock.
+    SELECT version + 1 INTO v_version FROM wr_snapshots WHERE registry = p_reg FOR UPDATE;
+    UPDATE wr_workers SET version = v_version, dirty = false
+     WHERE (registry, id) IN (
+        SELECT registry, id FROM wr_workers
+         WHERE registry = p_reg AND dirty
+         LIMIT p_step FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS v_stamped = ROW_COUNT;
     UPDATE wr_snapshots
-       SET version = version + 1, taken_at_ms = p_now, brake_engaged = p_brake,
+       SET version = v_version, taken_at_ms = p_now, brake_engaged = p_brake,
            in_flight = coalesce(p_in_flight, in_flight),
            retained = coalesce(p_retained, retained)
-     WHERE registry = p_reg
-    RETURNING version INTO v_version;
+     WHERE registry = p_reg;
 
     WITH gone AS (
         DELETE FROM wr_purged
@@ -1169,14 +1203,15 @@ BEGIN
         END IF;
         PERFORM wr_notify(p_reg, v_payload);
     END LOOP;
-    RETURN v_version;
+    RETURN jsonb_build_object('version', v_version, 'stamped', v_stamped);
 END
 $$;
 
 -- Every replica's share of the outbox: rows unclaimed, or claimed longer than p_ack_timeout
--- ago, at most p_batch, claimed for p_replica with SKIP LOCKED.
+-- ago, at most p_batch, claimed for p_replica with SKIP LOCKED; and, in the same round trip,
+-- the snapshot's changes since p_known (wr_snapshot_since, defined below).
 CREATE OR REPLACE FUNCTION wr_sweep_collect(
-    p_reg bigint, p_replica text, p_ack_timeout bigint, p_batch integer
+    p_reg bigint, p_replica text, p_ack_timeout bigint, p_batch integer, p_known bigint
 ) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -1195,7 +1230,8 @@ BEGIN
     )
     SELECT coalesce(jsonb_agg(to_jsonb(claimed) ORDER BY claimed.id), '[]') INTO v_events
       FROM claimed;
-    RETURN jsonb_build_object('now', v_now, 'events', v_events);
+    RETURN jsonb_build_object('now', v_now, 'events', v_events,
+                              'snapshot', wr_snapshot_since(p_reg, p_known));
 END
 $$;
 

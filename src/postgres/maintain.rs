@@ -9,9 +9,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::error::Failure;
-use super::rows::col;
+use super::rows::{col, OutboxRow};
 use super::PostgresRegistry;
 use crate::api::error::RegistryError;
+use crate::api::report::ReleasedEvent;
 
 /// Workers one death step locks and judges. Small: the step holds the capacity row (which every
 /// admit that creates a worker needs) while it kills its workers.
@@ -21,7 +22,7 @@ pub(crate) const MAINTENANCE_STEP: usize = 256;
 /// Snapshot versions the purge log keeps: a replica further behind reads every worker row.
 pub(crate) const PURGE_LOG_VERSIONS: i64 = 1_000;
 /// The shortest maintenance lease.
-pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
+pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_millis(100);
 
 /// The lease's time to live for a sweep interval: three intervals, at least [`MIN_LEASE_TTL`].
 pub(crate) fn lease_ttl(sweep_interval: Duration) -> Duration {
@@ -36,7 +37,7 @@ const STUCK: &str = "SELECT wr_sweep_stuck($1, $2, $3, $4, $5, $6, $7)::text AS 
 const RETAIN: &str = "SELECT wr_sweep_retain($1, $2, $3, $4, $5, $6, $7)::text AS body";
 const STAMP: &str = "SELECT wr_sweep_stamp($1, $2, $3) AS n";
 const PUBLISH: &str = "SELECT wr_sweep_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
-                       $12, $13) AS version";
+                       $12, $13)::text AS body";
 
 /// What `wr_sweep_begin` decided.
 #[derive(Debug, Deserialize)]
@@ -56,6 +57,8 @@ struct DeathStep {
     suspected: Vec<i64>,
     held: bool,
     targets: Vec<(String, i64)>,
+    /// The dead workers' deliveries, moved to the outbox and claimed for this replica.
+    events: Vec<OutboxRow>,
     lost_lease: bool,
 }
 
@@ -74,6 +77,11 @@ struct StuckStep {
     drained: Vec<i64>,
     died: Vec<(i64, String)>,
     targets: Vec<(String, i64)>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Published {
+    stamped: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -106,6 +114,10 @@ pub(crate) struct Maintained {
     retained: Option<i64>,
     /// Transactions the maintenance ran (begin and publish included).
     pub(crate) steps: usize,
+    /// The deliveries of this sweep's deaths, already claimed for this replica.
+    pub(crate) events: Vec<ReleasedEvent>,
+    /// Whether a version was published (and the TargetReleased events sent).
+    published: bool,
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(
@@ -149,13 +161,22 @@ impl PostgresRegistry {
             steps: 1,
             ..Maintained::default()
         };
+        // Retention and the releases left from before (bare claims past the timeout, deaths by
+        // other calls) first, so that this sweep's deaths, whose deliveries the death steps
+        // hand to this replica, come as close as they can to the sweep's answer.
+        // The rows other calls changed since the last sweep are versioned first too; the
+        // publish versions what this sweep's deaths and drains changed (one step of it, more
+        // steps and a second version only if that was not all).
+        self.retention(begun.now, &mut m).await?;
+        self.releases(begun.now, &mut m).await?;
+        self.stamp(&mut m).await?;
         if self.deaths(begun, &mut m).await? {
-            self.releases(begun.now, &mut m).await?;
             self.stuck(begun.now, &mut m).await?;
-            self.retention(begun.now, &mut m).await?;
-            self.stamp(&mut m).await?;
         }
-        self.publish(begun, &mut m).await?;
+        if self.publish(begun, &mut m).await? >= MAINTENANCE_STEP {
+            self.stamp(&mut m).await?;
+            self.publish(begun, &mut m).await?;
+        }
         Ok(m)
     }
 
@@ -199,6 +220,12 @@ impl PostgresRegistry {
                         overdue.push(d);
                     }
                 }
+                for e in &s.events {
+                    m.released
+                        .push((e.repo.clone(), e.number, e.delivery.clone()));
+                    m.events.push(e.event().map_err(Failure::into_registry)?);
+                }
+                m.released_count += s.events.len() as u64;
                 m.suspected.extend(s.suspected);
                 m.held |= s.held;
                 m.dead_targets.extend(s.targets);
@@ -341,8 +368,9 @@ impl PostgresRegistry {
         Ok(())
     }
 
-    /// The new snapshot version and the TargetReleased events.
-    async fn publish(&self, begun: &Begun, m: &mut Maintained) -> Result<(), RegistryError> {
+    /// The new snapshot version (with a last versioning step) and the TargetReleased events
+    /// (sent once: a second publish of the sweep sends none); how many rows it versioned.
+    async fn publish(&self, begun: &Begun, m: &mut Maintained) -> Result<usize, RegistryError> {
         let inner = &*self.inner;
         let brake = m.held || !m.suspected.is_empty();
         let (rel_repo, rel_number, rel_delivery): (Vec<&str>, Vec<i64>, Vec<&str>) = m
@@ -355,29 +383,39 @@ impl PostgresRegistry {
                 acc.2.push(d);
                 acc
             });
-        let dead_repo: Vec<&str> = m.dead_targets.iter().map(|(r, _)| r.as_str()).collect();
-        let dead_number: Vec<i64> = m.dead_targets.iter().map(|(_, n)| *n).collect();
-        self.call(
-            PUBLISH,
-            &[
-                &inner.id,
-                &inner.replica,
-                &begun.now,
-                &brake,
-                &m.in_flight,
-                &m.retained,
-                &PURGE_LOG_VERSIONS,
-                &count(MAINTENANCE_STEP),
-                &rel_repo,
-                &rel_number,
-                &rel_delivery,
-                &dead_repo,
-                &dead_number,
-            ],
-            |row| col::<Option<i64>>(row, "version"),
-        )
-        .await?;
+        let (mut dead_repo, mut dead_number): (Vec<&str>, Vec<i64>) =
+            m.dead_targets.iter().map(|(r, n)| (r.as_str(), *n)).unzip();
+        if m.published {
+            (dead_repo, dead_number) = (Vec::new(), Vec::new());
+        }
+        let (rel_repo, rel_number, rel_delivery) = if m.published {
+            (Vec::new(), Vec::new(), Vec::new())
+        } else {
+            (rel_repo, rel_number, rel_delivery)
+        };
+        let out: Published = self
+            .call(
+                PUBLISH,
+                &[
+                    &inner.id,
+                    &inner.replica,
+                    &begun.now,
+                    &brake,
+                    &m.in_flight,
+                    &m.retained,
+                    &PURGE_LOG_VERSIONS,
+                    &count(MAINTENANCE_STEP),
+                    &rel_repo,
+                    &rel_number,
+                    &rel_delivery,
+                    &dead_repo,
+                    &dead_number,
+                ],
+                |row| parse("sweep publish", row),
+            )
+            .await?;
         m.steps += 1;
-        Ok(())
+        m.published = true;
+        Ok(out.stamped)
     }
 }

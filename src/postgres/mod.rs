@@ -65,9 +65,13 @@
 //! The holder's maintenance (`maintain.rs`) is a sequence of functions, **each one statement in
 //! its own short transaction**, so other calls interleave with it and none of them waits for
 //! more than one step: `wr_sweep_begin` (the lease, the stall rule, the brake decided once for
-//! the sweep), `wr_sweep_deaths` in steps of [`DEATH_STEP`](maintain::DEATH_STEP) workers (silent
-//! ones by a cursor on (last heartbeat, id), then overdue drains), `wr_sweep_release`,
-//! `wr_sweep_stuck`, `wr_sweep_retain` and `wr_sweep_stamp` in steps of
+//! the sweep), `wr_sweep_retain` (retention, eviction, purge) and `wr_sweep_release` (bare claims
+//! past the timeout, claims of workers that died in other calls) in steps of
+//! [`MAINTENANCE_STEP`](maintain::MAINTENANCE_STEP) rows, `wr_sweep_deaths` in steps of
+//! [`DEATH_STEP`](maintain::DEATH_STEP) workers (silent ones by a cursor on (last heartbeat, id),
+//! then overdue drains; each step moves its dead workers' deliveries to the outbox and claims them
+//! for the sweeping replica in the transaction that released them, so no other call sees them
+//! released and not yet handed out), `wr_sweep_stuck` and `wr_sweep_stamp` in steps of
 //! [`MAINTENANCE_STEP`](maintain::MAINTENANCE_STEP) rows, and `wr_sweep_publish`. Each kind goes
 //! on until a step finds less than it could take, or the sweep's bound (the builder's `batch`,
 //! [`DEFAULT_BATCH`] rows of each kind) is reached: a mass death of 10 000 is worked off in one

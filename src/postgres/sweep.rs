@@ -7,15 +7,14 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use super::error::{decode, Failure};
-use super::rows::{self, col};
+use super::rows::{self, col, OutboxRow};
 use super::snapshot::SnapshotDelta;
 use super::PostgresRegistry;
 use crate::api::contract::Maintenance;
 use crate::api::error::RegistryError;
-use crate::api::ids::DeliveryId;
-use crate::api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
+use crate::api::report::{ReleasedEvent, SweepReport};
 
-const COLLECT: &str = "SELECT wr_sweep_collect($1, $2, $3, $4)::text AS body";
+const COLLECT: &str = "SELECT wr_sweep_collect($1, $2, $3, $4, $5)::text AS body";
 const ACKNOWLEDGE: &str = "SELECT wr_acknowledge($1, $2) AS n";
 const SNAPSHOT_SINCE: &str = "SELECT wr_snapshot_since($1, $2)::text AS body";
 
@@ -24,40 +23,8 @@ const SNAPSHOT_SINCE: &str = "SELECT wr_snapshot_since($1, $2)::text AS body";
 struct Collected {
     now: i64,
     events: Vec<OutboxRow>,
-}
-
-/// A claimed outbox row.
-#[derive(Debug, Deserialize)]
-struct OutboxRow {
-    id: i64,
-    repo: String,
-    number: i64,
-    delivery: String,
-    holder: Option<i64>,
-    reason: String,
-    dead_reason: Option<String>,
-}
-
-impl OutboxRow {
-    fn event(&self) -> Result<ReleasedEvent, Failure> {
-        let reason = match self.reason.as_str() {
-            "worker_died" => {
-                ReleaseReason::WorkerDied(rows::dead_reason(self.dead_reason.as_deref())?)
-            }
-            "stuck" => ReleaseReason::Stuck,
-            "unbound" => ReleaseReason::Unbound,
-            other => return Err(decode(format!("release reason {other:?}"))),
-        };
-        let delivery = DeliveryId::new(&self.delivery)
-            .map_err(|e| decode(format!("delivery {:?}: {e}", self.delivery)))?;
-        Ok(ReleasedEvent::new(
-            rows::target(&self.repo, self.number)?,
-            delivery,
-            self.holder.map(rows::worker_id).transpose()?,
-            reason,
-        )
-        .with_receipt(Receipt::new(self.id.to_string())))
-    }
+    /// The snapshot's changes since this handle's version.
+    snapshot: SnapshotDelta,
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(what: &str, text: &str) -> Result<T, Failure> {
@@ -78,24 +45,32 @@ impl PostgresRegistry {
         inner.snapshot.apply(delta).map_err(Failure::into_registry)
     }
 
-    /// This replica's share of the outbox, and the registry's time.
+    /// This replica's share of the outbox, and the registry's time; the snapshot's changes
+    /// since the cache's version applied to it (one round trip for both).
     async fn collect(&self) -> Result<(i64, Vec<ReleasedEvent>), RegistryError> {
         let inner = &*self.inner;
         let p = &inner.params;
-        self.call(
-            COLLECT,
-            &[&inner.id, &inner.replica, &p.ack_timeout, &p.batch],
-            |row| {
-                let c: Collected = parse("outbox", &col::<String>(row, "body")?)?;
-                let events = c
-                    .events
-                    .iter()
-                    .map(OutboxRow::event)
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok((c.now, events))
-            },
-        )
-        .await
+        let known = i64::try_from(inner.snapshot.version()).unwrap_or(i64::MAX);
+        let (now, events, delta) = self
+            .call(
+                COLLECT,
+                &[&inner.id, &inner.replica, &p.ack_timeout, &p.batch, &known],
+                |row| {
+                    let c: Collected = parse("outbox", &col::<String>(row, "body")?)?;
+                    let events = c
+                        .events
+                        .iter()
+                        .map(OutboxRow::event)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok((c.now, events, c.snapshot))
+                },
+            )
+            .await?;
+        inner
+            .snapshot
+            .apply(delta)
+            .map_err(Failure::into_registry)?;
+        Ok((now, events))
     }
 }
 
@@ -109,8 +84,14 @@ impl Maintenance for PostgresRegistry {
         } else {
             None
         };
-        let (now, released) = self.collect().await?;
-        self.refresh_snapshot().await?;
+        let (now, collected) = self.collect().await?;
+        // The deliveries of this sweep's deaths first (the death steps claimed them for this
+        // replica as they moved them to the outbox), then this replica's share of the rest.
+        let mut released = Vec::new();
+        if let Some(m) = &m {
+            released.extend(m.events.iter().cloned());
+        }
+        released.extend(collected);
 
         let mut report = SweepReport {
             swept: begun.swept,
