@@ -21,7 +21,9 @@ pub(crate) const DEATH_STEP: usize = 32;
 pub(crate) const MAINTENANCE_STEP: usize = 256;
 /// Snapshot versions the purge log keeps: a replica further behind reads every worker row.
 pub(crate) const PURGE_LOG_VERSIONS: i64 = 1_000;
-/// The shortest maintenance lease.
+/// The shortest maintenance lease. Short, so that a replica takes the maintenance over soon after
+/// its holder died even with a tiny `sweep_interval` (a holder slower than its lease meanwhile
+/// only shares the work: every step locks its rows `SKIP LOCKED` and re-checks them).
 pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_millis(100);
 
 /// The lease's time to live for a sweep interval: three intervals, at least [`MIN_LEASE_TTL`].
