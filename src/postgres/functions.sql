@@ -1372,3 +1372,45 @@ BEGIN
     RETURN true;
 END
 $$;
+
+-- The end of the lease holder's sweep, in one transaction, so that it answers one round trip
+-- after its last death step: one step of stuck deliveries (wr_sweep_stuck), the publish
+-- (wr_sweep_publish, with the stuck step's releases and exits among its TargetReleased events)
+-- and the holder's outbox share and snapshot changes (wr_sweep_collect). The released
+-- deliveries and dead targets of the earlier steps come as p_rel_* and p_dead_*.
+CREATE OR REPLACE FUNCTION wr_sweep_finish(
+    p_reg bigint, p_replica text, p_now bigint, p_brake boolean, p_retained bigint,
+    p_timeout bigint, p_max_in_flight bigint, p_drain_deadline bigint, p_purge_keep bigint,
+    p_step integer, p_ack_timeout bigint, p_batch integer, p_known bigint,
+    p_rel_repo text[], p_rel_number bigint[], p_rel_delivery text[],
+    p_dead_repo text[], p_dead_number bigint[]
+) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_stuck jsonb;
+    v_published jsonb;
+    v_rel_repo text[];
+    v_rel_number bigint[];
+    v_rel_delivery text[];
+    v_dead_repo text[];
+    v_dead_number bigint[];
+BEGIN
+    v_stuck := wr_sweep_stuck(p_reg, p_replica, p_now, p_timeout, p_max_in_flight,
+                              p_drain_deadline, p_step);
+    SELECT coalesce(array_agg(x->>0), '{}'), coalesce(array_agg((x->>1)::bigint), '{}'),
+           coalesce(array_agg(x->>2), '{}')
+      INTO v_rel_repo, v_rel_number, v_rel_delivery
+      FROM jsonb_array_elements(v_stuck->'released') x;
+    SELECT coalesce(array_agg(x->>0), '{}'), coalesce(array_agg((x->>1)::bigint), '{}')
+      INTO v_dead_repo, v_dead_number
+      FROM jsonb_array_elements(v_stuck->'targets') x;
+    v_published := wr_sweep_publish(
+        p_reg, p_replica, p_now, p_brake, (v_stuck->>'in_flight')::bigint, p_retained,
+        p_purge_keep, p_step, p_rel_repo || v_rel_repo, p_rel_number || v_rel_number,
+        p_rel_delivery || v_rel_delivery, p_dead_repo || v_dead_repo,
+        p_dead_number || v_dead_number);
+    RETURN jsonb_build_object('stuck', v_stuck, 'published', v_published,
+                              'collected', wr_sweep_collect(p_reg, p_replica, p_ack_timeout,
+                                                            p_batch, p_known));
+END
+$$;

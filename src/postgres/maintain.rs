@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use super::error::Failure;
 use super::rows::{col, OutboxRow};
+use super::snapshot::Collected;
 use super::PostgresRegistry;
 use crate::api::error::RegistryError;
 use crate::api::report::ReleasedEvent;
@@ -38,6 +39,8 @@ const RELEASE: &str = "SELECT wr_sweep_release($1, $2, $3, $4, $5)::text AS body
 const STUCK: &str = "SELECT wr_sweep_stuck($1, $2, $3, $4, $5, $6, $7)::text AS body";
 const RETAIN: &str = "SELECT wr_sweep_retain($1, $2, $3, $4, $5, $6, $7)::text AS body";
 const STAMP: &str = "SELECT wr_sweep_stamp($1, $2, $3) AS n";
+const FINISH: &str = "SELECT wr_sweep_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+                      $12, $13, $14, $15, $16, $17, $18)::text AS body";
 const PUBLISH: &str = "SELECT wr_sweep_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
                        $12, $13)::text AS body";
 
@@ -87,6 +90,13 @@ struct Published {
 }
 
 #[derive(Debug, Deserialize)]
+struct Finished {
+    stuck: StuckStep,
+    published: Published,
+    collected: Collected,
+}
+
+#[derive(Debug, Deserialize)]
 struct RetainStep {
     expired: u64,
     evicted: u64,
@@ -120,6 +130,9 @@ pub(crate) struct Maintained {
     pub(crate) events: Vec<ReleasedEvent>,
     /// Whether a version was published (and the TargetReleased events sent).
     published: bool,
+    /// The registry's time, when the last step collected this replica's outbox share and
+    /// applied the snapshot's changes already (their events are in `events`).
+    pub(crate) collected: Option<i64>,
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(
@@ -132,6 +145,40 @@ fn parse<T: for<'de> Deserialize<'de>>(
 
 fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+impl Maintained {
+    fn took_stuck(&mut self, s: StuckStep) {
+        self.stuck_count += s.count as u64;
+        self.released.extend(s.released);
+        self.drained_stuck.extend(s.drained);
+        self.died.extend(s.died);
+        self.dead_targets.extend(s.targets);
+        if s.in_flight.is_some() {
+            self.in_flight = s.in_flight;
+        }
+    }
+
+    /// The released deliveries and the dead targets, as the publish takes them (none once a
+    /// version of this sweep was published: its events went out with it).
+    #[allow(clippy::type_complexity)]
+    fn publishable(&self) -> (Vec<&str>, Vec<i64>, Vec<&str>, Vec<&str>, Vec<i64>) {
+        if self.published {
+            return Default::default();
+        }
+        let (mut r, mut n, mut d) = (Vec::new(), Vec::new(), Vec::new());
+        for (repo, number, delivery) in &self.released {
+            r.push(repo.as_str());
+            n.push(*number);
+            d.push(delivery.as_str());
+        }
+        let (dr, dn) = self
+            .dead_targets
+            .iter()
+            .map(|(repo, number)| (repo.as_str(), *number))
+            .unzip();
+        (r, n, d, dr, dn)
+    }
 }
 
 impl PostgresRegistry {
@@ -172,10 +219,18 @@ impl PostgresRegistry {
         self.retention(begun.now, &mut m).await?;
         self.releases(begun.now, &mut m).await?;
         self.stamp(&mut m).await?;
-        if self.deaths(begun, &mut m).await? {
-            self.stuck(begun.now, &mut m).await?;
+        if !self.deaths(begun, &mut m).await? {
+            self.publish(begun, &mut m).await?;
+            return Ok(m);
         }
-        if self.publish(begun, &mut m).await? >= MAINTENANCE_STEP {
+        // One round trip after the last death step: a stuck step, the publish, the collect.
+        let (more_stuck, more_rows) = self.finish(begun, &mut m).await?;
+        if more_stuck || more_rows {
+            // Not all of it: the rest in steps, a second version (the collect is redone).
+            m.collected = None;
+            if more_stuck {
+                self.stuck(begun.now, &mut m).await?;
+            }
             self.stamp(&mut m).await?;
             self.publish(begun, &mut m).await?;
         }
@@ -294,16 +349,10 @@ impl PostgresRegistry {
                 )
                 .await?;
             m.steps += 1;
-            m.stuck_count += s.count as u64;
-            m.released.extend(s.released);
-            m.drained_stuck.extend(s.drained);
-            m.died.extend(s.died);
-            m.dead_targets.extend(s.targets);
-            if s.in_flight.is_some() {
-                m.in_flight = s.in_flight;
-            }
+            let full = s.count >= step;
+            m.took_stuck(s);
             left -= step;
-            if s.count < step {
+            if !full {
                 break;
             }
         }
@@ -370,31 +419,61 @@ impl PostgresRegistry {
         Ok(())
     }
 
+    /// The last stuck step, the publish and the collect, in one transaction; whether stuck
+    /// deliveries or changed rows were left for more steps.
+    async fn finish(
+        &self,
+        begun: &Begun,
+        m: &mut Maintained,
+    ) -> Result<(bool, bool), RegistryError> {
+        let inner = &*self.inner;
+        let p = &inner.params;
+        let brake = m.held || !m.suspected.is_empty();
+        let known = i64::try_from(inner.snapshot.version()).unwrap_or(i64::MAX);
+        let f: Finished = {
+            let (rel_repo, rel_number, rel_delivery, dead_repo, dead_number) = m.publishable();
+            self.call(
+                FINISH,
+                &[
+                    &inner.id,
+                    &inner.replica,
+                    &begun.now,
+                    &brake,
+                    &m.retained,
+                    &p.timeout,
+                    &p.max_in_flight,
+                    &p.drain_deadline,
+                    &PURGE_LOG_VERSIONS,
+                    &count(MAINTENANCE_STEP),
+                    &p.ack_timeout,
+                    &p.batch,
+                    &known,
+                    &rel_repo,
+                    &rel_number,
+                    &rel_delivery,
+                    &dead_repo,
+                    &dead_number,
+                ],
+                |row| parse("sweep finish", row),
+            )
+            .await?
+        };
+        m.steps += 1;
+        let more_stuck = f.stuck.count >= MAINTENANCE_STEP;
+        m.took_stuck(f.stuck);
+        m.published = true;
+        let (now, events) = self.take_collected(f.collected)?;
+        m.events.extend(events);
+        m.collected = Some(now);
+        Ok((more_stuck, f.published.stamped >= MAINTENANCE_STEP))
+    }
+
     /// The new snapshot version (with a last versioning step) and the TargetReleased events
     /// (sent once: a second publish of the sweep sends none); how many rows it versioned.
     async fn publish(&self, begun: &Begun, m: &mut Maintained) -> Result<usize, RegistryError> {
         let inner = &*self.inner;
         let brake = m.held || !m.suspected.is_empty();
-        let (rel_repo, rel_number, rel_delivery): (Vec<&str>, Vec<i64>, Vec<&str>) = m
-            .released
-            .iter()
-            .map(|(r, n, d)| (r.as_str(), *n, d.as_str()))
-            .fold((vec![], vec![], vec![]), |mut acc, (r, n, d)| {
-                acc.0.push(r);
-                acc.1.push(n);
-                acc.2.push(d);
-                acc
-            });
-        let (mut dead_repo, mut dead_number): (Vec<&str>, Vec<i64>) =
-            m.dead_targets.iter().map(|(r, n)| (r.as_str(), *n)).unzip();
-        if m.published {
-            (dead_repo, dead_number) = (Vec::new(), Vec::new());
-        }
-        let (rel_repo, rel_number, rel_delivery) = if m.published {
-            (Vec::new(), Vec::new(), Vec::new())
-        } else {
-            (rel_repo, rel_number, rel_delivery)
-        };
+        let (rel_repo, rel_number, rel_delivery, dead_repo, dead_number) = m.publishable();
         let out: Published = self
             .call(
                 PUBLISH,

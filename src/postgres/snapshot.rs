@@ -14,7 +14,7 @@ use arc_swap::ArcSwap;
 use serde::Deserialize;
 
 use super::error::Failure;
-use super::rows::{self, WorkerRow};
+use super::rows::{self, OutboxRow, WorkerRow};
 use crate::api::snapshot::{ClaimCounts, StatusSnapshot};
 use crate::sync::{self, Mutex};
 
@@ -44,6 +44,16 @@ pub(crate) struct SnapshotDelta {
     /// Ids purged after the version asked about.
     #[serde(default)]
     pub(crate) purged: Vec<i64>,
+}
+
+/// What `wr_sweep_collect` returns: this replica's share of the outbox, and the snapshot's changes
+/// since the version it asked about.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Collected {
+    /// The registry's time.
+    pub(crate) now: i64,
+    pub(crate) events: Vec<OutboxRow>,
+    pub(crate) snapshot: SnapshotDelta,
 }
 
 /// A snapshot and when this handle learned of it.

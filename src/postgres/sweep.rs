@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::error::{decode, Failure};
 use super::rows::{self, col, OutboxRow};
-use super::snapshot::SnapshotDelta;
+use super::snapshot::{Collected, SnapshotDelta};
 use super::PostgresRegistry;
 use crate::api::contract::Maintenance;
 use crate::api::error::RegistryError;
@@ -17,15 +17,6 @@ use crate::api::report::{ReleasedEvent, SweepReport};
 const COLLECT: &str = "SELECT wr_sweep_collect($1, $2, $3, $4, $5)::text AS body";
 const ACKNOWLEDGE: &str = "SELECT wr_acknowledge($1, $2) AS n";
 const SNAPSHOT_SINCE: &str = "SELECT wr_snapshot_since($1, $2)::text AS body";
-
-/// What `wr_sweep_collect` returns: this replica's share of the outbox.
-#[derive(Debug, Deserialize)]
-struct Collected {
-    now: i64,
-    events: Vec<OutboxRow>,
-    /// The snapshot's changes since this handle's version.
-    snapshot: SnapshotDelta,
-}
 
 fn parse<T: for<'de> Deserialize<'de>>(what: &str, text: &str) -> Result<T, Failure> {
     serde_json::from_str(text).map_err(|e| decode(format!("{what}: {e}")))
@@ -51,26 +42,32 @@ impl PostgresRegistry {
         let inner = &*self.inner;
         let p = &inner.params;
         let known = i64::try_from(inner.snapshot.version()).unwrap_or(i64::MAX);
-        let (now, events, delta) = self
+        let c: Collected = self
             .call(
                 COLLECT,
                 &[&inner.id, &inner.replica, &p.ack_timeout, &p.batch, &known],
-                |row| {
-                    let c: Collected = parse("outbox", &col::<String>(row, "body")?)?;
-                    let events = c
-                        .events
-                        .iter()
-                        .map(OutboxRow::event)
-                        .collect::<Result<Vec<_>, _>>()?;
-                    Ok((c.now, events, c.snapshot))
-                },
+                |row| parse("outbox", &col::<String>(row, "body")?),
             )
             .await?;
-        inner
-            .snapshot
-            .apply(delta)
+        self.take_collected(c)
+    }
+
+    /// Applies a collected snapshot delta; the events as the contract's.
+    pub(super) fn take_collected(
+        &self,
+        c: Collected,
+    ) -> Result<(i64, Vec<ReleasedEvent>), RegistryError> {
+        let events = c
+            .events
+            .iter()
+            .map(OutboxRow::event)
+            .collect::<Result<Vec<_>, _>>()
             .map_err(Failure::into_registry)?;
-        Ok((now, events))
+        self.inner
+            .snapshot
+            .apply(c.snapshot)
+            .map_err(Failure::into_registry)?;
+        Ok((c.now, events))
     }
 }
 
@@ -84,7 +81,11 @@ impl Maintenance for PostgresRegistry {
         } else {
             None
         };
-        let (now, collected) = self.collect().await?;
+        // The holder's last step collected already (unless more work followed it).
+        let (now, collected) = match m.as_ref().and_then(|m| m.collected) {
+            Some(now) => (now, Vec::new()),
+            None => self.collect().await?,
+        };
         // The deliveries of this sweep's deaths first (the death steps claimed them for this
         // replica as they moved them to the outbox), then this replica's share of the rest.
         let mut released = Vec::new();
