@@ -603,6 +603,8 @@ $$;
 --   wr_sweep_stuck     one step of stuck deliveries (and the in-flight gauge when done);
 --   wr_sweep_stamp     one step of versioning the worker rows changed since the last snapshot;
 --   wr_sweep_publish   the new snapshot version and the TargetReleased events;
+--   wr_sweep_finish    (after the last death step) a stuck step, the publish and the holder's
+--                      collect, in one transaction;
 --   wr_sweep_collect   (every replica) its share of the outbox;
 --   wr_snapshot_since  (every replica) the worker rows changed since its version.
 -- Only the lease holder does the maintenance steps; each re-checks the lease (one row) first, so

@@ -1,6 +1,8 @@
 //! The lease holder's part of a sweep: the maintenance, in bounded steps (the functions
 //! `wr_sweep_*` in `functions.sql`), each its own short transaction, so other calls interleave
-//! with them. Each kind of work goes on in steps of at most [`DEATH_STEP`] or
+//! with them: retention, releases left from before, versioning of rows other calls changed, the
+//! deaths (each step handing its deliveries to this replica), then one transaction with a stuck
+//! step, the publish and this replica's collect. Each kind of work goes on in steps of at most [`DEATH_STEP`] or
 //! [`MAINTENANCE_STEP`] rows until a step finds less than it could take, or the sweep's bound
 //! (the builder's `batch`, per kind) is reached.
 

@@ -71,8 +71,12 @@
 //! [`DEATH_STEP`](maintain::DEATH_STEP) workers (silent ones by a cursor on (last heartbeat, id),
 //! then overdue drains; each step moves its dead workers' deliveries to the outbox and claims them
 //! for the sweeping replica in the transaction that released them, so no other call sees them
-//! released and not yet handed out), `wr_sweep_stuck` and `wr_sweep_stamp` in steps of
-//! [`MAINTENANCE_STEP`](maintain::MAINTENANCE_STEP) rows, and `wr_sweep_publish`. Each kind goes
+//! released and not yet handed out), then `wr_sweep_finish`: one step of stuck deliveries, the
+//! publish (a last step of versioning, the new version) and the holder's own outbox share and
+//! snapshot changes, in one transaction, so that the sweep answers one round trip after its last
+//! death step (more stuck or changed rows than a step: `wr_sweep_stuck`, `wr_sweep_stamp` and
+//! `wr_sweep_publish` again, in steps of [`MAINTENANCE_STEP`](maintain::MAINTENANCE_STEP)
+//! rows; versioning of what other calls changed runs in such steps before the deaths). Each kind goes
 //! on until a step finds less than it could take, or the sweep's bound (the builder's `batch`,
 //! [`DEFAULT_BATCH`] rows of each kind) is reached: a mass death of 10 000 is worked off in one
 //! `sweep()` of about 300 death steps. Every step re-checks the lease first (one row), so a
