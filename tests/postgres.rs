@@ -508,7 +508,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 4);
+    assert_eq!(n, 5);
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await
@@ -944,7 +944,12 @@ async fn the_retained_counter_stays_exact_while_replicas_complete_and_sweep_at_o
     let (counter, count) = retained_in_db(&client, first.name()).await;
     assert_eq!(counter, count);
     assert!(count > 0, "nothing was completed");
-    // Eviction works the backlog down to the cap, one batch per sweep.
+    // Eviction works the backlog down to the cap, one batch per sweep, once the maintenance
+    // lease of the replicas that swept has lapsed (only its holder maintains).
+    first
+        .advance_time_for_tests(Duration::from_secs(60))
+        .await
+        .unwrap();
     for _ in 0..200 {
         if retained_in_db(&client, first.name()).await.1 <= 20 {
             break;
@@ -1010,7 +1015,7 @@ async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept(
         )
         .await
         .unwrap();
-    assert_eq!(PostgresRegistry::migrate(&db_url).await.unwrap(), [4]);
+    assert_eq!(PostgresRegistry::migrate(&db_url).await.unwrap(), [4, 5]);
     assert_eq!(retained_in_db(&client, "kept").await, (7, 7));
     assert_eq!(retained_in_db(&client, "empty").await, (0, 0));
     let r = PostgresRegistry::builder(&db_url)
@@ -1021,4 +1026,181 @@ async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept(
         .unwrap();
     r.sweep().await.unwrap();
     assert_eq!(r.status().claims.retained, 7);
+}
+
+/// The registry's id, on a connection of its own.
+async fn registry_id(client: &tokio_postgres::Client, name: &str) -> i64 {
+    client
+        .query_one("SELECT id FROM wr_registries WHERE name = $1", &[&name])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_maintains_and_another_takes_over_once_it_lapses() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .sweep_interval(Duration::from_secs(5)) // a lease of 15 s
+        .build()
+        .unwrap();
+    let a = open(&url, "lease", config).await;
+    let b = a.replica().await.unwrap();
+    assert!(a.sweep().await.unwrap().swept, "the first sweeper takes it");
+    assert!(!b.sweep().await.unwrap().swept, "another replica skips");
+    a.advance_time_for_tests(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(a.sweep().await.unwrap().swept, "the holder renews it");
+    a.advance_time_for_tests(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(!b.sweep().await.unwrap().swept, "renewed 10 s ago: held");
+    // The holder stops sweeping (as if it had died): once its lease lapses, b takes over.
+    a.advance_time_for_tests(Duration::from_secs(6))
+        .await
+        .unwrap();
+    assert!(b.sweep().await.unwrap().swept, "lapsed: taken over");
+    assert!(!a.sweep().await.unwrap().swept, "and held by b now");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_death_of_many_steps_is_worked_off_in_one_sweep_each_delivery_released_once() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    // No brake: all of them die at once. 100 workers are several death steps (32 each) and
+    // release steps, each its own transaction.
+    let config = RegistryConfig::builder()
+        .max_workers(200)
+        .brake_fraction(1.0)
+        .build()
+        .unwrap();
+    let r = open(&url, "mass-death", config.clone()).await;
+    let other = r.replica().await.unwrap();
+    let mut want = HashSet::new();
+    for i in 0..100 {
+        let delivery = format!("d{i}");
+        let Admission::Assigned(a) = r.admit(&t(i + 1), &d(&delivery)).await.unwrap() else {
+            panic!("admitted")
+        };
+        assert_eq!(r.heartbeat(a.worker).await, Ok(HeartbeatAck::Active));
+        want.insert(delivery);
+    }
+    r.advance_time_for_tests(config.heartbeat_timeout() + Duration::from_secs(1))
+        .await
+        .unwrap();
+    let s = r.sweep().await.unwrap();
+    assert_eq!(s.died.len(), 100, "every one in this sweep");
+    assert!(s
+        .died
+        .iter()
+        .all(|(_, reason)| *reason == DeadReason::MissedHeartbeats));
+    let mut ids: Vec<_> = s.died.iter().map(|(w, _)| *w).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 100, "each death reported once, in id order");
+    assert_eq!(s.released_targets.len(), 100);
+    let got: Vec<String> = s
+        .released
+        .iter()
+        .map(|e| e.delivery.as_str().to_owned())
+        .collect();
+    assert_eq!(got.len(), 100, "each released delivery handed out once");
+    assert_eq!(got.into_iter().collect::<HashSet<_>>(), want);
+    r.acknowledge(&s.released).await.unwrap();
+    assert_eq!(
+        live_in_db(&url, r.name()).await,
+        (0, 0),
+        "every slot given back"
+    );
+    let again = r.sweep().await.unwrap();
+    assert!(
+        again.died.is_empty() && again.released.is_empty(),
+        "{again:?}"
+    );
+    let o = other.sweep().await.unwrap();
+    assert!(o.released.is_empty(), "nothing left for another replica");
+    assert_eq!(other.status().counts.dead, 100);
+    assert_eq!(r.status().capacity.used, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_reads_only_the_worker_rows_changed_since_its_snapshot() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let config = RegistryConfig::builder()
+        .dead_retention(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let r = open(&url, "delta", config).await;
+    let other = r.replica().await.unwrap();
+    let id = registry_id(&client, r.name()).await;
+    let mut workers = Vec::new();
+    for i in 1..=20 {
+        let Admission::Assigned(a) = r.admit(&t(i), &d("x")).await.unwrap() else {
+            panic!("admitted")
+        };
+        workers.push(a.worker);
+    }
+    r.sweep().await.unwrap();
+    other.sweep().await.unwrap();
+    assert_eq!(other.status().workers.len(), 20);
+    let known = other.status().version as i64;
+
+    r.heartbeat(workers[0]).await.unwrap();
+    r.deregister(workers[1]).await.unwrap();
+    r.sweep().await.unwrap();
+    let delta = |known: i64| {
+        let client = &client;
+        async move {
+            let row = client
+                .query_one(
+                    "SELECT (SELECT coalesce(jsonb_agg(w->'id' ORDER BY (w->>'id')::bigint), '[]')
+                               FROM jsonb_array_elements(s->'workers') w)::text,
+                            (s->'purged')::text
+                       FROM wr_snapshot_since($1, $2) s",
+                    &[&id, &known],
+                )
+                .await
+                .unwrap();
+            (row.get::<_, String>(0), row.get::<_, String>(1))
+        }
+    };
+    let changed = format!("[{}, {}]", workers[0].get(), workers[1].get());
+    assert_eq!(
+        delta(known).await,
+        (changed, "[]".to_owned()),
+        "two rows, not 20"
+    );
+    other.sweep().await.unwrap();
+    let s = other.status();
+    assert_eq!(s.workers.len(), 20);
+    assert!(s.worker(workers[0]).unwrap().has_heartbeated);
+    assert_eq!(
+        s.worker(workers[1]).unwrap().status,
+        Status::Dead(DeadReason::Deregistered)
+    );
+
+    // The purge reaches the replica as an id to drop.
+    let known = s.version as i64;
+    r.advance_time_for_tests(Duration::from_secs(61))
+        .await
+        .unwrap();
+    assert_eq!(r.sweep().await.unwrap().purged_workers, 1);
+    assert_eq!(
+        delta(known).await.1,
+        format!("[{}]", workers[1].get()),
+        "the purged id"
+    );
+    other.sweep().await.unwrap();
+    let s = other.status();
+    assert_eq!(s.workers.len(), 19);
+    assert!(s.worker(workers[1]).is_none());
 }

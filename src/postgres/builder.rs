@@ -175,6 +175,18 @@ impl PostgresRegistryBuilder {
         if pg.get_application_name().is_none() {
             pg.application_name("worker-registry");
         }
+        // Every call's statements wait at most this long for a lock and run at most this long
+        // (the migration transaction sets its own, longer, limits).
+        let limits = format!(
+            "-c lock_timeout={}ms -c statement_timeout={}ms",
+            rows::ms(super::DEFAULT_LOCK_TIMEOUT),
+            rows::ms(super::DEFAULT_STATEMENT_TIMEOUT)
+        );
+        let options = match pg.get_options() {
+            Some(o) if !o.is_empty() => format!("{o} {limits}"),
+            _ => limits,
+        };
+        pg.options(&options);
         let manager = Manager::from_config(
             pg.clone(),
             NoTls,

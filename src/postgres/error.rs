@@ -45,13 +45,15 @@ impl From<PoolError> for Failure {
 
 impl Failure {
     /// Whether this attempt lost a race that another attempt can win: a serialization failure
-    /// (raised by the functions themselves when a concurrent transaction committed first) or a
-    /// deadlock the server broke.
+    /// (raised by the functions themselves when a concurrent transaction committed first), a
+    /// deadlock the server broke, or a lock wait past `lock_timeout`.
     fn is_conflict(&self) -> bool {
         match self {
             Self::Pg(e) => matches!(
                 e.code(),
-                Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+                Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                    || *c == SqlState::T_R_DEADLOCK_DETECTED
+                    || *c == SqlState::LOCK_NOT_AVAILABLE
             ),
             _ => false,
         }

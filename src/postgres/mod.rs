@@ -7,8 +7,10 @@
 //! |---|---|
 //! | `mod.rs` | the handle, its builder, the call path (pool, prepared statement, retries) |
 //! | `ops.rs` | the contract's per-call methods, each one function call |
-//! | `sweep.rs` | `sweep` and `acknowledge` |
-//! | `migrate.rs`, `migrations/*.sql` | the schema and the functions, applied on connect |
+//! | `sweep.rs` | `sweep` (the lease, the outbox share, the snapshot) and `acknowledge` |
+//! | `maintain.rs` | the lease holder's maintenance, in bounded steps |
+//! | `functions.sql` | every current function, re-applied on connect when it changes |
+//! | `migrate.rs`, `migrations/*.sql` | the schema (versioned migrations) and the functions file |
 //! | `rows.rs` | from stored columns to the contract's types |
 //! | `snapshot.rs` | the cached status snapshot |
 //! | `listen.rs` | lifecycle events: `NOTIFY` in the functions, `LISTEN` per handle |
@@ -18,9 +20,9 @@
 //! # Design
 //!
 //! **One function, one transaction, one round trip per call.** Every decision is a PL/pgSQL
-//! function (`migrations/0002_functions.sql`, what the stall rule and stuck deliveries need in
-//! `0003_lifecycle.sql`, the current versions of the sweep and of the calls that move the
-//! retained count in `0004_retained_counter.sql`) called as one statement in autocommit, so the
+//! function (all of them, as they are now, in `functions.sql`; the versioned migrations keep only
+//! schema changes, and the function definitions migrations 0002-0004 carried when they were
+//! written are replaced by that file on connect) called as one statement in autocommit, so the
 //! decision and its writes are one transaction that takes the locks it needs and nothing is
 //! decided on the client between two statements (no check-then-act across round trips). The
 //! client prepares each call once per connection and runs it with one round trip.
@@ -54,19 +56,50 @@
 //! commits first (the sweep's `FOR UPDATE` re-check sees the fresh heartbeat and spares the
 //! worker) or waits for the sweep and then finds it dead: never both.
 //!
-//! **The sweep** (`wr_sweep`) runs on every replica; the one that gets
-//! `pg_try_advisory_xact_lock(registry)` does the maintenance in that transaction, the others
-//! only collect released events and the snapshot. Candidates are found by range scans on partial
-//! indexes (live workers by last heartbeat, draining ones by deadline, dead ones by death) and
-//! locked `FOR UPDATE SKIP LOCKED`: a worker whose row is busy (a heartbeat landing) is judged by
-//! the next sweep. The mass-staleness brake, suspect grace and start-up grace are those of the
-//! in-memory backend, on server time. Released claims move to the outbox; completed claims past
-//! retention, the oldest beyond `max_retained_claims`, and dead workers past `dead_retention` are
-//! deleted, each at most [`DEFAULT_BATCH`] rows per sweep, so a backlog is worked off over a few
-//! sweeps without one long transaction.
+//! **The sweep** runs on every replica; only the holder of the registry's **maintenance lease**
+//! maintains. The lease is a row (`wr_leases`: holder, expiry on the registry's time, three
+//! `sweep_interval`s and at least [`MIN_LEASE_TTL`](maintain::MIN_LEASE_TTL)), as Oban's peers
+//! and River's leader election keep theirs: a sweep takes it if it is free, lapsed or its own
+//! (renewing it) with one conditional single-row `UPDATE`; any other replica's sweep finds the
+//! condition false, takes no lock, and only collects its share of the outbox and the snapshot.
+//! The holder's maintenance (`maintain.rs`) is a sequence of functions, **each one statement in
+//! its own short transaction**, so other calls interleave with it and none of them waits for
+//! more than one step: `wr_sweep_begin` (the lease, the stall rule, the brake decided once for
+//! the sweep), `wr_sweep_retain` (retention, eviction, purge) and `wr_sweep_release` (bare claims
+//! past the timeout, claims of workers that died in other calls) in steps of
+//! [`MAINTENANCE_STEP`](maintain::MAINTENANCE_STEP) rows, `wr_sweep_deaths` in steps of
+//! [`DEATH_STEP`](maintain::DEATH_STEP) workers (silent ones by a cursor on (last heartbeat, id),
+//! then overdue drains; each step moves its dead workers' deliveries to the outbox and claims them
+//! for the sweeping replica in the transaction that released them, so no other call sees them
+//! released and not yet handed out), then `wr_sweep_finish`: one step of stuck deliveries, the
+//! publish (a last step of versioning, the new version) and the holder's own outbox share and
+//! snapshot changes, in one transaction, so that the sweep answers one round trip after its last
+//! death step (more stuck or changed rows than a step: `wr_sweep_stuck`, `wr_sweep_stamp` and
+//! `wr_sweep_publish` again, in steps of [`MAINTENANCE_STEP`](maintain::MAINTENANCE_STEP)
+//! rows; versioning of what other calls changed runs in such steps before the deaths). Each kind goes
+//! on until a step finds less than it could take, or the sweep's bound (the builder's `batch`,
+//! [`DEFAULT_BATCH`] rows of each kind) is reached: a mass death of 10 000 is worked off in one
+//! `sweep()` of about 300 death steps. Every step re-checks the lease first (one row), so a
+//! holder whose lease was taken over stops at its next step; every row a step changes it locks
+//! `FOR UPDATE SKIP LOCKED` and re-checks, so two replicas both believing they hold it (a lapse
+//! in the middle of a sweep) do no harm. Candidates are found by range scans on partial indexes
+//! (live workers by last heartbeat, draining ones by deadline, dead ones by death); a worker
+//! whose row is busy (a heartbeat landing) is judged by the next sweep. The mass-staleness
+//! brake, suspect grace and start-up grace are those of the in-memory backend, on server time,
+//! judged at the instant `wr_sweep_begin` read (every step gets it as a parameter).
 //!
+//! **Admits never wait on the sweep's work.** A death step locks its (at most 32) workers, then
+//! gives their capacity slots back with one `UPDATE` of `wr_capacity`, then kills them (status,
+//! claims released, event): the capacity row, which every admit that creates a worker needs, is
+//! held for one step's kills, never across the sweep. The snapshot is published in its own
+//! transaction, which locks only the snapshot row. The dead workers' target rows are dropped in
+//! the death step with `SKIP LOCKED` (a row an admit holds is that admit's to replace; what is
+//! left is dropped with the worker's purge), so no step scans every target. Every pooled
+//! connection runs with `lock_timeout` [`DEFAULT_LOCK_TIMEOUT`] and `statement_timeout`
+//! [`DEFAULT_STATEMENT_TIMEOUT`]; a lock wait past its timeout is retried like a lost race.
+
 //! **The retained count** (the snapshot's `retained` gauge, and how many claims eviction removes
-//! over `max_retained_claims`) is a counter, not a count (`0004_retained_counter.sql`): the sweep
+//! over `max_retained_claims`) is a counter, not a count (table from migration 0004): the sweep
 //! sums the registry's 17 rows of `wr_retained` instead of scanning its completed claims, so its
 //! cost follows what changed, not what is kept. Every change to the set of completed claims moves
 //! the counter in its own transaction: `wr_complete` adds one, a redelivery (`wr_admit`,
@@ -82,11 +115,20 @@
 //! them. The [`Receipt`](crate::Receipt) is the row id. A replica that dies before acknowledging
 //! loses nothing: its rows are offered again after the timeout.
 //!
-//! **The snapshot** is built by the sweeping replica inside its transaction (one read of every
-//! worker row) and published as one row with a version; every handle's `sweep()` fetches it when
-//! the version moved and caches it behind an `ArcSwap`, so [`status`](WorkerRegistry::status)
-//! never blocks and does no I/O.
-//!
+//! **The snapshot costs what changed.** Every write to a worker row sets its `dirty` flag; the
+//! lease holder's `wr_sweep_stamp` gives dirty rows (in steps, `SKIP LOCKED`) the next snapshot
+//! version under a share lock of the snapshot row, and `wr_sweep_publish` then moves the
+//! published version (exclusively locking that row, so it waits for the stamps in progress): a
+//! replica that sees version v therefore sees every row versioned v. Each replica's sweep asks
+//! `wr_snapshot_since(its version)` for the rows versioned after it (an index on
+//! `(registry, version)`) and the ids purged since (`wr_purged`, logged by the purge under the
+//! next version, trimmed after [`PURGE_LOG_VERSIONS`](maintain::PURGE_LOG_VERSIONS) versions),
+//! applies them to its own copy of the rows, and caches the snapshot built from them behind an
+//! `ArcSwap`, so [`status`](WorkerRegistry::status) never blocks and does no I/O. A handle with
+//! nothing yet, or further behind than the purge log reaches, reads every row once. Rows are read
+//! as they are now, so a row changed again after it was versioned shows its newer state; rows
+//! changed after the last stamp step show up with the next version.
+
 //! **Lifecycle events**: the functions `NOTIFY` on the registry's channel in the transaction that
 //! made the change, so every handle's subscribers see every committed event in commit order; each
 //! handle listens on a dedicated connection. A call that published events returns only once they
@@ -102,13 +144,15 @@
 //! acknowledged within `release_ack_timeout` are offered again, to any replica including the one
 //! that had them (memory hands each over once).
 //!
-//! **Lock order**, the same everywhere: claim, target, capacity row, worker, and last one
-//! retained-counter stripe (each call takes at most one, in its last statement). The sweep takes
-//! worker rows first but only with `SKIP LOCKED`, so it never waits for one; `drain_all` locks all
-//! its workers in one statement before it changes any. Deadlocks are therefore not expected; if
-//! the server detects one anyway, the call is retried like a serialization failure, at most
-//! [`MAX_ATTEMPTS`](error::MAX_ATTEMPTS) times, then reported as a retryable backend error.
-//!
+//! **Lock order**, the same everywhere: claim, target, capacity row, worker (a death: worker,
+//! capacity row, claims), and last one retained-counter stripe (each call takes at most one, in
+//! its last statement). The sweep's steps take worker rows first but only with `SKIP LOCKED`,
+//! so they never wait for one, and target rows after them only with `SKIP LOCKED`;
+//! `drain_all` locks all its workers in one statement before it changes any. Deadlocks are
+//! therefore not expected; if the server detects one anyway, the call is retried like a
+//! serialization failure, at most [`MAX_ATTEMPTS`](error::MAX_ATTEMPTS) times, then reported as
+//! a retryable backend error.
+
 //! **Errors**: a lost connection, a pool that cannot connect, a server shutting down, or a call
 //! past its timeout is `RegistryError::Backend { backend: "postgres", retryable: true, .. }`; an
 //! answer this crate cannot read is the same with `retryable: false`. Nothing panics. After a
@@ -142,6 +186,7 @@ mod builder;
 mod counters;
 mod error;
 mod listen;
+mod maintain;
 mod migrate;
 mod ops;
 mod rows;
@@ -174,8 +219,16 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long opening a connection may take.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The most rows of each kind one sweep releases, deletes or claims.
+/// The most rows of each kind one sweep releases, deletes or claims (in steps of its own
+/// transactions: `maintain::DEATH_STEP`, `maintain::MAINTENANCE_STEP`).
 pub const DEFAULT_BATCH: usize = 10_000;
+/// How long a statement of this crate waits for a row lock before it gives up (`lock_timeout`,
+/// set on every connection of the pool): the call is then retried like a lost race, and
+/// answered with a retryable backend error if it keeps timing out.
+pub(crate) const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one statement of this crate may run (`statement_timeout`, set on every connection of
+/// the pool); a call cancelled by it is a retryable backend error.
+pub(crate) const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The worker registry in PostgreSQL, shared by every handle (every router replica) connected to
 /// the same database under the same registry name. See [`docs::postgres`](crate::docs::postgres)
@@ -187,7 +240,7 @@ pub const DEFAULT_BATCH: usize = 10_000;
 ///
 /// **Locking behaviour:** every call but `status`, `stats` and `config` is one function call in
 /// its own transaction, on one pooled connection (waiting for one if all are busy, up to the call
-/// timeout); the locks it takes are listed on its function in `migrations/0002_functions.sql`.
+/// timeout); the locks it takes are listed on its function in `functions.sql`.
 /// `status` and `stats` take no lock and do no I/O.
 ///
 /// # Examples
@@ -229,6 +282,10 @@ struct Params {
     brake_min: i64,
     ack_timeout: i64,
     batch: i32,
+    /// The same bound as a count of rows.
+    batch_rows: usize,
+    /// The maintenance lease's time to live (ms).
+    lease_ttl: i64,
     sweep_interval: i64,
     max_in_flight: i64,
     drain_deadline: i64,
@@ -252,6 +309,8 @@ impl Params {
             brake_min: count(c.brake_min_workers()),
             ack_timeout: rows::ms(c.release_ack_timeout()),
             batch: i32::try_from(batch).unwrap_or(i32::MAX),
+            batch_rows: batch.clamp(1, i32::MAX as usize),
+            lease_ttl: rows::ms(maintain::lease_ttl(c.sweep_interval())),
             sweep_interval: rows::ms(c.sweep_interval()),
             max_in_flight: rows::ms(c.max_in_flight()),
             drain_deadline: rows::ms(c.drain_deadline()),

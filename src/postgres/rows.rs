@@ -9,7 +9,8 @@ use tokio_postgres::types::FromSql;
 use tokio_postgres::Row;
 
 use super::error::{decode, Failure};
-use crate::api::ids::{FencingToken, Target, WorkerId};
+use crate::api::ids::{DeliveryId, FencingToken, Target, WorkerId};
+use crate::api::report::{Receipt, ReleaseReason, ReleasedEvent};
 use crate::api::snapshot::WorkerInfo;
 use crate::api::status::{Activity, DeadReason, Status, WorkerKind};
 
@@ -170,6 +171,39 @@ impl WorkerRow {
 pub(crate) fn token(id: WorkerId, seq: i64) -> Result<FencingToken, Failure> {
     FencingToken::new(id, u64::try_from(seq).unwrap_or(0))
         .map_err(|e| decode(format!("fencing token of worker {id}: {e}")))
+}
+
+/// A claimed outbox row.
+#[derive(Debug, Deserialize)]
+pub(crate) struct OutboxRow {
+    id: i64,
+    pub(crate) repo: String,
+    pub(crate) number: i64,
+    pub(crate) delivery: String,
+    holder: Option<i64>,
+    reason: String,
+    dead_reason: Option<String>,
+}
+
+impl OutboxRow {
+    /// The contract's event for this row, its receipt the row id.
+    pub(crate) fn event(&self) -> Result<ReleasedEvent, Failure> {
+        let reason = match self.reason.as_str() {
+            "worker_died" => ReleaseReason::WorkerDied(dead_reason(self.dead_reason.as_deref())?),
+            "stuck" => ReleaseReason::Stuck,
+            "unbound" => ReleaseReason::Unbound,
+            other => return Err(decode(format!("release reason {other:?}"))),
+        };
+        let delivery = DeliveryId::new(&self.delivery)
+            .map_err(|e| decode(format!("delivery {:?}: {e}", self.delivery)))?;
+        Ok(ReleasedEvent::new(
+            target(&self.repo, self.number)?,
+            delivery,
+            self.holder.map(worker_id).transpose()?,
+            reason,
+        )
+        .with_receipt(Receipt::new(self.id.to_string())))
+    }
 }
 
 #[cfg(test)]

@@ -1,104 +1,73 @@
-//! [`Maintenance`] for [`PostgresRegistry`]: the sweep (one call of `wr_sweep`, which does the
-//! maintenance only on the replica holding the advisory lock, and on every replica claims its
-//! share of the outbox and returns the snapshot if it is newer than the cached one) and the
-//! acknowledgement of released events.
+//! [`Maintenance`] for [`PostgresRegistry`]: the sweep (the maintenance lease; for its holder the
+//! maintenance in bounded steps, `maintain.rs`; on every replica its share of the outbox and the
+//! worker rows changed since its snapshot) and the acknowledgement of released events.
 
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
 use super::error::{decode, Failure};
-use super::rows::{self, col};
-use super::snapshot::SnapshotRow;
+use super::rows::{self, col, OutboxRow};
+use super::snapshot::{Collected, SnapshotDelta};
 use super::PostgresRegistry;
 use crate::api::contract::Maintenance;
 use crate::api::error::RegistryError;
-use crate::api::ids::DeliveryId;
-use crate::api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
+use crate::api::report::{ReleasedEvent, SweepReport};
 
-const SWEEP: &str = "SELECT wr_sweep($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-                     $14, $15, $16, $17)::text AS body";
+const COLLECT: &str = "SELECT wr_sweep_collect($1, $2, $3, $4, $5)::text AS body";
 const ACKNOWLEDGE: &str = "SELECT wr_acknowledge($1, $2) AS n";
-const SNAPSHOT: &str = "SELECT wr_now($1) AS now_ms, (to_jsonb(s) - 'registry')::text AS body \
-                        FROM wr_snapshots s WHERE s.registry = $1";
-
-/// What `wr_sweep` returns.
-#[derive(Debug, Deserialize)]
-struct SweepOut {
-    swept: bool,
-    now: i64,
-    died: Vec<(i64, String)>,
-    suspected: Vec<i64>,
-    brake_engaged: bool,
-    released_targets: Vec<(String, i64)>,
-    released_count: u64,
-    expired: u64,
-    evicted: u64,
-    purged: u64,
-    events: Vec<OutboxRow>,
-    snapshot: Option<SnapshotRow>,
-    /// The stall this sweep measured (ms; 0 for none).
-    stall_ms: i64,
-    /// Deliveries this sweep released as stuck.
-    stuck_count: u64,
-    /// Active workers this sweep drained because they held a stuck delivery.
-    drained_stuck: Vec<i64>,
-}
-
-/// A claimed outbox row.
-#[derive(Debug, Deserialize)]
-struct OutboxRow {
-    id: i64,
-    repo: String,
-    number: i64,
-    delivery: String,
-    holder: Option<i64>,
-    reason: String,
-    dead_reason: Option<String>,
-}
-
-impl OutboxRow {
-    fn event(&self) -> Result<ReleasedEvent, Failure> {
-        let reason = match self.reason.as_str() {
-            "worker_died" => {
-                ReleaseReason::WorkerDied(rows::dead_reason(self.dead_reason.as_deref())?)
-            }
-            "stuck" => ReleaseReason::Stuck,
-            "unbound" => ReleaseReason::Unbound,
-            other => return Err(decode(format!("release reason {other:?}"))),
-        };
-        let delivery = DeliveryId::new(&self.delivery)
-            .map_err(|e| decode(format!("delivery {:?}: {e}", self.delivery)))?;
-        Ok(ReleasedEvent::new(
-            rows::target(&self.repo, self.number)?,
-            delivery,
-            self.holder.map(rows::worker_id).transpose()?,
-            reason,
-        )
-        .with_receipt(Receipt::new(self.id.to_string())))
-    }
-}
+const SNAPSHOT_SINCE: &str = "SELECT wr_snapshot_since($1, $2)::text AS body";
 
 fn parse<T: for<'de> Deserialize<'de>>(what: &str, text: &str) -> Result<T, Failure> {
     serde_json::from_str(text).map_err(|e| decode(format!("{what}: {e}")))
 }
 
 impl PostgresRegistry {
-    /// Fetches the published snapshot into the cache (on connect).
+    /// Brings the cached snapshot up to the published version: reads the worker rows versioned
+    /// since the cache's version (all of them the first time) and applies them.
     pub(super) async fn refresh_snapshot(&self) -> Result<(), RegistryError> {
-        let limit = self.config_ref().max_workers();
-        let (snapshot, now) = self
-            .call(SNAPSHOT, &[&self.inner.id], |row| {
-                let body: String = col(row, "body")?;
-                let now: i64 = col(row, "now_ms")?;
-                Ok((
-                    parse::<SnapshotRow>("snapshot", &body)?.into_snapshot(limit)?,
-                    now,
-                ))
+        let inner = &*self.inner;
+        let known = i64::try_from(inner.snapshot.version()).unwrap_or(i64::MAX);
+        let delta: SnapshotDelta = self
+            .call(SNAPSHOT_SINCE, &[&inner.id, &known], |row| {
+                parse("snapshot", &col::<String>(row, "body")?)
             })
             .await?;
-        self.inner.snapshot.offer(snapshot, now);
-        Ok(())
+        inner.snapshot.apply(delta).map_err(Failure::into_registry)
+    }
+
+    /// This replica's share of the outbox, and the registry's time; the snapshot's changes
+    /// since the cache's version applied to it (one round trip for both).
+    async fn collect(&self) -> Result<(i64, Vec<ReleasedEvent>), RegistryError> {
+        let inner = &*self.inner;
+        let p = &inner.params;
+        let known = i64::try_from(inner.snapshot.version()).unwrap_or(i64::MAX);
+        let c: Collected = self
+            .call(
+                COLLECT,
+                &[&inner.id, &inner.replica, &p.ack_timeout, &p.batch, &known],
+                |row| parse("outbox", &col::<String>(row, "body")?),
+            )
+            .await?;
+        self.take_collected(c)
+    }
+
+    /// Applies a collected snapshot delta; the events as the contract's.
+    pub(super) fn take_collected(
+        &self,
+        c: Collected,
+    ) -> Result<(i64, Vec<ReleasedEvent>), RegistryError> {
+        let events = c
+            .events
+            .iter()
+            .map(OutboxRow::event)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Failure::into_registry)?;
+        self.inner
+            .snapshot
+            .apply(c.snapshot)
+            .map_err(Failure::into_registry)?;
+        Ok((c.now, events))
     }
 }
 
@@ -106,104 +75,76 @@ impl Maintenance for PostgresRegistry {
     async fn sweep(&self) -> Result<SweepReport, RegistryError> {
         let started = Instant::now();
         let inner = &*self.inner;
-        let p = &inner.params;
-        let known = i64::try_from(inner.snapshot.version()).unwrap_or(i64::MAX);
-        let limit = self.config_ref().max_workers();
-        let (out, snapshot, released) = self
-            .call(
-                SWEEP,
-                &[
-                    &inner.id,
-                    &inner.replica,
-                    &known,
-                    &p.timeout,
-                    &p.grace,
-                    &p.retention,
-                    &p.max_retained,
-                    &p.dead_retention,
-                    &p.suspect_grace,
-                    &p.brake_fraction,
-                    &p.brake_min,
-                    &p.ack_timeout,
-                    &p.batch,
-                    &p.sweep_interval,
-                    &p.max_in_flight,
-                    &p.drain_deadline,
-                    &p.stall_horizon,
-                ],
-                |row| {
-                    let body: String = col(row, "body")?;
-                    let mut out: SweepOut = parse("sweep report", &body)?;
-                    let snapshot = out
-                        .snapshot
-                        .take()
-                        .map(|s| s.into_snapshot(limit))
-                        .transpose()?;
-                    let released = out
-                        .events
-                        .iter()
-                        .map(OutboxRow::event)
-                        .collect::<Result<Vec<_>, _>>()?;
-                    Ok((out, snapshot, released))
-                },
-            )
-            .await?;
+        let begun = self.sweep_begin().await?;
+        let m = if begun.swept {
+            Some(self.maintain(&begun).await?)
+        } else {
+            None
+        };
+        // The holder's last step collected already (unless more work followed it).
+        let (now, collected) = match m.as_ref().and_then(|m| m.collected) {
+            Some(now) => (now, Vec::new()),
+            None => self.collect().await?,
+        };
+        // The deliveries of this sweep's deaths first (the death steps claimed them for this
+        // replica as they moved them to the outbox), then this replica's share of the rest.
+        let mut released = Vec::new();
+        if let Some(m) = &m {
+            released.extend(m.events.iter().cloned());
+        }
+        released.extend(collected);
 
         let mut report = SweepReport {
-            swept: out.swept,
-            at: rows::since_epoch(out.now),
-            brake_engaged: out.brake_engaged,
+            swept: begun.swept,
+            at: rows::since_epoch(if begun.swept { begun.now } else { now }),
             released,
-            expired_claims: out.expired as usize,
-            evicted_claims: out.evicted as usize,
-            purged_workers: out.purged as usize,
-            stall_credited: Duration::from_millis(u64::try_from(out.stall_ms).unwrap_or(0)),
+            stall_credited: Duration::from_millis(u64::try_from(begun.stall_ms).unwrap_or(0)),
             ..SweepReport::default()
         };
-        for (id, reason) in &out.died {
+        report.version = inner.snapshot.version();
+        let Some(m) = m else {
+            report.took = started.elapsed();
+            return Ok(report);
+        };
+        let ids = |raw: &[i64]| -> Result<Vec<_>, RegistryError> {
+            raw.iter()
+                .map(|id| rows::worker_id(*id).map_err(Failure::into_registry))
+                .collect()
+        };
+        for (id, reason) in &m.died {
             let id = rows::worker_id(*id).map_err(Failure::into_registry)?;
             let reason = rows::dead_reason(Some(reason)).map_err(Failure::into_registry)?;
             report.died.push((id, reason));
         }
-        for id in &out.suspected {
-            report
-                .suspected
-                .push(rows::worker_id(*id).map_err(Failure::into_registry)?);
-        }
-        for id in &out.drained_stuck {
-            report
-                .drained_stuck
-                .push(rows::worker_id(*id).map_err(Failure::into_registry)?);
-        }
-        for (repo, number) in &out.released_targets {
+        report.suspected = ids(&m.suspected)?;
+        report.drained_stuck = ids(&m.drained_stuck)?;
+        for (repo, number) in &m.dead_targets {
             report
                 .released_targets
                 .push(rows::target(repo, *number).map_err(Failure::into_registry)?);
         }
-        if let Some(s) = snapshot {
-            inner.snapshot.offer(s, out.now);
-        }
-        report.version = inner.snapshot.version();
+        report.brake_engaged = m.held || !m.suspected.is_empty();
+        report.expired_claims = m.expired as usize;
+        report.evicted_claims = m.evicted as usize;
+        report.purged_workers = m.purged as usize;
         report.took = started.elapsed();
 
-        if out.swept {
-            let c = &inner.counters;
-            c.sweeps.inc();
-            for (_, reason) in &report.died {
-                c.death(*reason).inc();
-            }
-            c.suspected.add(report.suspected.len() as u64);
-            if report.brake_engaged {
-                c.brake_engaged.inc();
-            }
-            c.claims_released.add(out.released_count);
-            c.claims_stuck.add(out.stuck_count);
-            c.claims_expired.add(out.expired);
-            c.claims_evicted.add(out.evicted);
-            c.workers_purged.add(out.purged);
-            c.observe_sweep(report.took);
-            self.settle().await;
+        let c = &inner.counters;
+        c.sweeps.inc();
+        for (_, reason) in &report.died {
+            c.death(*reason).inc();
         }
+        c.suspected.add(report.suspected.len() as u64);
+        if report.brake_engaged {
+            c.brake_engaged.inc();
+        }
+        c.claims_released.add(m.released_count);
+        c.claims_stuck.add(m.stuck_count);
+        c.claims_expired.add(m.expired);
+        c.claims_evicted.add(m.evicted);
+        c.workers_purged.add(m.purged);
+        c.observe_sweep(report.took);
+        self.settle().await;
         Ok(report)
     }
 
