@@ -252,6 +252,101 @@ impl Store {
         .await
     }
 
+    /// Accepted work the server still holds unfinished (an audit read of the library's documented
+    /// layout, for the simulator's settle phase): claims not completed (in flight, bare, or
+    /// released and not yet moved) plus released deliveries not yet acknowledged (re-dispatched).
+    /// A released delivery stays counted from its release until the acknowledgement that follows
+    /// its re-admission, so 0 means every accepted delivery is completed. Proportional to that
+    /// unfinished work (a test-time read, not a router call).
+    ///
+    /// | backend | read |
+    /// |---|---|
+    /// | Redis | `ZCARD {n}:flight` + `ZCARD {n}:unbound` + `ZCARD {n}:released_due` + `XLEN {n}:released` |
+    /// | PostgreSQL | `wr_claims` rows with `completed_at_ms IS NULL` + `wr_released` rows |
+    pub async fn unfinished(&self) -> Result<u64, RegistryError> {
+        timed(self.backend(), async {
+            match self {
+                Self::Redis { conn, live, .. } => {
+                    let mut conn = conn.clone();
+                    // `live` is `{<name>}:live`: the registry's other keys share its prefix.
+                    let prefix = live.strip_suffix("live").unwrap_or(live);
+                    // A claim in flight is in `flight`, a bare one in `unbound`; a released one
+                    // waits in `released_due` until a sweep moves it into the `released` stream,
+                    // whose entry stays until `acknowledge` deletes it (a stuck claim goes from
+                    // `flight` straight into the stream). See `src/redis/scripts/lib_base.lua`.
+                    let (flight, unbound, due, released): (u64, u64, u64, u64) = redis::pipe()
+                        .cmd("ZCARD")
+                        .arg(format!("{prefix}flight"))
+                        .cmd("ZCARD")
+                        .arg(format!("{prefix}unbound"))
+                        .cmd("ZCARD")
+                        .arg(format!("{prefix}released_due"))
+                        .cmd("XLEN")
+                        .arg(format!("{prefix}released"))
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(redis_error)?;
+                    Ok(flight + unbound + due + released)
+                }
+                Self::Postgres { pool, registry } => {
+                    let client = pool.get().await.map_err(pg_error)?;
+                    let stmt = client
+                        .prepare_cached(
+                            "SELECT (SELECT count(*) FROM wr_claims c \
+                                      WHERE c.registry = r.id AND c.completed_at_ms IS NULL) \
+                                  + (SELECT count(*) FROM wr_released o WHERE o.registry = r.id) \
+                               FROM wr_registries r WHERE r.name = $1",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    let row = client
+                        .query_opt(&stmt, &[registry])
+                        .await
+                        .map_err(pg_error)?;
+                    Ok(row.map_or(0, |r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)))
+                }
+            }
+        })
+        .await
+    }
+
+    /// What the server holds for `delivery` (an audit read of the library's documented layout, for
+    /// the simulator to explain a delivery it found lost): on PostgreSQL its `wr_claims` rows (with
+    /// the holder's status) and `wr_released` outbox rows (claimed by which replica, when), and the
+    /// server's clock, as JSON text; `None` on Redis (not read).
+    pub async fn delivery_state(&self, delivery: &str) -> Result<Option<String>, RegistryError> {
+        timed(self.backend(), async {
+            match self {
+                Self::Redis { .. } => Ok(None),
+                Self::Postgres { pool, registry } => {
+                    let client = pool.get().await.map_err(pg_error)?;
+                    let stmt = client
+                        .prepare_cached(
+                            "SELECT jsonb_build_object(\
+                               'now_ms', wr_now(r.id), \
+                               'claims', (SELECT coalesce(jsonb_agg(to_jsonb(c) - 'registry' \
+                                   || jsonb_build_object('holder_status', w.status, \
+                                        'holder_dead_reason', w.dead_reason)), '[]') \
+                                 FROM wr_claims c LEFT JOIN wr_workers w \
+                                   ON w.registry = c.registry AND w.id = c.holder \
+                                WHERE c.registry = r.id AND c.delivery = $2), \
+                               'outbox', (SELECT coalesce(jsonb_agg(to_jsonb(o) - 'registry'), '[]') \
+                                 FROM wr_released o WHERE o.registry = r.id AND o.delivery = $2)\
+                             )::text FROM wr_registries r WHERE r.name = $1",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    let row = client
+                        .query_opt(&stmt, &[registry, &delivery])
+                        .await
+                        .map_err(pg_error)?;
+                    Ok(row.map(|r| r.get::<_, String>(0)))
+                }
+            }
+        })
+        .await
+    }
+
     /// The registry's live-worker count as the server holds it now (an audit read of the
     /// library's documented layout: `ZCARD {name}:live`, or `wr_capacity.live`).
     pub async fn live_workers(&self) -> Result<u64, RegistryError> {

@@ -24,7 +24,9 @@ mod shutdown;
 mod summary;
 mod traffic;
 
+pub use audit::NotCompleted;
 pub use sampler::Probe;
+pub use settle::SETTLE_CAP;
 pub use summary::Report;
 
 use std::collections::{HashMap, HashSet};
@@ -245,10 +247,12 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
     sim.done.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = chaos.await;
     progress::finish(progress).await;
-    let settled = settle::run(&sim).await;
-    let audited = audit::run(&sim).await;
-    let counts = summary::Counts::take(&sim, killed.as_ref());
+    // The sampler stops with the traffic; its probe reads the server for the settle phase and the
+    // audit.
     let (samples, probe) = sampler::finish(&sim, sampler).await;
+    let settled = settle::run(&sim, &probe).await;
+    let audited = audit::run(&sim, &probe).await;
+    let counts = summary::Counts::take(&sim, killed.as_ref());
     let shutdown = shutdown::run(&sim).await;
     summary::print(summary::Findings {
         sim: &sim,

@@ -29,6 +29,27 @@ impl Probe {
         }
     }
 
+    /// What the shared backend's server holds unfinished ([`Store::unfinished`]); `None` in memory.
+    pub(super) async fn unfinished(&self) -> Option<Result<u64, worker_registry::RegistryError>> {
+        match self {
+            Self::Stats(_) => None,
+            Self::Store(s) => Some(s.unfinished().await),
+        }
+    }
+
+    /// What the shared backend's server holds for `delivery` ([`Store::delivery_state`]), for the
+    /// audit's explanation.
+    pub(super) async fn delivery_state(&self, delivery: &str) -> String {
+        match self {
+            Self::Stats(_) => "(in memory: not read)".to_owned(),
+            Self::Store(s) => match s.delivery_state(delivery).await {
+                Ok(Some(state)) => state,
+                Ok(None) => "(not read on this backend)".to_owned(),
+                Err(e) => format!("(could not be read: {e})"),
+            },
+        }
+    }
+
     pub(super) fn describe(&self) -> &'static str {
         match self {
             Self::Stats(_) => "the in-memory registry's live count",

@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use worker_registry::{DeadReason, Status, StatusSnapshot, WorkerInfo, WorkerRegistry};
 
-use super::audit::Audited;
+use super::audit::{Audited, NotCompleted};
 use super::client::Outcome;
 use super::clients::Traffic;
 use super::killer::Kill;
 use super::reconcile::Resent;
 use super::sampler::{Probe, Samples};
-use super::settle::Settled;
+use super::settle::{Settled, SETTLE_CAP};
 use super::shutdown::ShutDown;
 use super::Sim;
 use crate::app::App;
@@ -99,6 +99,7 @@ pub(super) fn print(mut f: Findings<'_>) -> Report {
         "audit      {} accepted deliveries redelivered once more: {} duplicate/completed, {} still in flight, {} lost",
         f.audited.accepted, f.audited.completed, f.audited.in_flight, f.audited.lost,
     );
+    settle(&mut out, &f);
     status_table(&mut out, "at the end of the traffic", &f.at_peak, 12, 4);
     status_table(&mut out, "final", &f.settled.status, usize::MAX, 4);
     shutdown(&mut out, &f.shutdown);
@@ -118,6 +119,40 @@ pub(super) fn print(mut f: Findings<'_>) -> Report {
         died: f.counts.totals.died,
         redispatched: f.counts.redispatched,
         crashes,
+        settle_cut: f.settled.cut,
+        not_completed: f.audited.not_completed,
+    }
+}
+
+/// Whether the settle phase settled or was cut at its cap, and every accepted delivery the audit
+/// did not find completed, with what the server holds for it.
+fn settle(out: &mut String, f: &Findings<'_>) {
+    let _ = writeln!(
+        out,
+        "settle     {}",
+        match &f.settled.cut {
+            None => "settled: nothing left unfinished, nothing kept to re-dispatch".to_owned(),
+            Some(left) => format!(
+                "NOT settled within its {:.0} s cap: {} unfinished claims or unacknowledged released deliveries on the server, {} kept to re-dispatch",
+                SETTLE_CAP.as_secs_f64(),
+                match left {
+                    Ok(n) => n.to_string(),
+                    Err(e) => format!("(unread: {e})"),
+                },
+                f.settled.pending,
+            ),
+        }
+    );
+    for n in &f.audited.not_completed {
+        let _ = writeln!(
+            out,
+            "  {} {} ({}): answered {}; the registry holds {}",
+            if n.lost { "lost     " } else { "in flight" },
+            n.delivery,
+            n.event,
+            n.answer,
+            n.registry,
+        );
     }
 }
 
@@ -297,6 +332,13 @@ pub struct Report {
     pub redispatched: u64,
     /// Containers crashed by the chaos.
     pub crashes: u64,
+    /// `Some` if the settle phase ended at its cap ([`SETTLE_CAP`]) rather than settled: what the
+    /// server still held unfinished then
+    /// ([`Store::unfinished`](crate::store::Store::unfinished); 0 in memory), or why it could not
+    /// be read.
+    pub settle_cut: Option<Result<u64, String>>,
+    /// The accepted deliveries the audit did not find completed, each explained.
+    pub not_completed: Vec<NotCompleted>,
 }
 
 impl Report {

@@ -1,9 +1,11 @@
 //! The router on real Redis and PostgreSQL servers (see `harness.rs` for which, and for the skip
 //! rule): several replicas on one registry (`replicas`), replicas as processes killed with SIGKILL
-//! (`processes`), and the server stopped and restarted under a router (`outage`).
+//! (`processes`), the server stopped and restarted under a router (`outage`), and what the simulator's settle
+//! phase waits for (`settle`).
 
 mod harness;
 
 mod outage;
 mod processes;
 mod replicas;
+mod settle;

@@ -62,6 +62,14 @@ async fn three_replicas_audit(kind: Kind) {
         registry_name: name,
     };
     let report = sim::run(servers, plan, probe).await;
+    // Settled: the server held nothing unfinished before the audit (else the audit would judge
+    // work still being re-dispatched).
+    assert_eq!(
+        report.settle_cut,
+        None,
+        "not settled within {:?}: {report:?}",
+        sim::SETTLE_CAP
+    );
     assert!(report.passed(), "the audit failed: {report:?}");
     assert!(report.killed.is_some(), "a replica was killed: {report:?}");
     assert!(report.accepted > 300, "{report:?}");
