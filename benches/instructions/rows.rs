@@ -1,7 +1,7 @@
 //! The measured calls: one fixture and one loop per row, each loop run inside [`measured`], the
 //! only function whose instructions callgrind counts (`--toggle-collect`).
 //!
-//! Every row builds its fixture the way `benches/registry/ops.rs` does (10 000 live workers, each
+//! Every row builds its fixture with the wall-clock benches' `common::Fixture` (10 000 live workers, each
 //! holding one in-flight claim; the at-limit row at the default retained bound), runs the call
 //! `WARM` times uncounted (caches, tables and rings reach their steady size) and then `CALLS`
 //! times counted. Floors (bare primitives with the same key types and hasher) are rows too, so a
@@ -13,14 +13,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dashmap::DashMap;
 use rand::{Rng, SeedableRng};
 use worker_registry::{
-    Admission, Clock, DeliveryId, InMemoryRegistry, RegistryConfig, SystemClock, Target, WorkerId,
-    DEFAULT_SHARDS,
+    Admission, Clock, DeliveryId, SystemClock, Target, WorkerId, DEFAULT_SHARDS,
 };
 
-type Hasher = ahash::RandomState;
+pub use crate::common::WORKERS;
+use crate::common::{events, targets, Fixture, Hasher};
 
-/// Live workers in every fixture (as in the wall-clock benches).
-pub const WORKERS: usize = 10_000;
 /// Counted calls per row (sweeps: `SWEEPS`).
 pub const CALLS: u64 = 20_000;
 const WARM: u64 = 4_096;
@@ -61,26 +59,6 @@ pub fn find(name: &str) -> Option<&'static Row> {
     ROWS.iter().find(|r| r.name == name)
 }
 
-fn config() -> RegistryConfig {
-    RegistryConfig::builder()
-        .max_workers(1 << 20)
-        .max_in_flight(worker_registry::MAX_DURATION)
-        .build()
-        .expect("valid config")
-}
-
-fn targets(n: usize) -> Vec<Target> {
-    (0..n)
-        .map(|i| Target::new(&format!("org-{}/repo-{i}", i % 97), i as u64 + 1).unwrap())
-        .collect()
-}
-
-fn events(n: usize, salt: u32) -> Vec<DeliveryId> {
-    (0..n)
-        .map(|i| DeliveryId::new(&format!("{salt:08x}-cc78-11e3-81ab-{i:012x}")).unwrap())
-        .collect()
-}
-
 /// A fixed pseudo-random access pattern over `0..n`, a power of two long.
 struct Pattern(Vec<u32>);
 
@@ -95,34 +73,6 @@ impl Pattern {
     }
 }
 
-struct Fixture<C: Clock = SystemClock> {
-    registry: InMemoryRegistry<C>,
-    targets: Vec<Target>,
-    events: Vec<DeliveryId>,
-    ids: Vec<WorkerId>,
-}
-
-fn fixture(n: usize) -> Fixture {
-    let registry = InMemoryRegistry::new(config());
-    let targets = targets(n);
-    let events = events(n, 0xfeed);
-    let ids = targets
-        .iter()
-        .zip(&events)
-        .map(|(t, e)| match registry.admit(t, e) {
-            Admission::Assigned(a) => a.worker,
-            other => panic!("fixture admit: {other:?}"),
-        })
-        .collect();
-    registry.sweep();
-    Fixture {
-        registry,
-        targets,
-        events,
-        ids,
-    }
-}
-
 /// Runs `op` `WARM` times, then (`count`) `calls` times inside `measured`.
 fn run<R>(count: bool, calls: u64, mut op: impl FnMut(u64) -> R) {
     for i in 0..WARM.min(calls * 1024) {
@@ -134,7 +84,7 @@ fn run<R>(count: bool, calls: u64, mut op: impl FnMut(u64) -> R) {
 }
 
 fn heartbeat_by_id(count: bool) {
-    let f = fixture(WORKERS);
+    let f = Fixture::new(WORKERS);
     let p = Pattern::new(WORKERS);
     run(count, CALLS, |i| {
         f.registry.heartbeat(f.ids[p.at(i)]).is_ok()
@@ -142,13 +92,13 @@ fn heartbeat_by_id(count: bool) {
 }
 
 fn heartbeat_handle(count: bool) {
-    let f = fixture(WORKERS);
+    let f = Fixture::new(WORKERS);
     let h = f.registry.handle(f.ids[0]).unwrap();
     run(count, CALLS, |_| h.heartbeat().is_ok());
 }
 
 fn admit_duplicate(count: bool) {
-    let f = fixture(WORKERS);
+    let f = Fixture::new(WORKERS);
     let p = Pattern::new(WORKERS);
     run(count, CALLS, |i| {
         let k = p.at(i);
@@ -160,7 +110,7 @@ fn admit_duplicate(count: bool) {
 }
 
 fn admit_fresh_complete_at_limit(count: bool) {
-    let f = fixture(WORKERS);
+    let f = Fixture::new(WORKERS);
     let p = Pattern::new(WORKERS);
     // Fill to the bound (untimed), then every counted completion evicts the oldest claim.
     let bound = worker_registry::DEFAULT_MAX_RETAINED_CLAIMS;
@@ -185,17 +135,17 @@ fn admit_fresh_complete_at_limit(count: bool) {
 }
 
 fn status(count: bool) {
-    let f = fixture(10);
+    let f = Fixture::new(10);
     run(count, CALLS, |_| f.registry.status().version);
 }
 
 fn status_with(count: bool) {
-    let f = fixture(10);
+    let f = Fixture::new(10);
     run(count, CALLS, |_| f.registry.status_with(|s| s.version));
 }
 
 fn sweep_idle_10k(count: bool) {
-    let f = fixture(WORKERS);
+    let f = Fixture::new(WORKERS);
     run(count, SWEEPS, |_| f.registry.sweep().version);
 }
 
