@@ -20,6 +20,13 @@ pub const EVENT_HEADER: &str = "x-github-event";
 pub const DELIVERY_HEADER: &str = "x-github-delivery";
 /// `sha256=<hex HMAC-SHA256 of the raw body under the webhook secret>`.
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
+/// The id of the hook (repository, organisation or App webhook) that sent the delivery. One event
+/// reaches every hook subscribed to it under the same `X-GitHub-Delivery`; this tells them apart.
+pub const HOOK_ID_HEADER: &str = "x-github-hook-id";
+/// What the hook is installed on (`repository`, `organization`, `integration` for an App).
+pub const HOOK_TARGET_TYPE_HEADER: &str = "x-github-hook-installation-target-type";
+/// The id of what the hook is installed on (the repository, organisation or App id).
+pub const HOOK_TARGET_ID_HEADER: &str = "x-github-hook-installation-target-id";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -118,6 +125,10 @@ pub struct Delivery {
     pub event: String,
     /// `X-GitHub-Delivery`, validated.
     pub id: DeliveryId,
+    /// The claim key deduplication uses: the GUID and the hook that sent it (see
+    /// [`delivery_key`]), so that two hooks' copies of one event are two deliveries while each
+    /// one's redelivery is a duplicate.
+    pub key: DeliveryId,
     /// `Content-Type`.
     pub content_type: ContentType,
 }
@@ -136,6 +147,9 @@ pub enum HeaderError {
     BadDelivery(DeliveryIdError),
     /// A content type GitHub does not send (415).
     UnsupportedContentType(String),
+    /// `X-GitHub-Hook-ID` or `X-GitHub-Hook-Installation-Target-Type`/`-ID` is not what GitHub
+    /// sends (a decimal id, a lower-case word) (400).
+    BadHook(&'static str),
 }
 
 impl HeaderError {
@@ -166,6 +180,10 @@ impl fmt::Display for HeaderError {
             Self::UnsupportedContentType(ct) => write!(
                 f,
                 "Content-Type {ct:?} is not application/json or application/x-www-form-urlencoded"
+            ),
+            Self::BadHook(name) => write!(
+                f,
+                "{name} is not what GitHub sends (a decimal id, or a lower-case type name)"
             ),
         }
     }
@@ -214,11 +232,92 @@ pub fn delivery(headers: &HeaderMap) -> Result<Delivery, HeaderError> {
     // Not `to_str`: `DeliveryId::new` reports the first offending byte itself.
     let text = String::from_utf8_lossy(raw);
     let id = DeliveryId::new(&text).map_err(HeaderError::BadDelivery)?;
+    let key = delivery_key(&id, hook(headers)?.as_deref()).map_err(HeaderError::BadDelivery)?;
     Ok(Delivery {
         event,
         id,
+        key,
         content_type,
     })
+}
+
+/// The hook identity of a delivery: `hook-<X-GitHub-Hook-ID>` when it has one, else
+/// `<installation target type>-<installation target id>` when it has both of those, else none
+/// (a sender that is not GitHub, or an old GitHub Enterprise Server).
+///
+/// # Examples
+///
+/// ```
+/// use axum::http::HeaderMap;
+/// use webhook_router::github::hook;
+///
+/// let mut h = HeaderMap::new();
+/// assert_eq!(hook(&h), Ok(None));
+/// h.insert("x-github-hook-installation-target-type", "integration".parse().unwrap());
+/// h.insert("x-github-hook-installation-target-id", "42".parse().unwrap());
+/// assert_eq!(hook(&h).unwrap().as_deref(), Some("integration-42"));
+/// h.insert("x-github-hook-id", "123".parse().unwrap());
+/// assert_eq!(hook(&h).unwrap().as_deref(), Some("hook-123"));
+/// ```
+pub fn hook(headers: &HeaderMap) -> Result<Option<String>, HeaderError> {
+    fn optional<'h>(
+        headers: &'h HeaderMap,
+        name: &str,
+        shown: &'static str,
+        ok: fn(&[u8]) -> bool,
+    ) -> Result<Option<&'h str>, HeaderError> {
+        if !headers.contains_key(name) {
+            return Ok(None);
+        }
+        let v = single(headers, name, shown)?;
+        if v.is_empty() || v.len() > 32 || !ok(v) {
+            return Err(HeaderError::BadHook(shown));
+        }
+        // Checked ASCII just above.
+        Ok(std::str::from_utf8(v).ok())
+    }
+    let digits = |v: &[u8]| v.iter().all(u8::is_ascii_digit);
+    let word = |v: &[u8]| v.iter().all(|b| b.is_ascii_lowercase() || *b == b'_');
+    if let Some(id) = optional(headers, HOOK_ID_HEADER, "X-GitHub-Hook-ID", digits)? {
+        return Ok(Some(format!("hook-{id}")));
+    }
+    let kind = optional(
+        headers,
+        HOOK_TARGET_TYPE_HEADER,
+        "X-GitHub-Hook-Installation-Target-Type",
+        word,
+    )?;
+    let id = optional(
+        headers,
+        HOOK_TARGET_ID_HEADER,
+        "X-GitHub-Hook-Installation-Target-ID",
+        digits,
+    )?;
+    Ok(kind.zip(id).map(|(k, i)| format!("{k}-{i}")))
+}
+
+/// The claim key of delivery `guid` from `hook` ([`hook`]'s answer): the GUID alone without a hook
+/// identity, else `<guid>@<hook>`. A GUID is at most 255 bytes, so a key that would not fit is
+/// refused ([`DeliveryIdError::TooLong`]); GitHub's GUIDs are 36.
+///
+/// # Examples
+///
+/// ```
+/// use webhook_router::github::delivery_key;
+/// use worker_registry::DeliveryId;
+///
+/// let guid = DeliveryId::new("72d3162e-cc78-11e3-81ab-4c9367dc0958").unwrap();
+/// assert_eq!(delivery_key(&guid, None).unwrap(), guid);
+/// assert_eq!(
+///     delivery_key(&guid, Some("hook-7")).unwrap().as_str(),
+///     "72d3162e-cc78-11e3-81ab-4c9367dc0958@hook-7"
+/// );
+/// ```
+pub fn delivery_key(guid: &DeliveryId, hook: Option<&str>) -> Result<DeliveryId, DeliveryIdError> {
+    match hook {
+        None => Ok(guid.clone()),
+        Some(h) => DeliveryId::new(&format!("{guid}@{h}")),
+    }
 }
 
 /// The JSON document of a delivery: the body itself, or the `payload` field of a form-encoded body

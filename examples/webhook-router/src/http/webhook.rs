@@ -37,8 +37,8 @@ pub async fn handle(app: &App, request: Request) -> Reply {
     let mut answers = Vec::with_capacity(targets.len());
     let mut wait: Option<Duration> = None;
     for target in &targets {
-        let outcome = app.apply(decision, target, &delivery.id).await;
-        tracing::debug!(%target, delivery = %delivery.id, event = %delivery.event, %decision, ?outcome, "delivery");
+        let outcome = app.apply(decision, target, &delivery.key).await;
+        tracing::debug!(%target, delivery = %delivery.key, event = %delivery.event, %decision, ?outcome, "delivery");
         let (answer, w) = target_answer(app, target, outcome, &delivery.event, action.as_deref());
         wait = wait.max(w);
         answers.push(answer);
