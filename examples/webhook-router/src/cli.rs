@@ -106,6 +106,9 @@ pub struct Args {
     /// How long Ctrl-C waits for draining workers before stopping them, ms [default: 10000 / 5000].
     #[arg(long, env = "WEBHOOK_ROUTER_SHUTDOWN_MS")]
     pub shutdown_ms: Option<u64>,
+    /// The reconciler of failed deliveries (see `reconcile/`).
+    #[command(flatten)]
+    pub reconcile: crate::reconcile::flags::ReconcileArgs,
     /// Drive built-in traffic at the router over HTTP, then print a summary and exit.
     #[arg(long)]
     pub simulate: bool,
@@ -155,6 +158,8 @@ pub struct Settings {
     pub shutdown: Duration,
     /// The HTTP server's limits.
     pub limits: ServerLimits,
+    /// The reconciler of failed deliveries, if an App or a hook is named.
+    pub reconcile: Option<crate::reconcile::Config>,
 }
 
 /// A duration flag in milliseconds, at most [`MAX_DURATION`].
@@ -204,6 +209,7 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         config,
         options,
         shutdown: pick(a, "--shutdown-ms", a.shutdown_ms, 10_000, 5_000)?,
+        reconcile: crate::reconcile::flags::config(&a.reconcile)?,
     })
 }
 

@@ -13,6 +13,7 @@
 //!   endpoints, the admin API and the OpenAPI document. It reads bodies with [`body`] (a size
 //!   cap, a time limit, a shared memory budget) and GitHub's format with [`github`].
 //! * [`routing`]: the routing policy's decision carried out for one pull request.
+//! * [`reconcile`]: failed deliveries found in GitHub's hook logs and redelivered.
 //! * [`redispatch`]: released deliveries placed again (the sweeper's callback).
 //! * [`dispatch`]: admission and the handover to a worker's container, here or on its owner.
 //! * [`lifecycle`]: containers started, crashed and forgotten; [`shutdown`]: draining, stopping
@@ -40,6 +41,7 @@ pub mod limits;
 pub mod metrics;
 pub mod outcome;
 pub mod policy;
+pub mod reconcile;
 pub mod redispatch;
 pub mod remote;
 pub mod routing;

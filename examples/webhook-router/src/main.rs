@@ -32,6 +32,8 @@ use clap::Parser;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use webhook_router::app::{App, Platform};
+use webhook_router::reconcile::shared::Shared;
+use webhook_router::reconcile::Reconciler;
 use worker_registry::WorkerRegistry;
 
 fn main() -> ExitCode {
@@ -86,7 +88,46 @@ async fn run() -> ExitCode {
         }
     };
     announce(&server, &s);
-    serve_until_ctrl_c(server, &s).await
+    let reconciler = match reconciler(&server, &s).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("webhook-router: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = serve_until_ctrl_c(server, &s).await;
+    if let Some(r) = reconciler {
+        r.abort();
+    }
+    code
+}
+
+/// Starts the reconciler of failed deliveries, if one is configured.
+async fn reconciler(
+    server: &Server,
+    s: &cli::Settings,
+) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
+    let Some(cfg) = s.reconcile.clone() else {
+        return Ok(None);
+    };
+    let shared = Shared::open(&s.registry, &s.registry_name)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot open the reconciler's lease next to the {} registry: {e}",
+                s.registry
+            )
+        })?;
+    tracing::info!(
+        api = %cfg.api_url,
+        app = cfg.app.is_some(),
+        hooks = cfg.hooks.len(),
+        interval = %humantime::format_duration(cfg.interval),
+        horizon = %humantime::format_duration(cfg.horizon),
+        "reconciler of failed deliveries started"
+    );
+    let r = Reconciler::new(server.app().clone(), cfg, shared)?;
+    Ok(Some(r.spawn()))
 }
 
 /// Opens the registry, listens and starts the router.

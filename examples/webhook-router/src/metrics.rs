@@ -7,6 +7,7 @@
 //! | `webhook_router_worker_exits_total` | counter | `how` = exited, fenced, crashed, stopped |
 //! | `webhook_router_redispatched_total` | counter | |
 //! | `webhook_router_shutdown_unfinished_total` | counter | |
+//! | `webhook_router_reconcile_total` | counter | `what` = passes, pages, redelivered, known, ignored, permanent, gave_up, errors, rate_limited (see [`crate::reconcile`]) |
 //!
 //! Every label value is present from the start, at zero. The registry's
 //! `worker_registry_admitted_total`, `_duplicates_total` and `_rejected_total` add up to
@@ -21,6 +22,19 @@ use crate::outcome::{Dispatch, Source};
 use crate::worker::Exit;
 
 type Labels = Vec<(&'static str, &'static str)>;
+
+/// Every `what` label of `webhook_router_reconcile_total`.
+pub const RECONCILE_COUNTS: [&str; 9] = [
+    "passes",
+    "pages",
+    "redelivered",
+    "known",
+    "ignored",
+    "permanent",
+    "gave_up",
+    "errors",
+    "rate_limited",
+];
 
 /// Every outcome label of `webhook_router_deliveries_total`.
 pub const DELIVERY_OUTCOMES: [&str; 11] = [
@@ -43,6 +57,7 @@ pub struct RouterMetrics {
     deliveries: Family<Labels, Counter>,
     admissions: Family<Labels, Counter>,
     exits: Family<Labels, Counter>,
+    reconcile: Family<Labels, Counter>,
     pub(crate) redispatched: Counter,
     pub(crate) shutdown_unfinished: Counter,
     /// Admissions given back because the worker's queue was full (the library's collector counts
@@ -58,6 +73,7 @@ impl RouterMetrics {
             deliveries: Family::default(),
             admissions: Family::default(),
             exits: Family::default(),
+            reconcile: Family::default(),
             redispatched: Counter::default(),
             shutdown_unfinished: Counter::default(),
             returned,
@@ -74,6 +90,9 @@ impl RouterMetrics {
         }
         for how in Exit::ALL {
             let _ = m.exits.get_or_create(&vec![("how", how)]);
+        }
+        for what in RECONCILE_COUNTS {
+            let _ = m.reconcile.get_or_create(&vec![("what", what)]);
         }
         m
     }
@@ -100,6 +119,18 @@ impl RouterMetrics {
     /// Counts one worker task's end.
     pub fn exit(&self, how: &'static str) {
         self.exits.get_or_create(&vec![("how", how)]).inc();
+    }
+
+    /// Adds `n` to the reconciler's count `what` (one of [`RECONCILE_COUNTS`]).
+    pub fn reconcile(&self, what: &'static str, n: u64) {
+        self.reconcile
+            .get_or_create(&vec![("what", what)])
+            .inc_by(n);
+    }
+
+    /// The reconciler's count `what` now.
+    pub fn reconciled(&self, what: &'static str) -> u64 {
+        self.reconcile.get_or_create(&vec![("what", what)]).get()
     }
 
     /// Adds the router's metrics to `metrics`.
@@ -129,6 +160,11 @@ impl RouterMetrics {
             "webhook_router_shutdown_unfinished",
             "Accepted deliveries not completed at shutdown, released through the registry",
             self.shutdown_unfinished.clone(),
+        );
+        p.register(
+            "webhook_router_reconcile",
+            "What the reconciler of failed deliveries did, by what",
+            self.reconcile.clone(),
         );
     }
 }

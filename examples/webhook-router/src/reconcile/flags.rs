@@ -1,0 +1,167 @@
+//! The reconciler's flags (flattened into [`crate::cli::Args`]) and their validation into a
+//! [`Config`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::api::Hook;
+use super::{Config, DEFAULT_PER_PAGE, DEFAULT_SETTLE, GITHUB_LOG_RETENTION};
+
+/// Redelivery of failed deliveries from GitHub's hook logs (off unless an App or a hook is named).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReconcileArgs {
+    /// GitHub's REST API: https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise
+    /// Server.
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_GITHUB_API_URL",
+        default_value = "https://api.github.com"
+    )]
+    pub github_api_url: String,
+    /// The GitHub App whose webhook's failed deliveries to redeliver (its id or client id);
+    /// needs --github-app-key.
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_GITHUB_APP_ID",
+        requires = "github_app_key"
+    )]
+    pub github_app_id: Option<String>,
+    /// The App's private key, a PEM file (signs the RS256 JWT the App authenticates with).
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_GITHUB_APP_KEY",
+        requires = "github_app_id"
+    )]
+    pub github_app_key: Option<PathBuf>,
+    /// A repository hook to reconcile, `OWNER/REPO:HOOK_ID` (repeatable); needs --github-token.
+    #[arg(
+        long = "github-repo-hook",
+        env = "WEBHOOK_ROUTER_GITHUB_REPO_HOOKS",
+        value_delimiter = ','
+    )]
+    pub github_repo_hooks: Vec<String>,
+    /// An organisation hook to reconcile, `ORG:HOOK_ID` (repeatable); needs --github-token.
+    #[arg(
+        long = "github-org-hook",
+        env = "WEBHOOK_ROUTER_GITHUB_ORG_HOOKS",
+        value_delimiter = ','
+    )]
+    pub github_org_hooks: Vec<String>,
+    /// A token that may read and redeliver the repository and organisation hooks' deliveries.
+    #[arg(long, env = "WEBHOOK_ROUTER_GITHUB_TOKEN", hide_env_values = true)]
+    pub github_token: Option<String>,
+    /// How often the reconciler reads the logs (e.g. `5m`, `90s`).
+    #[arg(long, env = "WEBHOOK_ROUTER_RECONCILE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub reconcile_interval: Duration,
+    /// How far back it reads (at most GitHub's 3 days of log), e.g. `71h`.
+    #[arg(long, env = "WEBHOOK_ROUTER_RECONCILE_HORIZON", default_value = "71h", value_parser = humantime::parse_duration)]
+    pub reconcile_horizon: Duration,
+}
+
+fn hook_id(flag: &str, value: &str, id: &str) -> Result<u64, String> {
+    id.parse::<u64>()
+        .ok()
+        .filter(|&i| i > 0)
+        .ok_or_else(|| format!("{flag} {value:?}: the hook id {id:?} is not a positive number"))
+}
+
+fn name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 100
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// The reconciler's configuration, `None` when no App and no hook is named.
+///
+/// # Examples
+///
+/// ```
+/// use clap::Parser;
+/// use webhook_router::reconcile::flags::{config, ReconcileArgs};
+///
+/// #[derive(Parser)]
+/// struct A {
+///     #[command(flatten)]
+///     r: ReconcileArgs,
+/// }
+/// let a = A::parse_from(["x"]);
+/// assert!(config(&a.r).unwrap().is_none());
+/// let a = A::parse_from(["x", "--github-repo-hook", "o/r:7", "--github-token", "t"]);
+/// assert_eq!(config(&a.r).unwrap().unwrap().hooks.len(), 1);
+/// let a = A::parse_from(["x", "--github-repo-hook", "o/r:7"]);
+/// assert!(config(&a.r).unwrap_err().contains("--github-token"));
+/// ```
+pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
+    let mut hooks = Vec::new();
+    for v in &a.github_repo_hooks {
+        let flag = "--github-repo-hook";
+        let (repo, id) = v
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{flag} {v:?} is not OWNER/REPO:HOOK_ID"))?;
+        match repo.split_once('/') {
+            Some((o, r)) if name_ok(o) && name_ok(r) => {}
+            _ => return Err(format!("{flag} {v:?}: {repo:?} is not OWNER/REPO")),
+        }
+        hooks.push(Hook::Repo {
+            repo: repo.to_owned(),
+            id: hook_id(flag, v, id)?,
+        });
+    }
+    for v in &a.github_org_hooks {
+        let flag = "--github-org-hook";
+        let (org, id) = v
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{flag} {v:?} is not ORG:HOOK_ID"))?;
+        if !name_ok(org) {
+            return Err(format!("{flag} {v:?}: {org:?} is not an organisation"));
+        }
+        hooks.push(Hook::Org {
+            org: org.to_owned(),
+            id: hook_id(flag, v, id)?,
+        });
+    }
+    if !hooks.is_empty() && a.github_token.as_deref().is_none_or(str::is_empty) {
+        return Err("--github-repo-hook and --github-org-hook need --github-token".into());
+    }
+    let app = match (&a.github_app_id, &a.github_app_key) {
+        (Some(id), Some(path)) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| format!("--github-app-key {}: cannot read it: {e}", path.display()))?;
+            // Checked now, so a bad key stops the start rather than every pass.
+            super::auth::AppAuth::new(id, &pem)
+                .map_err(|e| format!("--github-app-key {}: {e}", path.display()))?;
+            Some((id.clone(), Arc::from(pem)))
+        }
+        _ => None,
+    };
+    if app.is_none() && hooks.is_empty() {
+        return Ok(None);
+    }
+    if a.reconcile_interval < Duration::from_secs(1) {
+        return Err("--reconcile-interval is under a second".into());
+    }
+    if a.reconcile_horizon.is_zero() || a.reconcile_horizon > GITHUB_LOG_RETENTION {
+        return Err(format!(
+            "--reconcile-horizon {} is outside GitHub's 3 days of delivery log",
+            humantime::format_duration(a.reconcile_horizon)
+        ));
+    }
+    let api_url = a.github_api_url.trim_end_matches('/').to_owned();
+    if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
+        return Err(format!(
+            "--github-api-url {api_url:?} is not an http(s) URL"
+        ));
+    }
+    Ok(Some(Config {
+        api_url,
+        app,
+        hooks,
+        token: a.github_token.clone(),
+        interval: a.reconcile_interval,
+        horizon: a.reconcile_horizon,
+        settle: DEFAULT_SETTLE,
+        per_page: DEFAULT_PER_PAGE,
+    }))
+}

@@ -1,0 +1,349 @@
+//! What the replicas of a router share about reconciling: a lease (one replica reconciles at a
+//! time) and, per hook, the position it reconciled up to (a restart resumes there). Beside the
+//! registry's data, in the router's own [`Store`]:
+//!
+//! | backend | lease | positions |
+//! |---|---|---|
+//! | Redis | string `{<name>}:webhook-router:reconcile:lease`, the holder, `PX` ttl, set by one script | hash `{<name>}:webhook-router:reconcile:positions`, hook → attempt id, written by a script only while the writer holds the lease |
+//! | PostgreSQL | row `(registry, 'lease')` of `webhook_router_reconcile`: holder, `lease_until` on the server's clock | rows `(registry, 'position:<hook>')`, written only while the writer holds the lease |
+//! | in memory | this process (one replica) | this process (a restart starts again from the horizon) |
+//!
+//! Every step is one command or one statement: a lease is taken or renewed (expired, or already
+//! this holder's) atomically on the server's clock, never a replica's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use worker_registry::RegistryError;
+
+use crate::backend::{RegistryChoice, BACKEND_CALL_TIMEOUT};
+use crate::store::Store;
+
+/// Takes the lease if it is free, expired or ours, and sets its expiry: 1 if held after.
+const REDIS_LEASE: &str = "local cur = redis.call('GET', KEYS[1]) \
+    if cur == false or cur == ARGV[1] then \
+      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end \
+    return 0";
+/// Writes a position while ARGV[1] holds the lease: 1 if written.
+const REDIS_POSITION: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end \
+    redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]) return 1";
+
+const POSTGRES_SCHEMA: &str = "
+    SELECT pg_advisory_xact_lock(hashtext('webhook_router_reconcile'));
+    CREATE TABLE IF NOT EXISTS webhook_router_reconcile (
+        registry    text NOT NULL,
+        name        text NOT NULL,
+        holder      text,
+        lease_until timestamptz,
+        position    bigint,
+        PRIMARY KEY (registry, name)
+    );";
+const POSTGRES_LEASE: &str = "
+    INSERT INTO webhook_router_reconcile (registry, name, holder, lease_until)
+    VALUES ($1, 'lease', $2, clock_timestamp() + $3::float8 * interval '1 millisecond')
+    ON CONFLICT (registry, name) DO UPDATE
+       SET holder = EXCLUDED.holder, lease_until = EXCLUDED.lease_until
+     WHERE webhook_router_reconcile.holder = EXCLUDED.holder
+        OR webhook_router_reconcile.lease_until < clock_timestamp()
+    RETURNING 1";
+const POSTGRES_POSITION: &str = "
+    INSERT INTO webhook_router_reconcile (registry, name, position)
+    SELECT $1, $3, $4 WHERE EXISTS (
+        SELECT 1 FROM webhook_router_reconcile
+         WHERE registry = $1 AND name = 'lease' AND holder = $2
+           AND lease_until >= clock_timestamp())
+    ON CONFLICT (registry, name) DO UPDATE SET position = EXCLUDED.position
+    RETURNING 1";
+
+/// The in-process state: the lease (holder, expiry) and the positions.
+#[derive(Default)]
+pub struct Local {
+    lease: Option<(String, Instant)>,
+    positions: HashMap<String, u64>,
+}
+
+/// The shared reconciling state (cheap to clone).
+#[derive(Clone)]
+pub enum Shared {
+    /// In this process (the in-memory registry; or replicas of one process in tests).
+    Memory(Arc<Mutex<Local>>),
+    /// In the router's store next to a shared registry.
+    Store(Store),
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self::Memory(Arc::default())
+    }
+}
+
+fn redis_error(e: redis::RedisError) -> RegistryError {
+    RegistryError::backend("redis", true, e)
+}
+
+fn pg_error(e: impl std::error::Error + Send + Sync + 'static) -> RegistryError {
+    RegistryError::backend("postgres", true, e)
+}
+
+async fn timed<T>(
+    backend: &'static str,
+    fut: impl std::future::Future<Output = Result<T, RegistryError>>,
+) -> Result<T, RegistryError> {
+    tokio::time::timeout(BACKEND_CALL_TIMEOUT, fut)
+        .await
+        .unwrap_or_else(|_| {
+            Err(RegistryError::backend(
+                backend,
+                true,
+                format!("no answer within {BACKEND_CALL_TIMEOUT:?}"),
+            ))
+        })
+}
+
+fn redis_keys(store: &Store) -> Option<(String, String)> {
+    match store {
+        Store::Redis { owners, .. } => {
+            // `owners` is `{<name>}:webhook-router:owners`.
+            let prefix = owners.strip_suffix("owners")?;
+            Some((
+                format!("{prefix}reconcile:lease"),
+                format!("{prefix}reconcile:positions"),
+            ))
+        }
+        Store::Postgres { .. } => None,
+    }
+}
+
+impl Shared {
+    /// The state for the registry `name` on `choice`: in the router's store for a shared backend
+    /// (its PostgreSQL table created if need be), in this process for the in-memory one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use webhook_router::backend::RegistryChoice;
+    /// use webhook_router::reconcile::shared::Shared;
+    ///
+    /// let s = Shared::open(&RegistryChoice::Memory, "r").await.unwrap();
+    /// assert!(matches!(s, Shared::Memory(_)));
+    /// # }
+    /// ```
+    pub async fn open(choice: &RegistryChoice, name: &str) -> Result<Self, String> {
+        let Some(store) = Store::open(choice, name).await? else {
+            return Ok(Self::default());
+        };
+        if let Store::Postgres { pool, .. } = &store {
+            let mut client = pool.get().await.map_err(|e| e.to_string())?;
+            let tx = client.transaction().await.map_err(|e| e.to_string())?;
+            tx.batch_execute(POSTGRES_SCHEMA)
+                .await
+                .map_err(|e| e.to_string())?;
+            tx.commit().await.map_err(|e| e.to_string())?;
+        }
+        Ok(Self::Store(store))
+    }
+
+    /// Takes or renews the lease for `holder` for `ttl`: whether `holder` holds it now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use webhook_router::reconcile::shared::Shared;
+    ///
+    /// let s = Shared::default();
+    /// assert_eq!(s.lease("a", Duration::from_secs(60)).await, Ok(true));
+    /// assert_eq!(s.lease("b", Duration::from_secs(60)).await, Ok(false));
+    /// assert_eq!(s.lease("a", Duration::from_secs(60)).await, Ok(true));
+    /// # }
+    /// ```
+    pub async fn lease(&self, holder: &str, ttl: Duration) -> Result<bool, RegistryError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        match self {
+            Self::Memory(local) => {
+                let mut l = local
+                    .lock()
+                    .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?;
+                let now = Instant::now();
+                let free = match &l.lease {
+                    None => true,
+                    Some((h, until)) => h == holder || *until < now,
+                };
+                if free {
+                    l.lease = Some((holder.to_owned(), now + ttl));
+                }
+                Ok(free)
+            }
+            Self::Store(store @ Store::Redis { conn, .. }) => {
+                let (lease, _) = redis_keys(store)
+                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
+                let mut conn = conn.clone();
+                timed("redis", async {
+                    let held: i64 = redis::cmd("EVAL")
+                        .arg(REDIS_LEASE)
+                        .arg(1)
+                        .arg(&lease)
+                        .arg(holder)
+                        .arg(ttl_ms)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(redis_error)?;
+                    Ok(held == 1)
+                })
+                .await
+            }
+            Self::Store(Store::Postgres { pool, registry }) => {
+                timed("postgres", async {
+                    let client = pool.get().await.map_err(pg_error)?;
+                    let stmt = client
+                        .prepare_cached(POSTGRES_LEASE)
+                        .await
+                        .map_err(pg_error)?;
+                    let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX) as f64;
+                    let row = client
+                        .query_opt(&stmt, &[registry, &holder, &ttl])
+                        .await
+                        .map_err(pg_error)?;
+                    Ok(row.is_some())
+                })
+                .await
+            }
+        }
+    }
+
+    /// The attempt id `hook`'s log was reconciled up to, if any.
+    ///
+    /// # Examples
+    ///
+    /// See [`set_position`](Self::set_position).
+    pub async fn position(&self, hook: &str) -> Result<Option<u64>, RegistryError> {
+        match self {
+            Self::Memory(local) => Ok(local
+                .lock()
+                .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?
+                .positions
+                .get(hook)
+                .copied()),
+            Self::Store(store @ Store::Redis { conn, .. }) => {
+                let (_, positions) = redis_keys(store)
+                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
+                let mut conn = conn.clone();
+                timed("redis", async {
+                    redis::cmd("HGET")
+                        .arg(&positions)
+                        .arg(hook)
+                        .query_async::<Option<u64>>(&mut conn)
+                        .await
+                        .map_err(redis_error)
+                })
+                .await
+            }
+            Self::Store(Store::Postgres { pool, registry }) => {
+                timed("postgres", async {
+                    let client = pool.get().await.map_err(pg_error)?;
+                    let stmt = client
+                        .prepare_cached(
+                            "SELECT position FROM webhook_router_reconcile \
+                              WHERE registry = $1 AND name = $2",
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    let row = client
+                        .query_opt(&stmt, &[registry, &format!("position:{hook}")])
+                        .await
+                        .map_err(pg_error)?;
+                    Ok(row
+                        .and_then(|r| r.get::<_, Option<i64>>(0))
+                        .and_then(|p| u64::try_from(p).ok()))
+                })
+                .await
+            }
+        }
+    }
+
+    /// Records that `hook`'s log is reconciled up to attempt `id`, if `holder` still holds the
+    /// lease: whether it was written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use webhook_router::reconcile::shared::Shared;
+    ///
+    /// let s = Shared::default();
+    /// assert_eq!(s.set_position("a", "app", 7).await, Ok(false), "not the holder");
+    /// s.lease("a", Duration::from_secs(60)).await.unwrap();
+    /// assert_eq!(s.set_position("a", "app", 7).await, Ok(true));
+    /// assert_eq!(s.position("app").await, Ok(Some(7)));
+    /// # }
+    /// ```
+    pub async fn set_position(
+        &self,
+        holder: &str,
+        hook: &str,
+        id: u64,
+    ) -> Result<bool, RegistryError> {
+        match self {
+            Self::Memory(local) => {
+                let mut l = local
+                    .lock()
+                    .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?;
+                let held = l
+                    .lease
+                    .as_ref()
+                    .is_some_and(|(h, until)| h == holder && *until >= Instant::now());
+                if held {
+                    l.positions.insert(hook.to_owned(), id);
+                }
+                Ok(held)
+            }
+            Self::Store(store @ Store::Redis { conn, .. }) => {
+                let (lease, positions) = redis_keys(store)
+                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
+                let mut conn = conn.clone();
+                timed("redis", async {
+                    let written: i64 = redis::cmd("EVAL")
+                        .arg(REDIS_POSITION)
+                        .arg(2)
+                        .arg(&lease)
+                        .arg(&positions)
+                        .arg(holder)
+                        .arg(hook)
+                        .arg(id)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(redis_error)?;
+                    Ok(written == 1)
+                })
+                .await
+            }
+            Self::Store(Store::Postgres { pool, registry }) => {
+                timed("postgres", async {
+                    let client = pool.get().await.map_err(pg_error)?;
+                    let stmt = client
+                        .prepare_cached(POSTGRES_POSITION)
+                        .await
+                        .map_err(pg_error)?;
+                    let id = i64::try_from(id).unwrap_or(i64::MAX);
+                    let row = client
+                        .query_opt(
+                            &stmt,
+                            &[registry, &holder, &format!("position:{hook}"), &id],
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    Ok(row.is_some())
+                })
+                .await
+            }
+        }
+    }
+}

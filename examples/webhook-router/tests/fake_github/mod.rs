@@ -1,0 +1,378 @@
+//! A fake of GitHub's REST API for an App's webhook deliveries, written from GitHub's published
+//! REST description (`github/rest-api-description`: `apps/list-webhook-deliveries`,
+//! `apps/get-webhook-delivery`, `apps/redeliver-webhook-delivery`; the `hook-delivery-item` and
+//! `hook-delivery` schemas), on a free loopback port. It keeps a delivery log, sends deliveries
+//! to the router as GitHub does (signed, with the hook headers) and logs each attempt's answer,
+//! checks the App's RS256 JWT against its public key, pages newest first with a `cursor` in the
+//! `Link` header, answers a configurable number of calls with a 403 secondary rate limit and
+//! `Retry-After`, and on a redelivery request sends the delivery again (same GUID).
+#![allow(dead_code)] // each test uses part of it
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+use webhook_router::github;
+
+pub const APP_ID: &str = "4242";
+pub const HOOK_ID: u64 = 1000;
+pub const KEY_PEM: &[u8] = include_bytes!("app-key.pem");
+pub const PUBLIC_PEM: &[u8] = include_bytes!("app-key.pub.pem");
+pub const OTHER_KEY_PEM: &[u8] = include_bytes!("other-key.pem");
+
+/// One attempt in the log.
+#[derive(Debug, Clone)]
+pub struct Logged {
+    pub id: u64,
+    pub guid: String,
+    pub at: SystemTime,
+    pub redelivery: bool,
+    pub status_code: u16,
+    pub event: String,
+    pub action: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub payload: Value,
+}
+
+/// An API call the fake answered.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub path: String,
+    pub status: u16,
+    pub at: Instant,
+}
+
+#[derive(Default)]
+pub struct Log {
+    pub attempts: Vec<Logged>,
+    pub next_id: u64,
+    /// Where deliveries go (`http://127.0.0.1:PORT/webhook`).
+    pub router: String,
+    /// The next this many API calls answer 403, a secondary rate limit.
+    pub throttle: u32,
+    pub retry_after: u64,
+    /// Attempts are logged as failed (status 0, GitHub timed out) whatever the router answered.
+    pub log_as_failed: bool,
+    pub calls: Vec<Call>,
+    pub redeliver_requests: Vec<u64>,
+    /// Sends in progress.
+    pub sending: usize,
+}
+
+struct Inner {
+    log: Mutex<Log>,
+    key: DecodingKey,
+    secret: Option<Vec<u8>>,
+    http: reqwest::Client,
+    base: String,
+}
+
+#[derive(Clone)]
+pub struct FakeGitHub {
+    inner: Arc<Inner>,
+    pub base: String,
+}
+
+/// A loopback URL nothing listens on (a router that is down).
+pub async fn nowhere() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("http://{addr}/webhook")
+}
+
+impl FakeGitHub {
+    pub async fn start(router: String, secret: Option<&str>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let inner = Arc::new(Inner {
+            log: Mutex::new(Log {
+                router,
+                next_id: 1,
+                retry_after: 60,
+                ..Log::default()
+            }),
+            key: DecodingKey::from_rsa_pem(PUBLIC_PEM).unwrap(),
+            secret: secret.map(|s| s.as_bytes().to_vec()),
+            http: reqwest::Client::builder().no_proxy().build().unwrap(),
+            base: base.clone(),
+        });
+        let app = Router::new()
+            .route("/app/hook/deliveries", get(list))
+            .route("/app/hook/deliveries/{id}", get(detail))
+            .route("/app/hook/deliveries/{id}/attempts", post(redeliver))
+            .with_state(inner.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { inner, base }
+    }
+
+    pub fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.inner.log.lock().unwrap()
+    }
+
+    /// A new event sent to the router (a fresh GUID); returns the GUID.
+    pub async fn deliver(&self, event: &str, payload: Value) -> String {
+        let guid = format!("{:032x}", rand::random::<u128>());
+        let guid = format!(
+            "{}-{}-{}-{}-{}",
+            &guid[0..8],
+            &guid[8..12],
+            &guid[12..16],
+            &guid[16..20],
+            &guid[20..32]
+        );
+        send(&self.inner, guid.clone(), event.to_owned(), payload, false).await;
+        guid
+    }
+
+    /// Waits until no send is in progress (a redelivery is sent after its request is answered).
+    pub async fn settled(&self) {
+        for _ in 0..400 {
+            if self.log().sending == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        panic!("sends still in progress");
+    }
+
+    /// The attempts of `guid`, oldest first.
+    pub fn attempts_of(&self, guid: &str) -> Vec<Logged> {
+        self.log()
+            .attempts
+            .iter()
+            .filter(|a| a.guid == guid)
+            .cloned()
+            .collect()
+    }
+}
+
+async fn send(inner: &Arc<Inner>, guid: String, event: String, payload: Value, redelivery: bool) {
+    let body = serde_json::to_vec(&payload).unwrap();
+    let mut headers = vec![
+        ("Accept".to_owned(), "*/*".to_owned()),
+        ("User-Agent".to_owned(), "GitHub-Hookshot/fake".to_owned()),
+        ("X-GitHub-Event".to_owned(), event.clone()),
+        ("X-GitHub-Delivery".to_owned(), guid.clone()),
+        ("X-GitHub-Hook-ID".to_owned(), HOOK_ID.to_string()),
+        (
+            "X-GitHub-Hook-Installation-Target-Type".to_owned(),
+            "integration".to_owned(),
+        ),
+        (
+            "X-GitHub-Hook-Installation-Target-ID".to_owned(),
+            APP_ID.to_owned(),
+        ),
+        ("Content-Type".to_owned(), "application/json".to_owned()),
+    ];
+    if let Some(secret) = &inner.secret {
+        headers.push((
+            "X-Hub-Signature-256".to_owned(),
+            github::sign(secret, &body),
+        ));
+    }
+    let router = {
+        let mut log = inner.log.lock().unwrap();
+        log.sending += 1;
+        log.router.clone()
+    };
+    let mut req = inner.http.post(&router);
+    for (k, v) in &headers {
+        req = req.header(k, v);
+    }
+    let status = match req.body(body).send().await {
+        Ok(res) => res.status().as_u16(),
+        Err(_) => 0,
+    };
+    let mut log = inner.log.lock().unwrap();
+    let id = log.next_id;
+    log.next_id += 1;
+    let status_code = if log.log_as_failed { 0 } else { status };
+    log.attempts.push(Logged {
+        id,
+        guid,
+        at: SystemTime::now(),
+        redelivery,
+        status_code,
+        action: payload["action"].as_str().map(str::to_owned),
+        event,
+        headers,
+        payload,
+    });
+    log.sending -= 1;
+}
+
+fn item(a: &Logged) -> Value {
+    json!({
+        "id": a.id,
+        "guid": a.guid,
+        "delivered_at": humantime::format_rfc3339_seconds(a.at).to_string(),
+        "redelivery": a.redelivery,
+        "duration": 0.01,
+        "status": match a.status_code { 0 => "failed to connect".to_owned(), 200..=299 => "OK".to_owned(), s => format!("Invalid HTTP Response: {s}") },
+        "status_code": a.status_code,
+        "event": a.event,
+        "action": a.action,
+        "installation_id": 1,
+        "repository_id": 2,
+        "throttled_at": null,
+    })
+}
+
+fn message(status: StatusCode, text: &str) -> Response {
+    (
+        status,
+        Json(json!({ "message": text, "documentation_url": "https://docs.github.com/rest" })),
+    )
+        .into_response()
+}
+
+/// The JWT check and the rate limit every call goes through; `Err` is the answer.
+fn gate(inner: &Inner, headers: &HeaderMap, path: String) -> Result<(), Response> {
+    let mut log = inner.log.lock().unwrap();
+    let answer = |log: &mut Log, status: StatusCode| {
+        log.calls.push(Call {
+            path: path.clone(),
+            status: status.as_u16(),
+            at: Instant::now(),
+        });
+    };
+    let jwt = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let mut validation = Validation::new(Algorithm::RS256);
+    validation.set_issuer(&[APP_ID]);
+    validation.set_required_spec_claims(&["exp", "iat", "iss"]);
+    let valid = jwt.is_some_and(|t| {
+        jsonwebtoken::decode::<HashMap<String, Value>>(t, &inner.key, &validation).is_ok()
+    });
+    if !valid {
+        answer(&mut log, StatusCode::UNAUTHORIZED);
+        return Err(message(
+            StatusCode::UNAUTHORIZED,
+            "A JSON web token could not be decoded",
+        ));
+    }
+    if log.throttle > 0 {
+        log.throttle -= 1;
+        let retry = log.retry_after;
+        answer(&mut log, StatusCode::FORBIDDEN);
+        let mut r = message(
+            StatusCode::FORBIDDEN,
+            "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
+        );
+        r.headers_mut()
+            .insert("retry-after", retry.to_string().parse().unwrap());
+        r.headers_mut()
+            .insert("x-ratelimit-remaining", "4999".parse().unwrap());
+        return Err(r);
+    }
+    answer(&mut log, StatusCode::OK);
+    Ok(())
+}
+
+async fn list(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    if let Err(r) = gate(&inner, &headers, "list".into()) {
+        return r;
+    }
+    let per_page = q
+        .get("per_page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(30)
+        .clamp(1, 100);
+    let before = match q.get("cursor") {
+        None => u64::MAX,
+        Some(c) => match c.strip_prefix("v1_").and_then(|n| n.parse().ok()) {
+            Some(n) => n,
+            None => return message(StatusCode::BAD_REQUEST, "invalid cursor"),
+        },
+    };
+    let log = inner.log.lock().unwrap();
+    let newest_first: Vec<&Logged> = log
+        .attempts
+        .iter()
+        .rev()
+        .filter(|a| a.id < before)
+        .collect();
+    let page: Vec<Value> = newest_first
+        .iter()
+        .take(per_page)
+        .map(|a| item(a))
+        .collect();
+    let mut r = Json(page).into_response();
+    r.headers_mut()
+        .insert("x-ratelimit-remaining", "4999".parse().unwrap());
+    if newest_first.len() > per_page {
+        let last = newest_first[per_page - 1].id;
+        let link = format!(
+            "<{}/app/hook/deliveries?per_page={per_page}&cursor=v1_{last}>; rel=\"next\"",
+            inner.base
+        );
+        r.headers_mut().insert("link", link.parse().unwrap());
+    }
+    r
+}
+
+async fn detail(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+) -> Response {
+    if let Err(r) = gate(&inner, &headers, format!("detail {id}")) {
+        return r;
+    }
+    let log = inner.log.lock().unwrap();
+    let Some(a) = log.attempts.iter().find(|a| a.id == id) else {
+        return message(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let mut v = item(a);
+    let hs: serde_json::Map<String, Value> = a
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    v["url"] = json!(log.router);
+    v["request"] = json!({ "headers": hs, "payload": a.payload });
+    v["response"] = json!({ "headers": {}, "payload": null });
+    Json(v).into_response()
+}
+
+async fn redeliver(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+) -> Response {
+    if let Err(r) = gate(&inner, &headers, format!("redeliver {id}")) {
+        return r;
+    }
+    let original = {
+        let mut log = inner.log.lock().unwrap();
+        log.redeliver_requests.push(id);
+        log.attempts.iter().find(|a| a.id == id).cloned()
+    };
+    let Some(a) = original else {
+        return message(StatusCode::NOT_FOUND, "Not Found");
+    };
+    // Counted as sending before the answer, so `settled` waits for it.
+    inner.log.lock().unwrap().sending += 1;
+    let inner2 = inner.clone();
+    tokio::spawn(async move {
+        send(&inner2, a.guid, a.event, a.payload, true).await;
+        inner2.log.lock().unwrap().sending -= 1;
+    });
+    (StatusCode::ACCEPTED, Json(json!({}))).into_response()
+}

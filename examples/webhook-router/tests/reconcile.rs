@@ -1,0 +1,280 @@
+//! The reconciler of failed deliveries against a fake GitHub (tests/fake_github): a router that was
+//! down recovers every delivery, exactly once; what the registry knows is not redelivered; a 403
+//! secondary rate limit is waited out; two replicas do not both redeliver; two hooks' copies of
+//! one GUID are two deliveries.
+
+mod common;
+mod fake_github;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{pr, start, Setup};
+use fake_github::{nowhere, FakeGitHub, APP_ID, KEY_PEM, OTHER_KEY_PEM};
+use reqwest::StatusCode;
+use webhook_router::app::App;
+use webhook_router::github;
+use webhook_router::reconcile::shared::Shared;
+use webhook_router::reconcile::{Config, Pass, Reconciler};
+
+const SECRET: &str = "s3cret";
+
+fn config(fake: &FakeGitHub, key: &[u8]) -> Config {
+    Config {
+        api_url: fake.base.clone(),
+        app: Some((APP_ID.to_owned(), Arc::from(key))),
+        hooks: Vec::new(),
+        token: None,
+        interval: Duration::from_secs(300),
+        horizon: Duration::from_secs(3600),
+        settle: Duration::ZERO,
+        // Small pages: a burst spans several, through the Link header's cursor.
+        per_page: 4,
+    }
+}
+
+fn reconciler(app: &App, fake: &FakeGitHub, shared: &Shared) -> Reconciler {
+    Reconciler::new(app.clone(), config(fake, KEY_PEM), shared.clone()).unwrap()
+}
+
+fn setup() -> Setup {
+    Setup {
+        secret: Some(SECRET),
+        capacity: 32,
+        ..Setup::default()
+    }
+}
+
+/// Status codes of `guid`'s attempts, oldest first.
+fn statuses(fake: &FakeGitHub, guid: &str) -> Vec<u16> {
+    fake.attempts_of(guid)
+        .iter()
+        .map(|a| a.status_code)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_router_down_for_a_burst_recovers_every_delivery_exactly_once() {
+    let down = nowhere().await;
+    let fake = FakeGitHub::start(down, Some(SECRET)).await;
+    // The burst: 10 deliveries on 5 pull requests while the router is down.
+    let mut failed = Vec::new();
+    for i in 0..10u64 {
+        failed.push(fake.deliver("pull_request", pr("o/r", 1 + i % 5)).await);
+    }
+    for g in &failed {
+        assert_eq!(statuses(&fake, g), [0], "sent while the router was down");
+    }
+    // The router (re)starts; GitHub does not retry by itself.
+    let h = start(setup()).await;
+    fake.log().router = format!("{}/webhook", h.base);
+    let ok = fake.deliver("pull_request", pr("o/r", 9)).await;
+    assert_eq!(statuses(&fake, &ok), [202]);
+
+    let shared = Shared::default();
+    let mut r = reconciler(h.server.app(), &fake, &shared);
+    let pass = r.pass().await.unwrap();
+    fake.settled().await;
+    assert!(pass.leased);
+    assert_eq!(pass.redelivered, 10, "{pass:?}");
+    assert_eq!(pass.guids, 11);
+    assert!(pass.pages >= 3, "11 attempts at 4 a page: {pass:?}");
+    for g in &failed {
+        // One redelivery each, admitted (202), none a duplicate.
+        assert_eq!(statuses(&fake, g), [0, 202], "{g}");
+    }
+    assert_eq!(
+        statuses(&fake, &ok),
+        [202],
+        "a delivered GUID is not redelivered"
+    );
+    assert_eq!(h.server.app().metrics().reconciled("redelivered"), 10);
+
+    // The next pass finds every latest attempt succeeded: nothing more is sent.
+    let again = r.pass().await.unwrap();
+    fake.settled().await;
+    assert_eq!(again.redelivered, 0, "{again:?}");
+    for g in &failed {
+        assert_eq!(fake.attempts_of(g).len(), 2);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn guids_the_registry_knows_are_not_redelivered() {
+    let h = start(setup()).await;
+    let fake = FakeGitHub::start(format!("{}/webhook", h.base), Some(SECRET)).await;
+    // The router admitted these, but GitHub logged them failed (its 10 s timeout, say).
+    fake.log().log_as_failed = true;
+    let mut admitted = Vec::new();
+    for i in 0..3u64 {
+        admitted.push(fake.deliver("pull_request", pr("o/r", 20 + i)).await);
+    }
+    fake.log().log_as_failed = false;
+    let shared = Shared::default();
+    let mut r = reconciler(h.server.app(), &fake, &shared);
+    let pass = r.pass().await.unwrap();
+    fake.settled().await;
+    assert_eq!((pass.known, pass.redelivered), (3, 0), "{pass:?}");
+    assert!(fake.log().redeliver_requests.is_empty());
+    // The probe left no claim behind that would change the answer: each GUID is still a
+    // duplicate, not admitted afresh.
+    for g in &admitted {
+        let a = fake.attempts_of(g);
+        assert_eq!(a.len(), 1);
+        let res = h
+            .http
+            .post(format!("{}/webhook", h.base))
+            .header("content-type", "application/json")
+            .header(github::EVENT_HEADER, "pull_request")
+            .header(github::DELIVERY_HEADER, g.as_str())
+            .header(github::HOOK_ID_HEADER, fake_github::HOOK_ID.to_string())
+            .header(
+                github::SIGNATURE_HEADER,
+                github::sign(
+                    SECRET.as_bytes(),
+                    &serde_json::to_vec(&a[0].payload).unwrap(),
+                ),
+            )
+            .body(serde_json::to_vec(&a[0].payload).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{g} is a duplicate");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_secondary_rate_limit_is_waited_out() {
+    let fake = FakeGitHub::start(nowhere().await, Some(SECRET)).await;
+    let g = fake.deliver("pull_request", pr("o/r", 1)).await;
+    let h = start(setup()).await;
+    fake.log().router = format!("{}/webhook", h.base);
+    {
+        let mut log = fake.log();
+        log.throttle = 2;
+        log.retry_after = 90;
+    }
+    let mut r = reconciler(h.server.app(), &fake, &Shared::default());
+    let pass = r.pass().await.unwrap();
+    fake.settled().await;
+    assert_eq!(pass.rate_limited, 2, "{pass:?}");
+    assert_eq!(pass.redelivered, 1, "{pass:?}");
+    assert_eq!(statuses(&fake, &g), [0, 202]);
+    let calls = fake.log().calls.clone();
+    let statuses: Vec<u16> = calls.iter().map(|c| c.status).collect();
+    assert_eq!(&statuses[..3], [403, 403, 200], "{calls:?}");
+    // Each retry came after the Retry-After the 403 asked for (tokio's paused clock).
+    for w in calls.windows(2).take(2) {
+        assert!(
+            w[1].at - w[0].at >= Duration::from_secs(90),
+            "retried after {:?}",
+            w[1].at - w[0].at
+        );
+    }
+    assert_eq!(h.server.app().metrics().reconciled("rate_limited"), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_replicas_do_not_both_redeliver() {
+    let fake = FakeGitHub::start(nowhere().await, Some(SECRET)).await;
+    let mut failed = Vec::new();
+    for i in 0..6u64 {
+        failed.push(fake.deliver("pull_request", pr("o/r", 1 + i)).await);
+    }
+    let h = start(setup()).await;
+    fake.log().router = format!("{}/webhook", h.base);
+    // Two replicas' reconcilers on one shared state (here in one process).
+    let shared = Shared::default();
+    let mut a = reconciler(h.server.app(), &fake, &shared);
+    let mut b = reconciler(h.server.app(), &fake, &shared);
+    let (pa, pb) = tokio::join!(a.pass(), b.pass());
+    let (pa, pb): (Pass, Pass) = (pa.unwrap(), pb.unwrap());
+    fake.settled().await;
+    assert!(pa.leased != pb.leased, "one holds the lease: {pa:?} {pb:?}");
+    assert_eq!(pa.redelivered + pb.redelivered, 6);
+    for g in &failed {
+        assert_eq!(statuses(&fake, g), [0, 202], "{g}: redelivered once");
+    }
+    // The holder keeps the lease from pass to pass; the other still does nothing.
+    let (pa, pb) = (a.pass().await.unwrap(), b.pass().await.unwrap());
+    assert!(pa.leased != pb.leased);
+    assert_eq!(fake.log().redeliver_requests.len(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_jwt_signed_by_another_key_is_refused_and_nothing_advances() {
+    let fake = FakeGitHub::start(nowhere().await, Some(SECRET)).await;
+    fake.deliver("pull_request", pr("o/r", 1)).await;
+    let h = start(setup()).await;
+    fake.log().router = format!("{}/webhook", h.base);
+    let shared = Shared::default();
+    let mut bad = Reconciler::new(
+        h.server.app().clone(),
+        config(&fake, OTHER_KEY_PEM),
+        shared.clone(),
+    )
+    .unwrap();
+    let pass = bad.pass().await.unwrap();
+    assert_eq!((pass.errors, pass.redelivered), (1, 0), "{pass:?}");
+    assert_eq!(shared.position("app").await.unwrap(), None);
+    assert_eq!(fake.log().calls[0].status, 401);
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_hooks_copies_of_one_guid_are_both_admitted() {
+    let h = start(setup()).await;
+    let payload = serde_json::to_vec(&pr("o/r", 5)).unwrap();
+    let send = |hook: Option<&'static str>| {
+        let mut req = h
+            .http
+            .post(format!("{}/webhook", h.base))
+            .header("content-type", "application/json")
+            .header(github::EVENT_HEADER, "pull_request")
+            .header(
+                github::DELIVERY_HEADER,
+                "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+            )
+            .header(
+                github::SIGNATURE_HEADER,
+                github::sign(SECRET.as_bytes(), &payload),
+            )
+            .body(payload.clone());
+        if let Some(id) = hook {
+            req = req.header(github::HOOK_ID_HEADER, id);
+        }
+        async move { common::answer(req.send().await.unwrap()).await }
+    };
+    // A repository hook's copy and an organisation hook's copy of one event.
+    let repo = send(Some("11")).await;
+    let org = send(Some("22")).await;
+    assert_eq!(repo.status, StatusCode::ACCEPTED, "{}", repo.body);
+    assert_eq!(org.status, StatusCode::ACCEPTED, "{}", org.body);
+    assert_eq!(repo.body["outcome"], "assigned");
+    assert_eq!(org.body["outcome"], "assigned");
+    // Each one's redelivery is still a duplicate.
+    assert_eq!(send(Some("11")).await.status, StatusCode::OK);
+    assert_eq!(send(Some("22")).await.status, StatusCode::OK);
+    // An App's copy (installation target headers, no hook id) is a third.
+    let app = h
+        .http
+        .post(format!("{}/webhook", h.base))
+        .header("content-type", "application/json")
+        .header(github::EVENT_HEADER, "pull_request")
+        .header(
+            github::DELIVERY_HEADER,
+            "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+        )
+        .header(github::HOOK_TARGET_TYPE_HEADER, "integration")
+        .header(github::HOOK_TARGET_ID_HEADER, "4242")
+        .header(
+            github::SIGNATURE_HEADER,
+            github::sign(SECRET.as_bytes(), &payload),
+        )
+        .body(payload.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(app.status(), StatusCode::ACCEPTED);
+    // A malformed hook id is refused before the body is read.
+    assert_eq!(send(Some("x1")).await.status, StatusCode::BAD_REQUEST);
+}
