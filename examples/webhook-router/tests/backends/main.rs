@@ -1,11 +1,14 @@
 //! The router on real Redis and PostgreSQL servers (see `harness.rs` for which, and for the skip
 //! rule): several replicas on one registry (`replicas`), replicas as processes killed with SIGKILL
 //! (`processes`), the server stopped and restarted under a router (`outage`), and what the simulator's settle
-//! phase waits for (`settle`).
+//! phase waits for (`settle`), and the reconciler's lease and positions (`reconcile`).
 
+#[path = "../fake_github/mod.rs"]
+mod fake_github;
 mod harness;
 
 mod outage;
 mod processes;
+mod reconcile;
 mod replicas;
 mod settle;
