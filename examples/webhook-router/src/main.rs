@@ -33,7 +33,7 @@ use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use webhook_router::app::{App, Platform};
 use webhook_router::reconcile::shared::Shared;
-use webhook_router::reconcile::Reconciler;
+use webhook_router::reconcile::{Reconciler, Running};
 use worker_registry::WorkerRegistry;
 
 fn main() -> ExitCode {
@@ -97,16 +97,13 @@ async fn run() -> ExitCode {
     };
     let code = serve_until_ctrl_c(server, &s).await;
     if let Some(r) = reconciler {
-        r.abort();
+        r.stop().await;
     }
     code
 }
 
 /// Starts the reconciler of failed deliveries, if one is configured.
-async fn reconciler(
-    server: &Server,
-    s: &cli::Settings,
-) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
+async fn reconciler(server: &Server, s: &cli::Settings) -> Result<Option<Running>, String> {
     let Some(cfg) = s.reconcile.clone() else {
         return Ok(None);
     };

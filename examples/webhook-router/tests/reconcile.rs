@@ -278,3 +278,38 @@ async fn two_hooks_copies_of_one_guid_are_both_admitted() {
     // A malformed hook id is refused before the body is read.
     assert_eq!(send(Some("x1")).await.status, StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_reconciler_resumes_from_the_shared_position() {
+    let fake = FakeGitHub::start(nowhere().await, Some(SECRET)).await;
+    for i in 0..9u64 {
+        fake.deliver("pull_request", pr("o/r", 1 + i % 3)).await;
+    }
+    let h = start(setup()).await;
+    fake.log().router = format!("{}/webhook", h.base);
+    let shared = Shared::default();
+    let mut r1 = reconciler(h.server.app(), &fake, &shared);
+    let first = r1.pass().await.unwrap();
+    fake.settled().await;
+    assert_eq!((first.redelivered, first.pages), (9, 3), "{first:?}");
+    let newest = fake.log().attempts.iter().map(|a| a.id).max().unwrap();
+    assert!(shared.position("app").await.unwrap().is_some());
+    // The replica shuts down (giving its lease up), one more delivery fails while the router is
+    // down; then a new reconciler (the restarted replica) on the same shared state reads only
+    // what is newer than the position.
+    r1.spawn().stop().await;
+    fake.log().router = nowhere().await;
+    let late = fake.deliver("pull_request", pr("o/r", 7)).await;
+    fake.log().router = format!("{}/webhook", h.base);
+    let second = reconciler(h.server.app(), &fake, &shared)
+        .pass()
+        .await
+        .unwrap();
+    fake.settled().await;
+    assert_eq!(second.redelivered, 1, "{second:?}");
+    // It stopped at the position: the first pass's 9 redeliveries (newer than the position it
+    // set) and the late one are read (3 pages of 4), not the 9 originals (5 pages).
+    assert_eq!((second.guids, second.pages), (10, 3), "{second:?}");
+    assert_eq!(statuses(&fake, &late), [0, 202]);
+    assert!(shared.position("app").await.unwrap().unwrap() > newest);
+}

@@ -31,6 +31,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use rand::Rng;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use worker_registry::{ClaimOutcome, RegistryError, WorkerRegistry};
 
@@ -402,22 +403,57 @@ impl Reconciler {
         Ok(Known::Yes)
     }
 
-    /// Runs a pass every interval (the first at once) until the router shuts down.
-    pub fn spawn(mut self) -> JoinHandle<()> {
-        tokio::spawn(async move {
+    /// Gives the lease up (see [`Shared::release`]).
+    pub async fn release(&self) -> Result<(), RegistryError> {
+        self.shared.release(&self.holder).await
+    }
+
+    /// Runs a pass every interval (the first at once) until [`Running::stop`] or the router's
+    /// shutdown.
+    pub fn spawn(mut self) -> Running {
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(self.cfg.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.changed() => break,
+                }
                 if self.app.is_closing() {
                     break;
                 }
-                if let Err(e) = self.pass().await {
+                // A pass cut short by the stop leaves its position where it was.
+                let result = tokio::select! {
+                    r = self.pass() => r,
+                    _ = stopped.changed() => break,
+                };
+                if let Err(e) = result {
                     self.app.metrics().reconcile("errors", 1);
                     tracing::warn!("reconcile: no pass, the lease could not be read: {e}");
                 }
             }
-        })
+            if let Err(e) = self.release().await {
+                tracing::warn!(
+                    "reconcile: the lease could not be given up, it expires by itself: {e}"
+                );
+            }
+        });
+        Running { task, stop }
+    }
+}
+
+/// A reconciler running in the background ([`Reconciler::spawn`]).
+pub struct Running {
+    task: JoinHandle<()>,
+    stop: watch::Sender<bool>,
+}
+
+impl Running {
+    /// Stops it (a pass in progress is cut short) and gives its lease up.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
     }
 }
 

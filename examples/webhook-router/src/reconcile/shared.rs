@@ -26,6 +26,9 @@ const REDIS_LEASE: &str = "local cur = redis.call('GET', KEYS[1]) \
     if cur == false or cur == ARGV[1] then \
       redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end \
     return 0";
+/// Gives the lease up if ARGV[1] holds it.
+const REDIS_RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+    return redis.call('DEL', KEYS[1]) end return 0";
 /// Writes a position while ARGV[1] holds the lease: 1 if written.
 const REDIS_POSITION: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end \
     redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]) return 1";
@@ -48,6 +51,9 @@ const POSTGRES_LEASE: &str = "
      WHERE webhook_router_reconcile.holder = EXCLUDED.holder
         OR webhook_router_reconcile.lease_until < clock_timestamp()
     RETURNING 1";
+const POSTGRES_RELEASE: &str = "
+    UPDATE webhook_router_reconcile SET holder = NULL, lease_until = NULL
+     WHERE registry = $1 AND name = 'lease' AND holder = $2";
 const POSTGRES_POSITION: &str = "
     INSERT INTO webhook_router_reconcile (registry, name, position)
     SELECT $1, $3, $4 WHERE EXISTS (
@@ -211,6 +217,71 @@ impl Shared {
                         .await
                         .map_err(pg_error)?;
                     Ok(row.is_some())
+                })
+                .await
+            }
+        }
+    }
+
+    /// Gives the lease up if `holder` holds it (a replica shutting down), so that another, or
+    /// this one restarted, takes it at once rather than after its expiry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use webhook_router::reconcile::shared::Shared;
+    ///
+    /// let s = Shared::default();
+    /// s.lease("a", Duration::from_secs(60)).await.unwrap();
+    /// s.release("b").await.unwrap();
+    /// assert_eq!(s.lease("b", Duration::from_secs(60)).await, Ok(false), "not b's to give up");
+    /// s.release("a").await.unwrap();
+    /// assert_eq!(s.lease("b", Duration::from_secs(60)).await, Ok(true));
+    /// # }
+    /// ```
+    pub async fn release(&self, holder: &str) -> Result<(), RegistryError> {
+        match self {
+            Self::Memory(local) => {
+                let mut l = local
+                    .lock()
+                    .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?;
+                if l.lease.as_ref().is_some_and(|(h, _)| h == holder) {
+                    l.lease = None;
+                }
+                Ok(())
+            }
+            Self::Store(store @ Store::Redis { conn, .. }) => {
+                let (lease, _) = redis_keys(store)
+                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
+                let mut conn = conn.clone();
+                timed("redis", async {
+                    redis::cmd("EVAL")
+                        .arg(REDIS_RELEASE)
+                        .arg(1)
+                        .arg(&lease)
+                        .arg(holder)
+                        .query_async::<i64>(&mut conn)
+                        .await
+                        .map_err(redis_error)?;
+                    Ok(())
+                })
+                .await
+            }
+            Self::Store(Store::Postgres { pool, registry }) => {
+                timed("postgres", async {
+                    let client = pool.get().await.map_err(pg_error)?;
+                    let stmt = client
+                        .prepare_cached(POSTGRES_RELEASE)
+                        .await
+                        .map_err(pg_error)?;
+                    client
+                        .execute(&stmt, &[registry, &holder])
+                        .await
+                        .map_err(pg_error)?;
+                    Ok(())
                 })
                 .await
             }

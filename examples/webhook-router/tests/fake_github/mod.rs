@@ -237,7 +237,7 @@ fn message(status: StatusCode, text: &str) -> Response {
 }
 
 /// The JWT check and the rate limit every call goes through; `Err` is the answer.
-fn gate(inner: &Inner, headers: &HeaderMap, path: String) -> Result<(), Response> {
+fn gate(inner: &Inner, headers: &HeaderMap, path: String) -> Result<(), Box<Response>> {
     let mut log = inner.log.lock().unwrap();
     let answer = |log: &mut Log, status: StatusCode| {
         log.calls.push(Call {
@@ -258,10 +258,10 @@ fn gate(inner: &Inner, headers: &HeaderMap, path: String) -> Result<(), Response
     });
     if !valid {
         answer(&mut log, StatusCode::UNAUTHORIZED);
-        return Err(message(
+        return Err(Box::new(message(
             StatusCode::UNAUTHORIZED,
             "A JSON web token could not be decoded",
-        ));
+        )));
     }
     if log.throttle > 0 {
         log.throttle -= 1;
@@ -275,7 +275,7 @@ fn gate(inner: &Inner, headers: &HeaderMap, path: String) -> Result<(), Response
             .insert("retry-after", retry.to_string().parse().unwrap());
         r.headers_mut()
             .insert("x-ratelimit-remaining", "4999".parse().unwrap());
-        return Err(r);
+        return Err(Box::new(r));
     }
     answer(&mut log, StatusCode::OK);
     Ok(())
@@ -287,7 +287,7 @@ async fn list(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     if let Err(r) = gate(&inner, &headers, "list".into()) {
-        return r;
+        return *r;
     }
     let per_page = q
         .get("per_page")
@@ -333,7 +333,7 @@ async fn detail(
     Path(id): Path<u64>,
 ) -> Response {
     if let Err(r) = gate(&inner, &headers, format!("detail {id}")) {
-        return r;
+        return *r;
     }
     let log = inner.log.lock().unwrap();
     let Some(a) = log.attempts.iter().find(|a| a.id == id) else {
@@ -357,7 +357,7 @@ async fn redeliver(
     Path(id): Path<u64>,
 ) -> Response {
     if let Err(r) = gate(&inner, &headers, format!("redeliver {id}")) {
-        return r;
+        return *r;
     }
     let original = {
         let mut log = inner.log.lock().unwrap();
