@@ -321,12 +321,19 @@ fn summary(answers: &[TargetAnswer]) -> Outcome {
                    `check_suite` and `workflow_run` through `pull_requests[]`, `merge_group` \
                    through its queue branch), applies the routing policy (`decision`: start, reach, \
                    drain or ignore) and admits the delivery to each one's worker. A redelivery (same \
-                   `X-GitHub-Delivery`) is a duplicate. Headers are checked before the body is read.",
+                   `X-GitHub-Delivery` from the same hook) is a duplicate; two hooks' copies of one \
+                   event are two deliveries. Headers are checked before the body is read.",
     params(
         ("X-GitHub-Event" = String, Header, pattern = r"^[!-~]{1,64}$",
          description = "The event name, e.g. `pull_request` (visible ASCII, at most 64 bytes)"),
         ("X-GitHub-Delivery" = String, Header, pattern = r"^[!-~]{1,255}$",
          description = "The delivery id (visible ASCII, at most 255 bytes); a redelivery repeats it"),
+        ("X-GitHub-Hook-ID" = Option<String>, Header, pattern = r"^[0-9]{1,32}$",
+         description = "The hook that sent it; part of the deduplication key when present"),
+        ("X-GitHub-Hook-Installation-Target-Type" = Option<String>, Header, pattern = r"^[a-z_]{1,32}$",
+         description = "What the hook is installed on (`repository`, `organization`, `integration`); with the next, the key's hook identity when there is no hook id"),
+        ("X-GitHub-Hook-Installation-Target-ID" = Option<String>, Header, pattern = r"^[0-9]{1,32}$",
+         description = "The id of what the hook is installed on"),
         ("X-Hub-Signature-256" = Option<String>, Header, pattern = r"^sha256=[0-9a-fA-F]{64}$",
          description = "`sha256=` and the hex HMAC-SHA256 of the body under the webhook secret (required when the router has one)"),
     ),
