@@ -19,6 +19,8 @@
 //! * `--registry redis://...` or `postgres://...`: replicas (processes) sharing one registry;
 //!   each runs the containers of the workers its admissions create and forwards events for other
 //!   workers to their owner (see `remote.rs`).
+//! * `--github-app-id`/`--github-app-key` or `--github-repo-hook`/`--github-org-hook` with
+//!   `--github-token`: the reconciler redelivers what GitHub logged as failed (see `reconcile/`).
 //! * Ctrl-C refuses new deliveries, drains every worker and exits when they are done; at the
 //!   deadline it stops the rest and lists every delivery it could not complete.
 

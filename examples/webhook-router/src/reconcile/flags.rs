@@ -165,3 +165,65 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
         per_page: DEFAULT_PER_PAGE,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct A {
+        #[command(flatten)]
+        r: ReconcileArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Option<Config>, String> {
+        let mut all = vec!["webhook-router"];
+        all.extend_from_slice(args);
+        config(&A::try_parse_from(all).map_err(|e| e.to_string())?.r)
+    }
+
+    #[test]
+    fn hooks_horizons_and_keys_are_validated() {
+        let hook = ["--github-org-hook", "octo-org:12", "--github-token", "t"];
+        let c = parse(&hook).unwrap().unwrap();
+        assert_eq!(
+            c.hooks,
+            [Hook::Org {
+                org: "octo-org".into(),
+                id: 12
+            }]
+        );
+        assert_eq!(c.interval, Duration::from_secs(300));
+        assert_eq!(c.horizon, Duration::from_secs(71 * 3600));
+        assert_eq!(c.api_url, "https://api.github.com");
+        for (bad, says) in [
+            (vec!["--github-org-hook", "octo-org"], "ORG:HOOK_ID"),
+            (vec!["--github-org-hook", "octo-org:0"], "positive"),
+            (vec!["--github-org-hook", "a b:1"], "organisation"),
+            (vec!["--github-repo-hook", "octo-org:1"], "OWNER/REPO"),
+            (vec!["--github-repo-hook", "../x/y:1"], "OWNER/REPO"),
+            (vec!["--reconcile-horizon", "73h"], "3 days"),
+            (vec!["--reconcile-interval", "10ms"], "under a second"),
+            (vec!["--github-api-url", "ftp://x"], "http(s)"),
+        ] {
+            let mut args = hook.to_vec();
+            args.extend(bad.iter().copied());
+            // A later --github-org-hook adds to the first; every bad value is refused.
+            let e = parse(&args).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+        let e = parse(&[
+            "--github-app-id",
+            "1",
+            "--github-app-key",
+            "/nonexistent.pem",
+        ])
+        .unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+        assert!(
+            parse(&["--github-app-id", "1"]).is_err(),
+            "the key is required"
+        );
+    }
+}
