@@ -7,7 +7,8 @@
 //! traffic (`traffic.rs`) while the chaos (`chaos.rs`) crashes and drains workers, the killer
 //! (`killer.rs`) kills a replica halfway, the sampler (`sampler.rs`) watches the registry's live
 //! count and a progress line (`progress.rs`) is printed; then the reconciler (`reconcile.rs`)
-//! resends what was refused, the router is left to settle (`settle.rs`), every accepted delivery
+//! resends what was refused, the outage (`outage.rs`) has deliveries fail against a simulated
+//! GitHub (`github.rs`) and the reconciler recover them, the router is left to settle (`settle.rs`), every accepted delivery
 //! is audited (`audit.rs`), the replicas shut down (`shutdown.rs`) and the summary
 //! (`summary.rs`) is printed. `client.rs` is the simulated GitHub and operator they all use.
 
@@ -15,7 +16,9 @@ mod audit;
 mod chaos;
 mod client;
 mod clients;
+mod github;
 mod killer;
+mod outage;
 mod progress;
 mod reconcile;
 mod sampler;
@@ -243,6 +246,7 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
     let killed = killer.await.ok().flatten();
     let at_peak = sim.app().registry().status();
     let resent = reconcile::run(&sim).await;
+    let outage = outage::run(&sim).await;
     // Relaxed: a stop flag; the background phases stop at their next iteration.
     sim.done.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = chaos.await;
@@ -254,7 +258,8 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
     let audited = audit::run(&sim, &probe).await;
     let counts = summary::Counts::take(&sim, killed.as_ref());
     let shutdown = shutdown::run(&sim).await;
-    summary::print(summary::Findings {
+    eprintln!("{}", outage.line());
+    let mut report = summary::print(summary::Findings {
         sim: &sim,
         traffic,
         killed,
@@ -266,5 +271,7 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
         samples,
         probe,
         shutdown,
-    })
+    });
+    report.outage_lost = outage.lost + usize::from(outage.error.is_some());
+    report
 }

@@ -110,6 +110,7 @@ pub(super) fn print(mut f: Findings<'_>) -> Report {
         completed: f.audited.completed,
         in_flight: f.audited.in_flight,
         lost: f.audited.lost,
+        outage_lost: 0,
         unfinished: f.shutdown.unfinished.len(),
         containers: f.counts.ledger,
         samples: f.samples.taken,
@@ -314,6 +315,9 @@ pub struct Report {
     pub in_flight: usize,
     /// Of those, neither completed nor in flight: lost.
     pub lost: usize,
+    /// Deliveries of the outage phase still failed after the reconciler's passes (1 if the
+    /// phase could not run).
+    pub outage_lost: usize,
     /// Accepted deliveries the shutdown reported not completed.
     pub unfinished: usize,
     /// Container starts.
@@ -346,6 +350,7 @@ impl Report {
     /// and no delivery that started more than its releases explain, capacity never exceeded.
     pub fn passed(&self) -> bool {
         self.lost == 0
+            && self.outage_lost == 0
             && self.unfinished == 0
             && self.containers.max_per_worker <= 1
             && self.containers.refused == 0
