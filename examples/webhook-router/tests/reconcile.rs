@@ -313,3 +313,28 @@ async fn a_restarted_reconciler_resumes_from_the_shared_position() {
     assert_eq!(statuses(&fake, &late), [0, 202]);
     assert!(shared.position("app").await.unwrap().unwrap() > newest);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_exhausted_primary_rate_limit_is_waited_for_until_its_reset() {
+    let fake = FakeGitHub::start(nowhere().await, Some(SECRET)).await;
+    for i in 0..6u64 {
+        fake.deliver("pull_request", pr("o/r", 1 + i)).await;
+    }
+    let h = start(setup()).await;
+    fake.log().router = format!("{}/webhook", h.base);
+    // The first page's answer says the limit is spent for two minutes.
+    fake.log().exhaust_for = Some(120);
+    let mut r = reconciler(h.server.app(), &fake, &Shared::default());
+    let pass = r.pass().await.unwrap();
+    fake.settled().await;
+    assert_eq!(pass.redelivered, 6, "{pass:?}");
+    let calls = fake.log().calls.clone();
+    let waited = calls[1].at - calls[0].at;
+    // The reset is in whole seconds of the wall clock; the wait is on tokio's paused clock.
+    assert!(
+        waited >= Duration::from_secs(118),
+        "the next call came {waited:?} after the exhausted answer"
+    );
+    // Only that one wait: the later calls follow at once.
+    assert!(calls[2].at - calls[1].at < Duration::from_secs(1));
+}

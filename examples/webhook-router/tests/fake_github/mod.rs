@@ -60,6 +60,9 @@ pub struct Log {
     /// The next this many API calls answer 403, a secondary rate limit.
     pub throttle: u32,
     pub retry_after: u64,
+    /// The next answer says the primary rate limit is exhausted until this many seconds from now
+    /// (`X-RateLimit-Remaining: 0`, `X-RateLimit-Reset`).
+    pub exhaust_for: Option<u64>,
     /// Attempts are logged as failed (status 0, GitHub timed out) whatever the router answered.
     pub log_as_failed: bool,
     pub calls: Vec<Call>,
@@ -301,7 +304,8 @@ async fn list(
             None => return message(StatusCode::BAD_REQUEST, "invalid cursor"),
         },
     };
-    let log = inner.log.lock().unwrap();
+    let mut log = inner.log.lock().unwrap();
+    let exhaust = log.exhaust_for.take();
     let newest_first: Vec<&Logged> = log
         .attempts
         .iter()
@@ -316,6 +320,17 @@ async fn list(
     let mut r = Json(page).into_response();
     r.headers_mut()
         .insert("x-ratelimit-remaining", "4999".parse().unwrap());
+    if let Some(secs) = exhaust {
+        let reset = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + secs;
+        r.headers_mut()
+            .insert("x-ratelimit-remaining", "0".parse().unwrap());
+        r.headers_mut()
+            .insert("x-ratelimit-reset", reset.to_string().parse().unwrap());
+    }
     if newest_first.len() > per_page {
         let last = newest_first[per_page - 1].id;
         let link = format!(
