@@ -138,8 +138,11 @@ impl FakeGitHub {
     }
 
     /// Waits until no send is in progress (a redelivery is sent after its request is answered).
+    /// Polls a condition, not a duration. The cap is on the wall clock (60 s), because the tests
+    /// run on tokio's paused clock, which jumps past any sleep while real sockets are busy.
     pub async fn settled(&self) {
-        for _ in 0..400 {
+        let cap = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < cap {
             if self.log().sending == 0 {
                 return;
             }
