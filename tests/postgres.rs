@@ -6,6 +6,8 @@
 //! A server comes from `WORKER_REGISTRY_POSTGRES_URL`, or is started for the run (see
 //! `support/pg_cluster.rs`). Each test works in a registry of its own name.
 
+#[path = "support/ids.rs"]
+mod ids;
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
 
@@ -346,7 +348,8 @@ async fn a_replica_killed_mid_transaction_leaves_nothing_behind() {
     victim.batch_execute("BEGIN").await.unwrap();
     let row = victim
         .query_one(
-            "SELECT o_outcome, o_new FROM wr_admit((SELECT id FROM wr_registries WHERE name = $1),
+            "SELECT o_outcome, o_new, o_worker FROM wr_admit(
+                    (SELECT id FROM wr_registries WHERE name = $1),
                     'octo/repo', 1, 'half', 64, 1000000, 1000000)",
             &[&name],
         )
@@ -354,6 +357,7 @@ async fn a_replica_killed_mid_transaction_leaves_nothing_behind() {
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "assigned");
     assert!(row.get::<_, bool>(1));
+    let victims_id = worker_registry::WorkerId::new(row.get::<_, i64>(2) as u64);
 
     // Another replica's admit of the same target waits for that lock...
     let waiting = {
@@ -377,7 +381,11 @@ async fn a_replica_killed_mid_transaction_leaves_nothing_behind() {
         panic!()
     };
     assert!(other.new, "the victim's worker never existed");
-    assert_eq!(other.worker.get(), 1, "and spent no worker id");
+    // Ids follow the server's clock, so the other one may take the same id or a later one; the
+    // victim's, if different, names no worker.
+    if victims_id != other.worker {
+        assert_eq!(r.worker(victims_id).await.unwrap(), None);
+    }
     // Its claim never existed either: the same delivery is admitted as new.
     assert!(matches!(
         r.admit(&t(1), &d("half")).await.unwrap(),
@@ -508,7 +516,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 5);
+    assert_eq!(n, 6);
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await
@@ -640,7 +648,7 @@ fn random_op(rng: &mut impl rand::Rng) -> Op {
 /// What is compared of a worker (its wall-clock times differ between the two time bases).
 fn worker_view(w: &worker_registry::WorkerInfo) -> String {
     format!(
-        "{} {:?} {:?} {:?} {:?} suspect={} beaten={} {} died={} drain={}",
+        "{:?} {:?} {:?} {:?} {:?} suspect={} beaten={} {:?} died={} drain={}",
         w.id,
         w.target,
         w.kind,
@@ -654,18 +662,30 @@ fn worker_view(w: &worker_registry::WorkerInfo) -> String {
     )
 }
 
-async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
+/// Runs one call on `r`; its answer with ids by the order `ids` saw them.
+async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op, ids: &mut ids::Ids) -> String {
+    let answer = apply_raw(r, op, ids).await;
+    ids.norm(&answer)
+}
+
+async fn apply_raw<R: WorkerRegistry + Maintenance>(r: &R, op: &Op, ids: &mut ids::Ids) -> String {
     let target = |n: u64| t(n);
     let delivery = |e: u8| d(&format!("e{e}"));
-    let id = worker_registry::WorkerId::new;
+    let id = |k: u64| ids.arg(k);
     match op {
         Op::Admit(t, e) => match r.admit(&target(*t), &delivery(*e)).await {
-            Ok(Admission::Duplicate(dup)) => format!("dup {:?} {:?}", dup.holder, dup.state),
+            Ok(Admission::Duplicate(dup)) => format!(
+                "dup {:?} {:?} unstarted={}",
+                dup.holder, dup.state, dup.unstarted
+            ),
             other => format!("{other:?}"),
         },
         Op::Claim(t, e) => match r.claim(&target(*t), &delivery(*e)).await {
             Ok(worker_registry::ClaimOutcome::AlreadyClaimed(dup)) => {
-                format!("dup {:?} {:?}", dup.holder, dup.state)
+                format!(
+                    "dup {:?} {:?} unstarted={}",
+                    dup.holder, dup.state, dup.unstarted
+                )
             }
             other => format!("{other:?}"),
         },
@@ -699,7 +719,7 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
             let mut released: Vec<_> = s
                 .released
                 .iter()
-                .map(|e| format!("{} {:?} {}", e.delivery, e.holder, e.reason))
+                .map(|e| ids.norm(&format!("{} {:?} {}", e.delivery, e.holder, e.reason)))
                 .collect();
             released.sort();
             let mut drained = s.drained_stuck.clone();
@@ -707,7 +727,11 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
             let mut targets = s.released_targets.clone();
             targets.sort();
             let snap = r.status();
-            let mut workers: Vec<_> = snap.workers.iter().map(worker_view).collect();
+            let mut workers: Vec<_> = snap
+                .workers
+                .iter()
+                .map(|w| ids.norm(&worker_view(w)))
+                .collect();
             workers.sort();
             format!(
                 "died={died:?} suspected={suspected:?} brake={} released={released:?} \
@@ -770,6 +794,7 @@ async fn answers_as_the_in_memory_registry_does_on_random_histories() {
         let clock = worker_registry::ManualClock::new();
         let memory = worker_registry::InMemoryRegistry::with_clock(config.clone(), clock.clone());
         let pg = open(&url, "differential", config.clone()).await;
+        let (mut memory_ids, mut pg_ids) = (ids::Ids::default(), ids::Ids::default());
         for step in 0..300 {
             let op = random_op(&mut rng);
             if let Op::Advance = op {
@@ -780,8 +805,8 @@ async fn answers_as_the_in_memory_registry_does_on_random_histories() {
                 }
                 continue;
             }
-            let want = apply(&memory, &op).await;
-            let got = apply(&pg, &op).await;
+            let want = apply(&memory, &op, &mut memory_ids).await;
+            let got = apply(&pg, &op, &mut pg_ids).await;
             assert_eq!(got, want, "seed {seed}, step {step}: {op:?}");
             if std::env::var_os("WR_SHOW_HISTORY").is_some() {
                 println!("{op:?} => {want}");
@@ -866,6 +891,7 @@ async fn the_retained_counter_agrees_with_a_count_of_completed_claims() {
             .await
             .unwrap();
         let mut before = retained_in_db(&client, pg.name()).await.1;
+        let mut ids = ids::Ids::default();
         for step in 0..300 {
             let op = random_op(&mut rng);
             if let Op::Advance = op {
@@ -886,7 +912,7 @@ async fn the_retained_counter_agrees_with_a_count_of_completed_claims() {
                     "seed {seed}, step {step}: the published gauge"
                 );
             } else {
-                apply(&pg, &op).await;
+                apply(&pg, &op, &mut ids).await;
             }
             let (counter, count) = retained_in_db(&client, pg.name()).await;
             assert_eq!(counter, count, "seed {seed}, step {step}: {op:?}");
@@ -1015,7 +1041,7 @@ async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept(
         )
         .await
         .unwrap();
-    assert_eq!(PostgresRegistry::migrate(&db_url).await.unwrap(), [4, 5]);
+    assert_eq!(PostgresRegistry::migrate(&db_url).await.unwrap(), [4, 5, 6]);
     assert_eq!(retained_in_db(&client, "kept").await, (7, 7));
     assert_eq!(retained_in_db(&client, "empty").await, (0, 0));
     let r = PostgresRegistry::builder(&db_url)

@@ -123,7 +123,7 @@ impl RedisRegistry {
         Ok(p)
     }
 
-    /// Decodes the rest of `{'dup', holder, claimed_at, state}`.
+    /// Decodes the rest of `{'dup', holder, claimed_at, state, unstarted}`.
     fn duplicate(&self, r: &mut Reply<'_>) -> Result<AlreadyClaimed, RegistryError> {
         let holder = codec::opt_worker_id(&r.text()?)?;
         let since = codec::wall(r.uint()?);
@@ -132,8 +132,9 @@ impl RedisRegistry {
             "completed" => ClaimState::Completed,
             other => return Err(bad(format!("claim state {other:?}"))),
         };
+        let unstarted = r.int()? == 1;
         self.inner.counters.inc(C::Duplicates);
-        Ok(AlreadyClaimed::new(holder, since, state))
+        Ok(AlreadyClaimed::new(holder, since, state).with_unstarted(unstarted))
     }
 
     /// Decodes the refusals every worker call shares: `{'unknown'}` and `{'dead', reason}`.

@@ -7,6 +7,8 @@
 //! off in bounded script calls, and an idle sweep's version a header alone.
 
 mod harness;
+#[path = "../support/ids.rs"]
+mod ids;
 
 mod basics;
 mod conformance;

@@ -60,6 +60,17 @@ local MAX_ID = 17592186044415
 -- An integer as decimal text (tostring would switch to exponent form past 14 digits).
 local function I(n) return string.format('%d', n) end
 
+-- Worker ids count milliseconds from 2026-01-01 (as the in-memory backend's do): the next id is
+-- past both the last one handed out and the registry's clock, so an id handed out before the
+-- server lost or rewound the registry's data (a restart without persistence, a failover to a
+-- lagging replica) is not handed out again, as long as ids were not handed out faster than one
+-- per millisecond on average and the server's clock did not step back.
+local ID_EPOCH_MS = 1767225600000
+local function next_id(now)
+  local last = tonumber(redis.call('GET', K.next_worker_id) or '0') or 0
+  return math.max(last + 1, now - ID_EPOCH_MS)
+end
+
 local function clock()
   local t = redis.call('TIME')
   local off = tonumber(redis.call('GET', K.offset) or '0') or 0
