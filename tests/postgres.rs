@@ -10,6 +10,8 @@
 mod ids;
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[path = "support/proxy.rs"]
+mod proxy;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -1229,4 +1231,80 @@ async fn a_replica_reads_only_the_worker_rows_changed_since_its_snapshot() {
     let s = other.status();
     assert_eq!(s.workers.len(), 19);
     assert!(s.worker(workers[1]).is_none());
+}
+
+/// `postgres://user@host:port/db` with `host:port` replaced by `addr`, and the `host:port` it had.
+fn via(url: &str, addr: std::net::SocketAddr) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (user, rest) = rest.rsplit_once('@').map_or(("", rest), |(u, r)| (u, r));
+    let (hostport, db) = rest.split_once('/').unwrap_or((rest, ""));
+    let at = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    (format!("{scheme}://{at}{addr}/{db}"), hostport.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicate() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    // The proxy's address is known once it listens; the upstream is the URL's.
+    let (_, upstream) = via(&url, "127.0.0.1:1".parse().unwrap());
+    let proxy = proxy::Proxy::start(&upstream).await;
+    let (proxied, _) = via(&url, proxy.addr());
+    let name = pg_cluster::unique_name("lost-reply");
+    let through = PostgresRegistry::builder(&proxied)
+        .name(&name)
+        .connect()
+        .await
+        .unwrap();
+    let direct = PostgresRegistry::builder(&url)
+        .name(&name)
+        .connect()
+        .await
+        .unwrap();
+    // An admission first (the statement is prepared on the connection before the lost one).
+    assert!(matches!(
+        through.admit(&t(1), &d("lost")).await,
+        Ok(Admission::Assigned(_))
+    ));
+
+    proxy.drop_next_reply();
+    let err = through.admit(&t(7), &d("lost")).await.unwrap_err();
+    assert!(err.is_retryable(), "a lost reply is retryable: {err:?}");
+    assert_eq!(proxy.dropped(), 1);
+
+    let mut retry = None;
+    for _ in 0..50 {
+        match through.admit(&t(7), &d("lost")).await {
+            Ok(a) => {
+                retry = Some(a);
+                break;
+            }
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let Some(Admission::Duplicate(dup)) = retry else {
+        panic!("the admission committed, so its retry is a duplicate: {retry:?}")
+    };
+    let worker = dup.holder.expect("held by the worker it created");
+    assert!(dup.unstarted, "nothing started it: {dup:?}");
+    assert_eq!(dup.needs_start(), Some(worker));
+    let info = direct
+        .worker(worker)
+        .await
+        .unwrap()
+        .expect("the worker exists");
+    assert!(info.status.is_alive() && !info.has_heartbeated);
+
+    // Once started, a redelivery is a plain duplicate: no second start.
+    direct.heartbeat(worker).await.unwrap();
+    let Ok(Admission::Duplicate(after)) = through.admit(&t(7), &d("lost")).await else {
+        panic!("still a duplicate")
+    };
+    assert_eq!(after.needs_start(), None);
 }
