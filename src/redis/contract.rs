@@ -493,9 +493,12 @@ impl WorkerRegistry for RedisRegistry {
     /// **Locking behaviour:** no I/O; two short mutexes around the gauges and the sweep
     /// histogram.
     fn stats(&self) -> Stats {
-        self.inner
+        let mut s = self
+            .inner
             .counters
-            .read(self.inner.events.sender.missed(), self.inner.snapshot.age())
+            .read(self.inner.events.sender.missed(), self.inner.snapshot.age());
+        s.data_losses = self.inner.loss.losses();
+        s
     }
 
     fn config(&self) -> &RegistryConfig {
@@ -505,6 +508,8 @@ impl WorkerRegistry for RedisRegistry {
 
 impl Maintenance for RedisRegistry {
     async fn sweep(&self) -> Result<SweepReport, RegistryError> {
+        // Before the sweep refreshes the snapshot: the workers it lists are what a loss lost.
+        self.check_loss().await?;
         self.sweep_steps().await
     }
 

@@ -139,6 +139,7 @@ mod error;
 mod events;
 mod keys;
 mod lease;
+mod loss;
 mod publish;
 mod scripts;
 mod stream;
@@ -163,6 +164,7 @@ use crate::api::error::RegistryError;
 use crate::api::snapshot::StatusSnapshot;
 use crate::clock::millis;
 use crate::config::RegistryConfig;
+use crate::remote::loss::LossWatch;
 use crate::remote::snapshot::SnapshotCache;
 
 /// The registry name used unless [`RedisRegistryBuilder::name`] sets one.
@@ -255,6 +257,8 @@ pub(crate) struct Inner {
     /// Serialises this handle's snapshot refreshes (each applies changes to the version it read).
     pub(crate) refresh: tokio::sync::Mutex<()>,
     pub(crate) counters: Counters,
+    /// What this handle saw of the registry's identity (data-loss detection, `loss.rs`).
+    pub(crate) loss: LossWatch,
     pub(crate) events: Arc<events::Events>,
     /// Forwards the server's lifecycle events into `events`; stopped when this is dropped.
     _listener: events::Listener,
@@ -399,6 +403,10 @@ impl RedisRegistryBuilder {
             .await
             .map_err(unavailable)?;
         let replica = format!("r{n}-{}", secs * 1_000_000 + micros);
+        // The registry's incarnation as this handle first sees it (set now if there is none).
+        let seen = loss::identity(&mut conn, &keys, &replica)
+            .await
+            .map_err(RedisConnectError::Unavailable)?;
         let config = self.config.clone();
         let events = Arc::new(events::Events::new(self.connection_timeout));
         let listener = events::Listener::start(
@@ -428,6 +436,7 @@ impl RedisRegistryBuilder {
                 conn,
                 replica,
                 counters: Counters::new(),
+                loss: LossWatch::new(seen.incarnation, seen.last_id),
                 events,
                 _listener: listener,
                 settings: self,

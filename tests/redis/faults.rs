@@ -250,3 +250,110 @@ async fn with_aof_claims_and_workers_survive_a_restart_of_the_server_and_every_r
     assert_eq!((again.worker, again.new), (w.worker, false));
     assert!(c.register().await.unwrap() > reg);
 }
+
+/// Sweeps until the server answers (bounded like `admit_until_answered`).
+async fn sweep_until_answered(r: &RedisRegistry) -> worker_registry::SweepReport {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match r.sweep().await {
+            Ok(s) => return s,
+            Err(e) => {
+                assert!(e.is_retryable(), "only retryable errors: {e}");
+                assert!(Instant::now() < deadline, "no recovery within 20 s: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The data loss the next `DataLost` event on `events` reports (bounded wait), skipping others.
+async fn next_loss(events: &mut worker_registry::Subscription) -> Vec<worker_registry::WorkerId> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.recv()).await {
+            Ok(Ok(Event::DataLost { mut lost })) => {
+                lost.sort();
+                return lost;
+            }
+            Ok(Ok(_)) | Ok(Err(worker_registry::RecvError::Lagged { .. })) => {}
+            other => panic!("no DataLost event: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_mid_traffic_repeats_no_id_or_token_and_is_reported() {
+    let Some(mut server) = Server::start(false, "data-loss") else {
+        return;
+    };
+    let r = connect(&server, "data-loss").await;
+    let other = r.connect_replica().await.unwrap();
+    let (mut events, mut other_events) = (r.subscribe(), other.subscribe());
+    let mut before = Vec::new();
+    for i in 0..6 {
+        let replica = if i % 2 == 0 { &r } else { &other };
+        let Admission::Assigned(a) = admit_until_answered(replica, &t(i + 1), &d("before")).await
+        else {
+            panic!("admitted")
+        };
+        before.push(a);
+    }
+    sweep_until_answered(&r).await;
+    sweep_until_answered(&other).await;
+    assert_eq!(r.status().capacity.used, 6);
+
+    // The server restarts with nothing (no AOF, no RDB): the registry's data is gone. Traffic
+    // goes on through the same handles.
+    server.restart();
+    let mut after = Vec::new();
+    for i in 0..6 {
+        let replica = if i % 2 == 0 { &other } else { &r };
+        let Admission::Assigned(a) = admit_until_answered(replica, &t(i + 1), &d("after")).await
+        else {
+            panic!("admitted")
+        };
+        assert!(
+            a.new,
+            "the old workers are gone: a new one for {}",
+            t(i + 1)
+        );
+        after.push(a);
+    }
+    let newest_before = before.iter().map(|a| a.token).max().unwrap();
+    for a in &after {
+        assert!(
+            before.iter().all(|b| b.worker != a.worker),
+            "worker id {} handed out again",
+            a.worker
+        );
+        assert!(
+            a.token > newest_before,
+            "token {} not above {newest_before}",
+            a.token
+        );
+    }
+
+    // Each replica finds the loss in its next sweep: logged, counted, and the workers its
+    // snapshot listed alive that the server no longer knows are reported.
+    let mut old: Vec<_> = before.iter().map(|a| a.worker).collect();
+    old.sort();
+    sweep_until_answered(&r).await;
+    assert_eq!(next_loss(&mut events).await, old);
+    assert_eq!(r.stats().data_losses, 1);
+    sweep_until_answered(&other).await;
+    assert_eq!(next_loss(&mut other_events).await, old);
+    assert_eq!(other.stats().data_losses, 1);
+    // Reported once; the snapshot starts over and lists the new workers only.
+    sweep_until_answered(&r).await;
+    sweep_until_answered(&r).await;
+    assert_eq!(r.stats().data_losses, 1);
+    let listed: Vec<_> = r.status().workers.iter().map(|w| w.id).collect();
+    assert_eq!(listed.len(), 6, "{listed:?}");
+    assert!(listed.iter().all(|w| after.iter().any(|a| a.worker == *w)));
+    // A zombie container of a lost worker is refused: its id names nothing, and never will.
+    assert!(matches!(
+        r.heartbeat(before[0].worker).await,
+        Err(RegistryError::UnknownWorker { .. })
+    ));
+}
