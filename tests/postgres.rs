@@ -1308,3 +1308,123 @@ async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicat
     };
     assert_eq!(after.needs_start(), None);
 }
+
+/// The next `DataLost` event on `events` (bounded wait), skipping others; its workers sorted.
+async fn next_loss(events: &mut worker_registry::Subscription) -> Vec<worker_registry::WorkerId> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match tokio::time::timeout(left, events.recv()).await {
+            Ok(Ok(Event::DataLost { mut lost })) => {
+                lost.sort();
+                return lost;
+            }
+            Ok(Ok(_)) | Ok(Err(worker_registry::RecvError::Lagged { .. })) => {}
+            other => panic!("no DataLost event: {other:?}"),
+        }
+    }
+}
+
+/// The registry's rows, as a restore of an older copy (or a failover to a standby that lagged)
+/// brings them back: the tables that say which workers and claims exist.
+const REGISTRY_TABLES: [&str; 5] = [
+    "wr_capacity",
+    "wr_workers",
+    "wr_targets",
+    "wr_claims",
+    "wr_snapshots",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewound_registry_repeats_no_id_or_token_and_every_replica_reports_the_lost_workers() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let r = open(&url, "rewound", RegistryConfig::default()).await;
+    let other = PostgresRegistry::builder(&url)
+        .name(r.name())
+        .connect()
+        .await
+        .unwrap();
+    let (mut events, mut other_events) = (r.subscribe(), other.subscribe());
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let reg = registry_id(&client, r.name()).await;
+    let admit = |r: &PostgresRegistry, n: u64| {
+        let r = r.clone();
+        async move {
+            let Ok(Admission::Assigned(a)) = r.admit(&t(n), &d("x")).await else {
+                panic!("admitted")
+            };
+            a
+        }
+    };
+
+    let mut kept = Vec::new();
+    for n in 1..=3 {
+        kept.push(admit(&r, n).await);
+    }
+    r.sweep().await.unwrap();
+    // The copy that will come back.
+    for table in REGISTRY_TABLES {
+        client
+            .batch_execute(&format!(
+                "CREATE TEMP TABLE keep_{table} AS SELECT * FROM {table} WHERE registry = {reg}"
+            ))
+            .await
+            .unwrap();
+    }
+    let mut lost = Vec::new();
+    for n in 4..=6 {
+        lost.push(admit(&other, n).await);
+    }
+    r.sweep().await.unwrap();
+    other.sweep().await.unwrap();
+    assert_eq!(r.status().capacity.used, 6);
+    assert_eq!(other.status().capacity.used, 6);
+
+    // The older copy is restored: workers 4-6 and their claims never happened.
+    let mut restore = String::from("BEGIN;");
+    for table in REGISTRY_TABLES {
+        restore.push_str(&format!(
+            "DELETE FROM {table} WHERE registry = {reg}; \
+             INSERT INTO {table} SELECT * FROM keep_{table};"
+        ));
+    }
+    restore.push_str("COMMIT;");
+    client.batch_execute(&restore).await.unwrap();
+
+    // New workers get ids (and tokens) above every one handed out before, the lost included.
+    let newest = lost.iter().map(|a| a.token).max().unwrap();
+    for n in 7..=8 {
+        let a = admit(&r, n).await;
+        assert!(a.new);
+        assert!(
+            lost.iter().chain(&kept).all(|b| b.worker != a.worker),
+            "worker id {} handed out again",
+            a.worker
+        );
+        assert!(a.token > newest, "token {} not above {newest}", a.token);
+    }
+
+    // Every replica finds the rewind in its next sweep and reports the workers that are gone.
+    let mut gone: Vec<_> = lost.iter().map(|a| a.worker).collect();
+    gone.sort();
+    r.sweep().await.unwrap();
+    assert_eq!(next_loss(&mut events).await, gone);
+    assert_eq!(r.stats().data_losses, 1);
+    other.sweep().await.unwrap();
+    assert_eq!(next_loss(&mut other_events).await, gone);
+    assert_eq!(other.stats().data_losses, 1);
+    // Once; the snapshot starts over from the rows as they are.
+    r.sweep().await.unwrap();
+    r.sweep().await.unwrap();
+    assert_eq!(r.stats().data_losses, 1);
+    assert_eq!(r.status().capacity.used, 5);
+    assert!(matches!(
+        r.heartbeat(lost[0].worker).await,
+        Err(RegistryError::UnknownWorker { .. })
+    ));
+}

@@ -17,6 +17,7 @@ use super::{listen, migrate, rows, Inner, Params, PostgresRegistry};
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
+use crate::remote::loss::LossWatch;
 
 /// Builds a [`PostgresRegistry`]: the database URL, the registry's name and configuration, and
 /// the handle's pool size and timeouts.
@@ -234,8 +235,11 @@ impl PostgresRegistryBuilder {
                 counters: Counters::default(),
                 events,
                 listener,
+                loss: LossWatch::new(String::new(), 0),
             }),
         };
+        let seen = registry.identity().await?;
+        registry.inner.loss.begin(&seen.incarnation, seen.last_id);
         registry.refresh_snapshot().await?;
         Ok(registry)
     }

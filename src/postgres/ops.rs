@@ -394,6 +394,7 @@ impl WorkerRegistry for PostgresRegistry {
         s.live_workers = snapshot.capacity.used;
         s.retained_claims = snapshot.claims.retained;
         s.events_missed = inner.events.missed();
+        s.data_losses = inner.loss.losses();
         s.snapshot_age = inner.snapshot.age();
         s
     }

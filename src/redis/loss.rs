@@ -1,20 +1,23 @@
 //! Data-loss detection on Redis (see `crate::remote::loss`): the registry's incarnation is
-//! `{n}:epoch`, a value set once (`SET NX`) by the first handle or listener that finds none, so a
-//! server that lost the registry's data (a restart without persistence, `FLUSHALL`, a failover to
-//! a replica that never had it) has none or a new one; the id counter is `{n}:next_worker_id`, and
+//! `{n}:epoch`, a value set by the first handle or listener that finds none, so a server that lost
+//! the registry's data (a restart without persistence, `FLUSHALL`, a failover to a replica that
+//! never had it) has none or a new one; the id counter is `{n}:next_worker_id`, and
 //! `{n}:snapshot_version` must not be below the version a handle has cached. Every sweep of every
-//! handle reads the three in one pipeline (one round trip, three O(1) commands) before it
-//! refreshes its snapshot.
+//! handle reads the three (`identity.lua`: one script, three O(1) reads) before it refreshes its
+//! snapshot. The first handle that finds the data rewound (same epoch, a counter or version below
+//! what it saw: a failover to a replica that lagged) moves the epoch on, so that every other
+//! handle finds the loss too.
 
 use ::redis::aio::ConnectionManager;
 
 use super::error;
 use super::keys::Keys;
+use super::scripts::SCRIPTS;
 use super::RedisRegistry;
-use crate::api::contract::WorkerRegistry;
 use crate::api::error::RegistryError;
 use crate::api::events::Event;
 use crate::api::snapshot::StatusSnapshot;
+use crate::remote::loss;
 
 /// What the server says of the registry's identity now.
 pub(crate) struct Identity {
@@ -23,33 +26,29 @@ pub(crate) struct Identity {
     pub(crate) version: u64,
 }
 
-/// Reads the registry's incarnation (setting `fresh` if there is none), its id counter and its
-/// published snapshot version.
+/// Reads the registry's incarnation (setting `fresh` if there is none, or if it is still `from`),
+/// its id counter and its published snapshot version: one script, three O(1) reads.
 pub(crate) async fn identity(
     conn: &mut ConnectionManager,
     keys: &Keys,
+    replica: &str,
     fresh: &str,
+    from: &str,
 ) -> Result<Identity, RegistryError> {
-    let epoch = format!("{}epoch", keys.prefix);
-    let (incarnation, last_id, version): (String, Option<u64>, Option<u64>) = ::redis::pipe()
-        .cmd("SET")
-        .arg(&epoch)
+    let (incarnation, last_id, version): (String, u64, u64) = SCRIPTS
+        .identity
+        .key(&keys.offset)
+        .arg(&keys.prefix)
+        .arg(replica)
         .arg(fresh)
-        .arg("NX")
-        .ignore()
-        .cmd("GET")
-        .arg(&epoch)
-        .cmd("GET")
-        .arg(format!("{}next_worker_id", keys.prefix))
-        .cmd("GET")
-        .arg(format!("{}snapshot_version", keys.prefix))
-        .query_async(conn)
+        .arg(from)
+        .invoke_async(conn)
         .await
         .map_err(error::backend)?;
     Ok(Identity {
         incarnation,
-        last_id: last_id.unwrap_or(0),
-        version: version.unwrap_or(0),
+        last_id,
+        version,
     })
 }
 
@@ -66,26 +65,30 @@ impl RedisRegistry {
             inner.loss.saw(max);
         }
         let mut conn = inner.conn.clone();
-        let now = identity(&mut conn, &inner.keys, &inner.replica).await?;
-        let Some(loss) =
+        let now = identity(&mut conn, &inner.keys, &inner.replica, &inner.replica, "").await?;
+        let Some(found) =
             inner
                 .loss
                 .observe(&now.incarnation, now.last_id, before.version, now.version)
         else {
             return Ok(());
         };
-        let mut lost = Vec::new();
-        for w in before.workers.iter().filter(|w| w.status.is_alive()) {
-            if self.worker(w.id).await?.is_none() {
-                lost.push(w.id);
-            }
+        if found.is_rewind() {
+            // The epoch is unchanged: move it on, so that every other handle finds the loss too
+            // (once the counter and the version have caught up, they could not).
+            let fresh = format!("{}-{}", inner.replica, now.last_id);
+            let moved = identity(
+                &mut conn,
+                &inner.keys,
+                &inner.replica,
+                &fresh,
+                &now.incarnation,
+            )
+            .await?;
+            inner.loss.begin(&moved.incarnation, moved.last_id);
         }
-        tracing::error!(
-            registry = %self.name(),
-            replica = %inner.replica,
-            lost = lost.len(),
-            "{loss}: the workers created in what was lost no longer exist; stop their containers"
-        );
+        let lost = loss::lost_workers(self, &before).await?;
+        loss::log("redis", self.name(), &inner.replica, &found, &lost);
         inner.snapshot.reset(StatusSnapshot::empty(
             inner.config.max_workers(),
             std::time::SystemTime::now(),

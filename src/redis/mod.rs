@@ -404,7 +404,7 @@ impl RedisRegistryBuilder {
             .map_err(unavailable)?;
         let replica = format!("r{n}-{}", secs * 1_000_000 + micros);
         // The registry's incarnation as this handle first sees it (set now if there is none).
-        let seen = loss::identity(&mut conn, &keys, &replica)
+        let seen = loss::identity(&mut conn, &keys, &replica, &replica, "")
             .await
             .map_err(RedisConnectError::Unavailable)?;
         let config = self.config.clone();

@@ -12,7 +12,10 @@
 
 use std::fmt;
 
+use crate::api::contract::WorkerRegistry;
+use crate::api::error::RegistryError;
 use crate::api::ids::WorkerId;
+use crate::api::snapshot::StatusSnapshot;
 use crate::sync::{AtomicU64, Mutex, Ordering};
 
 /// What a handle found, comparing the server's registry with what it saw before.
@@ -40,6 +43,14 @@ pub(crate) enum Loss {
         /// The server's now.
         now: u64,
     },
+}
+
+impl Loss {
+    /// The data went back in time (the incarnation is unchanged): the handle that finds it
+    /// moves the incarnation on, so that every other handle finds it too.
+    pub(crate) fn is_rewind(&self) -> bool {
+        !matches!(self, Self::Gone { .. })
+    }
 }
 
 impl fmt::Display for Loss {
@@ -78,6 +89,15 @@ impl LossWatch {
             last_id: AtomicU64::new(last_id),
             losses: AtomicU64::new(0),
         }
+    }
+
+    /// Starts over from the server's `incarnation` and id counter, judging nothing (a handle
+    /// that read them only after it was built).
+    pub(crate) fn begin(&self, incarnation: &str, last_id: u64) {
+        let mut known = self.incarnation.lock().unwrap_or_else(|p| p.into_inner());
+        incarnation.clone_into(&mut known);
+        // Relaxed: see `saw`.
+        self.last_id.store(last_id, Ordering::Relaxed);
     }
 
     /// Notes an id the handle was handed (an answer of this handle's own call).
@@ -132,6 +152,34 @@ impl LossWatch {
         // Relaxed: a statistic.
         self.losses.load(Ordering::Relaxed)
     }
+}
+
+/// The workers `before` (a handle's snapshot from before the loss) lists alive that `registry`
+/// no longer knows: what the loss lost. One read per worker listed alive (at most
+/// `max_workers`), once per loss.
+pub(crate) async fn lost_workers<R: WorkerRegistry>(
+    registry: &R,
+    before: &StatusSnapshot,
+) -> Result<Vec<WorkerId>, RegistryError> {
+    let mut lost = Vec::new();
+    for w in before.workers.iter().filter(|w| w.status.is_alive()) {
+        if registry.worker(w.id).await?.is_none() {
+            lost.push(w.id);
+        }
+    }
+    Ok(lost)
+}
+
+/// Logs a loss a handle found (an error: the operator's data is gone).
+pub(crate) fn log(backend: &str, registry: &str, replica: &str, loss: &Loss, lost: &[WorkerId]) {
+    tracing::error!(
+        backend,
+        registry,
+        replica,
+        lost = lost.len(),
+        "{loss}: the workers created in what was lost no longer exist (their ids are never handed \
+         out again); stop their containers"
+    );
 }
 
 #[cfg(test)]

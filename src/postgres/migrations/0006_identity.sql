@@ -11,3 +11,8 @@ DROP FUNCTION wr_claim(bigint, text, bigint, text, bigint, bigint);
 -- The limits that decide, as the first replica to open the registry set them (a JSON object of
 -- integers, see `src/postgres/agreement.rs`); NULL until then.
 ALTER TABLE wr_registries ADD COLUMN config jsonb;
+
+-- The registry's incarnation: a value chosen when its row is created, and changed by the first
+-- handle that finds the data rewound (a failover to a standby that lagged, a restore), so that
+-- every other handle finds the loss too (see `src/postgres/loss.rs`).
+ALTER TABLE wr_registries ADD COLUMN epoch text NOT NULL DEFAULT md5(random()::text);

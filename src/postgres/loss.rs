@@ -1,0 +1,81 @@
+//! Data-loss detection on PostgreSQL (see `crate::remote::loss`): the registry's incarnation is
+//! `wr_registries.epoch` (random, set when the row is created), the id counter
+//! `wr_capacity.next_worker_id`, the published version `wr_snapshots.version`. A failover to an
+//! asynchronous standby that had not received the latest commits, or a restore of an older copy,
+//! leaves the incarnation as it was and the counter or the version below what a handle saw; a
+//! registry deleted and created again has a new incarnation. The first handle that finds a rewind
+//! changes the incarnation (compare-and-set), so that every other handle finds it too, even once
+//! the counter and the version have caught up. Every sweep of every handle reads
+//! the three (one statement, three primary-key lookups) before it refreshes its snapshot.
+
+use super::rows::col;
+use super::PostgresRegistry;
+use crate::api::error::RegistryError;
+use crate::api::events::Event;
+use crate::remote::loss;
+
+/// Moves the incarnation on from `$2` to `$3` unless another handle did already; the current one.
+const NEW_EPOCH: &str = "WITH moved AS (UPDATE wr_registries SET epoch = $3 \
+                                          WHERE id = $1 AND epoch = $2 RETURNING epoch) \
+    SELECT coalesce((SELECT epoch FROM moved), \
+                    (SELECT epoch FROM wr_registries WHERE id = $1), '') AS epoch";
+
+const IDENTITY: &str = "SELECT \
+    coalesce((SELECT epoch FROM wr_registries WHERE id = $1), '') AS incarnation, \
+    coalesce((SELECT next_worker_id - 1 FROM wr_capacity WHERE registry = $1), 0) AS last_id, \
+    coalesce((SELECT version FROM wr_snapshots WHERE registry = $1), 0) AS version";
+
+/// What the database says of the registry's identity now.
+pub(crate) struct Identity {
+    pub(crate) incarnation: String,
+    pub(crate) last_id: u64,
+    pub(crate) version: u64,
+}
+
+impl PostgresRegistry {
+    /// The registry's incarnation, id counter and published version, read now.
+    pub(crate) async fn identity(&self) -> Result<Identity, RegistryError> {
+        self.call(IDENTITY, &[&self.inner.id], |row| {
+            Ok(Identity {
+                incarnation: col(row, "incarnation")?,
+                last_id: u64::try_from(col::<i64>(row, "last_id")?).unwrap_or(0),
+                version: u64::try_from(col::<i64>(row, "version")?).unwrap_or(0),
+            })
+        })
+        .await
+    }
+
+    /// Compares the database's registry with what this handle saw (before a sweep refreshes
+    /// the snapshot); on a loss, logs it, counts it, publishes [`Event::DataLost`] to this
+    /// handle's subscribers naming the workers its snapshot listed alive that the database no
+    /// longer knows, and starts its copy of the snapshot over.
+    pub(crate) async fn check_loss(&self) -> Result<(), RegistryError> {
+        let inner = &*self.inner;
+        let before = inner.snapshot.load();
+        if let Some(max) = before.workers.iter().map(|w| w.id).max() {
+            inner.loss.saw(max);
+        }
+        let now = self.identity().await?;
+        let Some(found) =
+            inner
+                .loss
+                .observe(&now.incarnation, now.last_id, before.version, now.version)
+        else {
+            return Ok(());
+        };
+        if found.is_rewind() {
+            let fresh = format!("{}-{}", inner.replica, now.last_id);
+            let epoch: String = self
+                .call(NEW_EPOCH, &[&inner.id, &now.incarnation, &fresh], |row| {
+                    col(row, "epoch")
+                })
+                .await?;
+            inner.loss.begin(&epoch, now.last_id);
+        }
+        let lost = loss::lost_workers(self, &before).await?;
+        loss::log("postgres", self.name(), &inner.replica, &found, &lost);
+        inner.snapshot.reset();
+        inner.events.send(|| Event::DataLost { lost });
+        Ok(())
+    }
+}
