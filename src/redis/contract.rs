@@ -294,7 +294,13 @@ impl WorkerRegistry for RedisRegistry {
         if tag == "dup" {
             return Ok(Admission::Duplicate(self.duplicate(&mut r)?));
         }
-        Ok(match self.placed(&tag, &mut r)? {
+        let placed = self.placed(&tag, &mut r)?;
+        if let Placed::Assigned(a) = &placed {
+            if a.new {
+                self.wait_created(a.worker).await;
+            }
+        }
+        Ok(match placed {
             Placed::Assigned(a) => Admission::Assigned(a),
             Placed::Rejected(rej) => Admission::Rejected(rej),
         })
@@ -366,7 +372,13 @@ impl WorkerRegistry for RedisRegistry {
         let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         let tag = r.text()?;
-        Ok(match self.placed(&tag, &mut r)? {
+        let placed = self.placed(&tag, &mut r)?;
+        if let Placed::Assigned(a) = &placed {
+            if a.new {
+                self.wait_created(a.worker).await;
+            }
+        }
+        Ok(match placed {
             Placed::Assigned(a) => AssignOutcome::Assigned(a),
             Placed::Rejected(rej) => AssignOutcome::Rejected(rej),
         })
@@ -426,6 +438,7 @@ impl WorkerRegistry for RedisRegistry {
             "ok" => {
                 let id = codec::worker_id(&r.text()?)?;
                 self.observe_live(&mut r)?;
+                self.wait_created(id).await;
                 Ok(id)
             }
             "full" => Err(RegistryError::Rejected(Rejection::CapacityFull {

@@ -98,3 +98,27 @@ impl RedisRegistry {
         Ok(())
     }
 }
+
+impl RedisRegistry {
+    /// With [`wait_on_create`](super::RedisRegistryBuilder::wait_on_create): waits until that many
+    /// replicas acknowledged this handle's writes, after a call that created `worker`.
+    pub(crate) async fn wait_created(&self, worker: crate::api::ids::WorkerId) {
+        let Some((replicas, timeout)) = self.inner.settings.wait_on_create else {
+            return;
+        };
+        let mut conn = self.inner.conn.clone();
+        let acked: Result<u64, _> = ::redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(crate::clock::millis(timeout))
+            .query_async(&mut conn)
+            .await;
+        match acked {
+            Ok(n) if n >= replicas as u64 => {}
+            Ok(n) => tracing::warn!(
+                %worker, acknowledged = n, wanted = replicas,
+                "worker created, but fewer replicas than wanted have it: a failover now may lose it"
+            ),
+            Err(e) => tracing::warn!(%worker, "WAIT after creating a worker failed: {e}"),
+        }
+    }
+}

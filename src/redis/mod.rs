@@ -303,6 +303,7 @@ pub struct RedisRegistryBuilder {
     connection_timeout: Duration,
     response_timeout: Duration,
     reconnect_retries: usize,
+    wait_on_create: Option<(usize, Duration)>,
 }
 
 impl RedisRegistryBuilder {
@@ -364,6 +365,29 @@ impl RedisRegistryBuilder {
     /// ```
     pub fn reconnect_retries(mut self, retries: usize) -> Self {
         self.reconnect_retries = retries;
+        self
+    }
+
+    /// Makes every call that created a worker (an `admit` or `assign` answering `new: true`, a
+    /// `register`) wait, before it answers, until `replicas` replicas of the server have
+    /// acknowledged its writes (`WAIT replicas timeout`), so that a failover to one of them
+    /// keeps the worker the router is about to start a container for. Default: off. A shortfall
+    /// (fewer replicas within `timeout`) is logged and the answer stands: the creation happened
+    /// on the primary. `WAIT` holds this handle's connection meanwhile (every call of the handle
+    /// waits behind it), so keep `timeout` short.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let builder = RedisRegistry::builder("redis://127.0.0.1/")
+    ///     .wait_on_create(1, Duration::from_millis(50));
+    /// # let _ = builder;
+    /// ```
+    pub fn wait_on_create(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.wait_on_create = Some((replicas, timeout));
         self
     }
 
@@ -492,6 +516,7 @@ impl RedisRegistry {
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             reconnect_retries: DEFAULT_RECONNECT_RETRIES,
+            wait_on_create: None,
         }
     }
 

@@ -357,3 +357,72 @@ async fn a_restart_without_persistence_mid_traffic_repeats_no_id_or_token_and_is
         Err(RegistryError::UnknownWorker { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_on_create_answers_once_a_replica_has_the_new_worker() {
+    let Some(primary) = Server::start(false, "wait-primary") else {
+        return;
+    };
+    let Some(replica) = Server::start(false, "wait-replica") else {
+        return;
+    };
+    let port = primary
+        .url()
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut raw_replica = harness::raw(&replica.url()).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(&port)
+        .query_async(&mut raw_replica)
+        .await
+        .unwrap();
+    // Until the replica is in sync (bounded).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut raw_replica)
+            .await
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never synced: {info}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = RedisRegistry::builder(primary.url())
+        .name("wait")
+        .wait_on_create(1, Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    // The replica may still be syncing: the first creation waits for it (bounded by the WAIT).
+    let Ok(Admission::Assigned(a)) = r.admit(&t(1), &d("a")).await else {
+        panic!("admitted")
+    };
+    assert!(a.new);
+    // Acknowledged by the replica before the answer: the worker is there.
+    let key = format!("{{wait}}:w:{}", a.worker);
+    assert!(raw_replica.exists::<_, bool>(&key).await.unwrap(), "{key}");
+
+    // Two replicas wanted, one there: the answer stands after the timeout.
+    let short = RedisRegistry::builder(primary.url())
+        .name("wait")
+        .wait_on_create(2, Duration::from_millis(20))
+        .connect()
+        .await
+        .unwrap();
+    let Ok(Admission::Assigned(b)) = short.admit(&t(2), &d("b")).await else {
+        panic!("admitted")
+    };
+    assert!(b.new);
+    let id: worker_registry::WorkerId = short.register().await.unwrap();
+    assert!(id > b.worker);
+}
