@@ -1428,3 +1428,36 @@ async fn a_rewound_registry_repeats_no_id_or_token_and_every_replica_reports_the
         Err(RegistryError::UnknownWorker { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_configured_otherwise_is_refused_naming_the_setting_and_both_values() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = |n| RegistryConfig::builder().max_workers(n).build().unwrap();
+    let first = open(&url, "agreement", config(4)).await;
+    let err = PostgresRegistry::builder(&url)
+        .name(first.name())
+        .config(config(5))
+        .connect()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RegistryError::ConfigDisagrees {
+            setting: "max_workers",
+            stored: "4".into(),
+            configured: "5".into(),
+        }
+    );
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("max_workers = 4"), "{err}");
+    // The same configuration is welcome.
+    let again = PostgresRegistry::builder(&url)
+        .name(first.name())
+        .config(config(4))
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(again.config().max_workers(), 4);
+}

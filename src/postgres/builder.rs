@@ -66,8 +66,11 @@ impl PostgresRegistryBuilder {
         self
     }
 
-    /// The registry's configuration (the defaults unless set). Give every replica of one
-    /// registry the same one: each handle decides with its own.
+    /// The registry's configuration (the defaults unless set). Every replica of one registry
+    /// must use the same one: the first handle to open the registry stores its deciding settings
+    /// (`wr_registries.config`), and [`connect`](Self::connect) refuses a handle configured
+    /// otherwise with [`RegistryError::ConfigDisagrees`], naming the setting and both values. To
+    /// change them, stop every replica, set the column to NULL, and start them again.
     ///
     /// # Examples
     ///
@@ -238,6 +241,7 @@ impl PostgresRegistryBuilder {
                 loss: LossWatch::new(String::new(), 0),
             }),
         };
+        registry.agree().await?;
         let seen = registry.identity().await?;
         registry.inner.loss.begin(&seen.incarnation, seen.last_id);
         registry.refresh_snapshot().await?;

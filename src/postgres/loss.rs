@@ -12,7 +12,7 @@ use super::rows::col;
 use super::PostgresRegistry;
 use crate::api::error::RegistryError;
 use crate::api::events::Event;
-use crate::remote::loss;
+use crate::remote::{agreement, loss};
 
 /// Moves the incarnation on from `$2` to `$3` unless another handle did already; the current one.
 const NEW_EPOCH: &str = "WITH moved AS (UPDATE wr_registries SET epoch = $3 \
@@ -25,6 +25,12 @@ const IDENTITY: &str = "SELECT \
     coalesce((SELECT next_worker_id - 1 FROM wr_capacity WHERE registry = $1), 0) AS last_id, \
     coalesce((SELECT version FROM wr_snapshots WHERE registry = $1), 0) AS version";
 
+/// Stores the deciding settings `$2` with registry `$1` unless some are stored; the stored ones.
+const AGREE: &str = "WITH stored AS (UPDATE wr_registries SET config = to_jsonb($2::text) \
+                                      WHERE id = $1 AND config IS NULL RETURNING config) \
+    SELECT coalesce((SELECT config FROM stored), \
+                    (SELECT config FROM wr_registries WHERE id = $1)) #>> '{}' AS config";
+
 /// What the database says of the registry's identity now.
 pub(crate) struct Identity {
     pub(crate) incarnation: String,
@@ -33,6 +39,25 @@ pub(crate) struct Identity {
 }
 
 impl PostgresRegistry {
+    /// Stores this handle's deciding settings with the registry unless some are stored already
+    /// (`wr_registries.config`), and refuses a configuration that differs from them with
+    /// [`RegistryError::ConfigDisagrees`] (see `crate::remote::agreement`).
+    pub(crate) async fn agree(&self) -> Result<(), RegistryError> {
+        let ours = agreement::settings(&self.inner.settings.config);
+        let encoded = agreement::encode(&ours);
+        let stored: Option<String> = self
+            .call(AGREE, &[&self.inner.id, &encoded], |row| col(row, "config"))
+            .await?;
+        match agreement::disagreement(stored.as_deref().unwrap_or(""), &ours) {
+            None => Ok(()),
+            Some((setting, stored, configured)) => Err(RegistryError::ConfigDisagrees {
+                setting,
+                stored,
+                configured,
+            }),
+        }
+    }
+
     /// The registry's incarnation, id counter and published version, read now.
     pub(crate) async fn identity(&self) -> Result<Identity, RegistryError> {
         self.call(IDENTITY, &[&self.inner.id], |row| {

@@ -164,6 +164,7 @@ use crate::api::error::RegistryError;
 use crate::api::snapshot::StatusSnapshot;
 use crate::clock::millis;
 use crate::config::RegistryConfig;
+use crate::remote::agreement;
 use crate::remote::loss::LossWatch;
 use crate::remote::snapshot::SnapshotCache;
 
@@ -320,7 +321,10 @@ impl RedisRegistryBuilder {
     }
 
     /// The registry's configuration (default `RegistryConfig::default()`). Every replica of a
-    /// registry must use the same one.
+    /// registry must use the same one: the first handle to open the registry stores its deciding
+    /// settings (`{name}:config`), and [`connect`](Self::connect) refuses a handle configured
+    /// otherwise with [`RedisConnectError::ConfigDisagrees`], naming the setting and both values.
+    /// To change them, stop every replica, delete `{name}:config`, and start them again.
     ///
     /// # Examples
     ///
@@ -417,6 +421,7 @@ impl RedisRegistryBuilder {
             .map_err(unavailable)?;
         check_version(&mut conn).await?;
         let keys = Keys::new(&self.name);
+        agree(&mut conn, &keys, &self.config).await?;
         // The counter makes ids unique among live replicas; the server's clock (µs) keeps them
         // unique across a data loss that resets the counter.
         let (n, (secs, micros)): (u64, (u64, u64)) = ::redis::pipe()
@@ -471,6 +476,39 @@ impl RedisRegistryBuilder {
             .await
             .map_err(RedisConnectError::Unavailable)?;
         Ok(registry)
+    }
+}
+
+/// Stores `config`'s deciding settings with the registry unless some are stored already
+/// (`{n}:config`, `SET NX`), and refuses a configuration that differs from them (see
+/// `crate::remote::agreement`).
+async fn agree(
+    conn: &mut ConnectionManager,
+    keys: &Keys,
+    config: &RegistryConfig,
+) -> Result<(), RedisConnectError> {
+    let ours = agreement::settings(config);
+    let key = format!("{}config", keys.prefix);
+    let (stored,): (String,) = ::redis::pipe()
+        .cmd("SET")
+        .arg(&key)
+        .arg(agreement::encode(&ours))
+        .arg("NX")
+        .ignore()
+        .cmd("GET")
+        .arg(&key)
+        .query_async(conn)
+        .await
+        .map_err(|e| RedisConnectError::Unavailable(error::backend(e)))?;
+    match agreement::disagreement(&stored, &ours) {
+        None => Ok(()),
+        Some((setting, stored, configured)) => Err(RedisConnectError::ConfigDisagrees(
+            RegistryError::ConfigDisagrees {
+                setting,
+                stored,
+                configured,
+            },
+        )),
     }
 }
 
