@@ -6,8 +6,9 @@
 //! [`crate::lifecycle`]), so that no worker ever has two containers, whichever replicas its events
 //! reach. The one exception is a lost reply: an admission that created a worker committed but its
 //! answer never arrived (a timeout, a dropped connection), so its retry is a duplicate naming a
-//! worker that never started ([`AlreadyClaimed::needs_start`]). The retry starts it then, and
-//! hands it the delivery, unless a container for it is known here or to the owner records. Every event goes through the worker's bounded mailbox; a full one, or an owner that
+//! worker that never started ([`AlreadyClaimed::needs_start`]). A retry at least one heartbeat
+//! interval after the claim starts it then, and hands it the delivery, unless a container for it
+//! is known here or to the owner records. Every event goes through the worker's bounded mailbox; a full one, or an owner that
 //! cannot be reached, releases the claim again and answers 503.
 
 use crate::app::App;
@@ -81,6 +82,13 @@ impl App {
     /// created it committed, but its reply was lost, so nothing started its container. `None`
     /// when the duplicate does not ask for a start, or a container for the worker is started here
     /// or has an owner record elsewhere, or the worker has started or died since.
+    ///
+    /// A worker younger than one heartbeat interval is left alone: a worker that was started
+    /// beats at once, so one that has not after an interval was never started, while a younger
+    /// one may be starting on the replica whose admission created it (a redelivery racing that
+    /// start would otherwise start the worker twice). A retry that comes that early gets the
+    /// plain duplicate; the worker then dies unstarted after its start-up grace, and its
+    /// delivery is released and re-dispatched.
     async fn lost_start(&self, dup: &AlreadyClaimed, target: &Target) -> Option<Assignment> {
         let worker = dup.needs_start()?;
         if self.inner.containers.knows(worker) {
@@ -92,7 +100,13 @@ impl App {
             }
         }
         let info = self.inner.registry.worker(worker).await.ok()??;
-        if !info.status.is_alive() || info.has_heartbeated || info.target.as_ref() != Some(target) {
+        // Before its first heartbeat, `heartbeat_age` is the time since its creation (on the
+        // registry's time base).
+        if !info.status.is_alive()
+            || info.has_heartbeated
+            || info.target.as_ref() != Some(target)
+            || info.heartbeat_age < self.inner.registry.config().heartbeat_interval()
+        {
             return None;
         }
         tracing::warn!(
