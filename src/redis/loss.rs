@@ -34,6 +34,7 @@ pub(crate) async fn identity(
     replica: &str,
     fresh: &str,
     from: &str,
+    forget_after_ms: u64,
 ) -> Result<Identity, RegistryError> {
     let (incarnation, last_id, version): (String, u64, u64) = SCRIPTS
         .identity
@@ -42,6 +43,7 @@ pub(crate) async fn identity(
         .arg(replica)
         .arg(fresh)
         .arg(from)
+        .arg(forget_after_ms)
         .invoke_async(conn)
         .await
         .map_err(error::backend)?;
@@ -65,7 +67,16 @@ impl RedisRegistry {
             inner.loss.saw(max);
         }
         let mut conn = inner.conn.clone();
-        let now = identity(&mut conn, &inner.keys, &inner.replica, &inner.replica, "").await?;
+        let forget = inner.limits.forget_consumer_ms;
+        let now = identity(
+            &mut conn,
+            &inner.keys,
+            &inner.replica,
+            &inner.replica,
+            "",
+            forget,
+        )
+        .await?;
         let Some(found) =
             inner
                 .loss
@@ -83,6 +94,7 @@ impl RedisRegistry {
                 &inner.replica,
                 &fresh,
                 &now.incarnation,
+                forget,
             )
             .await?;
             inner.loss.begin(&moved.incarnation, moved.last_id);

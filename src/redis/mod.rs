@@ -27,7 +27,7 @@
 //! | `{n}:live` | zset | live workers by a lower bound of their staleness deadline (last beat + timeout, + start-up grace before the first, + the stall credit once re-scored): capacity is `ZCARD`, the stale are one range query. A heartbeat writes only the worker's hash (after its first); the sweep re-scores the candidates that beat since or were credited a stall |
 //! | `{n}:drain` / `{n}:dead` | zset | draining workers by drain deadline; dead ones by time of death (purge) |
 //! | `{n}:targets` | hash | target → its live worker (sticky assignment) |
-//! | `{n}:next_worker_id` | string | the worker id counter (`INCR`: ids survive replica restarts, never reused) |
+//! | `{n}:next_worker_id` | string | the last worker id handed out; the next is past it and past the server's clock in ms since 2026-01-01, so ids are never reused, not even after the server lost or rewound the data (see `docs::redis`, Failures) |
 //! | `{n}:c:<target>:<delivery>` | hash | a claim: holder, claimed at, completed at, release reason; a completed one expires with `PEXPIRE` = `claim_retention` + `sweep_interval` |
 //! | `{n}:wc:<id>` | zset | a worker's in-flight claims by claim time (released in the step that kills it) |
 //! | `{n}:flight` | zset | every in-flight claim bound to a worker, by a lower bound of when it is stuck (claimed at + `max_in_flight`, + the stall credit once re-scored): the stuck are one range query |
@@ -41,7 +41,9 @@
 //! | `{n}:snap` | hash | worker id → its line as last published (what a rebuilding handle pages through) |
 //! | `{n}:changes` | stream | the change log: per version, entries `<version>-<n>` of upserted lines (`u`) and removed ids (`r`), the version's header (`h`) last; the last [`CHANGE_LOG_VERSIONS`] versions |
 //! | `{n}:snap_head`, `{n}:snapshot_version` | string | the latest published header and its version |
-//! | `{n}:events`, `{n}:event_seq`, `{n}:epoch` | channel, strings | lifecycle events, their sequence number, and a value set once (a listener that sees it change knows the data was lost) |
+//! | `{n}:events`, `{n}:event_seq`, `{n}:epoch` | channel, strings | lifecycle events, their sequence number, and the registry's incarnation: set when there is none, moved on by the handle that finds the data rewound (a handle or listener that sees it change knows the data was lost, see `loss.rs`) |
+//! | `{n}:config` | string | the deciding settings, stored by the first handle (`name=value` lines); a handle configured otherwise is refused |
+//! | `{n}:consumers` | zset | replica id → its last sweep (registry ms): consumers of the released stream silent for ten sweep intervals plus `release_ack_timeout` and holding no pending entry are deleted (`XGROUP DELCONSUMER`, 8 per sweep) |
 //! | `{n}:sweep_lease` | string | the maintenance lease: owner and expiry |
 //! | `{n}:last_sweep`, `{n}:stalls` | string, list | when the latest sweep of any replica ran, and the stall spans (`<start>:<end>`, at most 64) the stall rule still credits |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
@@ -54,7 +56,8 @@
 //! (`drain_within` and `drain_all_within`), `worker`, `sweep` (one bounded step), `publish` (one
 //! bounded step of publishing the snapshot), `changes` and `snap_page` (what a handle reads to bring
 //! its copy up to date), `acknowledge`, `listen` (where the event numbering stands, for the
-//! listener).
+//! listener), `identity` (what a sweep compares to find a data loss, and the forgetting of gone
+//! replicas' stream consumers).
 //!
 //! **Maintenance** runs in bounded steps (see `sweep.rs`): every replica's
 //! [`sweep`](crate::Maintenance::sweep) runs the sweep script a step at a time, each step its own
@@ -220,6 +223,10 @@ pub(crate) struct Limits {
     pub(crate) max_retained: u64,
     pub(crate) brake_min_workers: u64,
     pub(crate) brake_fraction: String,
+    /// How long a replica's consumer of the released stream may be silent (no sweep) before it
+    /// is forgotten, once it holds no pending entry: ten sweep intervals plus the
+    /// acknowledgement timeout (a live replica sweeps every interval).
+    pub(crate) forget_consumer_ms: u64,
 }
 
 impl Limits {
@@ -243,6 +250,9 @@ impl Limits {
             max_retained: c.max_retained_claims() as u64,
             brake_min_workers: c.brake_min_workers() as u64,
             brake_fraction: c.brake_fraction().to_string(),
+            forget_consumer_ms: millis(c.sweep_interval())
+                .saturating_mul(10)
+                .saturating_add(millis(c.release_ack_timeout())),
         }
     }
 }
@@ -433,9 +443,16 @@ impl RedisRegistryBuilder {
             .map_err(unavailable)?;
         let replica = format!("r{n}-{}", secs * 1_000_000 + micros);
         // The registry's incarnation as this handle first sees it (set now if there is none).
-        let seen = loss::identity(&mut conn, &keys, &replica, &replica, "")
-            .await
-            .map_err(RedisConnectError::Unavailable)?;
+        let seen = loss::identity(
+            &mut conn,
+            &keys,
+            &replica,
+            &replica,
+            "",
+            Limits::of(&self.config).forget_consumer_ms,
+        )
+        .await
+        .map_err(RedisConnectError::Unavailable)?;
         let config = self.config.clone();
         let events = Arc::new(events::Events::new(self.connection_timeout));
         let listener = events::Listener::start(

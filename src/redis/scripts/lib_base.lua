@@ -15,7 +15,7 @@
 --   drain             zset  draining worker id -> drain deadline (ms)
 --   dead              zset  dead worker id -> time of death (ms)
 --   targets           hash  target -> id of its live worker (sticky map)
---   next_worker_id    string  last worker id handed out
+--   next_worker_id    string  last worker id handed out (see next_id)
 --   w:<id>            hash  a worker (see lib_workers.lua)
 --   wc:<id>           zset  a worker's in-flight claim members -> claimed at (ms)
 --   ws:<id>           set   a worker's stuck claims, kept (as tombstones) to refuse its late completion
@@ -37,7 +37,11 @@
 --   sweep_lease       string  "<owner>\t<expires at, registry ms>", with PX
 --   last_sweep        string  when the latest sweep of any replica ran (registry ms)
 --   stalls            list  "<start>:<end>" stall spans the stall rule still credits, oldest first
---   epoch             string  set once; changes only if the server lost the registry's data
+--   epoch             string  the incarnation: set when there is none; moved on by the handle that
+--                           finds the data rewound (identity.lua)
+--   config            string  the deciding settings, stored by the first handle
+--   consumers         zset  replica id -> its last sweep (ms): gone replicas' stream consumers are
+--                           deleted (identity.lua)
 
 local P = ARGV[1]
 local ME = table.remove(ARGV, 2)
