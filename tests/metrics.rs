@@ -147,6 +147,7 @@ fn every_metric_matches_what_the_registry_did() {
     assert_eq!(m.get("worker_registry_snapshot_version"), 1.0);
     assert_eq!(m.get("worker_registry_snapshot_age_seconds"), 2.0);
     assert_eq!(m.get("worker_registry_events_missed_total"), 0.0);
+    assert_eq!(m.get("worker_registry_data_losses_total"), 0.0);
     assert_eq!(
         metrics_format::check_histogram(&m, "worker_registry_sweep_duration_seconds"),
         Ok(1)

@@ -6,8 +6,12 @@
 //! A server comes from `WORKER_REGISTRY_POSTGRES_URL`, or is started for the run (see
 //! `support/pg_cluster.rs`). Each test works in a registry of its own name.
 
+#[path = "support/ids.rs"]
+mod ids;
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[path = "support/proxy.rs"]
+mod proxy;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -346,7 +350,8 @@ async fn a_replica_killed_mid_transaction_leaves_nothing_behind() {
     victim.batch_execute("BEGIN").await.unwrap();
     let row = victim
         .query_one(
-            "SELECT o_outcome, o_new FROM wr_admit((SELECT id FROM wr_registries WHERE name = $1),
+            "SELECT o_outcome, o_new, o_worker FROM wr_admit(
+                    (SELECT id FROM wr_registries WHERE name = $1),
                     'octo/repo', 1, 'half', 64, 1000000, 1000000)",
             &[&name],
         )
@@ -354,6 +359,7 @@ async fn a_replica_killed_mid_transaction_leaves_nothing_behind() {
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "assigned");
     assert!(row.get::<_, bool>(1));
+    let victims_id = worker_registry::WorkerId::new(row.get::<_, i64>(2) as u64);
 
     // Another replica's admit of the same target waits for that lock...
     let waiting = {
@@ -377,7 +383,11 @@ async fn a_replica_killed_mid_transaction_leaves_nothing_behind() {
         panic!()
     };
     assert!(other.new, "the victim's worker never existed");
-    assert_eq!(other.worker.get(), 1, "and spent no worker id");
+    // Ids follow the server's clock, so the other one may take the same id or a later one; the
+    // victim's, if different, names no worker.
+    if victims_id != other.worker {
+        assert_eq!(r.worker(victims_id).await.unwrap(), None);
+    }
     // Its claim never existed either: the same delivery is admitted as new.
     assert!(matches!(
         r.admit(&t(1), &d("half")).await.unwrap(),
@@ -508,7 +518,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 5);
+    assert_eq!(n, 6);
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await
@@ -640,7 +650,7 @@ fn random_op(rng: &mut impl rand::Rng) -> Op {
 /// What is compared of a worker (its wall-clock times differ between the two time bases).
 fn worker_view(w: &worker_registry::WorkerInfo) -> String {
     format!(
-        "{} {:?} {:?} {:?} {:?} suspect={} beaten={} {} died={} drain={}",
+        "{:?} {:?} {:?} {:?} {:?} suspect={} beaten={} {:?} died={} drain={}",
         w.id,
         w.target,
         w.kind,
@@ -654,18 +664,30 @@ fn worker_view(w: &worker_registry::WorkerInfo) -> String {
     )
 }
 
-async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
+/// Runs one call on `r`; its answer with ids by the order `ids` saw them.
+async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op, ids: &mut ids::Ids) -> String {
+    let answer = apply_raw(r, op, ids).await;
+    ids.norm(&answer)
+}
+
+async fn apply_raw<R: WorkerRegistry + Maintenance>(r: &R, op: &Op, ids: &mut ids::Ids) -> String {
     let target = |n: u64| t(n);
     let delivery = |e: u8| d(&format!("e{e}"));
-    let id = worker_registry::WorkerId::new;
+    let id = |k: u64| ids.arg(k);
     match op {
         Op::Admit(t, e) => match r.admit(&target(*t), &delivery(*e)).await {
-            Ok(Admission::Duplicate(dup)) => format!("dup {:?} {:?}", dup.holder, dup.state),
+            Ok(Admission::Duplicate(dup)) => format!(
+                "dup {:?} {:?} unstarted={}",
+                dup.holder, dup.state, dup.unstarted
+            ),
             other => format!("{other:?}"),
         },
         Op::Claim(t, e) => match r.claim(&target(*t), &delivery(*e)).await {
             Ok(worker_registry::ClaimOutcome::AlreadyClaimed(dup)) => {
-                format!("dup {:?} {:?}", dup.holder, dup.state)
+                format!(
+                    "dup {:?} {:?} unstarted={}",
+                    dup.holder, dup.state, dup.unstarted
+                )
             }
             other => format!("{other:?}"),
         },
@@ -699,7 +721,7 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
             let mut released: Vec<_> = s
                 .released
                 .iter()
-                .map(|e| format!("{} {:?} {}", e.delivery, e.holder, e.reason))
+                .map(|e| ids.norm(&format!("{} {:?} {}", e.delivery, e.holder, e.reason)))
                 .collect();
             released.sort();
             let mut drained = s.drained_stuck.clone();
@@ -707,7 +729,11 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
             let mut targets = s.released_targets.clone();
             targets.sort();
             let snap = r.status();
-            let mut workers: Vec<_> = snap.workers.iter().map(worker_view).collect();
+            let mut workers: Vec<_> = snap
+                .workers
+                .iter()
+                .map(|w| ids.norm(&worker_view(w)))
+                .collect();
             workers.sort();
             format!(
                 "died={died:?} suspected={suspected:?} brake={} released={released:?} \
@@ -770,6 +796,7 @@ async fn answers_as_the_in_memory_registry_does_on_random_histories() {
         let clock = worker_registry::ManualClock::new();
         let memory = worker_registry::InMemoryRegistry::with_clock(config.clone(), clock.clone());
         let pg = open(&url, "differential", config.clone()).await;
+        let (mut memory_ids, mut pg_ids) = (ids::Ids::default(), ids::Ids::default());
         for step in 0..300 {
             let op = random_op(&mut rng);
             if let Op::Advance = op {
@@ -780,8 +807,8 @@ async fn answers_as_the_in_memory_registry_does_on_random_histories() {
                 }
                 continue;
             }
-            let want = apply(&memory, &op).await;
-            let got = apply(&pg, &op).await;
+            let want = apply(&memory, &op, &mut memory_ids).await;
+            let got = apply(&pg, &op, &mut pg_ids).await;
             assert_eq!(got, want, "seed {seed}, step {step}: {op:?}");
             if std::env::var_os("WR_SHOW_HISTORY").is_some() {
                 println!("{op:?} => {want}");
@@ -866,6 +893,7 @@ async fn the_retained_counter_agrees_with_a_count_of_completed_claims() {
             .await
             .unwrap();
         let mut before = retained_in_db(&client, pg.name()).await.1;
+        let mut ids = ids::Ids::default();
         for step in 0..300 {
             let op = random_op(&mut rng);
             if let Op::Advance = op {
@@ -886,7 +914,7 @@ async fn the_retained_counter_agrees_with_a_count_of_completed_claims() {
                     "seed {seed}, step {step}: the published gauge"
                 );
             } else {
-                apply(&pg, &op).await;
+                apply(&pg, &op, &mut ids).await;
             }
             let (counter, count) = retained_in_db(&client, pg.name()).await;
             assert_eq!(counter, count, "seed {seed}, step {step}: {op:?}");
@@ -1015,7 +1043,7 @@ async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept(
         )
         .await
         .unwrap();
-    assert_eq!(PostgresRegistry::migrate(&db_url).await.unwrap(), [4, 5]);
+    assert_eq!(PostgresRegistry::migrate(&db_url).await.unwrap(), [4, 5, 6]);
     assert_eq!(retained_in_db(&client, "kept").await, (7, 7));
     assert_eq!(retained_in_db(&client, "empty").await, (0, 0));
     let r = PostgresRegistry::builder(&db_url)
@@ -1203,4 +1231,233 @@ async fn a_replica_reads_only_the_worker_rows_changed_since_its_snapshot() {
     let s = other.status();
     assert_eq!(s.workers.len(), 19);
     assert!(s.worker(workers[1]).is_none());
+}
+
+/// `postgres://user@host:port/db` with `host:port` replaced by `addr`, and the `host:port` it had.
+fn via(url: &str, addr: std::net::SocketAddr) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (user, rest) = rest.rsplit_once('@').map_or(("", rest), |(u, r)| (u, r));
+    let (hostport, db) = rest.split_once('/').unwrap_or((rest, ""));
+    let at = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    (format!("{scheme}://{at}{addr}/{db}"), hostport.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicate() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    // The proxy's address is known once it listens; the upstream is the URL's.
+    let (_, upstream) = via(&url, "127.0.0.1:1".parse().unwrap());
+    let proxy = proxy::Proxy::start(&upstream).await;
+    let (proxied, _) = via(&url, proxy.addr());
+    let name = pg_cluster::unique_name("lost-reply");
+    let through = PostgresRegistry::builder(&proxied)
+        .name(&name)
+        .connect()
+        .await
+        .unwrap();
+    let direct = PostgresRegistry::builder(&url)
+        .name(&name)
+        .connect()
+        .await
+        .unwrap();
+    // An admission first (the statement is prepared on the connection before the lost one).
+    assert!(matches!(
+        through.admit(&t(1), &d("lost")).await,
+        Ok(Admission::Assigned(_))
+    ));
+
+    proxy.drop_next_reply();
+    let err = through.admit(&t(7), &d("lost")).await.unwrap_err();
+    assert!(err.is_retryable(), "a lost reply is retryable: {err:?}");
+    assert_eq!(proxy.dropped(), 1);
+
+    let mut retry = None;
+    for _ in 0..50 {
+        match through.admit(&t(7), &d("lost")).await {
+            Ok(a) => {
+                retry = Some(a);
+                break;
+            }
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let Some(Admission::Duplicate(dup)) = retry else {
+        panic!("the admission committed, so its retry is a duplicate: {retry:?}")
+    };
+    let worker = dup.holder.expect("held by the worker it created");
+    assert!(dup.unstarted, "nothing started it: {dup:?}");
+    assert_eq!(dup.needs_start(), Some(worker));
+    let info = direct
+        .worker(worker)
+        .await
+        .unwrap()
+        .expect("the worker exists");
+    assert!(info.status.is_alive() && !info.has_heartbeated);
+
+    // Once started, a redelivery is a plain duplicate: no second start.
+    direct.heartbeat(worker).await.unwrap();
+    let Ok(Admission::Duplicate(after)) = through.admit(&t(7), &d("lost")).await else {
+        panic!("still a duplicate")
+    };
+    assert_eq!(after.needs_start(), None);
+}
+
+/// The next `DataLost` event on `events` (bounded wait), skipping others; its workers sorted.
+async fn next_loss(events: &mut worker_registry::Subscription) -> Vec<worker_registry::WorkerId> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match tokio::time::timeout(left, events.recv()).await {
+            Ok(Ok(Event::DataLost { mut lost })) => {
+                lost.sort();
+                return lost;
+            }
+            Ok(Ok(_)) | Ok(Err(worker_registry::RecvError::Lagged { .. })) => {}
+            other => panic!("no DataLost event: {other:?}"),
+        }
+    }
+}
+
+/// The registry's rows, as a restore of an older copy (or a failover to a standby that lagged)
+/// brings them back: the tables that say which workers and claims exist.
+const REGISTRY_TABLES: [&str; 5] = [
+    "wr_capacity",
+    "wr_workers",
+    "wr_targets",
+    "wr_claims",
+    "wr_snapshots",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewound_registry_repeats_no_id_or_token_and_every_replica_reports_the_lost_workers() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let r = open(&url, "rewound", RegistryConfig::default()).await;
+    let other = PostgresRegistry::builder(&url)
+        .name(r.name())
+        .connect()
+        .await
+        .unwrap();
+    let (mut events, mut other_events) = (r.subscribe(), other.subscribe());
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let reg = registry_id(&client, r.name()).await;
+    let admit = |r: &PostgresRegistry, n: u64| {
+        let r = r.clone();
+        async move {
+            let Ok(Admission::Assigned(a)) = r.admit(&t(n), &d("x")).await else {
+                panic!("admitted")
+            };
+            a
+        }
+    };
+
+    let mut kept = Vec::new();
+    for n in 1..=3 {
+        kept.push(admit(&r, n).await);
+    }
+    r.sweep().await.unwrap();
+    // The copy that will come back.
+    for table in REGISTRY_TABLES {
+        client
+            .batch_execute(&format!(
+                "CREATE TEMP TABLE keep_{table} AS SELECT * FROM {table} WHERE registry = {reg}"
+            ))
+            .await
+            .unwrap();
+    }
+    let mut lost = Vec::new();
+    for n in 4..=6 {
+        lost.push(admit(&other, n).await);
+    }
+    r.sweep().await.unwrap();
+    other.sweep().await.unwrap();
+    assert_eq!(r.status().capacity.used, 6);
+    assert_eq!(other.status().capacity.used, 6);
+
+    // The older copy is restored: workers 4-6 and their claims never happened.
+    let mut restore = String::from("BEGIN;");
+    for table in REGISTRY_TABLES {
+        restore.push_str(&format!(
+            "DELETE FROM {table} WHERE registry = {reg}; \
+             INSERT INTO {table} SELECT * FROM keep_{table};"
+        ));
+    }
+    restore.push_str("COMMIT;");
+    client.batch_execute(&restore).await.unwrap();
+
+    // New workers get ids (and tokens) above every one handed out before, the lost included.
+    let newest = lost.iter().map(|a| a.token).max().unwrap();
+    for n in 7..=8 {
+        let a = admit(&r, n).await;
+        assert!(a.new);
+        assert!(
+            lost.iter().chain(&kept).all(|b| b.worker != a.worker),
+            "worker id {} handed out again",
+            a.worker
+        );
+        assert!(a.token > newest, "token {} not above {newest}", a.token);
+    }
+
+    // Every replica finds the rewind in its next sweep and reports the workers that are gone.
+    let mut gone: Vec<_> = lost.iter().map(|a| a.worker).collect();
+    gone.sort();
+    r.sweep().await.unwrap();
+    assert_eq!(next_loss(&mut events).await, gone);
+    assert_eq!(r.stats().data_losses, 1);
+    other.sweep().await.unwrap();
+    assert_eq!(next_loss(&mut other_events).await, gone);
+    assert_eq!(other.stats().data_losses, 1);
+    // Once; the snapshot starts over from the rows as they are.
+    r.sweep().await.unwrap();
+    r.sweep().await.unwrap();
+    assert_eq!(r.stats().data_losses, 1);
+    assert_eq!(r.status().capacity.used, 5);
+    assert!(matches!(
+        r.heartbeat(lost[0].worker).await,
+        Err(RegistryError::UnknownWorker { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_configured_otherwise_is_refused_naming_the_setting_and_both_values() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = |n| RegistryConfig::builder().max_workers(n).build().unwrap();
+    let first = open(&url, "agreement", config(4)).await;
+    let err = PostgresRegistry::builder(&url)
+        .name(first.name())
+        .config(config(5))
+        .connect()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RegistryError::ConfigDisagrees {
+            setting: "max_workers",
+            stored: "4".into(),
+            configured: "5".into(),
+        }
+    );
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("max_workers = 4"), "{err}");
+    // The same configuration is welcome.
+    let again = PostgresRegistry::builder(&url)
+        .name(first.name())
+        .config(config(4))
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(again.config().max_workers(), 4);
 }

@@ -29,7 +29,9 @@
 //! [`RegistryError::Backend`], saying whether a retry can help; it never guesses an answer and never
 //! panics. After such an error the operation may or may not have taken effect: every call is
 //! idempotent or answers a retry truthfully (a retried `admit` of a delivery that did land is a
-//! [`Admission::Duplicate`] naming the worker that holds it).
+//! [`Admission::Duplicate`] naming the worker that holds it, and saying whether that worker
+//! never started: [`AlreadyClaimed::unstarted`](crate::AlreadyClaimed::unstarted), so that the
+//! retry starts the worker a lost reply would have started).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -49,7 +51,10 @@ use crate::config::RegistryConfig;
 ///
 /// # The model
 ///
-/// A **worker** is a container (or a pool process) with an id that is never reused. It is `Active`,
+/// A **worker** is a container (or a pool process) with an id that is never reused: not after
+/// a restart of the process (in memory), nor after the server of a shared backend lost or
+/// rewound the registry's data (ids follow the clock, see `docs::redis` and `docs::postgres`,
+/// section Failures; such a loss is reported as [`Event::DataLost`](crate::Event::DataLost)). It is `Active`,
 /// `Draining` or `Dead(reason)`, forward only, and `Idle` or `Busy`. A worker **spawned** by an
 /// assignment owns one [`Target`] (a pull request); a worker that [`register`](Self::register)s
 /// itself owns none. Live (non-dead) workers never exceed
@@ -491,7 +496,9 @@ pub trait WorkerRegistry: Send + Sync {
     /// which its own sweeps keep fresh), at most about one
     /// [`sweep_interval`](RegistryConfig::sweep_interval) old while a
     /// [`Sweeper`](crate::Sweeper) runs. Its counts always agree with its list, and its
-    /// [`version`](StatusSnapshot::version) never goes backwards.
+    /// [`version`](StatusSnapshot::version) never goes backwards, with one exception: a shared
+    /// backend's handle that finds the server lost or rewound the registry's data
+    /// ([`Event::DataLost`](crate::Event::DataLost)) starts its copy over.
     ///
     /// # Examples
     ///

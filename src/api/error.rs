@@ -82,6 +82,17 @@ pub enum RegistryError {
     Rejected(Rejection),
     /// This registry has handed out every worker id it can ([`WorkerId::MAX`]).
     IdsExhausted,
+    /// A shared backend's registry was opened with another configuration than the one stored
+    /// with it (by the first handle that opened it): the handle is refused, since replicas that
+    /// decide with different limits disagree on capacity and on who is dead.
+    ConfigDisagrees {
+        /// The first setting that differs (`max_workers`, `heartbeat_timeout_ms`, ...).
+        setting: &'static str,
+        /// Its value as stored with the registry.
+        stored: String,
+        /// Its value in this handle's configuration.
+        configured: String,
+    },
     /// The backend could not answer: the connection is down, a call timed out, the server
     /// answered something unexpected. Whether the call took effect is unknown; see the
     /// [module documentation](crate::WorkerRegistry) on retries.
@@ -194,6 +205,15 @@ impl fmt::Display for RegistryError {
             ),
             Self::Rejected(r) => r.fmt(f),
             Self::IdsExhausted => write!(f, "worker ids exhausted"),
+            Self::ConfigDisagrees {
+                setting,
+                stored,
+                configured,
+            } => write!(
+                f,
+                "the registry's stored configuration has {setting} = {stored}, this handle's \
+                 {configured}: every replica must use the same one"
+            ),
             Self::Backend {
                 backend, source, ..
             } => write!(f, "{backend} backend unavailable: {source}"),

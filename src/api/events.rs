@@ -103,6 +103,16 @@ pub enum Event {
         /// In-flight deliveries released (possibly none).
         deliveries: Vec<DeliveryId>,
     },
+    /// A shared backend's handle found that the server lost the registry's data, or that it
+    /// went back in time (a restart without persistence, a failover to a replica or standby that
+    /// lagged, a restore): the workers created in what was lost no longer exist. Published to
+    /// this handle's subscribers only (each replica finds the loss itself), once per loss.
+    /// Their containers must be stopped: the registry refuses them as unknown workers, and their
+    /// ids are never handed out again.
+    DataLost {
+        /// The workers this handle's last snapshot listed alive that the server no longer knows.
+        lost: Vec<WorkerId>,
+    },
 }
 
 impl Event {
@@ -124,10 +134,11 @@ impl Event {
             Self::WorkerDied { .. } => "worker_died",
             Self::DeliveryStuck { .. } => "delivery_stuck",
             Self::TargetReleased { .. } => "target_released",
+            Self::DataLost { .. } => "data_lost",
         }
     }
 
-    /// The worker the event is about (none for `TargetReleased`).
+    /// The worker the event is about (none for `TargetReleased` and `DataLost`).
     ///
     /// # Examples
     ///
@@ -144,7 +155,7 @@ impl Event {
             | Self::WorkerSuspect { worker, .. }
             | Self::WorkerDied { worker, .. }
             | Self::DeliveryStuck { worker, .. } => Some(*worker),
-            Self::TargetReleased { .. } => None,
+            Self::TargetReleased { .. } | Self::DataLost { .. } => None,
         }
     }
 
@@ -168,6 +179,7 @@ impl Event {
             Self::DeliveryStuck { target, .. } | Self::TargetReleased { target, .. } => {
                 Some(target)
             }
+            Self::DataLost { .. } => None,
         }
     }
 }
@@ -202,6 +214,11 @@ impl fmt::Display for Event {
                 f,
                 "target {target} released with {} delivery(ies)",
                 deliveries.len()
+            ),
+            Self::DataLost { lost } => write!(
+                f,
+                "the registry's data was lost: {} worker(s) no longer exist",
+                lost.len()
             ),
         }
     }

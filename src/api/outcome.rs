@@ -136,6 +136,18 @@ impl ClaimState {
 
 /// The answer to a delivery that is already being handled, or was handled recently.
 ///
+/// # A lost reply
+///
+/// An `admit` that created a worker may commit while its reply never reaches the router (a
+/// timeout, a dropped connection): the router's retry then gets this duplicate, naming the new
+/// worker, and nobody has started its container. [`unstarted`](Self::unstarted) tells that case
+/// apart: the claim is in flight on a live worker that has never heartbeated. A router that gets
+/// it starts the holder unless it already runs that worker id (a start is keyed by worker id, so
+/// starting a worker that another path is already starting is a no-op for the launcher); see
+/// [`needs_start`](Self::needs_start). A worker within its start-up grace looks the same, so a
+/// launcher that can start one id twice must refuse the second start itself (the reference
+/// router keys containers by worker id).
+///
 /// # Examples
 ///
 /// ```
@@ -144,6 +156,8 @@ impl ClaimState {
 ///
 /// let dup = AlreadyClaimed::new(Some(WorkerId::new(3)), SystemTime::UNIX_EPOCH, ClaimState::InFlight);
 /// assert_eq!(dup.holder, Some(WorkerId::new(3)));
+/// assert_eq!(dup.needs_start(), None);
+/// assert_eq!(dup.with_unstarted(true).needs_start(), Some(WorkerId::new(3)));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -154,10 +168,14 @@ pub struct AlreadyClaimed {
     pub since: SystemTime,
     /// In flight or completed.
     pub state: ClaimState,
+    /// The claim is in flight on a live worker that has never heartbeated: the reply that told
+    /// a router to start it may have been lost (see [A lost reply](Self#a-lost-reply)). Always
+    /// false for a completed claim and a bare one.
+    pub unstarted: bool,
 }
 
 impl AlreadyClaimed {
-    /// A duplicate held by `holder` since `since`, in `state`.
+    /// A duplicate held by `holder` since `since`, in `state` (not [`unstarted`](Self::unstarted)).
     ///
     /// # Examples
     ///
@@ -167,7 +185,29 @@ impl AlreadyClaimed {
             holder,
             since,
             state,
+            unstarted: false,
         }
+    }
+
+    /// The same duplicate with [`unstarted`](Self::unstarted) set to `unstarted`.
+    ///
+    /// # Examples
+    ///
+    /// See [`AlreadyClaimed`].
+    #[must_use]
+    pub fn with_unstarted(mut self, unstarted: bool) -> Self {
+        self.unstarted = unstarted;
+        self
+    }
+
+    /// The worker a router should start because of this duplicate: the holder of an
+    /// [`unstarted`](Self::unstarted) claim, if the router does not run it already.
+    ///
+    /// # Examples
+    ///
+    /// See [`AlreadyClaimed`].
+    pub fn needs_start(&self) -> Option<WorkerId> {
+        self.holder.filter(|_| self.unstarted)
     }
 }
 

@@ -140,6 +140,9 @@ pub struct Stats {
     pub suspected: u64,
     /// Lifecycle events dropped for subscribers that fell behind.
     pub events_missed: u64,
+    /// Times this handle found that a shared backend's server lost the registry's data or went
+    /// back in time ([`Event::DataLost`](crate::Event::DataLost)); always 0 in memory.
+    pub data_losses: u64,
     /// How long sweeps took.
     pub sweep_durations: SweepDurations,
     /// Gauge: live (non-dead) workers now.

@@ -294,6 +294,10 @@ impl<C: Clock> InMemoryRegistry<C> {
                     holder: c.holder.as_ref().map(|h| h.id),
                     since: self.wall_at(c.claimed_at),
                     state: ClaimState::InFlight,
+                    unstarted: c.holder.as_ref().is_some_and(|h| {
+                        let w = h.state.load();
+                        !w.has_beaten() && !matches!(w.status(), Status::Dead(_))
+                    }),
                 }),
                 _ => None,
             },
@@ -303,6 +307,7 @@ impl<C: Clock> InMemoryRegistry<C> {
                     holder: c.holder(),
                     since: self.wall_at(c.claimed_at()),
                     state: ClaimState::Completed,
+                    unstarted: false,
                 }),
         }
     }

@@ -95,6 +95,7 @@ impl Counters {
             live_workers: g.live_workers,
             retained_claims: g.retained_claims,
             events_missed: g.events_missed,
+            data_losses: 0, // the registry's data is this process's memory
             snapshot_age: g.snapshot_age,
         }
     }

@@ -321,6 +321,12 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
             "Lifecycle events dropped for subscribers that fell behind.",
             stats.events_missed,
         )?;
+        counter(
+            e,
+            "worker_registry_data_losses",
+            "Times the shared backend's server was found to have lost or rewound the registry's data.",
+            stats.data_losses,
+        )?;
         Ok(())
     }
 }

@@ -26,6 +26,7 @@
 //! | `worker_registry_sweep_duration_seconds` | histogram | | sweeps |
 //! | `worker_registry_snapshot_version`, `_snapshot_age_seconds` | gauge | | snapshot |
 //! | `worker_registry_events_missed_total` | counter | | subscribers |
+//! | `worker_registry_data_losses_total` | counter | | stats (shared backends: data lost or rewound on the server) |
 //! | `worker_registry_sweeper_running` | gauge (0/1) | | [`SweeperMonitor`] ([`Metrics::sweeper`]) |
 //! | `worker_registry_sweeper_errors_total`, `_sweeper_panics_total` | counter | | [`SweeperMonitor`] |
 //!

@@ -17,6 +17,7 @@ use super::{listen, migrate, rows, Inner, Params, PostgresRegistry};
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
+use crate::remote::loss::LossWatch;
 
 /// Builds a [`PostgresRegistry`]: the database URL, the registry's name and configuration, and
 /// the handle's pool size and timeouts.
@@ -65,8 +66,11 @@ impl PostgresRegistryBuilder {
         self
     }
 
-    /// The registry's configuration (the defaults unless set). Give every replica of one
-    /// registry the same one: each handle decides with its own.
+    /// The registry's configuration (the defaults unless set). Every replica of one registry
+    /// must use the same one: the first handle to open the registry stores its deciding settings
+    /// (`wr_registries.config`), and [`connect`](Self::connect) refuses a handle configured
+    /// otherwise with [`RegistryError::ConfigDisagrees`], naming the setting and both values. To
+    /// change them, stop every replica, set the column to NULL, and start them again.
     ///
     /// # Examples
     ///
@@ -234,8 +238,12 @@ impl PostgresRegistryBuilder {
                 counters: Counters::default(),
                 events,
                 listener,
+                loss: LossWatch::new(String::new(), 0),
             }),
         };
+        registry.agree().await?;
+        let seen = registry.identity().await?;
+        registry.inner.loss.begin(&seen.incarnation, seen.last_id);
         registry.refresh_snapshot().await?;
         Ok(registry)
     }

@@ -128,7 +128,14 @@ CREATE OR REPLACE FUNCTION wr_create_worker(
 LANGUAGE plpgsql AS $$
 BEGIN
     o_exhausted := false;
-    UPDATE wr_capacity SET live = live + 1, next_worker_id = next_worker_id + 1
+    -- Ids count milliseconds from 2026-01-01 (1767225600000 ms since the Unix epoch), as the
+    -- in-memory backend's do: the id is past both the last one handed out and the registry's
+    -- clock, so an id handed out before the counter was lost or rewound (a failover to an
+    -- asynchronous standby, a restore) is not handed out again, as long as ids were not handed
+    -- out faster than one per millisecond on average and the server's clock did not step back.
+    UPDATE wr_capacity
+       SET live = live + 1,
+           next_worker_id = GREATEST(next_worker_id, p_now - 1767225600000) + 1
      WHERE registry = p_reg AND live < p_max
     RETURNING next_worker_id - 1 INTO o_id;
     IF NOT FOUND THEN
@@ -230,15 +237,29 @@ BEGIN
 END
 $$;
 
+-- Whether a duplicate's claim (in state p_state, held by p_holder) is in flight on a live worker
+-- that has never heartbeated: the reply that told a router to start it may have been lost.
+CREATE OR REPLACE FUNCTION wr_unstarted(p_reg bigint, p_holder bigint, p_state text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_state <> 'in_flight' OR p_holder IS NULL THEN
+        RETURN false;
+    END IF;
+    RETURN coalesce((SELECT NOT w.beaten AND w.status <> 'dead' FROM wr_workers w
+                      WHERE w.registry = p_reg AND w.id = p_holder), false);
+END
+$$;
+
 -- admit: the duplicate check, the placement and the claim, in one transaction.
---   'duplicate' with the holder, since and state of the claim that blocks the pair;
+--   'duplicate' with the holder, since, state and o_unstarted of the claim that blocks the pair;
 --   'assigned' with the worker, token sequence and whether it is new;
 --   'capacity' / 'draining' (no claim left behind).
 CREATE OR REPLACE FUNCTION wr_admit(
     p_reg bigint, p_repo text, p_number bigint, p_delivery text,
     p_max bigint, p_retention bigint, p_unbound bigint,
     OUT o_outcome text, OUT o_worker bigint, OUT o_seq bigint, OUT o_new boolean,
-    OUT o_since bigint, OUT o_state text
+    OUT o_since bigint, OUT o_state text, OUT o_unstarted boolean
 )
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -265,6 +286,7 @@ BEGIN
             o_outcome := 'duplicate';
             o_worker := c.holder;
             o_since := c.claimed_at_ms;
+            o_unstarted := wr_unstarted(p_reg, c.holder, o_state);
             RETURN;
         END IF;
         o_state := NULL;
@@ -300,7 +322,8 @@ $$;
 CREATE OR REPLACE FUNCTION wr_claim(
     p_reg bigint, p_repo text, p_number bigint, p_delivery text,
     p_retention bigint, p_unbound bigint,
-    OUT o_outcome text, OUT o_worker bigint, OUT o_since bigint, OUT o_state text
+    OUT o_outcome text, OUT o_worker bigint, OUT o_since bigint, OUT o_state text,
+    OUT o_unstarted boolean
 )
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -317,6 +340,7 @@ BEGIN
                 o_outcome := 'duplicate';
                 o_worker := c.holder;
                 o_since := c.claimed_at_ms;
+                o_unstarted := wr_unstarted(p_reg, c.holder, o_state);
                 RETURN;
             END IF;
             o_state := NULL;

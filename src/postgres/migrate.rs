@@ -42,6 +42,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "lease_and_versions",
         sql: include_str!("migrations/0005_lease_and_versions.sql"),
     },
+    Migration {
+        version: 6,
+        name: "identity",
+        sql: include_str!("migrations/0006_identity.sql"),
+    },
 ];
 
 /// The current functions, applied after the migrations whenever [`functions_checksum`] changes.

@@ -186,6 +186,7 @@ mod builder;
 mod counters;
 mod error;
 mod listen;
+mod loss;
 mod maintain;
 mod migrate;
 mod ops;
@@ -209,6 +210,7 @@ use crate::api::contract::WorkerRegistry;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
+use crate::remote::loss::LossWatch;
 
 /// The registry name a builder uses unless told otherwise.
 pub const DEFAULT_REGISTRY_NAME: &str = "default";
@@ -333,6 +335,8 @@ struct Inner {
     snapshot: SnapshotCache,
     events: Arc<EventSender>,
     listener: Option<listen::Listener>,
+    /// What this handle saw of the registry's identity (data-loss detection, `loss.rs`).
+    loss: LossWatch,
 }
 
 impl Drop for Inner {

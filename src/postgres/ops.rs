@@ -22,11 +22,11 @@ use crate::api::stats::Stats;
 use crate::api::status::{DeadReason, Status};
 use crate::config::RegistryConfig;
 
-const ADMIT: &str = "SELECT o_outcome, o_worker, o_seq, o_new, o_since, o_state \
+const ADMIT: &str = "SELECT o_outcome, o_worker, o_seq, o_new, o_since, o_state, o_unstarted \
                      FROM wr_admit($1, $2, $3, $4, $5, $6, $7)";
 const ASSIGN: &str = "SELECT o_outcome, o_worker, o_seq, o_new FROM wr_assign($1, $2, $3, $4)";
-const CLAIM: &str =
-    "SELECT o_outcome, o_worker, o_since, o_state FROM wr_claim($1, $2, $3, $4, $5, $6)";
+const CLAIM: &str = "SELECT o_outcome, o_worker, o_since, o_state, o_unstarted \
+                     FROM wr_claim($1, $2, $3, $4, $5, $6)";
 const RELEASE: &str = "SELECT wr_release($1, $2, $3, $4, $5) AS o_outcome";
 const COMPLETE: &str = "SELECT o_outcome, o_holder, o_reason, o_dead_reason \
                         FROM wr_complete($1, $2, $3, $4, $5, $6, $7)";
@@ -78,7 +78,8 @@ impl PostgresRegistry {
             "completed" => ClaimState::Completed,
             other => return Err(decode(format!("claim state {other:?}"))),
         };
-        Ok(AlreadyClaimed::new(holder, rows::wall(since), state))
+        let unstarted = col::<Option<bool>>(row, "o_unstarted")?.unwrap_or(false);
+        Ok(AlreadyClaimed::new(holder, rows::wall(since), state).with_unstarted(unstarted))
     }
 
     fn placement(&self, row: &Row) -> Result<Result<Assignment, Rejection>, Failure> {
@@ -393,6 +394,7 @@ impl WorkerRegistry for PostgresRegistry {
         s.live_workers = snapshot.capacity.used;
         s.retained_claims = snapshot.claims.retained;
         s.events_missed = inner.events.missed();
+        s.data_losses = inner.loss.losses();
         s.snapshot_age = inner.snapshot.age();
         s
     }

@@ -94,6 +94,19 @@ impl SnapshotCache {
         }
     }
 
+    /// Starts over from the empty snapshot (version 0), whatever the cached version: after the
+    /// database lost or rewound the registry's data, the one time a handle's version goes back.
+    /// The next refresh reads every worker row.
+    pub(crate) fn reset(&self) {
+        let mut rows = sync::lock(&self.rows);
+        *rows = Rows::default();
+        self.current.store(Arc::new(Cached {
+            snapshot: Arc::new(StatusSnapshot::empty(self.limit, SystemTime::now())),
+            age_at_fetch: Duration::ZERO,
+            fetched: Instant::now(),
+        }));
+    }
+
     /// The cached snapshot.
     pub(crate) fn load(&self) -> Arc<StatusSnapshot> {
         self.current.load().snapshot.clone()

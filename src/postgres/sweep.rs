@@ -75,6 +75,8 @@ impl Maintenance for PostgresRegistry {
     async fn sweep(&self) -> Result<SweepReport, RegistryError> {
         let started = Instant::now();
         let inner = &*self.inner;
+        // Before the sweep refreshes the snapshot: the workers it lists are what a loss lost.
+        self.check_loss().await?;
         let begun = self.sweep_begin().await?;
         let m = if begun.swept {
             Some(self.maintain(&begun).await?)

@@ -123,7 +123,7 @@ impl RedisRegistry {
         Ok(p)
     }
 
-    /// Decodes the rest of `{'dup', holder, claimed_at, state}`.
+    /// Decodes the rest of `{'dup', holder, claimed_at, state, unstarted}`.
     fn duplicate(&self, r: &mut Reply<'_>) -> Result<AlreadyClaimed, RegistryError> {
         let holder = codec::opt_worker_id(&r.text()?)?;
         let since = codec::wall(r.uint()?);
@@ -132,8 +132,9 @@ impl RedisRegistry {
             "completed" => ClaimState::Completed,
             other => return Err(bad(format!("claim state {other:?}"))),
         };
+        let unstarted = r.int()? == 1;
         self.inner.counters.inc(C::Duplicates);
-        Ok(AlreadyClaimed::new(holder, since, state))
+        Ok(AlreadyClaimed::new(holder, since, state).with_unstarted(unstarted))
     }
 
     /// Decodes the refusals every worker call shares: `{'unknown'}` and `{'dead', reason}`.
@@ -293,7 +294,13 @@ impl WorkerRegistry for RedisRegistry {
         if tag == "dup" {
             return Ok(Admission::Duplicate(self.duplicate(&mut r)?));
         }
-        Ok(match self.placed(&tag, &mut r)? {
+        let placed = self.placed(&tag, &mut r)?;
+        if let Placed::Assigned(a) = &placed {
+            if a.new {
+                self.wait_created(a.worker).await;
+            }
+        }
+        Ok(match placed {
             Placed::Assigned(a) => Admission::Assigned(a),
             Placed::Rejected(rej) => Admission::Rejected(rej),
         })
@@ -365,7 +372,13 @@ impl WorkerRegistry for RedisRegistry {
         let v = self.invoke_emitting(&inv).await?;
         let mut r = Reply::of(&v)?;
         let tag = r.text()?;
-        Ok(match self.placed(&tag, &mut r)? {
+        let placed = self.placed(&tag, &mut r)?;
+        if let Placed::Assigned(a) = &placed {
+            if a.new {
+                self.wait_created(a.worker).await;
+            }
+        }
+        Ok(match placed {
             Placed::Assigned(a) => AssignOutcome::Assigned(a),
             Placed::Rejected(rej) => AssignOutcome::Rejected(rej),
         })
@@ -425,6 +438,7 @@ impl WorkerRegistry for RedisRegistry {
             "ok" => {
                 let id = codec::worker_id(&r.text()?)?;
                 self.observe_live(&mut r)?;
+                self.wait_created(id).await;
                 Ok(id)
             }
             "full" => Err(RegistryError::Rejected(Rejection::CapacityFull {
@@ -492,9 +506,12 @@ impl WorkerRegistry for RedisRegistry {
     /// **Locking behaviour:** no I/O; two short mutexes around the gauges and the sweep
     /// histogram.
     fn stats(&self) -> Stats {
-        self.inner
+        let mut s = self
+            .inner
             .counters
-            .read(self.inner.events.sender.missed(), self.inner.snapshot.age())
+            .read(self.inner.events.sender.missed(), self.inner.snapshot.age());
+        s.data_losses = self.inner.loss.losses();
+        s
     }
 
     fn config(&self) -> &RegistryConfig {
@@ -504,6 +521,8 @@ impl WorkerRegistry for RedisRegistry {
 
 impl Maintenance for RedisRegistry {
     async fn sweep(&self) -> Result<SweepReport, RegistryError> {
+        // Before the sweep refreshes the snapshot: the workers it lists are what a loss lost.
+        self.check_loss().await?;
         self.sweep_steps().await
     }
 

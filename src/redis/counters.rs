@@ -137,6 +137,7 @@ impl Counters {
             brake_engaged: self.get(C::BrakeEngaged),
             suspected: self.get(C::Suspected),
             events_missed,
+            data_losses: 0, // set by the caller, from the handle's loss watch
             sweep_durations: *self.sweep_times.lock().unwrap_or_else(|p| p.into_inner()),
             live_workers: usize::try_from(self.live.get()).unwrap_or(usize::MAX),
             retained_claims: usize::try_from(self.retained.get()).unwrap_or(usize::MAX),

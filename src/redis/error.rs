@@ -69,6 +69,9 @@ pub enum RedisConnectError {
     },
     /// The server could not be reached or answered with an error.
     Unavailable(RegistryError),
+    /// The registry's stored configuration differs from this handle's
+    /// ([`RegistryError::ConfigDisagrees`], which names the setting and both values).
+    ConfigDisagrees(RegistryError),
 }
 
 impl RedisConnectError {
@@ -92,6 +95,7 @@ impl fmt::Display for RedisConnectError {
                 "Redis server {version} is too old: the registry needs {required} or later"
             ),
             Self::Unavailable(e) => write!(f, "cannot connect to Redis: {e}"),
+            Self::ConfigDisagrees(e) => write!(f, "refused: {e}"),
         }
     }
 }
@@ -100,7 +104,7 @@ impl std::error::Error for RedisConnectError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::InvalidName(e) => Some(e),
-            Self::Unavailable(e) => Some(e),
+            Self::Unavailable(e) | Self::ConfigDisagrees(e) => Some(e),
             _ => None,
         }
     }

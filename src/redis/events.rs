@@ -65,6 +65,8 @@ pub(crate) struct Events {
     direct: Mutex<BTreeSet<u64>>,
     /// How long a call waits for the listener to pass its events.
     patience: Duration,
+    /// Wakes the listener to subscribe again (the server lost the registry's data: a new epoch).
+    again: tokio::sync::Notify,
 }
 
 impl Events {
@@ -74,7 +76,14 @@ impl Events {
             progress: watch::Sender::new(Progress::default()),
             direct: Mutex::new(BTreeSet::new()),
             patience,
+            again: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Has the listener subscribe again, so that it picks up the registry's new epoch and
+    /// numbering (see `loss.rs`).
+    pub(crate) fn resubscribe(&self) {
+        self.again.notify_one();
     }
 
     fn direct(&self) -> MutexGuard<'_, BTreeSet<u64>> {
@@ -271,7 +280,12 @@ async fn run(ch: Channel, events: Arc<Events>, ready: oneshot::Sender<Result<(),
             let _ = ready.send(Ok(()));
         }
         let mut messages = pubsub.into_on_message();
-        while let Some(msg) = messages.next().await {
+        loop {
+            let msg = tokio::select! {
+                m = messages.next() => m,
+                () = events.again.notified() => None,
+            };
+            let Some(msg) = msg else { break };
             // `<seq>\t<origin replica>\t<event>`.
             let parsed = std::str::from_utf8(msg.get_payload_bytes())
                 .ok()

@@ -27,7 +27,7 @@
 //! | `{n}:live` | zset | live workers by a lower bound of their staleness deadline (last beat + timeout, + start-up grace before the first, + the stall credit once re-scored): capacity is `ZCARD`, the stale are one range query. A heartbeat writes only the worker's hash (after its first); the sweep re-scores the candidates that beat since or were credited a stall |
 //! | `{n}:drain` / `{n}:dead` | zset | draining workers by drain deadline; dead ones by time of death (purge) |
 //! | `{n}:targets` | hash | target → its live worker (sticky assignment) |
-//! | `{n}:next_worker_id` | string | the worker id counter (`INCR`: ids survive replica restarts, never reused) |
+//! | `{n}:next_worker_id` | string | the last worker id handed out; the next is past it and past the server's clock in ms since 2026-01-01, so ids are never reused, not even after the server lost or rewound the data (see `docs::redis`, Failures) |
 //! | `{n}:c:<target>:<delivery>` | hash | a claim: holder, claimed at, completed at, release reason; a completed one expires with `PEXPIRE` = `claim_retention` + `sweep_interval` |
 //! | `{n}:wc:<id>` | zset | a worker's in-flight claims by claim time (released in the step that kills it) |
 //! | `{n}:flight` | zset | every in-flight claim bound to a worker, by a lower bound of when it is stuck (claimed at + `max_in_flight`, + the stall credit once re-scored): the stuck are one range query |
@@ -41,7 +41,9 @@
 //! | `{n}:snap` | hash | worker id → its line as last published (what a rebuilding handle pages through) |
 //! | `{n}:changes` | stream | the change log: per version, entries `<version>-<n>` of upserted lines (`u`) and removed ids (`r`), the version's header (`h`) last; the last [`CHANGE_LOG_VERSIONS`] versions |
 //! | `{n}:snap_head`, `{n}:snapshot_version` | string | the latest published header and its version |
-//! | `{n}:events`, `{n}:event_seq`, `{n}:epoch` | channel, strings | lifecycle events, their sequence number, and a value set once (a listener that sees it change knows the data was lost) |
+//! | `{n}:events`, `{n}:event_seq`, `{n}:epoch` | channel, strings | lifecycle events, their sequence number, and the registry's incarnation: set when there is none, moved on by the handle that finds the data rewound (a handle or listener that sees it change knows the data was lost, see `loss.rs`) |
+//! | `{n}:config` | string | the deciding settings, stored by the first handle (`name=value` lines); a handle configured otherwise is refused |
+//! | `{n}:consumers` | zset | replica id → its last sweep (registry ms): consumers of the released stream silent for ten sweep intervals plus `release_ack_timeout` and holding no pending entry are deleted (`XGROUP DELCONSUMER`, 8 per sweep) |
 //! | `{n}:sweep_lease` | string | the maintenance lease: owner and expiry |
 //! | `{n}:last_sweep`, `{n}:stalls` | string, list | when the latest sweep of any replica ran, and the stall spans (`<start>:<end>`, at most 64) the stall rule still credits |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
@@ -54,7 +56,8 @@
 //! (`drain_within` and `drain_all_within`), `worker`, `sweep` (one bounded step), `publish` (one
 //! bounded step of publishing the snapshot), `changes` and `snap_page` (what a handle reads to bring
 //! its copy up to date), `acknowledge`, `listen` (where the event numbering stands, for the
-//! listener).
+//! listener), `identity` (what a sweep compares to find a data loss, and the forgetting of gone
+//! replicas' stream consumers).
 //!
 //! **Maintenance** runs in bounded steps (see `sweep.rs`): every replica's
 //! [`sweep`](crate::Maintenance::sweep) runs the sweep script a step at a time, each step its own
@@ -139,6 +142,7 @@ mod error;
 mod events;
 mod keys;
 mod lease;
+mod loss;
 mod publish;
 mod scripts;
 mod stream;
@@ -163,6 +167,8 @@ use crate::api::error::RegistryError;
 use crate::api::snapshot::StatusSnapshot;
 use crate::clock::millis;
 use crate::config::RegistryConfig;
+use crate::remote::agreement;
+use crate::remote::loss::LossWatch;
 use crate::remote::snapshot::SnapshotCache;
 
 /// The registry name used unless [`RedisRegistryBuilder::name`] sets one.
@@ -217,6 +223,10 @@ pub(crate) struct Limits {
     pub(crate) max_retained: u64,
     pub(crate) brake_min_workers: u64,
     pub(crate) brake_fraction: String,
+    /// How long a replica's consumer of the released stream may be silent (no sweep) before it
+    /// is forgotten, once it holds no pending entry: ten sweep intervals plus the
+    /// acknowledgement timeout (a live replica sweeps every interval).
+    pub(crate) forget_consumer_ms: u64,
 }
 
 impl Limits {
@@ -240,6 +250,9 @@ impl Limits {
             max_retained: c.max_retained_claims() as u64,
             brake_min_workers: c.brake_min_workers() as u64,
             brake_fraction: c.brake_fraction().to_string(),
+            forget_consumer_ms: millis(c.sweep_interval())
+                .saturating_mul(10)
+                .saturating_add(millis(c.release_ack_timeout())),
         }
     }
 }
@@ -255,6 +268,8 @@ pub(crate) struct Inner {
     /// Serialises this handle's snapshot refreshes (each applies changes to the version it read).
     pub(crate) refresh: tokio::sync::Mutex<()>,
     pub(crate) counters: Counters,
+    /// What this handle saw of the registry's identity (data-loss detection, `loss.rs`).
+    pub(crate) loss: LossWatch,
     pub(crate) events: Arc<events::Events>,
     /// Forwards the server's lifecycle events into `events`; stopped when this is dropped.
     _listener: events::Listener,
@@ -299,6 +314,7 @@ pub struct RedisRegistryBuilder {
     connection_timeout: Duration,
     response_timeout: Duration,
     reconnect_retries: usize,
+    wait_on_create: Option<(usize, Duration)>,
 }
 
 impl RedisRegistryBuilder {
@@ -315,7 +331,10 @@ impl RedisRegistryBuilder {
     }
 
     /// The registry's configuration (default `RegistryConfig::default()`). Every replica of a
-    /// registry must use the same one.
+    /// registry must use the same one: the first handle to open the registry stores its deciding
+    /// settings (`{name}:config`), and [`connect`](Self::connect) refuses a handle configured
+    /// otherwise with [`RedisConnectError::ConfigDisagrees`], naming the setting and both values.
+    /// To change them, stop every replica, delete `{name}:config`, and start them again.
     ///
     /// # Examples
     ///
@@ -363,6 +382,29 @@ impl RedisRegistryBuilder {
         self
     }
 
+    /// Makes every call that created a worker (an `admit` or `assign` answering `new: true`, a
+    /// `register`) wait, before it answers, until `replicas` replicas of the server have
+    /// acknowledged its writes (`WAIT replicas timeout`), so that a failover to one of them
+    /// keeps the worker the router is about to start a container for. Default: off. A shortfall
+    /// (fewer replicas within `timeout`) is logged and the answer stands: the creation happened
+    /// on the primary. `WAIT` holds this handle's connection meanwhile (every call of the handle
+    /// waits behind it), so keep `timeout` short.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let builder = RedisRegistry::builder("redis://127.0.0.1/")
+    ///     .wait_on_create(1, Duration::from_millis(50));
+    /// # let _ = builder;
+    /// ```
+    pub fn wait_on_create(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.wait_on_create = Some((replicas, timeout));
+        self
+    }
+
     /// Connects: checks the name and the URL, opens the connection (managed: it reconnects by
     /// itself), checks the server's version, takes a replica id, fetches the published snapshot
     /// and subscribes to lifecycle events on a second connection.
@@ -389,6 +431,7 @@ impl RedisRegistryBuilder {
             .map_err(unavailable)?;
         check_version(&mut conn).await?;
         let keys = Keys::new(&self.name);
+        agree(&mut conn, &keys, &self.config).await?;
         // The counter makes ids unique among live replicas; the server's clock (µs) keeps them
         // unique across a data loss that resets the counter.
         let (n, (secs, micros)): (u64, (u64, u64)) = ::redis::pipe()
@@ -399,6 +442,17 @@ impl RedisRegistryBuilder {
             .await
             .map_err(unavailable)?;
         let replica = format!("r{n}-{}", secs * 1_000_000 + micros);
+        // The registry's incarnation as this handle first sees it (set now if there is none).
+        let seen = loss::identity(
+            &mut conn,
+            &keys,
+            &replica,
+            &replica,
+            "",
+            Limits::of(&self.config).forget_consumer_ms,
+        )
+        .await
+        .map_err(RedisConnectError::Unavailable)?;
         let config = self.config.clone();
         let events = Arc::new(events::Events::new(self.connection_timeout));
         let listener = events::Listener::start(
@@ -428,6 +482,7 @@ impl RedisRegistryBuilder {
                 conn,
                 replica,
                 counters: Counters::new(),
+                loss: LossWatch::new(seen.incarnation, seen.last_id),
                 events,
                 _listener: listener,
                 settings: self,
@@ -438,6 +493,39 @@ impl RedisRegistryBuilder {
             .await
             .map_err(RedisConnectError::Unavailable)?;
         Ok(registry)
+    }
+}
+
+/// Stores `config`'s deciding settings with the registry unless some are stored already
+/// (`{n}:config`, `SET NX`), and refuses a configuration that differs from them (see
+/// `crate::remote::agreement`).
+async fn agree(
+    conn: &mut ConnectionManager,
+    keys: &Keys,
+    config: &RegistryConfig,
+) -> Result<(), RedisConnectError> {
+    let ours = agreement::settings(config);
+    let key = format!("{}config", keys.prefix);
+    let (stored,): (String,) = ::redis::pipe()
+        .cmd("SET")
+        .arg(&key)
+        .arg(agreement::encode(&ours))
+        .arg("NX")
+        .ignore()
+        .cmd("GET")
+        .arg(&key)
+        .query_async(conn)
+        .await
+        .map_err(|e| RedisConnectError::Unavailable(error::backend(e)))?;
+    match agreement::disagreement(&stored, &ours) {
+        None => Ok(()),
+        Some((setting, stored, configured)) => Err(RedisConnectError::ConfigDisagrees(
+            RegistryError::ConfigDisagrees {
+                setting,
+                stored,
+                configured,
+            },
+        )),
     }
 }
 
@@ -483,6 +571,7 @@ impl RedisRegistry {
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             reconnect_retries: DEFAULT_RECONNECT_RETRIES,
+            wait_on_create: None,
         }
     }
 

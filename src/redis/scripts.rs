@@ -70,6 +70,7 @@ scripts! {
     changes => "changes.lua" [],
     snap_page => "snap_page.lua" [],
     listen => "listen.lua" [],
+    identity => "identity.lua" [],
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
-//! What the networked backends (Redis, PostgreSQL) share: today the snapshot cache that applies
-//! what changed since a handle's version ([`snapshot`]).
+//! What the networked backends (Redis, PostgreSQL) share: the snapshot cache that applies what
+//! changed since a handle's version ([`snapshot`]), data-loss detection ([`loss`]), and the
+//! configuration every handle of a registry must agree on ([`agreement`]).
 
 #![cfg_attr(not(feature = "redis"), allow(dead_code))]
 
+pub(crate) mod agreement;
+pub(crate) mod loss;
 pub(crate) mod snapshot;

@@ -133,6 +133,16 @@ impl SnapshotCache {
         self.load()
     }
 
+    /// Starts over from `initial` whatever the cached version: after the server lost the
+    /// registry's data (its versions started over), the one time a handle's version goes back.
+    pub(crate) fn reset(&self, initial: StatusSnapshot) {
+        self.cell.store(Arc::new(Cached {
+            snapshot: Arc::new(initial),
+            fetched: Instant::now(),
+            age_at_fetch: Duration::ZERO,
+        }));
+    }
+
     /// Installs `snapshot`, fetched when the registry's time was `now`, if it is newer than the
     /// cached one (a concurrent sweep of this handle may have installed a newer one already).
     pub(crate) fn offer(&self, snapshot: StatusSnapshot, now: Duration) {

@@ -50,6 +50,7 @@ macro_rules! conformance_suite {
                 ac2_an_unbound_claim_is_released_after_the_heartbeat_timeout,
                 ac2_a_completed_claim_stays_a_duplicate_after_its_worker_is_gone,
                 ac2_a_rejected_admission_leaves_no_claim_behind,
+                a_duplicate_of_a_never_started_worker_says_so,
             }
             assignment {
                 ac3_a_target_sticks_to_its_worker_with_increasing_tokens,

@@ -213,3 +213,37 @@ async fn workers_register_beat_drain_and_read_back() {
     );
     assert!(matches!(r.assign(&t(9)).await, Ok(AssignOutcome::Assigned(a)) if a.new));
 }
+
+#[tokio::test]
+async fn a_replica_configured_otherwise_is_refused_naming_the_setting_and_both_values() {
+    let Some(url) = harness::shared("basics") else {
+        return;
+    };
+    let config = |ms| {
+        RegistryConfig::builder()
+            .max_in_flight(std::time::Duration::from_millis(ms))
+            .build()
+            .unwrap()
+    };
+    let first = harness::registry(&url, "agreement", config(60_000)).await;
+    let err = worker_registry::redis::RedisRegistry::builder(&url)
+        .name(first.name())
+        .config(config(90_000))
+        .connect()
+        .await
+        .unwrap_err();
+    let worker_registry::redis::RedisConnectError::ConfigDisagrees(e) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        e,
+        &worker_registry::RegistryError::ConfigDisagrees {
+            setting: "max_in_flight_ms",
+            stored: "60000".into(),
+            configured: "90000".into(),
+        }
+    );
+    assert!(!err.is_retryable());
+    // Another handle with the same configuration is welcome (connect_replica uses it).
+    first.connect_replica().await.unwrap();
+}

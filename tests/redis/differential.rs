@@ -22,11 +22,11 @@ use proptest::prelude::*;
 use worker_registry::redis::RedisRegistry;
 use worker_registry::{
     Admission, ClaimOutcome, DeliveryId, Event, InMemoryRegistry, Maintenance, ManualClock,
-    RegistryConfig, StatusSnapshot, Subscribe, SweepReport, Target, WorkerId, WorkerInfo,
-    WorkerRegistry,
+    RegistryConfig, StatusSnapshot, Subscribe, SweepReport, Target, WorkerInfo, WorkerRegistry,
 };
 
 use crate::harness;
+use crate::ids::Ids;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -103,7 +103,7 @@ fn delivery(i: u8) -> DeliveryId {
 
 fn info(w: &WorkerInfo) -> String {
     format!(
-        "{} {:?} {:?} {:?} {:?} suspect={} beaten={} token={} draining_until={} died={}",
+        "{:?} {:?} {:?} {:?} {:?} suspect={} beaten={} token={:?} draining_until={} died={}",
         w.id,
         w.target,
         w.kind,
@@ -117,17 +117,17 @@ fn info(w: &WorkerInfo) -> String {
     )
 }
 
-fn snapshot(s: &StatusSnapshot) -> String {
+fn snapshot(s: &StatusSnapshot, ids: &mut Ids) -> String {
     let mut workers: Vec<_> = s.workers.iter().collect();
     workers.sort_by_key(|w| w.id);
-    let workers: Vec<String> = workers.into_iter().map(info).collect();
+    let workers: Vec<String> = workers.into_iter().map(|w| ids.norm(&info(w))).collect();
     format!(
         "v{} {:?} {:?} {:?} brake={} {workers:#?}",
         s.version, s.counts, s.capacity, s.claims, s.brake_engaged
     )
 }
 
-fn report(r: &SweepReport) -> String {
+fn report(r: &SweepReport, ids: &mut Ids) -> String {
     let mut died = r.died.clone();
     died.sort_by_key(|(w, _)| *w);
     let mut suspected = r.suspected.clone();
@@ -137,7 +137,12 @@ fn report(r: &SweepReport) -> String {
     let mut released: Vec<String> = r
         .released
         .iter()
-        .map(|e| format!("{} {} {:?} {:?}", e.target, e.delivery, e.holder, e.reason))
+        .map(|e| {
+            ids.norm(&format!(
+                "{} {} {:?} {:?}",
+                e.target, e.delivery, e.holder, e.reason
+            ))
+        })
         .collect();
     released.sort();
     let mut drained = r.drained_stuck.clone();
@@ -154,14 +159,22 @@ fn report(r: &SweepReport) -> String {
 
 fn admission(a: Admission) -> String {
     match a {
-        Admission::Duplicate(d) => format!("Duplicate({:?}, {:?})", d.holder, d.state),
+        Admission::Duplicate(d) => format!(
+            "Duplicate({:?}, {:?}, unstarted={})",
+            d.holder, d.state, d.unstarted
+        ),
         other => format!("{other:?}"),
     }
 }
 
-/// Runs one call on `r`; the normalized answer.
-async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
-    let w = |id: u64| WorkerId::new(id);
+/// Runs one call on `r`; the normalized answer (ids by the order `ids` saw them).
+async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op, ids: &mut Ids) -> String {
+    let answer = apply_raw(r, op, ids).await;
+    ids.norm(&answer)
+}
+
+async fn apply_raw<R: WorkerRegistry + Maintenance>(r: &R, op: &Op, ids: &mut Ids) -> String {
+    let w = |id: u64| ids.arg(id);
     match *op {
         Op::Admit(t, d) => match r.admit(&target(t), &delivery(d)).await {
             Ok(a) => admission(a),
@@ -169,7 +182,10 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
         },
         Op::Claim(t, d) => match r.claim(&target(t), &delivery(d)).await {
             Ok(ClaimOutcome::AlreadyClaimed(c)) => {
-                format!("Already({:?}, {:?})", c.holder, c.state)
+                format!(
+                    "Already({:?}, {:?}, unstarted={})",
+                    c.holder, c.state, c.unstarted
+                )
             }
             other => format!("{other:?}"),
         },
@@ -200,7 +216,8 @@ async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op) -> String {
         Op::Sweep => match r.sweep().await {
             Ok(rep) => {
                 r.acknowledge(&rep.released).await.unwrap();
-                format!("{}\n{}", report(&rep), snapshot(&r.status()))
+                let rep_s = report(&rep, ids);
+                format!("{rep_s}\n{}", snapshot(&r.status(), ids))
             }
             Err(e) => format!("{e:?}"),
         },
@@ -235,6 +252,7 @@ async fn run(url: &str, ops: &[Op]) -> Result<(), TestCaseError> {
     let red: RedisRegistry = harness::registry(url, "diff", config()).await;
     let mut mem_events = Subscribe::subscribe(&mem);
     let mut red_events = Subscribe::subscribe(&red);
+    let (mut mem_ids, mut red_ids) = (Ids::default(), Ids::default());
     for (i, op) in ops.iter().enumerate() {
         if let Op::Advance(s) = op {
             let by = Duration::from_millis(u64::from(*s) * 1000 + 1);
@@ -242,8 +260,8 @@ async fn run(url: &str, ops: &[Op]) -> Result<(), TestCaseError> {
             red.advance_time_for_tests(by).await.unwrap();
             continue;
         }
-        let a = apply(&mem, op).await;
-        let b = apply(&red, op).await;
+        let a = apply(&mem, op, &mut mem_ids).await;
+        let b = apply(&red, op, &mut red_ids).await;
         prop_assert_eq!(&a, &b, "call {} {:?} of {:#?}", i, op, ops);
         if matches!(op, Op::Complete(..) | Op::CompleteBy(..)) {
             // Completion times stay distinct, so "oldest first" eviction has no ties.
@@ -259,12 +277,12 @@ async fn run(url: &str, ops: &[Op]) -> Result<(), TestCaseError> {
     // travel through the server; wait a bounded while for them).
     let mut want: Vec<String> = Vec::new();
     while let Ok(Some(e)) = mem_events.try_recv() {
-        want.push(event(&e));
+        want.push(mem_ids.norm(&event(&e)));
     }
     let mut got: Vec<String> = Vec::new();
     while got.len() < want.len() {
         match tokio::time::timeout(Duration::from_secs(5), red_events.recv()).await {
-            Ok(Ok(e)) => got.push(event(&e)),
+            Ok(Ok(e)) => got.push(red_ids.norm(&event(&e))),
             _ => break,
         }
     }

@@ -250,3 +250,179 @@ async fn with_aof_claims_and_workers_survive_a_restart_of_the_server_and_every_r
     assert_eq!((again.worker, again.new), (w.worker, false));
     assert!(c.register().await.unwrap() > reg);
 }
+
+/// Sweeps until the server answers (bounded like `admit_until_answered`).
+async fn sweep_until_answered(r: &RedisRegistry) -> worker_registry::SweepReport {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match r.sweep().await {
+            Ok(s) => return s,
+            Err(e) => {
+                assert!(e.is_retryable(), "only retryable errors: {e}");
+                assert!(Instant::now() < deadline, "no recovery within 20 s: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The data loss the next `DataLost` event on `events` reports (bounded wait), skipping others.
+async fn next_loss(events: &mut worker_registry::Subscription) -> Vec<worker_registry::WorkerId> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.recv()).await {
+            Ok(Ok(Event::DataLost { mut lost })) => {
+                lost.sort();
+                return lost;
+            }
+            Ok(Ok(_)) | Ok(Err(worker_registry::RecvError::Lagged { .. })) => {}
+            other => panic!("no DataLost event: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_mid_traffic_repeats_no_id_or_token_and_is_reported() {
+    let Some(mut server) = Server::start(false, "data-loss") else {
+        return;
+    };
+    let r = connect(&server, "data-loss").await;
+    let other = r.connect_replica().await.unwrap();
+    let (mut events, mut other_events) = (r.subscribe(), other.subscribe());
+    let mut before = Vec::new();
+    for i in 0..6 {
+        let replica = if i % 2 == 0 { &r } else { &other };
+        let Admission::Assigned(a) = admit_until_answered(replica, &t(i + 1), &d("before")).await
+        else {
+            panic!("admitted")
+        };
+        before.push(a);
+    }
+    sweep_until_answered(&r).await;
+    sweep_until_answered(&other).await;
+    assert_eq!(r.status().capacity.used, 6);
+
+    // The server restarts with nothing (no AOF, no RDB): the registry's data is gone. Traffic
+    // goes on through the same handles.
+    server.restart();
+    let mut after = Vec::new();
+    for i in 0..6 {
+        let replica = if i % 2 == 0 { &other } else { &r };
+        let Admission::Assigned(a) = admit_until_answered(replica, &t(i + 1), &d("after")).await
+        else {
+            panic!("admitted")
+        };
+        assert!(
+            a.new,
+            "the old workers are gone: a new one for {}",
+            t(i + 1)
+        );
+        after.push(a);
+    }
+    let newest_before = before.iter().map(|a| a.token).max().unwrap();
+    for a in &after {
+        assert!(
+            before.iter().all(|b| b.worker != a.worker),
+            "worker id {} handed out again",
+            a.worker
+        );
+        assert!(
+            a.token > newest_before,
+            "token {} not above {newest_before}",
+            a.token
+        );
+    }
+
+    // Each replica finds the loss in its next sweep: logged, counted, and the workers its
+    // snapshot listed alive that the server no longer knows are reported.
+    let mut old: Vec<_> = before.iter().map(|a| a.worker).collect();
+    old.sort();
+    sweep_until_answered(&r).await;
+    assert_eq!(next_loss(&mut events).await, old);
+    assert_eq!(r.stats().data_losses, 1);
+    sweep_until_answered(&other).await;
+    assert_eq!(next_loss(&mut other_events).await, old);
+    assert_eq!(other.stats().data_losses, 1);
+    // Reported once; the snapshot starts over and lists the new workers only.
+    sweep_until_answered(&r).await;
+    sweep_until_answered(&r).await;
+    assert_eq!(r.stats().data_losses, 1);
+    let listed: Vec<_> = r.status().workers.iter().map(|w| w.id).collect();
+    assert_eq!(listed.len(), 6, "{listed:?}");
+    assert!(listed.iter().all(|w| after.iter().any(|a| a.worker == *w)));
+    // A zombie container of a lost worker is refused: its id names nothing, and never will.
+    assert!(matches!(
+        r.heartbeat(before[0].worker).await,
+        Err(RegistryError::UnknownWorker { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_on_create_answers_once_a_replica_has_the_new_worker() {
+    let Some(primary) = Server::start(false, "wait-primary") else {
+        return;
+    };
+    let Some(replica) = Server::start(false, "wait-replica") else {
+        return;
+    };
+    let port = primary
+        .url()
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut raw_replica = harness::raw(&replica.url()).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(&port)
+        .query_async(&mut raw_replica)
+        .await
+        .unwrap();
+    // Until the replica is in sync (bounded).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut raw_replica)
+            .await
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never synced: {info}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = RedisRegistry::builder(primary.url())
+        .name("wait")
+        .wait_on_create(1, Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    // The replica may still be syncing: the first creation waits for it (bounded by the WAIT).
+    let Ok(Admission::Assigned(a)) = r.admit(&t(1), &d("a")).await else {
+        panic!("admitted")
+    };
+    assert!(a.new);
+    // Acknowledged by the replica before the answer: the worker is there.
+    let key = format!("{{wait}}:w:{}", a.worker);
+    assert!(raw_replica.exists::<_, bool>(&key).await.unwrap(), "{key}");
+
+    // Two replicas wanted, one there: the answer stands after the timeout.
+    let short = RedisRegistry::builder(primary.url())
+        .name("wait")
+        .wait_on_create(2, Duration::from_millis(20))
+        .connect()
+        .await
+        .unwrap();
+    let Ok(Admission::Assigned(b)) = short.admit(&t(2), &d("b")).await else {
+        panic!("admitted")
+    };
+    assert!(b.new);
+    let id: worker_registry::WorkerId = short.register().await.unwrap();
+    assert!(id > b.worker);
+}

@@ -366,3 +366,53 @@ async fn replicas_racing_on_one_delivery_and_on_the_last_slot_get_the_in_memory_
     }
     assert_eq!(a.stats().admitted_new + b.stats().admitted_new, 40);
 }
+
+/// The consumers of the released stream's group, by name.
+async fn consumers(r: &RedisRegistry) -> BTreeSet<String> {
+    let url = harness::shared("replicas").unwrap();
+    let mut raw = harness::raw(&url).await;
+    let stream = format!("{}released", r.key_pattern().trim_end_matches('*'));
+    let info: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(&stream)
+        .arg("dispatch")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    info.into_iter()
+        .filter_map(|c| match c.get("name") {
+            Some(redis::Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_consumer_of_a_replica_that_is_gone_is_forgotten_once_it_holds_nothing() {
+    let Some((a, b)) = pair("consumers").await else {
+        return;
+    };
+    a.admit(&t(1), &d("x")).await.unwrap();
+    past_timeout(&a).await;
+    // a takes the released event and dies before acknowledging it.
+    assert_eq!(a.sweep().await.unwrap().released.len(), 1);
+    b.sweep().await.unwrap();
+    let (gone, stays) = (a.replica_id().to_owned(), b.replica_id().to_owned());
+    assert!(consumers(&b).await.contains(&gone));
+    drop(a);
+
+    // Silent longer than 10 sweep intervals plus the acknowledgement timeout (15 s): but it holds
+    // an entry, so it stays until b has claimed that (b's sweep after the ack timeout) ...
+    b.advance_time_for_tests(Duration::from_millis(15_001))
+        .await
+        .unwrap();
+    let again = b.sweep().await.unwrap();
+    assert_eq!(again.released.len(), 1, "b claims a's unacknowledged event");
+    assert!(consumers(&b).await.contains(&gone));
+    b.acknowledge(&again.released).await.unwrap();
+    // ... and is forgotten by the next sweep; a live replica never is.
+    b.sweep().await.unwrap();
+    let left = consumers(&b).await;
+    assert!(!left.contains(&gone), "{left:?}");
+    assert!(left.contains(&stays), "{left:?}");
+}

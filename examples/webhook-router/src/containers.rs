@@ -201,6 +201,11 @@ impl Containers {
         }
     }
 
+    /// Whether a container for `worker` was started here (running or stopped since).
+    pub fn knows(&self, worker: WorkerId) -> bool {
+        self.slots.get(&worker).is_some_and(|s| s.owner.is_some())
+    }
+
     /// Whether `worker` has a container here that has not stopped.
     pub fn is_running(&self, worker: WorkerId) -> bool {
         self.slots

@@ -4,7 +4,11 @@
 //!
 //! Only the admission that created the worker (`new: true`) starts its container (see
 //! [`crate::lifecycle`]), so that no worker ever has two containers, whichever replicas its events
-//! reach. Every event goes through the worker's bounded mailbox; a full one, or an owner that
+//! reach. The one exception is a lost reply: an admission that created a worker committed but its
+//! answer never arrived (a timeout, a dropped connection), so its retry is a duplicate naming a
+//! worker that never started ([`AlreadyClaimed::needs_start`]). A retry at least one heartbeat
+//! interval after the claim starts it then, and hands it the delivery, unless a container for it
+//! is known here or to the owner records. Every event goes through the worker's bounded mailbox; a full one, or an owner that
 //! cannot be reached, releases the claim again and answers 503.
 
 use crate::app::App;
@@ -16,7 +20,9 @@ use crate::worker::Job;
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
-use worker_registry::{Admission, Assignment, DeliveryId, Target, WorkerId, WorkerRegistry};
+use worker_registry::{
+    Admission, AlreadyClaimed, Assignment, DeliveryId, Target, WorkerId, WorkerRegistry,
+};
 
 impl App {
     /// Admits one (target, delivery) pair and hands it to the target's worker.
@@ -43,7 +49,10 @@ impl App {
         }
         let a = match self.inner.registry.admit(target, delivery).await {
             Ok(Admission::Assigned(a)) => a,
-            Ok(Admission::Duplicate(d)) => return Dispatch::Duplicate(d),
+            Ok(Admission::Duplicate(d)) => match self.lost_start(&d, target).await {
+                Some(a) => a,
+                None => return Dispatch::Duplicate(d),
+            },
             Ok(Admission::Rejected(r)) => return Dispatch::Rejected(r),
             Err(e) => {
                 tracing::warn!(%target, %delivery, "admission failed, answering 503: {e}");
@@ -67,6 +76,45 @@ impl App {
         };
         let handover = self.hand_over(a.worker, job).await;
         self.settle(target, delivery, a, handover).await
+    }
+
+    /// The creation to carry out for a duplicate whose holder never started: the admission that
+    /// created it committed, but its reply was lost, so nothing started its container. `None`
+    /// when the duplicate does not ask for a start, or a container for the worker is started here
+    /// or has an owner record elsewhere, or the worker has started or died since.
+    ///
+    /// A worker younger than one heartbeat interval is left alone: a worker that was started
+    /// beats at once, so one that has not after an interval was never started, while a younger
+    /// one may be starting on the replica whose admission created it (a redelivery racing that
+    /// start would otherwise start the worker twice). A retry that comes that early gets the
+    /// plain duplicate; the worker then dies unstarted after its start-up grace, and its
+    /// delivery is released and re-dispatched.
+    async fn lost_start(&self, dup: &AlreadyClaimed, target: &Target) -> Option<Assignment> {
+        let worker = dup.needs_start()?;
+        if self.inner.containers.knows(worker) {
+            return None;
+        }
+        if let Some(remote) = &self.inner.remote {
+            if !matches!(remote.owner(worker).await, Ok(Owner::Unknown)) {
+                return None;
+            }
+        }
+        let info = self.inner.registry.worker(worker).await.ok()??;
+        // Before its first heartbeat, `heartbeat_age` is the time since its creation (on the
+        // registry's time base).
+        if !info.status.is_alive()
+            || info.has_heartbeated
+            || info.target.as_ref() != Some(target)
+            || info.heartbeat_age < self.inner.registry.config().heartbeat_interval()
+        {
+            return None;
+        }
+        tracing::warn!(
+            %target, %worker,
+            "a redelivery names a worker that never started (the reply to the admission that \
+             created it was lost): starting it now"
+        );
+        Some(Assignment::new(worker, info.token, true))
     }
 
     /// What an admitted event's handover makes of it: assigned, or (a full queue, an owner out of

@@ -693,3 +693,39 @@ async fn form_encoded_deliveries_are_accepted() {
         .unwrap()
         .contains("form-encoded"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_redelivery_starts_the_worker_whose_creating_admission_lost_its_reply() {
+    let h = start(Setup::default()).await;
+    // The admission committed, and its reply never reached a router: nothing started the worker.
+    let target = worker_registry::Target::new("octo/repo", 9).unwrap();
+    let delivery = worker_registry::DeliveryId::new("lost").unwrap();
+    let Ok(worker_registry::Admission::Assigned(a)) =
+        WorkerRegistry::admit(&h.memory, &target, &delivery).await
+    else {
+        panic!("admitted")
+    };
+    assert!(a.new);
+    // A redelivery at once may race the start on the replica that created it: a plain duplicate.
+    let early = h.deliver("pull_request", "lost", &pr("octo/repo", 9)).await;
+    assert_eq!(early.body["outcome"], "duplicate");
+    // One heartbeat interval later the worker has still not beaten: it was never started, and
+    // the redelivery starts it (and hands it the event).
+    tokio::time::advance(HEARTBEAT + Duration::from_millis(1)).await;
+    let retry = h.deliver("pull_request", "lost", &pr("octo/repo", 9)).await;
+    assert_eq!(retry.status, StatusCode::ACCEPTED, "{:?}", retry.body);
+    assert_eq!(retry.body["outcome"], "assigned");
+    assert_eq!(worker_of(&retry), a.worker.get());
+    // It runs: it heartbeats, completes the event, and a later redelivery is a plain duplicate.
+    let done = eventually(|| async {
+        let d = h.deliver("pull_request", "lost", &pr("octo/repo", 9)).await;
+        (d.body["state"] == "completed").then_some(d)
+    })
+    .await;
+    assert_eq!(worker_of(&done), a.worker.get());
+    let info = WorkerRegistry::worker(&h.memory, a.worker)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(info.has_heartbeated);
+}

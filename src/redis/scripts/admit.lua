@@ -1,7 +1,7 @@
 -- admit: dedupe + sticky lookup + capacity + claim, in one step.
 -- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms, retention_ms,
 --       max_in_flight_ms
--- Returns {'dup', holder|'', claimed_at, 'in_flight'|'completed'}
+-- Returns {'dup', holder|'', claimed_at, 'in_flight'|'completed', unstarted(0/1)}
 --       | {'assigned', worker, assignments, new(0/1), live (-1: unchanged), now}
 --       | {'rejected', 'capacity'|'draining', worker|''}
 local target, delivery = ARGV[2], ARGV[3]
@@ -15,9 +15,9 @@ local now = clock()
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
 local st = standing(c, now, retention, timeout)
 if st == 'in_flight' or st == 'completed' then
-  return finish({ 'dup', c[1] or '', c[2], st })
+  return finish({ 'dup', c[1] or '', c[2], st, unstarted(c, st) })
 end
-local plan = plan_place(target, max_workers)
+local plan = plan_place(target, max_workers, now)
 if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
   -- A released or expired claim stays as it was (the sweep still reports it).
   return finish(refuse_place(plan, target))

@@ -5,7 +5,7 @@ local target, max_workers = ARGV[2], tonumber(ARGV[3])
 local timeout, grace = tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local now = clock()
-local plan = plan_place(target, max_workers)
+local plan = plan_place(target, max_workers, now)
 if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
   return finish(refuse_place(plan, target))
 end

@@ -1,6 +1,6 @@
 -- claim: record a bare claim (bound to no worker) unless the pair is in flight or retained.
 -- ARGV: prefix, replica id, target, delivery, timeout_ms, retention_ms
--- Returns {'dup', holder|'', claimed_at, state} | {'claimed'}
+-- Returns {'dup', holder|'', claimed_at, state, unstarted(0/1)} | {'claimed'}
 local member = ARGV[2] .. ':' .. ARGV[3]
 local timeout, retention = tonumber(ARGV[4]), tonumber(ARGV[5])
 
@@ -8,7 +8,7 @@ local now = clock()
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
 local st = standing(c, now, retention, timeout)
 if st == 'in_flight' or st == 'completed' then
-  return { 'dup', c[1] or '', c[2], st }
+  return { 'dup', c[1] or '', c[2], st, unstarted(c, st) }
 end
 
 if st ~= 'none' then forget_claim(member, c) end

@@ -15,7 +15,7 @@
 --   drain             zset  draining worker id -> drain deadline (ms)
 --   dead              zset  dead worker id -> time of death (ms)
 --   targets           hash  target -> id of its live worker (sticky map)
---   next_worker_id    string  last worker id handed out
+--   next_worker_id    string  last worker id handed out (see next_id)
 --   w:<id>            hash  a worker (see lib_workers.lua)
 --   wc:<id>           zset  a worker's in-flight claim members -> claimed at (ms)
 --   ws:<id>           set   a worker's stuck claims, kept (as tombstones) to refuse its late completion
@@ -37,7 +37,11 @@
 --   sweep_lease       string  "<owner>\t<expires at, registry ms>", with PX
 --   last_sweep        string  when the latest sweep of any replica ran (registry ms)
 --   stalls            list  "<start>:<end>" stall spans the stall rule still credits, oldest first
---   epoch             string  set once; changes only if the server lost the registry's data
+--   epoch             string  the incarnation: set when there is none; moved on by the handle that
+--                           finds the data rewound (identity.lua)
+--   config            string  the deciding settings, stored by the first handle
+--   consumers         zset  replica id -> its last sweep (ms): gone replicas' stream consumers are
+--                           deleted (identity.lua)
 
 local P = ARGV[1]
 local ME = table.remove(ARGV, 2)
@@ -59,6 +63,17 @@ local MAX_ID = 17592186044415
 
 -- An integer as decimal text (tostring would switch to exponent form past 14 digits).
 local function I(n) return string.format('%d', n) end
+
+-- Worker ids count milliseconds from 2026-01-01 (as the in-memory backend's do): the next id is
+-- past both the last one handed out and the registry's clock, so an id handed out before the
+-- server lost or rewound the registry's data (a restart without persistence, a failover to a
+-- lagging replica) is not handed out again, as long as ids were not handed out faster than one
+-- per millisecond on average and the server's clock did not step back.
+local ID_EPOCH_MS = 1767225600000
+local function next_id(now)
+  local last = tonumber(redis.call('GET', K.next_worker_id) or '0') or 0
+  return math.max(last + 1, now - ID_EPOCH_MS)
+end
 
 local function clock()
   local t = redis.call('TIME')

@@ -16,6 +16,15 @@ local function standing(c, now, retention_ms, unbound_ms)
   return 'in_flight'
 end
 
+-- 1 if a duplicate's claim is in flight on a live worker that has never heartbeated (the reply
+-- that told a router to start it may have been lost), else 0.
+local function unstarted(c, st)
+  if st ~= 'in_flight' or not c[1] then return 0 end
+  local w = redis.call('HMGET', wkey(c[1]), 's', 'bt')
+  if w[1] and w[1] ~= '2' and w[2] ~= '1' then return 1 end
+  return 0
+end
+
 -- Release reason of a claim stuck in flight (its claim stays, as a tombstone, while its worker
 -- lives: see sweep.lua).
 local RR_STUCK = 5

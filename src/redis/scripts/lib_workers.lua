@@ -47,7 +47,7 @@ end
 
 -- Reads where a target would be placed (read phase): on its active worker ('sticky'), refused
 -- because that worker drains ('draining'), on a new worker ('new'), or refused for capacity ('full').
-local function plan_place(target, max_workers)
+local function plan_place(target, max_workers, now)
   local plan = {}
   local wid = redis.call('HGET', K.targets, target)
   if wid then
@@ -60,8 +60,8 @@ local function plan_place(target, max_workers)
     plan.kind = 'full'
     return plan
   end
-  local last = tonumber(redis.call('GET', K.next_worker_id) or '0') or 0
-  if last + 1 > MAX_ID then
+  plan.id = next_id(now)
+  if plan.id > MAX_ID then
     plan.kind = 'full' -- as in memory: an assignment that cannot create a worker is refused
     return plan
   end
@@ -78,7 +78,8 @@ local function do_place(plan, target, now, first_deadline)
     redis.call('ZADD', K.dirty, 0, plan.id)
     return plan.id, n, 0
   end
-  local id = I(redis.call('INCR', K.next_worker_id))
+  local id = I(plan.id)
+  redis.call('SET', K.next_worker_id, id)
   redis.call('HSET', wkey(id), 's', 0, 'b', 1, 'x', 0, 'bt', 0, 'hb', now, 'c', now, 'n', 1, 't', target)
   redis.call('ZADD', K.live, first_deadline, id)
   redis.call('HSET', K.targets, target, id)

@@ -5,10 +5,11 @@ local max_workers, timeout, grace = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumb
 
 local now = clock()
 if redis.call('ZCARD', K.live) >= max_workers then return finish({ 'full' }) end
-local last = tonumber(redis.call('GET', K.next_worker_id) or '0') or 0
-if last + 1 > MAX_ID then return finish({ 'exhausted' }) end
+local nid = next_id(now)
+if nid > MAX_ID then return finish({ 'exhausted' }) end
 
-local id = I(redis.call('INCR', K.next_worker_id))
+local id = I(nid)
+redis.call('SET', K.next_worker_id, id)
 redis.call('HSET', wkey(id), 's', 0, 'b', 0, 'x', 0, 'bt', 0, 'hb', now, 'c', now, 'n', 0)
 redis.call('ZADD', K.live, now + timeout + grace, id)
 redis.call('ZADD', K.dirty, 0, id)

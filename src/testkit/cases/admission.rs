@@ -193,3 +193,51 @@ pub async fn ac2_a_rejected_admission_leaves_no_claim_behind<F: Fixture>(fixture
     );
     assert!(assigned(r.admit(&target, &delivery).await).new);
 }
+
+/// A lost reply leaves no phantom: the retry of an admission that created a worker (its reply
+/// never reached the router) is a duplicate that says its holder never started
+/// ([`unstarted`](crate::AlreadyClaimed::unstarted), [`needs_start`](crate::AlreadyClaimed::needs_start)
+/// names it), for `admit` and `claim` alike; once the worker has heartbeated, a redelivery is a
+/// plain duplicate. A completed claim and a bare one are never unstarted.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn a_duplicate_of_a_never_started_worker_says_so<F: Fixture>(fixture: &F) {
+    let r = registry(fixture, config()).await;
+    let (target, delivery) = (t(3), d("lost-reply"));
+    let a = assigned(r.admit(&target, &delivery).await);
+    assert!(a.new);
+
+    // The router never saw `a`: its retry.
+    let retry = duplicate(r.admit(&target, &delivery).await);
+    assert_eq!(
+        (retry.holder, retry.state),
+        (Some(a.worker), ClaimState::InFlight)
+    );
+    assert!(retry.unstarted, "the holder never heartbeated: {retry:?}");
+    assert_eq!(retry.needs_start(), Some(a.worker));
+    let Ok(ClaimOutcome::AlreadyClaimed(c)) = r.claim(&target, &delivery).await else {
+        panic!("claim() sees the same duplicate")
+    };
+    assert!(c.unstarted);
+
+    // Started (its first heartbeat): a plain duplicate from then on.
+    r.heartbeat(a.worker).await.unwrap();
+    let after = duplicate(r.admit(&target, &delivery).await);
+    assert!(!after.unstarted, "{after:?}");
+    assert_eq!(after.needs_start(), None);
+
+    // A completed claim, and a bare one, never ask for a start.
+    let (other, second) = (t(4), d("second"));
+    let b = assigned(r.admit(&other, &second).await);
+    r.complete_by(b.worker, &other, &second).await.unwrap();
+    let done = duplicate(r.admit(&other, &second).await);
+    assert_eq!(done.state, ClaimState::Completed);
+    assert!(!done.unstarted);
+    assert_eq!(r.claim(&t(5), &d("bare")).await, Ok(ClaimOutcome::Claimed));
+    let Ok(ClaimOutcome::AlreadyClaimed(bare)) = r.claim(&t(5), &d("bare")).await else {
+        panic!("a second bare claim is a duplicate")
+    };
+    assert!(bare.holder.is_none() && !bare.unstarted);
+}

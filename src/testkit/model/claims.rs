@@ -39,7 +39,13 @@ impl Model {
             Standing::Completed => ClaimState::Completed,
             Standing::Released(_) | Standing::Expired => return None,
         };
-        Some(AlreadyClaimed::new(c.holder, wall(c.claimed_at), state))
+        // In flight on a live worker that never heartbeated: its start may have been lost.
+        let unstarted = state == ClaimState::InFlight
+            && c.holder.is_some_and(|id| {
+                let w = &self.workers[&id];
+                !w.beaten && !matches!(w.status, Status::Dead(_))
+            });
+        Some(AlreadyClaimed::new(c.holder, wall(c.claimed_at), state).with_unstarted(unstarted))
     }
 
     /// Records a new claim on `key`, replacing a released or forgotten one.
