@@ -47,4 +47,5 @@ pub mod server;
 pub mod shutdown;
 pub mod sim;
 pub mod store;
+pub mod telemetry;
 pub mod worker;
