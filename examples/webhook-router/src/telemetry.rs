@@ -332,17 +332,18 @@ fn worker_attr(w: WorkerId) -> i64 {
     i64::try_from(w.get()).unwrap_or(i64::MAX)
 }
 
-/// The span of one `POST /webhook`; `delivery`, `event`, `outcome` (the
-/// `webhook_router_deliveries_total` label) and `status` are recorded as they are known.
+/// The span of one `POST /webhook`, a child of the request's own `traceparent` header if it
+/// has a valid one (a tracing proxy in front; GitHub sends none); `delivery`, `event`, `outcome`
+/// (the `webhook_router_deliveries_total` label) and `status` are recorded as they are known.
 ///
 /// # Examples
 ///
 /// ```
-/// let span = webhook_router::telemetry::webhook_span();
+/// let span = webhook_router::telemetry::webhook_span(None);
 /// span.record("status", 202);
 /// ```
-pub fn webhook_span() -> Span {
-    tracing::info_span!(
+pub fn webhook_span(parent: Option<&TraceParent>) -> Span {
+    let span = tracing::info_span!(
         "webhook",
         otel.kind = "server",
         http.request.method = "POST",
@@ -351,7 +352,14 @@ pub fn webhook_span() -> Span {
         event = Empty,
         outcome = Empty,
         status = Empty,
-    )
+    );
+    #[cfg(feature = "otel")]
+    if let Some(tp) = parent.and_then(TraceParent::as_str) {
+        otlp::set_parent(&span, tp);
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = parent;
+    span
 }
 
 /// The span of one (target, delivery) pair's dispatch; [`record_dispatch`] fills in what became

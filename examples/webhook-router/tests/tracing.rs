@@ -2,8 +2,9 @@
 //! in memory (`InMemorySpanExporter`) through the same `tracing-opentelemetry` layer the binary
 //! installs, and the tests assert the shape of each delivery's trace: one trace per delivery,
 //! `webhook > dispatch > admit` and `dispatch > loop > complete` (the loop's parent handed to the
-//! worker as a W3C `traceparent`), the registry's decision, worker id and token as attributes,
-//! and a re-dispatched delivery's trace linked to the original.
+//! worker as a W3C `traceparent`), the registry's decision, worker id and token as attributes, a
+//! request's own `traceparent` honoured, and a re-dispatched delivery's trace linked to the
+//! original.
 //!
 //! Each test runs on tokio's current-thread runtime, so the thread-local subscriber set here sees
 //! every task of the router (the HTTP server, the worker containers, the sweeper).
@@ -197,6 +198,50 @@ async fn one_trace_per_delivery_from_the_webhook_to_the_completion() {
     assert_eq!(text(&webhook[1], "outcome"), "duplicate");
     // Completed events are forgotten by the process's trace contexts.
     assert!(h.server.app().containers().traces().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_traceparent_is_the_deliverys_parent() {
+    let spans = collect();
+    let h = start(Setup::default()).await;
+    let (trace, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let payload = serde_json::to_vec(&pr("o/r", 5)).unwrap();
+    for (id, traceparent) in [
+        ("t-1", format!("00-{trace}-{parent}-01")),
+        ("t-2", "not-a-traceparent".to_owned()),
+    ] {
+        let res = h
+            .http
+            .post(format!("{}/webhook", h.base))
+            .header("content-type", "application/json")
+            .header(webhook_router::github::EVENT_HEADER, "pull_request")
+            .header(webhook_router::github::DELIVERY_HEADER, id)
+            .header("traceparent", traceparent)
+            .body(payload.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::ACCEPTED);
+    }
+    spans.until("complete", 2).await;
+    let proxied = spans.webhooks_of("t-1").remove(0);
+    assert_eq!(
+        proxied.span_context.trace_id(),
+        TraceId::from_hex(trace).unwrap()
+    );
+    assert_eq!(proxied.parent_span_id, SpanId::from_hex(parent).unwrap());
+    assert!(proxied.parent_span_is_remote);
+    // The delivery's spans, the worker's loop included, are in the caller's trace.
+    let names: Vec<String> = spans
+        .trace(proxied.span_context.trace_id())
+        .iter()
+        .map(|s| s.name.to_string())
+        .collect();
+    assert_eq!(names.len(), 5, "{names:?}");
+    // A malformed header is ignored: a trace of its own.
+    let own = spans.webhooks_of("t-2").remove(0);
+    assert_eq!(own.parent_span_id, SpanId::INVALID);
+    assert_ne!(own.span_context.trace_id(), proxied.span_context.trace_id());
 }
 
 #[tokio::test(start_paused = true)]

@@ -11,7 +11,7 @@ use crate::outcome::Dispatch;
 use crate::policy::Decision;
 use crate::routing::TargetOutcome;
 
-use crate::telemetry;
+use crate::telemetry::{self, TraceParent};
 
 use std::time::Duration;
 
@@ -358,7 +358,12 @@ fn summary(answers: &[TargetAnswer]) -> Outcome {
 )]
 pub(crate) async fn webhook(State(app): State<App>, request: Request) -> Response {
     // One trace per delivery, from here through admission, dispatch and the worker's loop.
-    let span = telemetry::webhook_span();
+    let parent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceParent::parse);
+    let span = telemetry::webhook_span(parent.as_ref());
     let reply = handle(&app, request).instrument(span.clone()).await;
     app.metrics().delivery(reply.label());
     span.record("outcome", reply.label());
