@@ -410,15 +410,17 @@ pub(crate) enum Verdict {
 pub(crate) struct Locked<'a> {
     shards: &'a Shards<Mutex<Shard>>,
     shard: &'a ShardRef<'a, Mutex<Shard>>,
-    guard: Option<MutexGuard<'a, Shard>>,
+    /// Released after `drop` has published the mark (fields drop after `Drop::drop`).
+    guard: MutexGuard<'a, Shard>,
 }
 
 impl<'a> Locked<'a> {
+    #[inline]
     fn new(shards: &'a Shards<Mutex<Shard>>, shard: &'a ShardRef<'a, Mutex<Shard>>) -> Self {
         Self {
             shards,
             shard,
-            guard: Some(sync::lock(shard)),
+            guard: sync::lock(shard),
         }
     }
 }
@@ -426,25 +428,25 @@ impl<'a> Locked<'a> {
 impl std::ops::Deref for Locked<'_> {
     type Target = Shard;
     fn deref(&self) -> &Shard {
-        self.guard.as_ref().expect("held until drop")
+        &self.guard
     }
 }
 
 impl std::ops::DerefMut for Locked<'_> {
     fn deref_mut(&mut self) -> &mut Shard {
-        self.guard.as_mut().expect("held until drop")
+        &mut self.guard
     }
 }
 
 impl Drop for Locked<'_> {
+    #[inline]
     fn drop(&mut self) {
-        if let Some(mut g) = self.guard.take() {
-            // Only when the front moved: reading the front (the shard's oldest claim, rarely in
-            // cache) on every unlock would cost a cache miss per call.
-            if std::mem::take(&mut g.front_moved) {
-                self.shards.set_mark(self.shard, g.front_time());
-            }
-            drop(g);
+        // Only when the front moved: reading the front (the shard's oldest claim, rarely in
+        // cache) on every unlock would cost a cache miss per call. Still under the lock: the
+        // guard is a field, released once this returns.
+        if std::mem::take(&mut self.guard.front_moved) {
+            let front = self.guard.front_time();
+            self.shards.set_mark(self.shard, front);
         }
     }
 }

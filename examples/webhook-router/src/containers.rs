@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, Notify};
 use worker_registry::{DeliveryId, ReleasedEvent, Target, WorkerId};
 
 use crate::limits::MAX_MAILBOX;
+use crate::telemetry::Traces;
 use crate::worker::Job;
 
 /// A router replica's tag on the platform.
@@ -79,6 +80,7 @@ pub struct Containers {
     mailbox: usize,
     next_replica: AtomicU32,
     ledger: Ledger,
+    traces: Arc<Traces>,
 }
 
 impl Containers {
@@ -89,6 +91,7 @@ impl Containers {
             mailbox: mailbox.clamp(1, MAX_MAILBOX),
             next_replica: AtomicU32::new(1),
             ledger: Ledger::default(),
+            traces: Arc::default(),
         }
     }
 
@@ -101,6 +104,12 @@ impl Containers {
     /// The audit ledger.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// The trace contexts of the events queued here and not completed yet (what a re-dispatched
+    /// event's trace links to).
+    pub fn traces(&self) -> &Arc<Traces> {
+        &self.traces
     }
 
     fn slot(&self, owner: Option<ReplicaTag>) -> (Slot, mpsc::Receiver<Job>) {
@@ -179,8 +188,15 @@ impl Containers {
                 Entry::Vacant(_) => return Handed::Absent(job),
             },
         };
+        let key = (!job.trace.is_none()).then(|| (job.target.clone(), job.event.clone()));
+        let trace = key.as_ref().map(|_| job.trace.clone());
         match jobs.try_send(job) {
-            Ok(()) => Handed::Queued,
+            Ok(()) => {
+                if let (Some((target, delivery)), Some(trace)) = (key, trace) {
+                    self.traces.handed(&target, &delivery, &trace);
+                }
+                Handed::Queued
+            }
             Err(mpsc::error::TrySendError::Full(_)) => Handed::Full,
             Err(mpsc::error::TrySendError::Closed(_)) => Handed::Stopped,
         }
@@ -371,6 +387,7 @@ mod tests {
             target: Target::new("o/r", 1).unwrap(),
             event: DeliveryId::new(&format!("d{n}")).unwrap(),
             token: FencingToken::from_raw(n),
+            trace: Default::default(),
         }
     }
 

@@ -15,11 +15,13 @@ use crate::app::App;
 use crate::containers::Handed;
 use crate::outcome::{Dispatch, Source};
 use crate::remote::{Handover, Owner, Remote};
+use crate::telemetry::{self, TraceParent};
 use crate::worker::Job;
 
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
+use tracing::Instrument;
 use worker_registry::{
     Admission, AlreadyClaimed, Assignment, DeliveryId, Target, WorkerId, WorkerRegistry,
 };
@@ -36,7 +38,9 @@ impl App {
         delivery: &DeliveryId,
         source: Source,
     ) -> Dispatch {
-        let d = self.place(target, delivery).await;
+        let span = telemetry::dispatch_span(target, delivery, source);
+        let d = self.place(target, delivery).instrument(span.clone()).await;
+        telemetry::record_dispatch(&span, &d);
         self.inner.metrics.admission(source, d.outcome());
         d
     }
@@ -47,14 +51,35 @@ impl App {
         if self.is_closing() {
             return Dispatch::Closing;
         }
-        let a = match self.inner.registry.admit(target, delivery).await {
-            Ok(Admission::Assigned(a)) => a,
+        let admit = telemetry::admit_span();
+        let admission = self
+            .inner
+            .registry
+            .admit(target, delivery)
+            .instrument(admit.clone())
+            .await;
+        let a = match admission {
+            Ok(Admission::Assigned(a)) => {
+                telemetry::record_admission(&admit, &a);
+                a
+            }
             Ok(Admission::Duplicate(d)) => match self.lost_start(&d, target).await {
-                Some(a) => a,
-                None => return Dispatch::Duplicate(d),
+                Some(a) => {
+                    // A worker whose creating admission lost its reply: started now.
+                    telemetry::record_admission(&admit, &a);
+                    a
+                }
+                None => {
+                    admit.record("decision", "duplicate");
+                    return Dispatch::Duplicate(d);
+                }
             },
-            Ok(Admission::Rejected(r)) => return Dispatch::Rejected(r),
+            Ok(Admission::Rejected(r)) => {
+                admit.record("decision", "rejected");
+                return Dispatch::Rejected(r);
+            }
             Err(e) => {
+                admit.record("decision", "unavailable");
                 tracing::warn!(%target, %delivery, "admission failed, answering 503: {e}");
                 return Dispatch::Unavailable(e);
             }
@@ -73,6 +98,8 @@ impl App {
             target: target.clone(),
             event: delivery.clone(),
             token: a.token,
+            // The dispatch span's: the worker's loop continues this trace.
+            trace: TraceParent::current(),
         };
         let handover = self.hand_over(a.worker, job).await;
         self.settle(target, delivery, a, handover).await

@@ -23,7 +23,9 @@
 //! * [`containers`]: the in-process container platform (worker id -> mailbox); [`remote`]:
 //!   the owner records and forwarding to containers that other router processes run; [`store`]:
 //!   those records next to a shared registry; [`worker`]: the simulated worker container;
-//!   [`metrics`]: the router's own metrics; [`backend`]: `--registry`, the backend choice.
+//!   [`metrics`]: the router's own metrics; [`backend`]: `--registry`, the backend choice;
+//!   [`telemetry`]: a delivery's spans, the `traceparent` handed to its worker, and (feature
+//!   `otel`) their export over OTLP.
 //! * At the bottom, what every layer speaks: [`outcome`] (what was done with a delivery:
 //!   [`outcome::Dispatch`], [`outcome::Source`], [`outcome::Unfinished`]), [`limits`], the
 //!   routing [`policy`] table, and [`github`]'s vocabulary.
@@ -49,4 +51,5 @@ pub mod server;
 pub mod shutdown;
 pub mod sim;
 pub mod store;
+pub mod telemetry;
 pub mod worker;

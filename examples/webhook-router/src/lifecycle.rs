@@ -45,6 +45,7 @@ impl App {
             crash,
             stop: self.inner.stop.subscribe(),
             timings: self.inner.timings,
+            traces: self.inner.containers.traces().clone(),
         };
         self.inner.running.send_modify(|n| *n += 1);
         self.inner.containers.ledger().running_up();

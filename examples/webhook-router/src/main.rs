@@ -25,14 +25,13 @@
 //!   deadline it stops the rest and lists every delivery it could not complete.
 
 use webhook_router::server::Server;
-use webhook_router::{cli, server, sim};
+use webhook_router::{cli, server, sim, telemetry};
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use tokio::net::TcpListener;
-use tracing_subscriber::EnvFilter;
 use webhook_router::app::{App, Platform};
 use webhook_router::reconcile::shared::Shared;
 use webhook_router::reconcile::{Reconciler, Running};
@@ -58,14 +57,21 @@ async fn run() -> ExitCode {
     } else {
         "info,webhook_router=info"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // The log on stderr; with the `otel` feature, traces over OTLP as the OTEL_* variables say.
+    let telemetry = match telemetry::init(default_filter) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("webhook-router: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let code = run_with(&args).await;
+    telemetry.shutdown();
+    code
+}
 
-    let s = match cli::settings(&args) {
+async fn run_with(args: &cli::Args) -> ExitCode {
+    let s = match cli::settings(args) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("webhook-router: {e}");
@@ -80,7 +86,7 @@ async fn run() -> ExitCode {
         }
     }
     if args.simulate {
-        return simulate(&args, &s).await;
+        return simulate(args, &s).await;
     }
     let server = match start(&s).await {
         Ok(server) => server,

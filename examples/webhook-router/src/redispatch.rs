@@ -6,10 +6,12 @@
 
 use crate::app::App;
 use crate::outcome::{Dispatch, Source};
+use crate::telemetry;
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
+use tracing::Instrument;
 use worker_registry::{
     Deferred, DeliveryId, Maintenance, ReleasedEvent, SweepReport, Target, WorkerId,
 };
@@ -92,8 +94,17 @@ impl App {
     async fn place_again(&self, queue: Vec<ReleasedEvent>, fresh: &HashSet<Key>) -> Placed {
         let mut placed = Placed::default();
         for event in queue {
+            // A trace of its own, linked to the one it was handed over in (if this process had it).
+            let original = self
+                .inner
+                .containers
+                .traces()
+                .take(&event.target, &event.delivery);
+            let span =
+                telemetry::redispatch_span(&event.target, &event.delivery, original.as_ref());
             match self
                 .dispatch(&event.target, &event.delivery, Source::Redispatch)
+                .instrument(span)
                 .await
             {
                 Dispatch::Assigned(a) => {

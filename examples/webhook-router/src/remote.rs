@@ -77,6 +77,10 @@ pub struct ForwardedJob {
     pub delivery: String,
     /// The fencing token of the assignment.
     pub token: u64,
+    /// The W3C `traceparent` of the span the event was dispatched under, if it is traced: the
+    /// parent of the worker's loop span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// How `POST /internal/workers/{id}/jobs` answered.
@@ -212,6 +216,7 @@ impl Remote {
             target: job.target.to_string(),
             delivery: job.event.to_string(),
             token: job.token.get(),
+            traceparent: job.trace.as_str().map(str::to_owned),
         };
         let mut req = self
             .0

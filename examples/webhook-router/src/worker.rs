@@ -17,11 +17,14 @@
 //! A call that fails because the backend cannot answer ([`RegistryError::is_retryable`]) is not a
 //! verdict: a heartbeat is simply tried again at the next tick, a completion a few times.
 
+use crate::telemetry::{self, TraceParent, Traces};
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch, Notify};
-use tokio::time::{interval, sleep, sleep_until, Instant, MissedTickBehavior};
+use tokio::time::{interval, sleep, sleep_until, Instant, Interval, MissedTickBehavior};
+use tracing::Instrument;
 use worker_registry::{
     DeadReason, DeliveryId, DynRegistry, FencingToken, HeartbeatAck, RegistryError, Status, Target,
     WorkerId, WorkerRegistry,
@@ -40,6 +43,8 @@ pub struct Job {
     pub event: DeliveryId,
     /// The fencing token of this assignment.
     pub token: FencingToken,
+    /// The W3C `traceparent` of the span it was dispatched under (its loop's parent).
+    pub trace: TraceParent,
 }
 
 /// How a worker task ended.
@@ -96,6 +101,8 @@ pub struct Worker {
     pub stop: watch::Receiver<bool>,
     /// Its timings.
     pub timings: Timings,
+    /// The process's handed-over events' trace contexts (a completed event is forgotten there).
+    pub traces: Arc<Traces>,
 }
 
 /// What interrupted a loop.
@@ -181,21 +188,11 @@ impl Worker {
             // not at all).
             let mut next = Some(first);
             while let Some(job) = next.take() {
-                match self.registry.loop_started(self.id).await {
-                    Ok(_) => {}
-                    // Not recorded; the loop runs anyway and its completion tells the registry.
-                    Err(e) if e.is_retryable() => {}
-                    // Dead: its claims were released and the sweep re-dispatches them.
-                    Err(e) => return fenced(self.id, &e),
+                // The loop's span continues the trace the event was dispatched in.
+                let span = telemetry::loop_span(self.id, job.token, &job.trace);
+                if let Err(exit) = self.one_loop(job, &mut beat).instrument(span).await {
+                    return exit;
                 }
-                tracing::debug!(worker = %self.id, target = %job.target, event = %job.event, token = %job.token, "loop started");
-                match self.work(&mut beat).await {
-                    Ok(()) => {}
-                    Err(Wake::Crash) => return Exit::Crashed,
-                    Err(Wake::Fenced(exit)) => return exit,
-                    Err(Wake::Stop) => return self.stop_now(vec![job]).await,
-                }
-                self.complete(&job).await;
                 next = self.jobs.try_recv().ok();
             }
             match self.registry.loop_finished(self.id).await {
@@ -205,6 +202,47 @@ impl Worker {
                 Err(e) => return fenced(self.id, &e),
             }
         }
+    }
+
+    /// One event's loop, `loop_started` .. `complete_by`; `Err` with how the worker ends if it
+    /// ends meanwhile. Runs in the event's [`telemetry::loop_span`], which records the `outcome`.
+    async fn one_loop(&mut self, job: Job, beat: &mut Interval) -> Result<(), Exit> {
+        let span = tracing::Span::current();
+        match self.registry.loop_started(self.id).await {
+            Ok(_) => {}
+            // Not recorded; the loop runs anyway and its completion tells the registry.
+            Err(e) if e.is_retryable() => {}
+            // Dead: its claims were released and the sweep re-dispatches them.
+            Err(e) => {
+                span.record("outcome", "fenced");
+                return Err(fenced(self.id, &e));
+            }
+        }
+        tracing::debug!(worker = %self.id, target = %job.target, event = %job.event, token = %job.token, "loop started");
+        let woken = match self.work(beat).await {
+            Ok(()) => None,
+            Err(Wake::Crash) => Some(("crashed", Exit::Crashed)),
+            Err(Wake::Fenced(exit)) => Some(("fenced", exit)),
+            Err(Wake::Stop) => Some(("stopped", self.stop_now(vec![job.clone()]).await)),
+        };
+        if let Some((outcome, exit)) = woken {
+            span.record("outcome", outcome);
+            return Err(exit);
+        }
+        let recorded = self
+            .complete(&job)
+            .instrument(telemetry::complete_span())
+            .await;
+        span.record(
+            "outcome",
+            if recorded {
+                "completed"
+            } else {
+                "not_recorded"
+            },
+        );
+        self.traces.completed(&job.target, &job.event);
+        Ok(())
     }
 
     async fn heartbeat(&self) -> Beat {
@@ -239,14 +277,21 @@ impl Worker {
     }
 
     /// Records the completion, fenced by the worker id; a few attempts if the backend cannot answer.
-    async fn complete(&self, job: &Job) {
+    /// Whether it was recorded (also on the current span, [`telemetry::complete_span`]).
+    async fn complete(&self, job: &Job) -> bool {
+        let recorded = self.complete_attempts(job).await;
+        tracing::Span::current().record("recorded", recorded);
+        recorded
+    }
+
+    async fn complete_attempts(&self, job: &Job) -> bool {
         for attempt in 1..=COMPLETE_ATTEMPTS {
             match self
                 .registry
                 .complete_by(self.id, &job.target, &job.event)
                 .await
             {
-                Ok(()) => return,
+                Ok(()) => return true,
                 Err(e) if e.is_retryable() && attempt < COMPLETE_ATTEMPTS => {
                     sleep(self.timings.heartbeat / 4).await;
                 }
@@ -255,10 +300,11 @@ impl Worker {
                     // or the backend stayed away (the claim stays in flight until `max_in_flight`
                     // releases it for re-dispatch).
                     tracing::warn!(worker = %self.id, event = %job.event, "completion not recorded: {e}");
-                    return;
+                    return false;
                 }
             }
         }
+        false
     }
 
     /// Ends the (draining) worker's last loop: the registry records the clean exit.

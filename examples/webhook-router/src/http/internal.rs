@@ -6,6 +6,7 @@ use super::reply::error_response;
 use crate::app::App;
 use crate::containers::Handed;
 use crate::remote::{ForwardAnswer, ForwardedJob};
+use crate::telemetry::TraceParent;
 use crate::worker::Job;
 
 use axum::extract::rejection::JsonRejection;
@@ -62,6 +63,12 @@ pub(crate) async fn internal_jobs(
         target,
         event: delivery,
         token: FencingToken::from_raw(job.token),
+        // A malformed one is dropped: the event is still delivered, in a trace of its own.
+        trace: job
+            .traceparent
+            .as_deref()
+            .and_then(TraceParent::parse)
+            .unwrap_or_default(),
     };
     let (status, result) = match app.containers().hand(id, job, false) {
         Handed::Queued => (StatusCode::ACCEPTED, "queued"),

@@ -11,11 +11,14 @@ use crate::outcome::Dispatch;
 use crate::policy::Decision;
 use crate::routing::TargetOutcome;
 
+use crate::telemetry::{self, TraceParent};
+
 use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
 use worker_registry::{ClaimState, Rejection, Target, WorkerId, WorkerRegistry};
 
 /// The whole handling of one `POST /webhook`.
@@ -24,6 +27,9 @@ pub async fn handle(app: &App, request: Request) -> Reply {
         Ok(read) => read,
         Err(reply) => return reply,
     };
+    let span = tracing::Span::current();
+    span.record("delivery", delivery.id.as_str());
+    span.record("event", delivery.event.as_str());
     let (action, targets) = match github::route(&delivery.event, &payload) {
         Ok(Route::Targets { action, targets }) => (action, targets),
         Ok(Route::Ignored(reason)) => return ignored(delivery.event, reason),
@@ -358,9 +364,19 @@ fn summary(answers: &[TargetAnswer]) -> Outcome {
     ),
 )]
 pub(crate) async fn webhook(State(app): State<App>, request: Request) -> Response {
-    let reply = handle(&app, request).await;
+    // One trace per delivery, from here through admission, dispatch and the worker's loop.
+    let parent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceParent::parse);
+    let span = telemetry::webhook_span(parent.as_ref());
+    let reply = handle(&app, request).instrument(span.clone()).await;
     app.metrics().delivery(reply.label());
-    reply.into_response()
+    span.record("outcome", reply.label());
+    let response = reply.into_response();
+    span.record("status", i64::from(response.status().as_u16()));
+    response
 }
 
 /// GitHub's form-encoded delivery.
