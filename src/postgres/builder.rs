@@ -14,7 +14,7 @@ use super::counters::Counters;
 use super::error::{retrying, BACKEND};
 use super::snapshot::SnapshotCache;
 use super::{listen, migrate, rows, Inner, Params, PostgresRegistry};
-use crate::api::error::RegistryError;
+use crate::api::connect::ConnectError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
 
@@ -25,9 +25,10 @@ use crate::config::RegistryConfig;
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), worker_registry::RegistryError> {
+/// # async fn main() -> Result<(), worker_registry::ConnectError> {
 /// use std::time::Duration;
-/// use worker_registry::{PostgresRegistry, RegistryConfig};
+/// use worker_registry::postgres::PostgresRegistry;
+/// use worker_registry::RegistryConfig;
 ///
 /// let registry = PostgresRegistry::builder("postgres://router@localhost/registry")
 ///     .name("pool-a")
@@ -158,17 +159,20 @@ impl PostgresRegistryBuilder {
     /// Connects: parses the URL, builds the pool, applies the migrations, creates the registry's
     /// rows if they do not exist, fetches its latest snapshot and starts the event listener.
     ///
-    /// Refused with a backend error: a URL that does not parse (`retryable: false`), a database
-    /// that cannot be reached (`retryable: true`), or one that refuses the migrations.
+    /// Refused with a [`ConnectError`]: `InvalidUrl` for a URL that does not parse, `Backend` for
+    /// a database that cannot be reached (retryable) or one that refuses the migrations.
     ///
     /// # Examples
     ///
     /// See [`PostgresRegistryBuilder`].
-    pub async fn connect(self) -> Result<PostgresRegistry, RegistryError> {
-        let mut pg: tokio_postgres::Config = self
-            .url
-            .parse()
-            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
+    pub async fn connect(self) -> Result<PostgresRegistry, ConnectError> {
+        let mut pg: tokio_postgres::Config =
+            self.url
+                .parse()
+                .map_err(|e: tokio_postgres::Error| ConnectError::InvalidUrl {
+                    backend: BACKEND,
+                    reason: e.to_string(),
+                })?;
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(self.connect_timeout);
         }
@@ -201,7 +205,10 @@ impl PostgresRegistryBuilder {
             .create_timeout(Some(self.connect_timeout))
             .recycle_timeout(Some(self.connect_timeout))
             .build()
-            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
+            .map_err(|e| ConnectError::InvalidUrl {
+                backend: BACKEND,
+                reason: e.to_string(),
+            })?;
 
         let timeout = self.call_timeout;
         let migrate = self.migrate;
@@ -214,11 +221,16 @@ impl PostgresRegistryBuilder {
             let row = client.query_one("SELECT wr_open($1)", &[&name]).await?;
             rows::col::<i64>(&row, "wr_open")
         })
-        .await?;
+        .await
+        .map_err(ConnectError::Backend)?;
 
         let events = Arc::new(EventSender::new());
         let listener = if self.listen {
-            Some(listen::Listener::start(pg, id, events.clone(), self.call_timeout).await?)
+            Some(
+                listen::Listener::start(pg, id, events.clone(), self.call_timeout)
+                    .await
+                    .map_err(ConnectError::Backend)?,
+            )
         } else {
             None
         };
@@ -236,7 +248,10 @@ impl PostgresRegistryBuilder {
                 listener,
             }),
         };
-        registry.refresh_snapshot().await?;
+        registry
+            .refresh_snapshot()
+            .await
+            .map_err(ConnectError::Backend)?;
         Ok(registry)
     }
 }

@@ -205,12 +205,14 @@ pub use self::builder::PostgresRegistryBuilder;
 use self::counters::Counters;
 use self::error::{retrying, Failure, BACKEND};
 use self::snapshot::SnapshotCache;
+use crate::api::connect::ConnectError;
 use crate::api::contract::WorkerRegistry;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
 
-/// The registry name a builder uses unless told otherwise.
+/// The registry name a builder uses unless told otherwise (a row of `wr_registries`; Redis's is
+/// `"worker-registry"`, a key prefix in a shared keyspace).
 pub const DEFAULT_REGISTRY_NAME: &str = "default";
 /// Connections in each handle's pool (the event listener has one more of its own).
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -235,7 +237,7 @@ pub(crate) const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// for how it is kept (and `src/postgres/mod.rs` for the design notes: locks, sweep, outbox).
 ///
 /// Each handle has its own connection pool and its own event listener; cloning a handle shares
-/// them (it is an `Arc` inside). [`replica`](Self::replica) makes another handle on the same
+/// them (it is an `Arc` inside). [`connect_replica`](Self::connect_replica) makes another handle on the same
 /// registry with connections of its own, as another router process would have.
 ///
 /// **Locking behaviour:** every call but `status`, `stats` and `config` is one function call in
@@ -248,7 +250,8 @@ pub(crate) const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), worker_registry::RegistryError> {
-/// use worker_registry::{Admission, DeliveryId, PostgresRegistry, Target, WorkerRegistry};
+/// use worker_registry::postgres::PostgresRegistry;
+/// use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry};
 ///
 /// let registry = PostgresRegistry::builder("postgres://router@db.internal/registry")
 ///     .name("webhooks")
@@ -384,7 +387,7 @@ impl PostgresRegistry {
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), worker_registry::RegistryError> {
-    /// let applied = worker_registry::PostgresRegistry::migrate("postgres://localhost/registry").await?;
+    /// let applied = worker_registry::postgres::PostgresRegistry::migrate("postgres://localhost/registry").await?;
     /// println!("applied {applied:?}");
     /// # Ok(())
     /// # }
@@ -411,12 +414,12 @@ impl PostgresRegistry {
     ///
     /// ```no_run
     /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
-    /// let other = registry.replica().await?;
+    /// let other = registry.connect_replica().await?;
     /// assert_eq!(other.name(), registry.name());
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn replica(&self) -> Result<Self, RegistryError> {
+    pub async fn connect_replica(&self) -> Result<Self, ConnectError> {
         self.inner.settings.clone().migrate(false).connect().await
     }
 
@@ -424,7 +427,7 @@ impl PostgresRegistry {
     ///
     /// # Examples
     ///
-    /// See [`replica`](Self::replica).
+    /// See [`connect_replica`](Self::connect_replica).
     pub fn name(&self) -> &str {
         &self.inner.settings.name
     }
@@ -435,7 +438,7 @@ impl PostgresRegistry {
     ///
     /// ```no_run
     /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
-    /// assert_ne!(registry.replica_id(), registry.replica().await?.replica_id());
+    /// assert_ne!(registry.replica_id(), registry.connect_replica().await?.replica_id());
     /// # Ok(())
     /// # }
     /// ```

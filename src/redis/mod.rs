@@ -150,8 +150,6 @@ use std::time::{Duration, SystemTime};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-pub use self::error::RedisConnectError;
-pub use self::keys::{RegistryNameError, MAX_REGISTRY_NAME_LEN};
 pub use self::lease::MIN_LEASE_TTL;
 pub use self::publish::{CHANGES_PAGE, CHANGE_LOG_VERSIONS, PUBLISH_STEP, SNAP_PAGE};
 pub use self::stream::{EXPIRY_BATCH, HANDOUT_BATCH};
@@ -159,6 +157,7 @@ pub use self::sweep::{MAX_SWEEP_STEPS, SWEEP_STEP_BUDGET};
 
 use self::counters::Counters;
 use self::keys::Keys;
+use crate::api::connect::ConnectError;
 use crate::api::error::RegistryError;
 use crate::api::snapshot::StatusSnapshot;
 use crate::clock::millis;
@@ -168,7 +167,7 @@ use crate::remote::snapshot::SnapshotCache;
 /// The registry name used unless [`RedisRegistryBuilder::name`] sets one.
 pub const DEFAULT_REGISTRY_NAME: &str = "worker-registry";
 /// How long one connection attempt may take.
-pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a call may wait for the server's answer before it fails (retryable).
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many times the connection manager retries a failed reconnection (with exponential
@@ -296,7 +295,7 @@ pub struct RedisRegistryBuilder {
     url: String,
     name: String,
     config: RegistryConfig,
-    connection_timeout: Duration,
+    connect_timeout: Duration,
     response_timeout: Duration,
     reconnect_retries: usize,
 }
@@ -304,7 +303,7 @@ pub struct RedisRegistryBuilder {
 impl RedisRegistryBuilder {
     /// The registry's name: registries with different names on one server are independent
     /// (default [`DEFAULT_REGISTRY_NAME`]). Letters, digits and `- _ . :`, at most
-    /// [`MAX_REGISTRY_NAME_LEN`] bytes; checked by [`connect`](Self::connect).
+    /// [`MAX_REGISTRY_NAME_LEN`](crate::MAX_REGISTRY_NAME_LEN) bytes; checked by [`connect`](Self::connect).
     ///
     /// # Examples
     ///
@@ -325,13 +324,13 @@ impl RedisRegistryBuilder {
         self
     }
 
-    /// How long one connection attempt may take (default [`DEFAULT_CONNECTION_TIMEOUT`]).
+    /// How long one connection attempt may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
     ///
     /// # Examples
     ///
     /// See [`RedisRegistryBuilder`].
-    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
-        self.connection_timeout = timeout;
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 
@@ -370,20 +369,23 @@ impl RedisRegistryBuilder {
     /// # Examples
     ///
     /// See [`RedisRegistryBuilder`].
-    pub async fn connect(self) -> Result<RedisRegistry, RedisConnectError> {
-        keys::validate_name(&self.name).map_err(RedisConnectError::InvalidName)?;
-        let client = ::redis::Client::open(self.url.as_str()).map_err(|e| {
-            RedisConnectError::InvalidUrl {
-                reason: e.to_string(),
-            }
+    pub async fn connect(self) -> Result<RedisRegistry, ConnectError> {
+        keys::validate_name(&self.name).map_err(|error| ConnectError::InvalidName {
+            backend: error::BACKEND,
+            error,
         })?;
+        let client =
+            ::redis::Client::open(self.url.as_str()).map_err(|e| ConnectError::InvalidUrl {
+                backend: error::BACKEND,
+                reason: e.to_string(),
+            })?;
         let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connection_timeout))
+            .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
             .set_number_of_retries(self.reconnect_retries)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(1));
-        let unavailable = |e| RedisConnectError::Unavailable(error::backend(e));
+        let unavailable = |e| ConnectError::Backend(error::backend(e));
         let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config)
             .await
             .map_err(unavailable)?;
@@ -400,7 +402,7 @@ impl RedisRegistryBuilder {
             .map_err(unavailable)?;
         let replica = format!("r{n}-{}", secs * 1_000_000 + micros);
         let config = self.config.clone();
-        let events = Arc::new(events::Events::new(self.connection_timeout));
+        let events = Arc::new(events::Events::new(self.connect_timeout));
         let listener = events::Listener::start(
             events::Channel {
                 client,
@@ -409,12 +411,12 @@ impl RedisRegistryBuilder {
                 offset_key: keys.offset.clone(),
                 prefix: keys.prefix.clone(),
                 replica: replica.clone(),
-                connect_timeout: self.connection_timeout,
+                connect_timeout: self.connect_timeout,
             },
             events.clone(),
         )
         .await
-        .map_err(RedisConnectError::Unavailable)?;
+        .map_err(ConnectError::Backend)?;
         let registry = RedisRegistry {
             inner: Arc::new(Inner {
                 limits: Limits::of(&config),
@@ -436,18 +438,18 @@ impl RedisRegistryBuilder {
         registry
             .refresh_snapshot()
             .await
-            .map_err(RedisConnectError::Unavailable)?;
+            .map_err(ConnectError::Backend)?;
         Ok(registry)
     }
 }
 
 /// Refuses servers older than [`MIN_SERVER_VERSION`].
-async fn check_version(conn: &mut ConnectionManager) -> Result<(), RedisConnectError> {
+async fn check_version(conn: &mut ConnectionManager) -> Result<(), ConnectError> {
     let info: String = ::redis::cmd("INFO")
         .arg("server")
         .query_async(conn)
         .await
-        .map_err(|e| RedisConnectError::Unavailable(error::backend(e)))?;
+        .map_err(|e| ConnectError::Backend(error::backend(e)))?;
     let version = info
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
@@ -460,7 +462,8 @@ async fn check_version(conn: &mut ConnectionManager) -> Result<(), RedisConnectE
         .and_then(|m| m.parse::<u32>().ok())
         .unwrap_or(0);
     if major < 7 {
-        return Err(RedisConnectError::ServerTooOld {
+        return Err(ConnectError::ServerTooOld {
+            backend: error::BACKEND,
             version,
             required: MIN_SERVER_VERSION,
         });
@@ -480,7 +483,7 @@ impl RedisRegistry {
             url: url.into(),
             name: DEFAULT_REGISTRY_NAME.to_owned(),
             config: RegistryConfig::default(),
-            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             reconnect_retries: DEFAULT_RECONNECT_RETRIES,
         }
@@ -502,7 +505,7 @@ impl RedisRegistry {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn connect_replica(&self) -> Result<RedisRegistry, RedisConnectError> {
+    pub async fn connect_replica(&self) -> Result<RedisRegistry, ConnectError> {
         self.inner.settings.clone().connect().await
     }
 
