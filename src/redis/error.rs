@@ -25,8 +25,9 @@ pub(crate) fn is_retryable(e: &RedisError) -> bool {
             | ServerErrorKind::Moved
             | ServerErrorKind::Ask,
         ) => true,
-        // BUSY: another script runs too long; OOM: the server is full (expiry may free it).
-        _ => matches!(e.code(), Some("BUSY" | "OOM")),
+        // BUSY: another script runs too long; OOM: the server is full (expiry may free it);
+        // READONLY inside a script's error: the server was demoted (see `link.rs`).
+        _ => matches!(e.code(), Some("BUSY" | "OOM")) || super::link::demoted(e),
     }
 }
 

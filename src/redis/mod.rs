@@ -139,6 +139,7 @@ mod error;
 mod events;
 mod keys;
 mod lease;
+mod link;
 mod publish;
 mod scripts;
 mod stream;
@@ -148,7 +149,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::ConnectionManagerConfig;
+use ::redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use ::redis::IntoConnectionInfo;
 
 pub use self::lease::MIN_LEASE_TTL;
 pub use self::publish::{CHANGES_PAGE, CHANGE_LOG_VERSIONS, PUBLISH_STEP, SNAP_PAGE};
@@ -157,6 +160,7 @@ pub use self::sweep::{MAX_SWEEP_STEPS, SWEEP_STEP_BUDGET};
 
 use self::counters::Counters;
 use self::keys::Keys;
+use self::link::{Link, Source};
 use crate::api::connect::ConnectError;
 use crate::api::error::RegistryError;
 use crate::api::snapshot::StatusSnapshot;
@@ -248,7 +252,7 @@ pub(crate) struct Inner {
     pub(crate) config: RegistryConfig,
     pub(crate) limits: Limits,
     pub(crate) keys: Keys,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Link,
     pub(crate) replica: String,
     pub(crate) snapshot: SnapshotCache,
     /// Serialises this handle's snapshot refreshes (each applies changes to the version it read).
@@ -265,6 +269,7 @@ impl fmt::Debug for RedisRegistry {
             .field("name", &self.inner.settings.name)
             .field("replica", &self.inner.replica)
             .field("max_workers", &self.inner.config.max_workers())
+            .field("reconnections", &self.inner.conn.renewals())
             .finish_non_exhaustive()
     }
 }
@@ -298,6 +303,8 @@ pub struct RedisRegistryBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     reconnect_retries: usize,
+    /// The Sentinels' URLs and the monitored primary's name.
+    sentinel: Option<(Vec<String>, String)>,
 }
 
 impl RedisRegistryBuilder {
@@ -362,8 +369,71 @@ impl RedisRegistryBuilder {
         self
     }
 
+    /// Finds the primary through Redis Sentinel: `sentinels` are the Sentinels' URLs
+    /// (`redis://host:26379`), `service` the name they monitor the primary under. The builder's
+    /// URL then gives only the settings of the connection to the primary (credentials, database,
+    /// `rediss://` for TLS): its host and port are those the Sentinels name. After a failover the
+    /// handle asks the Sentinels again and goes on with the new primary; no restart is needed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), worker_registry::ConnectError> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let registry = RedisRegistry::builder("redis://:secret@primary/0")
+    ///     .sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "registry")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sentinel<S: Into<String>>(
+        mut self,
+        sentinels: impl IntoIterator<Item = S>,
+        service: impl Into<String>,
+    ) -> Self {
+        self.sentinel = Some((
+            sentinels.into_iter().map(Into::into).collect(),
+            service.into(),
+        ));
+        self
+    }
+
+    /// The source of the primary: the URL's client, or the Sentinels with the URL's settings.
+    fn source(&self) -> Result<Source, ConnectError> {
+        let invalid = |e: ::redis::RedisError| ConnectError::InvalidUrl {
+            backend: error::BACKEND,
+            reason: e.to_string(),
+        };
+        let Some((sentinels, service)) = &self.sentinel else {
+            return Ok(Source::Direct(
+                ::redis::Client::open(self.url.as_str()).map_err(invalid)?,
+            ));
+        };
+        let info = self.url.as_str().into_connection_info().map_err(invalid)?;
+        let mut node = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(info.redis_settings().clone());
+        if let ::redis::ConnectionAddr::TcpTls { insecure, .. } = info.addr() {
+            node = node.set_tls_mode(if *insecure {
+                ::redis::TlsMode::Insecure
+            } else {
+                ::redis::TlsMode::Secure
+            });
+        }
+        let client = SentinelClient::build(
+            sentinels.iter().map(String::as_str).collect(),
+            service.clone(),
+            Some(node),
+            SentinelServerType::Master,
+        )
+        .map_err(invalid)?;
+        Ok(Source::Sentinel(tokio::sync::Mutex::new(client)))
+    }
+
     /// Connects: checks the name and the URL, opens the connection (managed: it reconnects by
-    /// itself), checks the server's version, takes a replica id, fetches the published snapshot
+    /// itself, and opens a new one after a failover, see `link.rs`), checks the server's version, takes a replica id, fetches the published snapshot
     /// and subscribes to lifecycle events on a second connection.
     ///
     /// # Examples
@@ -374,11 +444,7 @@ impl RedisRegistryBuilder {
             backend: error::BACKEND,
             error,
         })?;
-        let client =
-            ::redis::Client::open(self.url.as_str()).map_err(|e| ConnectError::InvalidUrl {
-                backend: error::BACKEND,
-                reason: e.to_string(),
-            })?;
+        let source = self.source()?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
@@ -386,7 +452,7 @@ impl RedisRegistryBuilder {
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(1));
         let unavailable = |e| ConnectError::Backend(error::backend(e));
-        let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config)
+        let mut conn = Link::open(source, manager_config)
             .await
             .map_err(unavailable)?;
         check_version(&mut conn).await?;
@@ -405,7 +471,6 @@ impl RedisRegistryBuilder {
         let events = Arc::new(events::Events::new(self.connect_timeout));
         let listener = events::Listener::start(
             events::Channel {
-                client,
                 conn: conn.clone(),
                 channel: keys.events.clone(),
                 offset_key: keys.offset.clone(),
@@ -444,7 +509,7 @@ impl RedisRegistryBuilder {
 }
 
 /// Refuses servers older than [`MIN_SERVER_VERSION`].
-async fn check_version(conn: &mut ConnectionManager) -> Result<(), ConnectError> {
+async fn check_version(conn: &mut Link) -> Result<(), ConnectError> {
     let info: String = ::redis::cmd("INFO")
         .arg("server")
         .query_async(conn)
@@ -486,6 +551,7 @@ impl RedisRegistry {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             reconnect_retries: DEFAULT_RECONNECT_RETRIES,
+            sentinel: None,
         }
     }
 

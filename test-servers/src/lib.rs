@@ -4,6 +4,7 @@
 //!
 //! * [`redis`]: `WORKER_REGISTRY_REDIS_URL`, or a `redis-server` (with or without AOF) that can be
 //!   stopped and restarted on the same port and directory.
+//! * [`sentinel`]: a `redis-sentinel` monitoring one of those servers (failover tests).
 //! * [`postgres`]: `WORKER_REGISTRY_POSTGRES_URL`, or a cluster made with `initdb` + `pg_ctl` (as an
 //!   unprivileged user when running as root) that can be killed and restarted.
 //!
@@ -13,3 +14,4 @@
 
 pub mod postgres;
 pub mod redis;
+pub mod sentinel;
