@@ -8,13 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::types::Type;
 use tokio_postgres::NoTls;
 
 use super::counters::Counters;
 use super::error::{retrying, BACKEND};
 use super::snapshot::SnapshotCache;
-use super::{listen, migrate, rows, Inner, Params, PostgresRegistry};
+use super::{conn, listen, migrate, rows, Inner, Params, PostgresRegistry};
 use crate::api::connect::ConnectError;
+use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
 
@@ -52,6 +54,8 @@ pub struct PostgresRegistryBuilder {
     pub(super) batch: usize,
     pub(super) listen: bool,
     pub(super) migrate: bool,
+    pub(super) transaction_pooler: bool,
+    pub(super) listen_url: Option<String>,
 }
 
 impl PostgresRegistryBuilder {
@@ -156,6 +160,41 @@ impl PostgresRegistryBuilder {
         self
     }
 
+    /// Whether the URL goes through a connection pooler in transaction mode (PgBouncer with
+    /// `pool_mode = transaction`, off by default), which lends a server connection for one
+    /// transaction at a time. On, the handle uses no named prepared statements (each call is one
+    /// unnamed statement, parse, bind and execute in one round trip), and sets no session
+    /// settings at connect (the pooler would refuse or drop them): give the database role
+    /// `lock_timeout` and `statement_timeout` instead (`ALTER ROLE ... SET`); `connect` warns if
+    /// they are off. `LISTEN` needs a session: with [`listen`](Self::listen) on, set
+    /// [`listen_url`](Self::listen_url) to a direct URL, or `connect` refuses with
+    /// [`ConnectError::Unsupported`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://router@pgbouncer:6432/registry")
+    ///     .transaction_pooler(true)
+    ///     .listen_url("postgres://router@db:5432/registry");
+    /// ```
+    pub fn transaction_pooler(mut self, on: bool) -> Self {
+        self.transaction_pooler = on;
+        self
+    }
+
+    /// Where the event listener connects (default: the builder's URL). Behind a pooler in
+    /// transaction mode, the database's own address: `LISTEN` holds a session.
+    ///
+    /// # Examples
+    ///
+    /// See [`transaction_pooler`](Self::transaction_pooler).
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+
     /// Connects: parses the URL, builds the pool, applies the migrations, creates the registry's
     /// rows if they do not exist, fetches its latest snapshot and starts the event listener.
     ///
@@ -179,18 +218,40 @@ impl PostgresRegistryBuilder {
         if pg.get_application_name().is_none() {
             pg.application_name("worker-registry");
         }
-        // Every call's statements wait at most this long for a lock and run at most this long
-        // (the migration transaction sets its own, longer, limits).
-        let limits = format!(
-            "-c lock_timeout={}ms -c statement_timeout={}ms",
-            rows::ms(super::DEFAULT_LOCK_TIMEOUT),
-            rows::ms(super::DEFAULT_STATEMENT_TIMEOUT)
-        );
-        let options = match pg.get_options() {
-            Some(o) if !o.is_empty() => format!("{o} {limits}"),
-            _ => limits,
+        let listen_pg = match &self.listen_url {
+            Some(url) => {
+                url.parse()
+                    .map_err(|e: tokio_postgres::Error| ConnectError::InvalidUrl {
+                        backend: BACKEND,
+                        reason: format!("listen_url: {e}"),
+                    })?
+            }
+            None if self.listen && self.transaction_pooler => {
+                return Err(ConnectError::Unsupported {
+                    backend: BACKEND,
+                    reason: "events need LISTEN, which holds a session, and a pooler in \
+                             transaction mode lends one transaction at a time: set listen_url \
+                             to the database's own address, or listen(false)"
+                        .into(),
+                });
+            }
+            None => pg.clone(),
         };
-        pg.options(&options);
+        if !self.transaction_pooler {
+            // Every call's statements wait at most this long for a lock and run at most this
+            // long (the migration transaction sets its own, longer, limits). A pooler in
+            // transaction mode carries no session settings: the role's apply there.
+            let limits = format!(
+                "-c lock_timeout={}ms -c statement_timeout={}ms",
+                rows::ms(super::DEFAULT_LOCK_TIMEOUT),
+                rows::ms(super::DEFAULT_STATEMENT_TIMEOUT)
+            );
+            let options = match pg.get_options() {
+                Some(o) if !o.is_empty() => format!("{o} {limits}"),
+                _ => limits,
+            };
+            pg.options(&options);
+        }
         let manager = Manager::from_config(
             pg.clone(),
             NoTls,
@@ -204,6 +265,7 @@ impl PostgresRegistryBuilder {
             .wait_timeout(Some(self.call_timeout))
             .create_timeout(Some(self.connect_timeout))
             .recycle_timeout(Some(self.connect_timeout))
+            .pre_recycle(conn::verify_idle())
             .build()
             .map_err(|e| ConnectError::InvalidUrl {
                 backend: BACKEND,
@@ -213,21 +275,37 @@ impl PostgresRegistryBuilder {
         let timeout = self.call_timeout;
         let migrate = self.migrate;
         let name = self.name.clone();
-        let id = retrying(timeout, || async {
+        let unnamed = self.transaction_pooler;
+        let (id, limits) = retrying(timeout, || async {
             let mut client = pool.get().await?;
             if migrate {
                 migrate::apply(&mut client).await?;
             }
-            let row = client.query_one("SELECT wr_open($1)", &[&name]).await?;
-            rows::col::<i64>(&row, "wr_open")
+            let row = if unnamed {
+                let rows = client
+                    .query_typed("SELECT wr_open($1)", &[(&name, Type::TEXT)])
+                    .await?;
+                rows.into_iter()
+                    .next()
+                    .ok_or_else(|| super::error::decode("wr_open answered no row"))?
+            } else {
+                client.query_one("SELECT wr_open($1)", &[&name]).await?
+            };
+            let limits = client
+                .simple_query("SHOW lock_timeout; SHOW statement_timeout")
+                .await?;
+            Ok((rows::col::<i64>(&row, "wr_open")?, limits))
         })
         .await
-        .map_err(ConnectError::Backend)?;
+        .map_err(refused)?;
+        if self.transaction_pooler {
+            warn_unlimited(&limits);
+        }
 
         let events = Arc::new(EventSender::new());
         let listener = if self.listen {
             Some(
-                listen::Listener::start(pg, id, events.clone(), self.call_timeout)
+                listen::Listener::start(listen_pg, id, events.clone(), self.call_timeout)
                     .await
                     .map_err(ConnectError::Backend)?,
             )
@@ -253,6 +331,45 @@ impl PostgresRegistryBuilder {
             .await
             .map_err(ConnectError::Backend)?;
         Ok(registry)
+    }
+}
+
+/// A connect failure: a pooler that refused the session settings is told apart (the one
+/// configuration error a newcomer meets first behind PgBouncer), every other is the backend's.
+fn refused(e: RegistryError) -> ConnectError {
+    // The server's message is at the end of the chain (RegistryError, driver error, DbError).
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    if text.contains("unsupported startup parameter") {
+        return ConnectError::Unsupported {
+            backend: BACKEND,
+            reason: format!(
+                "{text}: the URL goes through a connection pooler, which refuses the session \
+                 settings (lock_timeout, statement_timeout) the handle sends; build it with \
+                 transaction_pooler(true)"
+            ),
+        };
+    }
+    ConnectError::Backend(e)
+}
+
+/// Behind a pooler no session setting is sent: says so when the role's leave a call unbounded.
+fn warn_unlimited(shown: &[tokio_postgres::SimpleQueryMessage]) {
+    for message in shown {
+        if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
+            if row.get(0) == Some("0") {
+                tracing::warn!(
+                    setting = row.columns().first().map(|c| c.name()).unwrap_or("?"),
+                    "worker-registry behind a transaction pooler: this setting is off for the \
+                     database role, so a call may wait on a lock or run without bound; set it \
+                     with ALTER ROLE ... SET (the handle cannot set it per session there)"
+                );
+            }
+        }
     }
 }
 

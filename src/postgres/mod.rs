@@ -183,6 +183,7 @@
 //! trusted network or behind a local TLS proxy.
 
 mod builder;
+mod conn;
 mod counters;
 mod error;
 mod listen;
@@ -202,6 +203,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
 pub use self::builder::PostgresRegistryBuilder;
+use self::conn::Checkout;
 use self::counters::Counters;
 use self::error::{retrying, Failure, BACKEND};
 use self::snapshot::SnapshotCache;
@@ -373,6 +375,8 @@ impl PostgresRegistry {
             batch: DEFAULT_BATCH,
             listen: true,
             migrate: true,
+            transaction_pooler: false,
+            listen_url: None,
         }
     }
 
@@ -497,11 +501,12 @@ impl PostgresRegistry {
         decode: impl Fn(&Row) -> Result<T, Failure>,
     ) -> Result<T, RegistryError> {
         let inner = &*self.inner;
+        let unnamed = inner.settings.transaction_pooler;
         retrying(inner.settings.call_timeout, || async {
-            let client = inner.pool.get().await?;
-            let stmt = client.prepare_cached(sql).await?;
-            let row = client.query_one(&stmt, params).await?;
-            decode(&row)
+            let conn = Checkout::get(&inner.pool).await?;
+            let row = conn.query_one(unnamed, sql, params).await;
+            conn.finish(&row);
+            decode(&row?)
         })
         .await
     }
@@ -514,11 +519,12 @@ impl PostgresRegistry {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<(), RegistryError> {
         let inner = &*self.inner;
+        let unnamed = inner.settings.transaction_pooler;
         retrying(inner.settings.call_timeout, || async {
-            let client = inner.pool.get().await?;
-            let stmt = client.prepare_cached(sql).await?;
-            client.execute(&stmt, params).await?;
-            Ok(())
+            let conn = Checkout::get(&inner.pool).await?;
+            let done = conn.execute(unnamed, sql, params).await;
+            conn.finish(&done);
+            done
         })
         .await
     }

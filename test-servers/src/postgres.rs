@@ -224,7 +224,7 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("free port: {e}"))
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -232,7 +232,7 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn unprivileged_user() -> Result<String, String> {
+pub(crate) fn unprivileged_user() -> Result<String, String> {
     for u in ["postgres", "nobody"] {
         if Command::new("id")
             .arg("-u")
