@@ -305,6 +305,9 @@ pub struct RedisRegistryBuilder {
     reconnect_retries: usize,
     /// The Sentinels' URLs and the monitored primary's name.
     sentinel: Option<(Vec<String>, String)>,
+    /// PEM roots that replace the system's for `rediss://` (feature `redis-tls`).
+    #[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
+    tls_roots: Option<Vec<u8>>,
 }
 
 impl RedisRegistryBuilder {
@@ -401,13 +404,71 @@ impl RedisRegistryBuilder {
         self
     }
 
+    /// The certificate authorities (PEM) a `rediss://` server's certificate must chain to,
+    /// instead of the system's store: a private CA. Feature `redis-tls`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let ca = std::fs::read("/etc/registry/ca.pem")?;
+    /// let registry = RedisRegistry::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_certificate(ca)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redis-tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots = Some(pem.into());
+        self
+    }
+
     /// The source of the primary: the URL's client, or the Sentinels with the URL's settings.
     fn source(&self) -> Result<Source, ConnectError> {
         let invalid = |e: ::redis::RedisError| ConnectError::InvalidUrl {
             backend: error::BACKEND,
             reason: e.to_string(),
         };
+        if self.url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
+            return Err(ConnectError::Unsupported {
+                backend: error::BACKEND,
+                reason: "a rediss:// URL needs TLS: build worker-registry with the `redis-tls` \
+                         feature"
+                    .into(),
+            });
+        }
+        #[cfg(feature = "redis-tls")]
+        {
+            // The ring provider, unless the process chose one already (then that one is used).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        if self.sentinel.is_some() && self.tls_roots.is_some() {
+            return Err(ConnectError::Unsupported {
+                backend: error::BACKEND,
+                reason: "a private certificate authority with Sentinel is not supported: the \
+                         system's store verifies the primary the Sentinels name"
+                    .into(),
+            });
+        }
         let Some((sentinels, service)) = &self.sentinel else {
+            #[cfg(feature = "redis-tls")]
+            if let Some(roots) = &self.tls_roots {
+                return Ok(Source::Direct(
+                    ::redis::Client::build_with_tls(
+                        self.url.as_str(),
+                        ::redis::TlsCertificates {
+                            client_tls: None,
+                            root_cert: Some(roots.clone()),
+                        },
+                    )
+                    .map_err(invalid)?,
+                ));
+            }
             return Ok(Source::Direct(
                 ::redis::Client::open(self.url.as_str()).map_err(invalid)?,
             ));
@@ -552,6 +613,7 @@ impl RedisRegistry {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             reconnect_retries: DEFAULT_RECONNECT_RETRIES,
             sentinel: None,
+            tls_roots: None,
         }
     }
 

@@ -3,7 +3,7 @@
 //! `basics`: each script's answers; `differential`: random call sequences give the same answers
 //! as the in-memory registry; `replicas`: the lease, the released-event stream and events across
 //! handles on separate connections; `faults`: a restarted server, a script that errors, AOF
-//! persistence; `failover`: a Sentinel failover followed by a live handle; `cost`: what a retained claim costs in Redis memory; `scale`: a mass death worked
+//! persistence; `failover`: a Sentinel failover followed by a live handle; `tls` (feature `redis-tls`): the conformance suite over `rediss://`; `cost`: what a retained claim costs in Redis memory; `scale`: a mass death worked
 //! off in bounded script calls, and an idle sweep's version a header alone.
 
 mod harness;
@@ -16,3 +16,5 @@ mod failover;
 mod faults;
 mod replicas;
 mod scale;
+#[cfg(feature = "redis-tls")]
+mod tls;
