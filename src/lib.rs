@@ -35,6 +35,7 @@
 //! | `postgres` | [`postgres::PostgresRegistry`]: the registry in PostgreSQL, shared by router replicas |
 //! | `testkit` | `testkit`: the conformance suite every backend runs, and the reference model |
 //! | `redis` | [`redis::RedisRegistry`]: the registry shared by router replicas through Redis |
+//! | `redis-tls` | `rediss://` URLs for the Redis backend (rustls) |
 //!
 //! The shared backends have one surface, module by module (as object_store's `aws` and `gcp`):
 //! `redis::RedisRegistry` and `postgres::PostgresRegistry`, each built by

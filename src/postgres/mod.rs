@@ -6,6 +6,7 @@
 //! | file | holds |
 //! |---|---|
 //! | `mod.rs` | the handle, its builder, the call path (pool, prepared statement, retries) |
+//! | `conn.rs` | one call's connection: cancelled and closed if the call ended early, dropped if unfit; unnamed statements behind a pooler |
 //! | `ops.rs` | the contract's per-call methods, each one function call |
 //! | `sweep.rs` | `sweep` (the lease, the outbox share, the snapshot) and `acknowledge` |
 //! | `maintain.rs` | the lease holder's maintenance, in bounded steps |
@@ -178,6 +179,13 @@
 //! (`release_reason = 'stuck'`) so that the worker's late completion is refused as released;
 //! a redelivery replaces it, and once its holder is dead (`wr_kill` marks it) the next sweep
 //! deletes it, as memory does.
+//!
+//! **Connections** (`conn.rs`): a call that ended early (its timeout) has its statement
+//! cancelled and its connection closed, never pooled; a connection whose server turned read-only
+//! is dropped and the call retried, so a multi-host URL with `target_session_attrs=read-write`
+//! follows a failover; a connection idle for 30 s is verified when taken. Behind PgBouncer in
+//! transaction mode, `transaction_pooler(true)` makes every call one unnamed statement and
+//! `listen_url` puts the listener on a direct connection (see [`docs::postgres`](crate::docs::postgres)).
 //!
 //! **TLS**: the handle connects without TLS (`tokio_postgres::NoTls`); put the database on a
 //! trusted network or behind a local TLS proxy.

@@ -83,14 +83,18 @@
 //!
 //! **Errors**: a lost connection, a timeout, a server that is loading or failing over is
 //! [`RegistryError::Backend`] with `retryable: true`; the connection manager reconnects by
-//! itself, so the same handle recovers when the server is back. A script error or a reply that
+//! itself, and a demoted primary (`READONLY`), a response timeout or, through Sentinel, a lost
+//! primary opens a new connection (`link.rs`), so the same handle recovers when the server, or
+//! the new primary, is there. A script error or a reply that
 //! does not decode is `retryable: false`. Nothing panics.
 //!
 //! **Operating it.** Run the server with `maxmemory-policy noeviction` (or a `volatile-*`
 //! policy): an `allkeys-*` policy may evict workers and in-flight claims. Turn on AOF
-//! (`appendonly yes`) for claims to survive a server restart. The keys are laid out for Redis
-//! Cluster (one slot per registry), but the connection here is to one node (or a proxy in front
-//! of a cluster); a cluster client is not wired in.
+//! (`appendonly yes`) for claims to survive a server restart. The primary is found by URL or
+//! through Sentinel ([`RedisRegistryBuilder::sentinel`]); `rediss://` needs the `redis-tls`
+//! feature. The keys are laid out for Redis Cluster (one slot per registry), but the connection
+//! here is to one node (or a proxy in front of a cluster); a cluster client is not wired in
+//! (see [`docs::redis`](crate::docs::redis)).
 //!
 //! **Cost.** No script's work grows with the registry, with three exceptions kept on purpose,
 //! each rare: a sweep that has to drop a stall beyond the 64 kept, all still within reach of a
