@@ -36,6 +36,7 @@
 //! | `testkit` | `testkit`: the conformance suite every backend runs, and the reference model |
 //! | `redis` | [`redis::RedisRegistry`]: the registry shared by router replicas through Redis |
 //! | `redis-tls` | `rediss://` URLs for the Redis backend (rustls) |
+//! | `postgres-tls` | `sslmode=require\|verify-full` for the PostgreSQL backend (rustls) |
 //!
 //! The shared backends have one surface, module by module (as object_store's `aws` and `gcp`):
 //! `redis::RedisRegistry` and `postgres::PostgresRegistry`, each built by

@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::Type;
-use tokio_postgres::NoTls;
 
 use super::counters::Counters;
 use super::error::{retrying, BACKEND};
 use super::snapshot::SnapshotCache;
-use super::{conn, listen, migrate, rows, Inner, Params, PostgresRegistry};
+use super::{conn, listen, migrate, rows, Inner, Params, PostgresRegistry, Tls};
 use crate::api::connect::ConnectError;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
@@ -56,6 +55,8 @@ pub struct PostgresRegistryBuilder {
     pub(super) migrate: bool,
     pub(super) transaction_pooler: bool,
     pub(super) listen_url: Option<String>,
+    #[cfg_attr(not(feature = "postgres-tls"), allow(dead_code))]
+    pub(super) tls_roots: Option<Vec<u8>>,
 }
 
 impl PostgresRegistryBuilder {
@@ -184,6 +185,25 @@ impl PostgresRegistryBuilder {
         self
     }
 
+    /// The certificate authorities (PEM) the server's certificate must chain to, instead of the
+    /// system's store (feature `postgres-tls`; the URL asks for TLS with `sslmode=require` or
+    /// `verify-full`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let ca = std::fs::read("/etc/registry/ca.pem").unwrap();
+    /// let _b = PostgresRegistry::builder("postgres://router@db/registry?sslmode=verify-full")
+    ///     .tls_root_certificate(ca);
+    /// ```
+    #[cfg(feature = "postgres-tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots = Some(pem.into());
+        self
+    }
+
     /// Where the event listener connects (default: the builder's URL). Behind a pooler in
     /// transaction mode, the database's own address: `LISTEN` holds a session.
     ///
@@ -205,13 +225,7 @@ impl PostgresRegistryBuilder {
     ///
     /// See [`PostgresRegistryBuilder`].
     pub async fn connect(self) -> Result<PostgresRegistry, ConnectError> {
-        let mut pg: tokio_postgres::Config =
-            self.url
-                .parse()
-                .map_err(|e: tokio_postgres::Error| ConnectError::InvalidUrl {
-                    backend: BACKEND,
-                    reason: e.to_string(),
-                })?;
+        let (mut pg, tls) = parse(&self.url, self.tls_roots.as_deref())?;
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(self.connect_timeout);
         }
@@ -219,13 +233,7 @@ impl PostgresRegistryBuilder {
             pg.application_name("worker-registry");
         }
         let listen_pg = match &self.listen_url {
-            Some(url) => {
-                url.parse()
-                    .map_err(|e: tokio_postgres::Error| ConnectError::InvalidUrl {
-                        backend: BACKEND,
-                        reason: format!("listen_url: {e}"),
-                    })?
-            }
+            Some(url) => parse(url, self.tls_roots.as_deref())?.0,
             None if self.listen && self.transaction_pooler => {
                 return Err(ConnectError::Unsupported {
                     backend: BACKEND,
@@ -254,7 +262,7 @@ impl PostgresRegistryBuilder {
         }
         let manager = Manager::from_config(
             pg.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -305,9 +313,15 @@ impl PostgresRegistryBuilder {
         let events = Arc::new(EventSender::new());
         let listener = if self.listen {
             Some(
-                listen::Listener::start(listen_pg, id, events.clone(), self.call_timeout)
-                    .await
-                    .map_err(ConnectError::Backend)?,
+                listen::Listener::start(
+                    listen_pg,
+                    id,
+                    events.clone(),
+                    self.call_timeout,
+                    tls.clone(),
+                )
+                .await
+                .map_err(ConnectError::Backend)?,
             )
         } else {
             None
@@ -324,6 +338,7 @@ impl PostgresRegistryBuilder {
                 counters: Counters::default(),
                 events,
                 listener,
+                tls,
             }),
         };
         registry
@@ -331,6 +346,53 @@ impl PostgresRegistryBuilder {
             .await
             .map_err(ConnectError::Backend)?;
         Ok(registry)
+    }
+}
+
+/// Parses a URL (or key-value string) and makes the TLS connector its `sslmode` needs.
+pub(super) fn parse(
+    url: &str,
+    roots: Option<&[u8]>,
+) -> Result<(tokio_postgres::Config, Tls), ConnectError> {
+    let invalid = |reason: String| ConnectError::InvalidUrl {
+        backend: BACKEND,
+        reason,
+    };
+    #[cfg(feature = "postgres-tls")]
+    let url = super::tls::normalize_sslmode(url);
+    #[cfg(not(feature = "postgres-tls"))]
+    if url.contains("sslmode=verify-") {
+        return Err(ConnectError::Unsupported {
+            backend: BACKEND,
+            reason: "the URL asks for TLS (sslmode=verify-*): build worker-registry with the \
+                     `postgres-tls` feature"
+                .into(),
+        });
+    }
+    let pg: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e: tokio_postgres::Error| invalid(e.to_string()))?;
+    #[cfg(feature = "postgres-tls")]
+    {
+        let tls =
+            super::tls::MakeRustls::new(roots).map_err(|reason| ConnectError::Unsupported {
+                backend: BACKEND,
+                reason,
+            })?;
+        Ok((pg, tls))
+    }
+    #[cfg(not(feature = "postgres-tls"))]
+    {
+        let _ = roots;
+        if pg.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(ConnectError::Unsupported {
+                backend: BACKEND,
+                reason: "the URL requires TLS (sslmode=require): build worker-registry with the \
+                         `postgres-tls` feature"
+                    .into(),
+            });
+        }
+        Ok((pg, tokio_postgres::NoTls))
     }
 }
 

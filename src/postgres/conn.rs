@@ -20,9 +20,10 @@ use std::time::Duration;
 use bytes::BytesMut;
 use deadpool_postgres::{Hook, HookError, Object, Pool};
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{error::SqlState, NoTls, Row};
+use tokio_postgres::{error::SqlState, Row};
 
 use super::error::{decode, Failure};
+use super::Tls;
 
 /// How long a pooled connection may sit idle before it is checked when taken.
 pub(crate) const VERIFY_IDLE: Duration = Duration::from_secs(30);
@@ -46,13 +47,15 @@ pub(crate) fn verify_idle() -> Hook {
 /// A connection checked out for one attempt of a call.
 pub(crate) struct Checkout {
     client: Option<Object>,
+    tls: Tls,
 }
 
 impl Checkout {
     /// Takes a connection from the pool.
-    pub(crate) async fn get(pool: &Pool) -> Result<Self, Failure> {
+    pub(crate) async fn get(pool: &Pool, tls: &Tls) -> Result<Self, Failure> {
         Ok(Self {
             client: Some(pool.get().await?),
+            tls: tls.clone(),
         })
     }
 
@@ -128,9 +131,10 @@ impl Drop for Checkout {
         };
         let client = Object::take(client);
         let cancel = client.cancel_token();
+        let tls = self.tls.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let _ = cancel.cancel_query(NoTls).await;
+                let _ = cancel.cancel_query(tls).await;
                 drop(client);
             });
         }

@@ -187,8 +187,10 @@
 //! transaction mode, `transaction_pooler(true)` makes every call one unnamed statement and
 //! `listen_url` puts the listener on a direct connection (see [`docs::postgres`](crate::docs::postgres)).
 //!
-//! **TLS**: the handle connects without TLS (`tokio_postgres::NoTls`); put the database on a
-//! trusted network or behind a local TLS proxy.
+//! **TLS** (feature `postgres-tls`, `tls.rs`): rustls, the server's certificate verified (chain
+//! and host name) against the system's roots or the builder's `tls_root_certificate`;
+//! `sslmode=require`, `verify-ca` and `verify-full` all verify. Without the feature a URL that
+//! requires TLS is refused at connect.
 
 mod builder;
 mod conn;
@@ -201,6 +203,8 @@ mod ops;
 mod rows;
 mod snapshot;
 mod sweep;
+#[cfg(feature = "postgres-tls")]
+mod tls;
 
 use std::fmt;
 use std::sync::Arc;
@@ -208,18 +212,25 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
 
 pub use self::builder::PostgresRegistryBuilder;
 use self::conn::Checkout;
 use self::counters::Counters;
-use self::error::{retrying, Failure, BACKEND};
+use self::error::{retrying, Failure};
 use self::snapshot::SnapshotCache;
 use crate::api::connect::ConnectError;
 use crate::api::contract::WorkerRegistry;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
+
+/// The TLS connector of every connection: rustls with `postgres-tls`, none without.
+#[cfg(feature = "postgres-tls")]
+pub(crate) type Tls = tls::MakeRustls;
+/// The TLS connector of every connection: rustls with `postgres-tls`, none without.
+#[cfg(not(feature = "postgres-tls"))]
+pub(crate) type Tls = tokio_postgres::NoTls;
 
 /// The registry name a builder uses unless told otherwise (a row of `wr_registries`; Redis's is
 /// `"worker-registry"`, a key prefix in a shared keyspace).
@@ -346,6 +357,8 @@ struct Inner {
     snapshot: SnapshotCache,
     events: Arc<EventSender>,
     listener: Option<listen::Listener>,
+    /// For cancel requests of calls that ended early.
+    tls: Tls,
 }
 
 impl Drop for Inner {
@@ -385,6 +398,7 @@ impl PostgresRegistry {
             migrate: true,
             transaction_pooler: false,
             listen_url: None,
+            tls_roots: None,
         }
     }
 
@@ -405,11 +419,9 @@ impl PostgresRegistry {
     /// # }
     /// ```
     pub async fn migrate(url: &str) -> Result<Vec<i32>, RegistryError> {
-        let pg: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
+        let (pg, tls) = builder::parse(url, None).map_err(RegistryError::from)?;
         retrying(DEFAULT_CALL_TIMEOUT, || async {
-            let (mut client, connection) = pg.connect(NoTls).await?;
+            let (mut client, connection) = pg.connect(tls.clone()).await?;
             let driver = tokio::spawn(connection);
             let done = migrate::apply(&mut client).await;
             drop(client);
@@ -511,7 +523,7 @@ impl PostgresRegistry {
         let inner = &*self.inner;
         let unnamed = inner.settings.transaction_pooler;
         retrying(inner.settings.call_timeout, || async {
-            let conn = Checkout::get(&inner.pool).await?;
+            let conn = Checkout::get(&inner.pool, &inner.tls).await?;
             let row = conn.query_one(unnamed, sql, params).await;
             conn.finish(&row);
             decode(&row?)
@@ -529,7 +541,7 @@ impl PostgresRegistry {
         let inner = &*self.inner;
         let unnamed = inner.settings.transaction_pooler;
         retrying(inner.settings.call_timeout, || async {
-            let conn = Checkout::get(&inner.pool).await?;
+            let conn = Checkout::get(&inner.pool, &inner.tls).await?;
             let done = conn.execute(unnamed, sql, params).await;
             conn.finish(&done);
             done
