@@ -1,6 +1,9 @@
 //! [`PostgresRegistryBuilder`]: the URL, the registry's name and configuration, the pool and its
 //! timeouts; `connect` builds the pool, migrates, opens the registry and starts the listener.
 
+// `Tls` is `NoTls`, a `Copy` type, without `postgres-tls`; `.clone()` serves both builds.
+#![cfg_attr(not(feature = "postgres-tls"), allow(clippy::clone_on_copy))]
+
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};

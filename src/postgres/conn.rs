@@ -15,14 +15,17 @@
 //!   pooler in transaction mode, unnamed: `query_typed` sends parse, bind and execute in one round
 //!   trip, so the statement never outlives the transaction the pooler lent the connection for.
 
+// `Tls` is `NoTls`, a `Copy` type, without `postgres-tls`; `.clone()` serves both builds.
+#![cfg_attr(not(feature = "postgres-tls"), allow(clippy::clone_on_copy))]
+
 use std::time::Duration;
 
 use bytes::BytesMut;
 use deadpool_postgres::{Hook, HookError, Object, Pool};
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{error::SqlState, Row};
+use tokio_postgres::Row;
 
-use super::error::{decode, Failure};
+use super::error::{decode, demoted, Failure};
 use super::Tls;
 
 /// How long a pooled connection may sit idle before it is checked when taken.
@@ -143,13 +146,7 @@ impl Drop for Checkout {
 
 /// Whether the connection behind error `e` cannot serve another call.
 fn unfit(e: &tokio_postgres::Error) -> bool {
-    e.is_closed() || e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
-}
-
-/// Whether an attempt that failed with `e` may be retried at once on another connection (the
-/// server turned read-only: another connection finds the new primary).
-pub(crate) fn demoted(e: &tokio_postgres::Error) -> bool {
-    e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+    e.is_closed() || demoted(e)
 }
 
 /// The types an unnamed statement declares for its parameters: for each, the first of the types

@@ -100,6 +100,12 @@ fn pg_retryable(e: &tokio_postgres::Error) -> bool {
         || code == "25006" // read-only transaction: the server was demoted, a primary is elsewhere
 }
 
+/// Whether an attempt that failed with `e` may be retried at once on another connection (the
+/// server turned read-only, as a demoted primary does: another connection finds the new one).
+pub(crate) fn demoted(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+}
+
 /// The server answered something this crate cannot read.
 #[derive(Debug)]
 pub(crate) struct DecodeError(pub(crate) String);
@@ -165,7 +171,7 @@ where
                 Ok(v) => return Ok(v),
                 // The server turned read-only (a demoted primary): that connection was dropped,
                 // and the next one goes where `target_session_attrs` finds a primary.
-                Err(Failure::Pg(e)) if super::conn::demoted(&e) && tries < MAX_ATTEMPTS => {
+                Err(Failure::Pg(e)) if demoted(&e) && tries < MAX_ATTEMPTS => {
                     tokio::time::sleep(Duration::from_millis(10 * u64::from(tries))).await;
                 }
                 Err(f) if f.is_conflict() && tries < MAX_ATTEMPTS => {

@@ -15,6 +15,9 @@
 //! are lost (Postgres keeps none for a listener that is not connected), and how many cannot be
 //! told, so they are not counted.
 
+// `Tls` is `NoTls`, a `Copy` type, without `postgres-tls`; `.clone()` serves both builds.
+#![cfg_attr(not(feature = "postgres-tls"), allow(clippy::clone_on_copy))]
+
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
