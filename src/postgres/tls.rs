@@ -35,6 +35,9 @@ impl MakeRustls {
                         .add(cert)
                         .map_err(|e| format!("tls_root_certificate: {e}"))?;
                 }
+                if store.is_empty() {
+                    return Err("tls_root_certificate: no PEM certificate in it".into());
+                }
             }
             None => {
                 for cert in rustls_native_certs::load_native_certs().certs {
