@@ -111,7 +111,7 @@ impl PostgresRegistryBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use worker_registry::PostgresRegistry;
+    /// use worker_registry::postgres::PostgresRegistry;
     ///
     /// let _b = PostgresRegistry::builder("postgres://localhost/db").connect_timeout(Duration::from_secs(1));
     /// ```
@@ -125,7 +125,7 @@ impl PostgresRegistryBuilder {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::PostgresRegistry;
+    /// use worker_registry::postgres::PostgresRegistry;
     ///
     /// let _b = PostgresRegistry::builder("postgres://localhost/db").batch(500);
     /// ```
@@ -140,7 +140,7 @@ impl PostgresRegistryBuilder {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::PostgresRegistry;
+    /// use worker_registry::postgres::PostgresRegistry;
     ///
     /// let _b = PostgresRegistry::builder("postgres://localhost/db").listen(false);
     /// ```
@@ -155,7 +155,7 @@ impl PostgresRegistryBuilder {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::PostgresRegistry;
+    /// use worker_registry::postgres::PostgresRegistry;
     ///
     /// let _b = PostgresRegistry::builder("postgres://localhost/db").migrate(false);
     /// ```

@@ -440,7 +440,7 @@ impl PostgresRegistry {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
+    /// # async fn f(registry: worker_registry::postgres::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
     /// let other = registry.connect_replica().await?;
     /// assert_eq!(other.name(), registry.name());
     /// # Ok(())
@@ -464,7 +464,7 @@ impl PostgresRegistry {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
+    /// # async fn f(registry: worker_registry::postgres::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
     /// assert_ne!(registry.replica_id(), registry.connect_replica().await?.replica_id());
     /// # Ok(())
     /// # }
@@ -479,7 +479,7 @@ impl PostgresRegistry {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
+    /// # async fn f(registry: worker_registry::postgres::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
     /// use std::time::Duration;
     /// use worker_registry::Maintenance;
     ///
@@ -505,7 +505,7 @@ impl PostgresRegistry {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn f(registry: worker_registry::PostgresRegistry) {
+    /// # async fn f(registry: worker_registry::postgres::PostgresRegistry) {
     /// if let Err(e) = registry.ping().await {
     ///     eprintln!("registry database unreachable: {e}");
     /// }
