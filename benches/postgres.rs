@@ -19,9 +19,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use hdrhistogram::Histogram;
-use worker_registry::{
-    Admission, DeliveryId, PostgresRegistry, RegistryConfig, Target, WorkerId, WorkerRegistry,
-};
+use worker_registry::postgres::PostgresRegistry;
+use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry};
 
 /// Calls in flight at once.
 const CONCURRENCY: [usize; 2] = [1, 64];

@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use worker_registry::postgres::PostgresRegistry;
 use worker_registry::{
-    Admission, DeliveryId, Maintenance, PostgresRegistry, RegistryConfig, Target, WorkerId,
-    WorkerRegistry,
+    Admission, DeliveryId, Maintenance, RegistryConfig, Target, WorkerId, WorkerRegistry,
 };
 
 /// The sizes of one run.
@@ -307,7 +307,7 @@ async fn run(url: String, size: Size) {
         size.retained,
         started.elapsed()
     );
-    let other = first.replica().await.expect("replica");
+    let other = first.connect_replica().await.expect("replica");
     let probe_handle = PostgresRegistry::builder(&url)
         .name(&name)
         .config(config.clone())

@@ -32,9 +32,19 @@
 //! |---|---|
 //! | `tokio` (default) | the [`Sweeper`] task, [`Subscribe`] and lifecycle events, [`TokioClock`] |
 //! | `http` | `http::admin_router` (axum) and `metrics` (prometheus-client) |
-//! | `postgres` | [`PostgresRegistry`]: the registry in PostgreSQL, shared by router replicas |
+//! | `postgres` | [`postgres::PostgresRegistry`]: the registry in PostgreSQL, shared by router replicas |
 //! | `testkit` | `testkit`: the conformance suite every backend runs, and the reference model |
 //! | `redis` | [`redis::RedisRegistry`]: the registry shared by router replicas through Redis |
+//! | `redis-tls` | `rediss://` URLs for the Redis backend (rustls) |
+//! | `postgres-tls` | `sslmode=require\|verify-full` for the PostgreSQL backend (rustls) |
+//!
+//! The shared backends have one surface, module by module (as object_store's `aws` and `gcp`):
+//! `redis::RedisRegistry` and `postgres::PostgresRegistry`, each built by
+//! `builder(url)...connect()`, which answers a [`ConnectError`] on either; `connect_replica()` opens
+//! another handle on the same registry, as another router process would; each module has its
+//! `DEFAULT_REGISTRY_NAME` and `DEFAULT_CONNECT_TIMEOUT` (the names are not shared: a Redis
+//! registry's name prefixes keys in a keyspace other programs share, a PostgreSQL one is a row in
+//! the registry's own tables).
 //!
 //! The design, each backend's internals, correctness and performance are in [`docs`].
 //!
@@ -50,7 +60,7 @@ mod memory;
 #[cfg(feature = "http")]
 pub mod metrics;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "postgres"))]
@@ -62,6 +72,7 @@ mod sync;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use api::connect::{ConnectError, RegistryNameError, MAX_REGISTRY_NAME_LEN};
 #[cfg(feature = "tokio")]
 pub use api::contract::Subscribe;
 pub use api::contract::{Maintenance, WorkerRegistry};
@@ -96,11 +107,6 @@ pub use config::{
     DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
 };
 pub use memory::{InMemoryRegistry, WorkerHandle};
-#[cfg(feature = "postgres")]
-pub use postgres::{
-    PostgresRegistry, PostgresRegistryBuilder, DEFAULT_BATCH, DEFAULT_CALL_TIMEOUT,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_REGISTRY_NAME,
-};
 #[cfg(feature = "tokio")]
 pub use sweeper::{Deferred, Sweeper, SweeperMonitor};
 

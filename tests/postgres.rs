@@ -19,8 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
+use worker_registry::postgres::PostgresRegistry;
 use worker_registry::{
-    Admission, DeadReason, DeliveryId, Event, HeartbeatAck, Maintenance, PostgresRegistry,
+    Admission, ConnectError, DeadReason, DeliveryId, Event, HeartbeatAck, Maintenance,
     RegistryConfig, RegistryError, Rejection, Status, Subscribe, Target, WorkerRegistry,
 };
 
@@ -67,7 +68,7 @@ async fn racing_admits_of_one_delivery_across_replicas_get_one_assigned() {
     let first = open(&url, "race-one", RegistryConfig::default()).await;
     let mut replicas = vec![first.clone()];
     for _ in 0..3 {
-        replicas.push(first.replica().await.unwrap());
+        replicas.push(first.connect_replica().await.unwrap());
     }
     let mut tasks = JoinSet::new();
     for i in 0..64 {
@@ -108,7 +109,7 @@ async fn capacity_is_never_exceeded_while_replicas_race_to_create_and_kill_worke
     let name = first.name().to_owned();
     let mut replicas = vec![first.clone()];
     for _ in 0..3 {
-        replicas.push(first.replica().await.unwrap());
+        replicas.push(first.connect_replica().await.unwrap());
     }
 
     // A sampler reads the live count on its own connection throughout.
@@ -194,7 +195,7 @@ async fn released_events_go_to_one_replica_and_come_back_after_one_dies_without_
         .build()
         .unwrap();
     let a = open(&url, "outbox", config.clone()).await;
-    let b = a.replica().await.unwrap();
+    let b = a.connect_replica().await.unwrap();
     for i in 0..3 {
         let Admission::Assigned(_) = a.admit(&t(1), &d(&format!("d{i}"))).await.unwrap() else {
             panic!()
@@ -254,7 +255,7 @@ async fn the_test_offset_is_shared_and_a_heartbeat_racing_the_sweep_lands_or_is_
         .build()
         .unwrap();
     let a = open(&url, "beat-race", config.clone()).await;
-    let b = a.replica().await.unwrap();
+    let b = a.connect_replica().await.unwrap();
     for round in 0..20u64 {
         let w = a.register().await.unwrap();
         a.heartbeat(w).await.unwrap();
@@ -289,7 +290,7 @@ async fn every_replica_sees_every_lifecycle_event_in_order() {
         return;
     };
     let a = open(&url, "events", RegistryConfig::default()).await;
-    let b = a.replica().await.unwrap();
+    let b = a.connect_replica().await.unwrap();
     let mut on_b = b.subscribe();
     let mut on_a = a.subscribe();
     let Admission::Assigned(x) = a.admit(&t(7), &d("e")).await.unwrap() else {
@@ -536,9 +537,8 @@ async fn bad_urls_and_unreachable_servers_are_typed_errors() {
     assert!(
         matches!(
             err,
-            RegistryError::Backend {
+            ConnectError::InvalidUrl {
                 backend: "postgres",
-                retryable: false,
                 ..
             }
         ),
@@ -556,6 +556,7 @@ async fn bad_urls_and_unreachable_servers_are_typed_errors() {
         .await
         .unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
+    assert!(matches!(err, ConnectError::Backend(_)), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -951,7 +952,7 @@ async fn the_retained_counter_stays_exact_while_replicas_complete_and_sweep_at_o
     let first = open(&url, "retained-race", config).await;
     let mut tasks = JoinSet::new();
     for i in 0..4u64 {
-        let r = first.replica().await.unwrap();
+        let r = first.connect_replica().await.unwrap();
         tasks.spawn(async move {
             for j in 0..40u64 {
                 let target = t(1 + (i * 40 + j) % 8);
@@ -1075,7 +1076,7 @@ async fn only_the_lease_holder_maintains_and_another_takes_over_once_it_lapses()
         .build()
         .unwrap();
     let a = open(&url, "lease", config).await;
-    let b = a.replica().await.unwrap();
+    let b = a.connect_replica().await.unwrap();
     assert!(a.sweep().await.unwrap().swept, "the first sweeper takes it");
     assert!(!b.sweep().await.unwrap().swept, "another replica skips");
     a.advance_time_for_tests(Duration::from_secs(10))
@@ -1107,7 +1108,7 @@ async fn a_death_of_many_steps_is_worked_off_in_one_sweep_each_delivery_released
         .build()
         .unwrap();
     let r = open(&url, "mass-death", config.clone()).await;
-    let other = r.replica().await.unwrap();
+    let other = r.connect_replica().await.unwrap();
     let mut want = HashSet::new();
     for i in 0..100 {
         let delivery = format!("d{i}");
@@ -1168,7 +1169,7 @@ async fn a_replica_reads_only_the_worker_rows_changed_since_its_snapshot() {
         .build()
         .unwrap();
     let r = open(&url, "delta", config).await;
-    let other = r.replica().await.unwrap();
+    let other = r.connect_replica().await.unwrap();
     let id = registry_id(&client, r.name()).await;
     let mut workers = Vec::new();
     for i in 1..=20 {
@@ -1442,6 +1443,9 @@ async fn a_replica_configured_otherwise_is_refused_naming_the_setting_and_both_v
         .connect()
         .await
         .unwrap_err();
+    let worker_registry::ConnectError::Backend(err) = err else {
+        panic!("{err:?}")
+    };
     assert_eq!(
         err,
         RegistryError::ConfigDisagrees {

@@ -11,8 +11,9 @@ mod pg_cluster;
 
 use std::time::Duration;
 
+use worker_registry::postgres::PostgresRegistry;
 use worker_registry::testkit::Fixture;
-use worker_registry::{PostgresRegistry, RegistryConfig};
+use worker_registry::RegistryConfig;
 
 struct PostgresFixture {
     url: String,
@@ -32,7 +33,7 @@ impl Fixture for PostgresFixture {
     }
 
     async fn replica(&self, of: &PostgresRegistry) -> PostgresRegistry {
-        of.replica().await.expect("connect a replica")
+        of.connect_replica().await.expect("connect a replica")
     }
 
     async fn advance(&self, of: &PostgresRegistry, by: Duration) {

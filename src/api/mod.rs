@@ -2,6 +2,7 @@
 //! return (each with a public constructor, so a backend outside this crate or a test fake can build
 //! them), identities and errors. Nothing here knows how any backend stores its state.
 
+pub(crate) mod connect;
 pub(crate) mod contract;
 pub(crate) mod dynamic;
 pub(crate) mod error;

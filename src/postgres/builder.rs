@@ -1,6 +1,9 @@
 //! [`PostgresRegistryBuilder`]: the URL, the registry's name and configuration, the pool and its
 //! timeouts; `connect` builds the pool, migrates, opens the registry and starts the listener.
 
+// `Tls` is `NoTls`, a `Copy` type, without `postgres-tls`; `.clone()` serves both builds.
+#![cfg_attr(not(feature = "postgres-tls"), allow(clippy::clone_on_copy))]
+
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,12 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
+use tokio_postgres::types::Type;
 
 use super::counters::Counters;
 use super::error::{retrying, BACKEND};
 use super::snapshot::SnapshotCache;
-use super::{listen, migrate, rows, Inner, Params, PostgresRegistry};
+use super::{conn, listen, migrate, rows, Inner, Params, PostgresRegistry, Tls};
+use crate::api::connect::ConnectError;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
@@ -26,9 +30,10 @@ use crate::remote::loss::LossWatch;
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), worker_registry::RegistryError> {
+/// # async fn main() -> Result<(), worker_registry::ConnectError> {
 /// use std::time::Duration;
-/// use worker_registry::{PostgresRegistry, RegistryConfig};
+/// use worker_registry::postgres::PostgresRegistry;
+/// use worker_registry::RegistryConfig;
 ///
 /// let registry = PostgresRegistry::builder("postgres://router@localhost/registry")
 ///     .name("pool-a")
@@ -52,6 +57,10 @@ pub struct PostgresRegistryBuilder {
     pub(super) batch: usize,
     pub(super) listen: bool,
     pub(super) migrate: bool,
+    pub(super) transaction_pooler: bool,
+    pub(super) listen_url: Option<String>,
+    #[cfg_attr(not(feature = "postgres-tls"), allow(dead_code))]
+    pub(super) tls_roots: Option<Vec<u8>>,
 }
 
 impl PostgresRegistryBuilder {
@@ -106,7 +115,7 @@ impl PostgresRegistryBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use worker_registry::PostgresRegistry;
+    /// use worker_registry::postgres::PostgresRegistry;
     ///
     /// let _b = PostgresRegistry::builder("postgres://localhost/db").connect_timeout(Duration::from_secs(1));
     /// ```
@@ -120,7 +129,7 @@ impl PostgresRegistryBuilder {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::PostgresRegistry;
+    /// use worker_registry::postgres::PostgresRegistry;
     ///
     /// let _b = PostgresRegistry::builder("postgres://localhost/db").batch(500);
     /// ```
@@ -135,7 +144,7 @@ impl PostgresRegistryBuilder {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::PostgresRegistry;
+    /// use worker_registry::postgres::PostgresRegistry;
     ///
     /// let _b = PostgresRegistry::builder("postgres://localhost/db").listen(false);
     /// ```
@@ -150,7 +159,7 @@ impl PostgresRegistryBuilder {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::PostgresRegistry;
+    /// use worker_registry::postgres::PostgresRegistry;
     ///
     /// let _b = PostgresRegistry::builder("postgres://localhost/db").migrate(false);
     /// ```
@@ -159,41 +168,108 @@ impl PostgresRegistryBuilder {
         self
     }
 
+    /// Whether the URL goes through a connection pooler in transaction mode (PgBouncer with
+    /// `pool_mode = transaction`, off by default), which lends a server connection for one
+    /// transaction at a time. On, the handle uses no named prepared statements (each call is one
+    /// unnamed statement, parse, bind and execute in one round trip), and sets no session
+    /// settings at connect (the pooler would refuse or drop them): give the database role
+    /// `lock_timeout` and `statement_timeout` instead (`ALTER ROLE ... SET`); `connect` warns if
+    /// they are off. `LISTEN` needs a session: with [`listen`](Self::listen) on, set
+    /// [`listen_url`](Self::listen_url) to a direct URL, or `connect` refuses with
+    /// [`ConnectError::Unsupported`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://router@pgbouncer:6432/registry")
+    ///     .transaction_pooler(true)
+    ///     .listen_url("postgres://router@db:5432/registry");
+    /// ```
+    pub fn transaction_pooler(mut self, on: bool) -> Self {
+        self.transaction_pooler = on;
+        self
+    }
+
+    /// The certificate authorities (PEM) the server's certificate must chain to, instead of the
+    /// system's store (feature `postgres-tls`; the URL asks for TLS with `sslmode=require` or
+    /// `verify-full`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let ca = std::fs::read("/etc/registry/ca.pem").unwrap();
+    /// let _b = PostgresRegistry::builder("postgres://router@db/registry?sslmode=verify-full")
+    ///     .tls_root_certificate(ca);
+    /// ```
+    #[cfg(feature = "postgres-tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots = Some(pem.into());
+        self
+    }
+
+    /// Where the event listener connects (default: the builder's URL). Behind a pooler in
+    /// transaction mode, the database's own address: `LISTEN` holds a session.
+    ///
+    /// # Examples
+    ///
+    /// See [`transaction_pooler`](Self::transaction_pooler).
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+
     /// Connects: parses the URL, builds the pool, applies the migrations, creates the registry's
     /// rows if they do not exist, fetches its latest snapshot and starts the event listener.
     ///
-    /// Refused with a backend error: a URL that does not parse (`retryable: false`), a database
-    /// that cannot be reached (`retryable: true`), or one that refuses the migrations.
+    /// Refused with a [`ConnectError`]: `InvalidUrl` for a URL that does not parse, `Backend` for
+    /// a database that cannot be reached (retryable) or one that refuses the migrations.
     ///
     /// # Examples
     ///
     /// See [`PostgresRegistryBuilder`].
-    pub async fn connect(self) -> Result<PostgresRegistry, RegistryError> {
-        let mut pg: tokio_postgres::Config = self
-            .url
-            .parse()
-            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
+    pub async fn connect(self) -> Result<PostgresRegistry, ConnectError> {
+        let (mut pg, tls) = parse(&self.url, self.tls_roots.as_deref())?;
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(self.connect_timeout);
         }
         if pg.get_application_name().is_none() {
             pg.application_name("worker-registry");
         }
-        // Every call's statements wait at most this long for a lock and run at most this long
-        // (the migration transaction sets its own, longer, limits).
-        let limits = format!(
-            "-c lock_timeout={}ms -c statement_timeout={}ms",
-            rows::ms(super::DEFAULT_LOCK_TIMEOUT),
-            rows::ms(super::DEFAULT_STATEMENT_TIMEOUT)
-        );
-        let options = match pg.get_options() {
-            Some(o) if !o.is_empty() => format!("{o} {limits}"),
-            _ => limits,
+        let listen_pg = match &self.listen_url {
+            Some(url) => parse(url, self.tls_roots.as_deref())?.0,
+            None if self.listen && self.transaction_pooler => {
+                return Err(ConnectError::Unsupported {
+                    backend: BACKEND,
+                    reason: "events need LISTEN, which holds a session, and a pooler in \
+                             transaction mode lends one transaction at a time: set listen_url \
+                             to the database's own address, or listen(false)"
+                        .into(),
+                });
+            }
+            None => pg.clone(),
         };
-        pg.options(&options);
+        if !self.transaction_pooler {
+            // Every call's statements wait at most this long for a lock and run at most this
+            // long (the migration transaction sets its own, longer, limits). A pooler in
+            // transaction mode carries no session settings: the role's apply there.
+            let limits = format!(
+                "-c lock_timeout={}ms -c statement_timeout={}ms",
+                rows::ms(super::DEFAULT_LOCK_TIMEOUT),
+                rows::ms(super::DEFAULT_STATEMENT_TIMEOUT)
+            );
+            let options = match pg.get_options() {
+                Some(o) if !o.is_empty() => format!("{o} {limits}"),
+                _ => limits,
+            };
+            pg.options(&options);
+        }
         let manager = Manager::from_config(
             pg.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -204,25 +280,56 @@ impl PostgresRegistryBuilder {
             .wait_timeout(Some(self.call_timeout))
             .create_timeout(Some(self.connect_timeout))
             .recycle_timeout(Some(self.connect_timeout))
+            .pre_recycle(conn::verify_idle())
             .build()
-            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
+            .map_err(|e| ConnectError::InvalidUrl {
+                backend: BACKEND,
+                reason: e.to_string(),
+            })?;
 
         let timeout = self.call_timeout;
         let migrate = self.migrate;
         let name = self.name.clone();
-        let id = retrying(timeout, || async {
+        let unnamed = self.transaction_pooler;
+        let (id, limits) = retrying(timeout, || async {
             let mut client = pool.get().await?;
             if migrate {
                 migrate::apply(&mut client).await?;
             }
-            let row = client.query_one("SELECT wr_open($1)", &[&name]).await?;
-            rows::col::<i64>(&row, "wr_open")
+            let row = if unnamed {
+                let rows = client
+                    .query_typed("SELECT wr_open($1)", &[(&name, Type::TEXT)])
+                    .await?;
+                rows.into_iter()
+                    .next()
+                    .ok_or_else(|| super::error::decode("wr_open answered no row"))?
+            } else {
+                client.query_one("SELECT wr_open($1)", &[&name]).await?
+            };
+            let limits = client
+                .simple_query("SHOW lock_timeout; SHOW statement_timeout")
+                .await?;
+            Ok((rows::col::<i64>(&row, "wr_open")?, limits))
         })
-        .await?;
+        .await
+        .map_err(refused)?;
+        if self.transaction_pooler {
+            warn_unlimited(&limits);
+        }
 
         let events = Arc::new(EventSender::new());
         let listener = if self.listen {
-            Some(listen::Listener::start(pg, id, events.clone(), self.call_timeout).await?)
+            Some(
+                listen::Listener::start(
+                    listen_pg,
+                    id,
+                    events.clone(),
+                    self.call_timeout,
+                    tls.clone(),
+                )
+                .await
+                .map_err(ConnectError::Backend)?,
+            )
         } else {
             None
         };
@@ -239,13 +346,103 @@ impl PostgresRegistryBuilder {
                 events,
                 listener,
                 loss: LossWatch::new(String::new(), 0),
+                tls,
             }),
         };
-        registry.agree().await?;
-        let seen = registry.identity().await?;
+        registry.agree().await.map_err(ConnectError::Backend)?;
+        let seen = registry.identity().await.map_err(ConnectError::Backend)?;
         registry.inner.loss.begin(&seen.incarnation, seen.last_id);
-        registry.refresh_snapshot().await?;
+        registry
+            .refresh_snapshot()
+            .await
+            .map_err(ConnectError::Backend)?;
         Ok(registry)
+    }
+}
+
+/// Parses a URL (or key-value string) and makes the TLS connector its `sslmode` needs.
+pub(super) fn parse(
+    url: &str,
+    roots: Option<&[u8]>,
+) -> Result<(tokio_postgres::Config, Tls), ConnectError> {
+    let invalid = |reason: String| ConnectError::InvalidUrl {
+        backend: BACKEND,
+        reason,
+    };
+    #[cfg(feature = "postgres-tls")]
+    let url = super::tls::normalize_sslmode(url);
+    #[cfg(not(feature = "postgres-tls"))]
+    if url.contains("sslmode=verify-") {
+        return Err(ConnectError::Unsupported {
+            backend: BACKEND,
+            reason: "the URL asks for TLS (sslmode=verify-*): build worker-registry with the \
+                     `postgres-tls` feature"
+                .into(),
+        });
+    }
+    let pg: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e: tokio_postgres::Error| invalid(e.to_string()))?;
+    #[cfg(feature = "postgres-tls")]
+    {
+        let tls =
+            super::tls::MakeRustls::new(roots).map_err(|reason| ConnectError::Unsupported {
+                backend: BACKEND,
+                reason,
+            })?;
+        Ok((pg, tls))
+    }
+    #[cfg(not(feature = "postgres-tls"))]
+    {
+        let _ = roots;
+        if pg.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(ConnectError::Unsupported {
+                backend: BACKEND,
+                reason: "the URL requires TLS (sslmode=require): build worker-registry with the \
+                         `postgres-tls` feature"
+                    .into(),
+            });
+        }
+        Ok((pg, tokio_postgres::NoTls))
+    }
+}
+
+/// A connect failure: a pooler that refused the session settings is told apart (the one
+/// configuration error a newcomer meets first behind PgBouncer), every other is the backend's.
+fn refused(e: RegistryError) -> ConnectError {
+    // The server's message is at the end of the chain (RegistryError, driver error, DbError).
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    if text.contains("unsupported startup parameter") {
+        return ConnectError::Unsupported {
+            backend: BACKEND,
+            reason: format!(
+                "{text}: the URL goes through a connection pooler, which refuses the session \
+                 settings (lock_timeout, statement_timeout) the handle sends; build it with \
+                 transaction_pooler(true)"
+            ),
+        };
+    }
+    ConnectError::Backend(e)
+}
+
+/// Behind a pooler no session setting is sent: says so when the role's leave a call unbounded.
+fn warn_unlimited(shown: &[tokio_postgres::SimpleQueryMessage]) {
+    for message in shown {
+        if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
+            if row.get(0) == Some("0") {
+                tracing::warn!(
+                    setting = row.columns().first().map(|c| c.name()).unwrap_or("?"),
+                    "worker-registry behind a transaction pooler: this setting is off for the \
+                     database role, so a call may wait on a lock or run without bound; set it \
+                     with ALTER ROLE ... SET (the handle cannot set it per session there)"
+                );
+            }
+        }
     }
 }
 

@@ -62,6 +62,9 @@ impl Failure {
     /// The contract's error for this failure.
     pub(crate) fn into_registry(self) -> RegistryError {
         match self {
+            Self::Pg(e) if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) => {
+                RegistryError::backend(BACKEND, false, PoolerMismatch(e))
+            }
             Self::Pg(e) => {
                 let retryable = pg_retryable(&e);
                 RegistryError::backend(BACKEND, retryable, e)
@@ -94,6 +97,13 @@ fn pg_retryable(e: &tokio_postgres::Error) -> bool {
         || code.starts_with("57P") // admin shutdown, crash shutdown, cannot connect now
         || code == "57014" // query canceled (statement_timeout)
         || code == "55P03" // lock not available (lock_timeout)
+        || code == "25006" // read-only transaction: the server was demoted, a primary is elsewhere
+}
+
+/// Whether an attempt that failed with `e` may be retried at once on another connection (the
+/// server turned read-only, as a demoted primary does: another connection finds the new one).
+pub(crate) fn demoted(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
 }
 
 /// The server answered something this crate cannot read.
@@ -107,6 +117,29 @@ impl fmt::Display for DecodeError {
 }
 
 impl Error for DecodeError {}
+
+/// A prepared statement vanished between two round trips of one call: the connection goes through
+/// a pooler in transaction mode, which lends a server connection per transaction.
+#[derive(Debug)]
+pub(crate) struct PoolerMismatch(pub(crate) tokio_postgres::Error);
+
+impl fmt::Display for PoolerMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: the URL seems to go through a connection pooler in transaction mode (PgBouncer \
+             pool_mode = transaction), where prepared statements do not survive; build the \
+             handle with transaction_pooler(true)",
+            self.0
+        )
+    }
+}
+
+impl Error for PoolerMismatch {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&self.0)
+    }
+}
 
 /// A call did not finish within the handle's call timeout.
 #[derive(Debug)]
@@ -136,6 +169,11 @@ where
             tries += 1;
             match attempt().await {
                 Ok(v) => return Ok(v),
+                // The server turned read-only (a demoted primary): that connection was dropped,
+                // and the next one goes where `target_session_attrs` finds a primary.
+                Err(Failure::Pg(e)) if demoted(&e) && tries < MAX_ATTEMPTS => {
+                    tokio::time::sleep(Duration::from_millis(10 * u64::from(tries))).await;
+                }
                 Err(f) if f.is_conflict() && tries < MAX_ATTEMPTS => {
                     // The race is usually already decided (the winner committed); a short,
                     // growing pause spreads out the rare longer pile-ups.

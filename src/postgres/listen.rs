@@ -15,16 +15,19 @@
 //! are lost (Postgres keeps none for a listener that is not connected), and how many cannot be
 //! told, so they are not counted.
 
+// `Tls` is `NoTls`, a `Copy` type, without `postgres-tls`; `.clone()` serves both builds.
+#![cfg_attr(not(feature = "postgres-tls"), allow(clippy::clone_on_copy))]
+
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Client, Config};
 
 use super::error::Failure;
-use super::rows;
+use super::{rows, Tls};
 use crate::api::error::RegistryError;
 use crate::api::events::{Event, EventSender};
 use crate::api::ids::{DeliveryId, Target};
@@ -48,11 +51,13 @@ impl Listener {
         registry: i64,
         events: Arc<EventSender>,
         timeout: Duration,
+        tls: Tls,
     ) -> Result<Self, RegistryError> {
         let client = Arc::new(Mutex::new(None));
         let (ready_tx, ready_rx) = oneshot::channel();
         let task = tokio::spawn(run(
             config,
+            tls,
             channel(registry),
             events,
             client.clone(),
@@ -99,6 +104,7 @@ impl Drop for Listener {
 
 async fn run(
     config: Config,
+    tls: Tls,
     channel: String,
     events: Arc<EventSender>,
     slot: Arc<Mutex<Option<Arc<Client>>>>,
@@ -107,7 +113,7 @@ async fn run(
     let mut ready = Some(ready);
     let mut pause = Duration::from_millis(50);
     loop {
-        match listen(&config, &channel, &events).await {
+        match listen(&config, &tls, &channel, &events).await {
             Ok((client, forwarding)) => {
                 if let Ok(mut s) = slot.lock() {
                     *s = Some(Arc::new(client));
@@ -137,10 +143,11 @@ async fn run(
 /// forwards its notifications, which ends when the connection does.
 async fn listen(
     config: &Config,
+    tls: &Tls,
     channel: &str,
     events: &Arc<EventSender>,
 ) -> Result<(Client, tokio::task::JoinHandle<()>), Failure> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = config.connect(tls.clone()).await?;
     let events = events.clone();
     let forwarding = tokio::spawn(async move {
         // Forwarding here, in the task that reads the connection, keeps events and query answers

@@ -6,6 +6,7 @@
 //! | file | holds |
 //! |---|---|
 //! | `mod.rs` | the handle, its builder, the call path (pool, prepared statement, retries) |
+//! | `conn.rs` | one call's connection: cancelled and closed if the call ended early, dropped if unfit; unnamed statements behind a pooler |
 //! | `ops.rs` | the contract's per-call methods, each one function call |
 //! | `sweep.rs` | `sweep` (the lease, the outbox share, the snapshot) and `acknowledge` |
 //! | `maintain.rs` | the lease holder's maintenance, in bounded steps |
@@ -179,10 +180,23 @@
 //! a redelivery replaces it, and once its holder is dead (`wr_kill` marks it) the next sweep
 //! deletes it, as memory does.
 //!
-//! **TLS**: the handle connects without TLS (`tokio_postgres::NoTls`); put the database on a
-//! trusted network or behind a local TLS proxy.
+//! **Connections** (`conn.rs`): a call that ended early (its timeout) has its statement
+//! cancelled and its connection closed, never pooled; a connection whose server turned read-only
+//! is dropped and the call retried, so a multi-host URL with `target_session_attrs=read-write`
+//! follows a failover; a connection idle for 30 s is verified when taken. Behind PgBouncer in
+//! transaction mode, `transaction_pooler(true)` makes every call one unnamed statement and
+//! `listen_url` puts the listener on a direct connection (see [`docs::postgres`](crate::docs::postgres)).
+//!
+//! **TLS** (feature `postgres-tls`, `tls.rs`): rustls, the server's certificate verified (chain
+//! and host name) against the system's roots or the builder's `tls_root_certificate`;
+//! `sslmode=require`, `verify-ca` and `verify-full` all verify. Without the feature a URL that
+//! requires TLS is refused at connect.
+
+// `Tls` is `NoTls`, a `Copy` type, without `postgres-tls`; `.clone()` serves both builds.
+#![cfg_attr(not(feature = "postgres-tls"), allow(clippy::clone_on_copy))]
 
 mod builder;
+mod conn;
 mod counters;
 mod error;
 mod listen;
@@ -193,6 +207,8 @@ mod ops;
 mod rows;
 mod snapshot;
 mod sweep;
+#[cfg(feature = "postgres-tls")]
+mod tls;
 
 use std::fmt;
 use std::sync::Arc;
@@ -200,19 +216,29 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
 
 pub use self::builder::PostgresRegistryBuilder;
+use self::conn::Checkout;
 use self::counters::Counters;
-use self::error::{retrying, Failure, BACKEND};
+use self::error::{retrying, Failure};
 use self::snapshot::SnapshotCache;
+use crate::api::connect::ConnectError;
 use crate::api::contract::WorkerRegistry;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
 use crate::remote::loss::LossWatch;
 
-/// The registry name a builder uses unless told otherwise.
+/// The TLS connector of every connection: rustls with `postgres-tls`, none without.
+#[cfg(feature = "postgres-tls")]
+pub(crate) type Tls = tls::MakeRustls;
+/// The TLS connector of every connection: rustls with `postgres-tls`, none without.
+#[cfg(not(feature = "postgres-tls"))]
+pub(crate) type Tls = tokio_postgres::NoTls;
+
+/// The registry name a builder uses unless told otherwise (a row of `wr_registries`; Redis's is
+/// `"worker-registry"`, a key prefix in a shared keyspace).
 pub const DEFAULT_REGISTRY_NAME: &str = "default";
 /// Connections in each handle's pool (the event listener has one more of its own).
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -237,7 +263,7 @@ pub(crate) const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// for how it is kept (and `src/postgres/mod.rs` for the design notes: locks, sweep, outbox).
 ///
 /// Each handle has its own connection pool and its own event listener; cloning a handle shares
-/// them (it is an `Arc` inside). [`replica`](Self::replica) makes another handle on the same
+/// them (it is an `Arc` inside). [`connect_replica`](Self::connect_replica) makes another handle on the same
 /// registry with connections of its own, as another router process would have.
 ///
 /// **Locking behaviour:** every call but `status`, `stats` and `config` is one function call in
@@ -250,7 +276,8 @@ pub(crate) const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), worker_registry::RegistryError> {
-/// use worker_registry::{Admission, DeliveryId, PostgresRegistry, Target, WorkerRegistry};
+/// use worker_registry::postgres::PostgresRegistry;
+/// use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry};
 ///
 /// let registry = PostgresRegistry::builder("postgres://router@db.internal/registry")
 ///     .name("webhooks")
@@ -337,6 +364,8 @@ struct Inner {
     listener: Option<listen::Listener>,
     /// What this handle saw of the registry's identity (data-loss detection, `loss.rs`).
     loss: LossWatch,
+    /// For cancel requests of calls that ended early.
+    tls: Tls,
 }
 
 impl Drop for Inner {
@@ -374,6 +403,9 @@ impl PostgresRegistry {
             batch: DEFAULT_BATCH,
             listen: true,
             migrate: true,
+            transaction_pooler: false,
+            listen_url: None,
+            tls_roots: None,
         }
     }
 
@@ -388,17 +420,15 @@ impl PostgresRegistry {
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), worker_registry::RegistryError> {
-    /// let applied = worker_registry::PostgresRegistry::migrate("postgres://localhost/registry").await?;
+    /// let applied = worker_registry::postgres::PostgresRegistry::migrate("postgres://localhost/registry").await?;
     /// println!("applied {applied:?}");
     /// # Ok(())
     /// # }
     /// ```
     pub async fn migrate(url: &str) -> Result<Vec<i32>, RegistryError> {
-        let pg: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| RegistryError::backend(BACKEND, false, e))?;
+        let (pg, tls) = builder::parse(url, None).map_err(RegistryError::from)?;
         retrying(DEFAULT_CALL_TIMEOUT, || async {
-            let (mut client, connection) = pg.connect(NoTls).await?;
+            let (mut client, connection) = pg.connect(tls.clone()).await?;
             let driver = tokio::spawn(connection);
             let done = migrate::apply(&mut client).await;
             drop(client);
@@ -414,13 +444,13 @@ impl PostgresRegistry {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
-    /// let other = registry.replica().await?;
+    /// # async fn f(registry: worker_registry::postgres::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
+    /// let other = registry.connect_replica().await?;
     /// assert_eq!(other.name(), registry.name());
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn replica(&self) -> Result<Self, RegistryError> {
+    pub async fn connect_replica(&self) -> Result<Self, ConnectError> {
         self.inner.settings.clone().migrate(false).connect().await
     }
 
@@ -428,7 +458,7 @@ impl PostgresRegistry {
     ///
     /// # Examples
     ///
-    /// See [`replica`](Self::replica).
+    /// See [`connect_replica`](Self::connect_replica).
     pub fn name(&self) -> &str {
         &self.inner.settings.name
     }
@@ -438,8 +468,8 @@ impl PostgresRegistry {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
-    /// assert_ne!(registry.replica_id(), registry.replica().await?.replica_id());
+    /// # async fn f(registry: worker_registry::postgres::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
+    /// assert_ne!(registry.replica_id(), registry.connect_replica().await?.replica_id());
     /// # Ok(())
     /// # }
     /// ```
@@ -453,7 +483,7 @@ impl PostgresRegistry {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn f(registry: worker_registry::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
+    /// # async fn f(registry: worker_registry::postgres::PostgresRegistry) -> Result<(), worker_registry::RegistryError> {
     /// use std::time::Duration;
     /// use worker_registry::Maintenance;
     ///
@@ -479,7 +509,7 @@ impl PostgresRegistry {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn f(registry: worker_registry::PostgresRegistry) {
+    /// # async fn f(registry: worker_registry::postgres::PostgresRegistry) {
     /// if let Err(e) = registry.ping().await {
     ///     eprintln!("registry database unreachable: {e}");
     /// }
@@ -498,11 +528,12 @@ impl PostgresRegistry {
         decode: impl Fn(&Row) -> Result<T, Failure>,
     ) -> Result<T, RegistryError> {
         let inner = &*self.inner;
+        let unnamed = inner.settings.transaction_pooler;
         retrying(inner.settings.call_timeout, || async {
-            let client = inner.pool.get().await?;
-            let stmt = client.prepare_cached(sql).await?;
-            let row = client.query_one(&stmt, params).await?;
-            decode(&row)
+            let conn = Checkout::get(&inner.pool, &inner.tls).await?;
+            let row = conn.query_one(unnamed, sql, params).await;
+            conn.finish(&row);
+            decode(&row?)
         })
         .await
     }
@@ -515,11 +546,12 @@ impl PostgresRegistry {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<(), RegistryError> {
         let inner = &*self.inner;
+        let unnamed = inner.settings.transaction_pooler;
         retrying(inner.settings.call_timeout, || async {
-            let client = inner.pool.get().await?;
-            let stmt = client.prepare_cached(sql).await?;
-            client.execute(&stmt, params).await?;
-            Ok(())
+            let conn = Checkout::get(&inner.pool, &inner.tls).await?;
+            let done = conn.execute(unnamed, sql, params).await;
+            conn.finish(&done);
+            done
         })
         .await
     }

@@ -24,8 +24,8 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::link::Link;
 use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -186,9 +186,9 @@ impl Drop for Listener {
 
 /// What the listener needs.
 pub(crate) struct Channel {
-    pub(crate) client: ::redis::Client,
-    /// For reading the sequence number after each (re)subscription.
-    pub(crate) conn: ConnectionManager,
+    /// For reading the sequence number after each (re)subscription, and the current primary's
+    /// client for the pub/sub connection.
+    pub(crate) conn: Link,
     pub(crate) channel: String,
     /// KEYS[1] and ARGV[1] of the scripts.
     pub(crate) offset_key: String,
@@ -222,7 +222,7 @@ impl Listener {
 /// Subscribes, then reads where the numbering stands (events up to it were published before).
 async fn subscribe(ch: &Channel) -> Result<(::redis::aio::PubSub, Position), RegistryError> {
     let attempt = async {
-        let mut pubsub = ch.client.get_async_pubsub().await?;
+        let mut pubsub = ch.conn.client().get_async_pubsub().await?;
         pubsub.subscribe(&ch.channel).await?;
         let mut conn = ch.conn.clone();
         // Unique per listener and attempt; kept only by the first to propose one.

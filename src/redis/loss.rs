@@ -8,7 +8,7 @@
 //! what it saw: a failover to a replica that lagged) moves the epoch on, so that every other
 //! handle finds the loss too.
 
-use ::redis::aio::ConnectionManager;
+use super::link::Link;
 
 use super::error;
 use super::keys::Keys;
@@ -29,7 +29,7 @@ pub(crate) struct Identity {
 /// Reads the registry's incarnation (setting `fresh` if there is none, or if it is still `from`),
 /// its id counter and its published snapshot version: one script, three O(1) reads.
 pub(crate) async fn identity(
-    conn: &mut ConnectionManager,
+    conn: &mut Link,
     keys: &Keys,
     replica: &str,
     fresh: &str,

@@ -86,14 +86,18 @@
 //!
 //! **Errors**: a lost connection, a timeout, a server that is loading or failing over is
 //! [`RegistryError::Backend`] with `retryable: true`; the connection manager reconnects by
-//! itself, so the same handle recovers when the server is back. A script error or a reply that
+//! itself, and a demoted primary (`READONLY`), a response timeout or, through Sentinel, a lost
+//! primary opens a new connection (`link.rs`), so the same handle recovers when the server, or
+//! the new primary, is there. A script error or a reply that
 //! does not decode is `retryable: false`. Nothing panics.
 //!
 //! **Operating it.** Run the server with `maxmemory-policy noeviction` (or a `volatile-*`
 //! policy): an `allkeys-*` policy may evict workers and in-flight claims. Turn on AOF
-//! (`appendonly yes`) for claims to survive a server restart. The keys are laid out for Redis
-//! Cluster (one slot per registry), but the connection here is to one node (or a proxy in front
-//! of a cluster); a cluster client is not wired in.
+//! (`appendonly yes`) for claims to survive a server restart. The primary is found by URL or
+//! through Sentinel ([`RedisRegistryBuilder::sentinel`]); `rediss://` needs the `redis-tls`
+//! feature. The keys are laid out for Redis Cluster (one slot per registry), but the connection
+//! here is to one node (or a proxy in front of a cluster); a cluster client is not wired in
+//! (see [`docs::redis`](crate::docs::redis)).
 //!
 //! **Cost.** No script's work grows with the registry, with three exceptions kept on purpose,
 //! each rare: a sweep that has to drop a stall beyond the 64 kept, all still within reach of a
@@ -142,6 +146,7 @@ mod error;
 mod events;
 mod keys;
 mod lease;
+mod link;
 mod loss;
 mod publish;
 mod scripts;
@@ -152,10 +157,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::ConnectionManagerConfig;
+use ::redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use ::redis::IntoConnectionInfo;
 
-pub use self::error::RedisConnectError;
-pub use self::keys::{RegistryNameError, MAX_REGISTRY_NAME_LEN};
 pub use self::lease::MIN_LEASE_TTL;
 pub use self::publish::{CHANGES_PAGE, CHANGE_LOG_VERSIONS, PUBLISH_STEP, SNAP_PAGE};
 pub use self::stream::{EXPIRY_BATCH, HANDOUT_BATCH};
@@ -163,6 +168,8 @@ pub use self::sweep::{MAX_SWEEP_STEPS, SWEEP_STEP_BUDGET};
 
 use self::counters::Counters;
 use self::keys::Keys;
+use self::link::{Link, Source};
+use crate::api::connect::ConnectError;
 use crate::api::error::RegistryError;
 use crate::api::snapshot::StatusSnapshot;
 use crate::clock::millis;
@@ -174,7 +181,7 @@ use crate::remote::snapshot::SnapshotCache;
 /// The registry name used unless [`RedisRegistryBuilder::name`] sets one.
 pub const DEFAULT_REGISTRY_NAME: &str = "worker-registry";
 /// How long one connection attempt may take.
-pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a call may wait for the server's answer before it fails (retryable).
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many times the connection manager retries a failed reconnection (with exponential
@@ -262,7 +269,7 @@ pub(crate) struct Inner {
     pub(crate) config: RegistryConfig,
     pub(crate) limits: Limits,
     pub(crate) keys: Keys,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Link,
     pub(crate) replica: String,
     pub(crate) snapshot: SnapshotCache,
     /// Serialises this handle's snapshot refreshes (each applies changes to the version it read).
@@ -281,6 +288,7 @@ impl fmt::Debug for RedisRegistry {
             .field("name", &self.inner.settings.name)
             .field("replica", &self.inner.replica)
             .field("max_workers", &self.inner.config.max_workers())
+            .field("reconnections", &self.inner.conn.renewals())
             .finish_non_exhaustive()
     }
 }
@@ -311,16 +319,21 @@ pub struct RedisRegistryBuilder {
     url: String,
     name: String,
     config: RegistryConfig,
-    connection_timeout: Duration,
+    connect_timeout: Duration,
     response_timeout: Duration,
     reconnect_retries: usize,
     wait_on_create: Option<(usize, Duration)>,
+    /// The Sentinels' URLs and the monitored primary's name.
+    sentinel: Option<(Vec<String>, String)>,
+    /// PEM roots that replace the system's for `rediss://` (feature `redis-tls`).
+    #[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
+    tls_roots: Option<Vec<u8>>,
 }
 
 impl RedisRegistryBuilder {
     /// The registry's name: registries with different names on one server are independent
     /// (default [`DEFAULT_REGISTRY_NAME`]). Letters, digits and `- _ . :`, at most
-    /// [`MAX_REGISTRY_NAME_LEN`] bytes; checked by [`connect`](Self::connect).
+    /// [`MAX_REGISTRY_NAME_LEN`](crate::MAX_REGISTRY_NAME_LEN) bytes; checked by [`connect`](Self::connect).
     ///
     /// # Examples
     ///
@@ -333,7 +346,7 @@ impl RedisRegistryBuilder {
     /// The registry's configuration (default `RegistryConfig::default()`). Every replica of a
     /// registry must use the same one: the first handle to open the registry stores its deciding
     /// settings (`{name}:config`), and [`connect`](Self::connect) refuses a handle configured
-    /// otherwise with [`RedisConnectError::ConfigDisagrees`], naming the setting and both values.
+    /// otherwise with [`ConnectError::Backend`] holding [`RegistryError::ConfigDisagrees`], naming the setting and both values.
     /// To change them, stop every replica, delete `{name}:config`, and start them again.
     ///
     /// # Examples
@@ -344,13 +357,13 @@ impl RedisRegistryBuilder {
         self
     }
 
-    /// How long one connection attempt may take (default [`DEFAULT_CONNECTION_TIMEOUT`]).
+    /// How long one connection attempt may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
     ///
     /// # Examples
     ///
     /// See [`RedisRegistryBuilder`].
-    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
-        self.connection_timeout = timeout;
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 
@@ -405,28 +418,148 @@ impl RedisRegistryBuilder {
         self
     }
 
+    /// Finds the primary through Redis Sentinel: `sentinels` are the Sentinels' URLs
+    /// (`redis://host:26379`), `service` the name they monitor the primary under. The builder's
+    /// URL then gives only the settings of the connection to the primary (credentials, database,
+    /// `rediss://` for TLS): its host and port are those the Sentinels name. After a failover the
+    /// handle asks the Sentinels again and goes on with the new primary; no restart is needed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), worker_registry::ConnectError> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let registry = RedisRegistry::builder("redis://:secret@primary/0")
+    ///     .sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "registry")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sentinel<S: Into<String>>(
+        mut self,
+        sentinels: impl IntoIterator<Item = S>,
+        service: impl Into<String>,
+    ) -> Self {
+        self.sentinel = Some((
+            sentinels.into_iter().map(Into::into).collect(),
+            service.into(),
+        ));
+        self
+    }
+
+    /// The certificate authorities (PEM) a `rediss://` server's certificate must chain to,
+    /// instead of the system's store: a private CA. Feature `redis-tls`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let ca = std::fs::read("/etc/registry/ca.pem")?;
+    /// let registry = RedisRegistry::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_certificate(ca)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redis-tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots = Some(pem.into());
+        self
+    }
+
+    /// The source of the primary: the URL's client, or the Sentinels with the URL's settings.
+    fn source(&self) -> Result<Source, ConnectError> {
+        let invalid = |e: ::redis::RedisError| ConnectError::InvalidUrl {
+            backend: error::BACKEND,
+            reason: e.to_string(),
+        };
+        if self.url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
+            return Err(ConnectError::Unsupported {
+                backend: error::BACKEND,
+                reason: "a rediss:// URL needs TLS: build worker-registry with the `redis-tls` \
+                         feature"
+                    .into(),
+            });
+        }
+        #[cfg(feature = "redis-tls")]
+        {
+            // The ring provider, unless the process chose one already (then that one is used).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        if self.sentinel.is_some() && self.tls_roots.is_some() {
+            return Err(ConnectError::Unsupported {
+                backend: error::BACKEND,
+                reason: "a private certificate authority with Sentinel is not supported: the \
+                         system's store verifies the primary the Sentinels name"
+                    .into(),
+            });
+        }
+        let Some((sentinels, service)) = &self.sentinel else {
+            #[cfg(feature = "redis-tls")]
+            if let Some(roots) = &self.tls_roots {
+                return Ok(Source::Direct(
+                    ::redis::Client::build_with_tls(
+                        self.url.as_str(),
+                        ::redis::TlsCertificates {
+                            client_tls: None,
+                            root_cert: Some(roots.clone()),
+                        },
+                    )
+                    .map_err(invalid)?,
+                ));
+            }
+            return Ok(Source::Direct(
+                ::redis::Client::open(self.url.as_str()).map_err(invalid)?,
+            ));
+        };
+        let info = self.url.as_str().into_connection_info().map_err(invalid)?;
+        let mut node = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(info.redis_settings().clone());
+        if let ::redis::ConnectionAddr::TcpTls { insecure, .. } = info.addr() {
+            node = node.set_tls_mode(if *insecure {
+                ::redis::TlsMode::Insecure
+            } else {
+                ::redis::TlsMode::Secure
+            });
+        }
+        let client = SentinelClient::build(
+            sentinels.iter().map(String::as_str).collect(),
+            service.clone(),
+            Some(node),
+            SentinelServerType::Master,
+        )
+        .map_err(invalid)?;
+        Ok(Source::Sentinel(tokio::sync::Mutex::new(client)))
+    }
+
     /// Connects: checks the name and the URL, opens the connection (managed: it reconnects by
-    /// itself), checks the server's version, takes a replica id, fetches the published snapshot
+    /// itself, and opens a new one after a failover, see `link.rs`), checks the server's version, takes a replica id, fetches the published snapshot
     /// and subscribes to lifecycle events on a second connection.
     ///
     /// # Examples
     ///
     /// See [`RedisRegistryBuilder`].
-    pub async fn connect(self) -> Result<RedisRegistry, RedisConnectError> {
-        keys::validate_name(&self.name).map_err(RedisConnectError::InvalidName)?;
-        let client = ::redis::Client::open(self.url.as_str()).map_err(|e| {
-            RedisConnectError::InvalidUrl {
-                reason: e.to_string(),
-            }
+    pub async fn connect(self) -> Result<RedisRegistry, ConnectError> {
+        keys::validate_name(&self.name).map_err(|error| ConnectError::InvalidName {
+            backend: error::BACKEND,
+            error,
         })?;
+        let source = self.source()?;
         let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connection_timeout))
+            .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
             .set_number_of_retries(self.reconnect_retries)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(1));
-        let unavailable = |e| RedisConnectError::Unavailable(error::backend(e));
-        let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config)
+        let unavailable = |e| ConnectError::Backend(error::backend(e));
+        let mut conn = Link::open(source, manager_config)
             .await
             .map_err(unavailable)?;
         check_version(&mut conn).await?;
@@ -452,23 +585,22 @@ impl RedisRegistryBuilder {
             Limits::of(&self.config).forget_consumer_ms,
         )
         .await
-        .map_err(RedisConnectError::Unavailable)?;
+        .map_err(ConnectError::Backend)?;
         let config = self.config.clone();
-        let events = Arc::new(events::Events::new(self.connection_timeout));
+        let events = Arc::new(events::Events::new(self.connect_timeout));
         let listener = events::Listener::start(
             events::Channel {
-                client,
                 conn: conn.clone(),
                 channel: keys.events.clone(),
                 offset_key: keys.offset.clone(),
                 prefix: keys.prefix.clone(),
                 replica: replica.clone(),
-                connect_timeout: self.connection_timeout,
+                connect_timeout: self.connect_timeout,
             },
             events.clone(),
         )
         .await
-        .map_err(RedisConnectError::Unavailable)?;
+        .map_err(ConnectError::Backend)?;
         let registry = RedisRegistry {
             inner: Arc::new(Inner {
                 limits: Limits::of(&config),
@@ -491,7 +623,7 @@ impl RedisRegistryBuilder {
         registry
             .refresh_snapshot()
             .await
-            .map_err(RedisConnectError::Unavailable)?;
+            .map_err(ConnectError::Backend)?;
         Ok(registry)
     }
 }
@@ -499,11 +631,7 @@ impl RedisRegistryBuilder {
 /// Stores `config`'s deciding settings with the registry unless some are stored already
 /// (`{n}:config`, `SET NX`), and refuses a configuration that differs from them (see
 /// `crate::remote::agreement`).
-async fn agree(
-    conn: &mut ConnectionManager,
-    keys: &Keys,
-    config: &RegistryConfig,
-) -> Result<(), RedisConnectError> {
+async fn agree(conn: &mut Link, keys: &Keys, config: &RegistryConfig) -> Result<(), ConnectError> {
     let ours = agreement::settings(config);
     let key = format!("{}config", keys.prefix);
     let (stored,): (String,) = ::redis::pipe()
@@ -516,26 +644,26 @@ async fn agree(
         .arg(&key)
         .query_async(conn)
         .await
-        .map_err(|e| RedisConnectError::Unavailable(error::backend(e)))?;
+        .map_err(|e| ConnectError::Backend(error::backend(e)))?;
     match agreement::disagreement(&stored, &ours) {
         None => Ok(()),
-        Some((setting, stored, configured)) => Err(RedisConnectError::ConfigDisagrees(
-            RegistryError::ConfigDisagrees {
+        Some((setting, stored, configured)) => {
+            Err(ConnectError::Backend(RegistryError::ConfigDisagrees {
                 setting,
                 stored,
                 configured,
-            },
-        )),
+            }))
+        }
     }
 }
 
 /// Refuses servers older than [`MIN_SERVER_VERSION`].
-async fn check_version(conn: &mut ConnectionManager) -> Result<(), RedisConnectError> {
+async fn check_version(conn: &mut Link) -> Result<(), ConnectError> {
     let info: String = ::redis::cmd("INFO")
         .arg("server")
         .query_async(conn)
         .await
-        .map_err(|e| RedisConnectError::Unavailable(error::backend(e)))?;
+        .map_err(|e| ConnectError::Backend(error::backend(e)))?;
     let version = info
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
@@ -548,7 +676,8 @@ async fn check_version(conn: &mut ConnectionManager) -> Result<(), RedisConnectE
         .and_then(|m| m.parse::<u32>().ok())
         .unwrap_or(0);
     if major < 7 {
-        return Err(RedisConnectError::ServerTooOld {
+        return Err(ConnectError::ServerTooOld {
+            backend: error::BACKEND,
             version,
             required: MIN_SERVER_VERSION,
         });
@@ -568,10 +697,12 @@ impl RedisRegistry {
             url: url.into(),
             name: DEFAULT_REGISTRY_NAME.to_owned(),
             config: RegistryConfig::default(),
-            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             reconnect_retries: DEFAULT_RECONNECT_RETRIES,
             wait_on_create: None,
+            sentinel: None,
+            tls_roots: None,
         }
     }
 
@@ -591,7 +722,7 @@ impl RedisRegistry {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn connect_replica(&self) -> Result<RedisRegistry, RedisConnectError> {
+    pub async fn connect_replica(&self) -> Result<RedisRegistry, ConnectError> {
         self.inner.settings.clone().connect().await
     }
 

@@ -4,6 +4,8 @@
 //!
 //! * [`redis`]: `WORKER_REGISTRY_REDIS_URL`, or a `redis-server` (with or without AOF) that can be
 //!   stopped and restarted on the same port and directory.
+//! * [`pgbouncer`]: a `pgbouncer` in transaction mode in front of a PostgreSQL server.
+//! * [`sentinel`]: a `redis-sentinel` monitoring one of those servers (failover tests).
 //! * [`postgres`]: `WORKER_REGISTRY_POSTGRES_URL`, or a cluster made with `initdb` + `pg_ctl` (as an
 //!   unprivileged user when running as root) that can be killed and restarted.
 //!
@@ -11,5 +13,7 @@
 //! and how to enable it; when `CI` is set it fails instead (`.ci/run` sets it). Any other failure
 //! to start a server (the binaries are there and fail) is a test failure, `CI` or not.
 
+pub mod pgbouncer;
 pub mod postgres;
 pub mod redis;
+pub mod sentinel;

@@ -224,7 +224,17 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("free port: {e}"))
 }
 
-fn is_root() -> bool {
+/// The user the throwaway clusters run as when this process is root (`None` otherwise): files a
+/// server must read (TLS keys) are handed to it.
+pub fn server_user() -> Option<String> {
+    if is_root() {
+        unprivileged_user().ok()
+    } else {
+        None
+    }
+}
+
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -232,7 +242,7 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn unprivileged_user() -> Result<String, String> {
+pub(crate) fn unprivileged_user() -> Result<String, String> {
     for u in ["postgres", "nobody"] {
         if Command::new("id")
             .arg("-u")
@@ -352,6 +362,20 @@ pub fn own_cluster() -> Option<Cluster> {
         return None;
     }
     started(r)
+}
+
+impl Cluster {
+    /// Hands the cluster to a watchdog that stops and deletes it when this process exits, and
+    /// returns its URL: for a cluster of a test binary's own kept in a static (never dropped).
+    pub fn stop_at_exit(mut self) -> String {
+        let url = self.url();
+        watch(&self);
+        self.running = false;
+        if let Some(d) = self.dir.take() {
+            let _ = d.keep();
+        }
+        url
+    }
 }
 
 /// Starts a process that waits for this one to exit, then stops the cluster and deletes it.

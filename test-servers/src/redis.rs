@@ -53,6 +53,8 @@ pub struct Server {
     pub port: u16,
     pub dir: PathBuf,
     aof: bool,
+    /// More `redis-server` arguments (`--replicaof`, TLS), kept for a restart.
+    extra: Vec<String>,
     /// Whether the shell removes `dir` when the server exits (the shared server, which is never
     /// dropped: statics are not).
     remove_dir: bool,
@@ -73,7 +75,18 @@ impl Server {
         Self::start_with(aof, false, what)
     }
 
+    /// Starts a server without AOF with more arguments (`--replicaof 127.0.0.1 <port>`, TLS
+    /// settings: `$PORT` in one is the server's port, and with `--tls-port` it is only waited for
+    /// to accept connections); `None` (after the skip line) without the binary.
+    pub fn start_args(extra: &[String], what: &str) -> Option<Self> {
+        Self::start_full(false, false, extra, what)
+    }
+
     fn start_with(aof: bool, remove_dir: bool, what: &str) -> Option<Self> {
+        Self::start_full(aof, remove_dir, &[], what)
+    }
+
+    fn start_full(aof: bool, remove_dir: bool, extra: &[String], what: &str) -> Option<Self> {
         if !have_binary() {
             skip(what);
             return None;
@@ -90,6 +103,7 @@ impl Server {
                 port: free_port(),
                 dir: dir.clone(),
                 aof,
+                extra: extra.to_vec(),
                 remove_dir,
                 child: None,
             };
@@ -119,6 +133,10 @@ impl Server {
         } else {
             args.extend(["--appendonly", "no"].map(String::from));
         }
+        // `$PORT` in an extra argument is the server's port (`--port 0 --tls-port $PORT`).
+        let port = self.port.to_string();
+        args.extend(self.extra.iter().map(|a| a.replace("$PORT", &port)));
+        let tls = self.extra.iter().any(|a| a == "--tls-port");
         // The shell kills the server when our end of its stdin closes (drop, or process exit).
         let mut child = Command::new("sh")
             .arg("-c")
@@ -146,7 +164,12 @@ impl Server {
         // Wait (bounded) until it answers.
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if ping(self.port) {
+            let up = if tls {
+                std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            } else {
+                ping(self.port)
+            };
+            if up {
                 return Ok(());
             }
             if let Some((c, _)) = &mut self.child {

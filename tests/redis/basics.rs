@@ -232,7 +232,7 @@ async fn a_replica_configured_otherwise_is_refused_naming_the_setting_and_both_v
         .connect()
         .await
         .unwrap_err();
-    let worker_registry::redis::RedisConnectError::ConfigDisagrees(e) = &err else {
+    let worker_registry::ConnectError::Backend(e) = &err else {
         panic!("{err:?}")
     };
     assert_eq!(

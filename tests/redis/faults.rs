@@ -27,7 +27,7 @@ async fn connect(server: &Server, name: &str) -> RedisRegistry {
         .name(name)
         .config(RegistryConfig::default())
         .response_timeout(Duration::from_millis(500))
-        .connection_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500))
         .reconnect_retries(1)
         .connect()
         .await

@@ -15,15 +15,14 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use worker_registry::postgres::PostgresRegistry;
 use worker_registry::redis::RedisRegistry;
-use worker_registry::{
-    Clock, DynRegistry, InMemoryRegistry, PostgresRegistry, RegistryConfig, SystemClock,
-};
+use worker_registry::{Clock, DynRegistry, InMemoryRegistry, RegistryConfig, SystemClock};
 
 /// The registry name replicas share unless `--registry-name` says otherwise.
 pub const DEFAULT_REGISTRY_NAME: &str = "webhook-router";
 /// The longest registry name (the Redis backend's limit, applied to both shared backends).
-pub const MAX_REGISTRY_NAME_LEN: usize = worker_registry::redis::MAX_REGISTRY_NAME_LEN;
+pub const MAX_REGISTRY_NAME_LEN: usize = worker_registry::MAX_REGISTRY_NAME_LEN;
 /// How long one call to a shared backend may wait for its answer before the router answers 503
 /// (well under GitHub's 10 s delivery timeout).
 pub const BACKEND_CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -163,7 +162,7 @@ impl RegistryChoice {
             Self::Redis(url) => RedisRegistry::builder(url.as_str())
                 .name(name)
                 .config(config)
-                .connection_timeout(BACKEND_CONNECT_TIMEOUT)
+                .connect_timeout(BACKEND_CONNECT_TIMEOUT)
                 .response_timeout(BACKEND_CALL_TIMEOUT)
                 .connect()
                 .await
