@@ -40,6 +40,25 @@ async fn set_read_only(url: &str, on: bool) {
     .await
     .unwrap();
     c.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    // The reload is asynchronous: the postmaster rereads the file and then signals every session.
+    // Once a new session sees the value, the postmaster has reloaded and signalled the pooled
+    // ones, so the handle's next statement on any of them runs under it. (A condition, polled;
+    // the cap only bounds a test that would hang.)
+    let want = if on { "on" } else { "off" };
+    let cap = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen: String = sql(url)
+            .await
+            .query_one("SHOW default_transaction_read_only", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if seen == want {
+            return;
+        }
+        assert!(Instant::now() < cap, "the server never took {want}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
