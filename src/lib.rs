@@ -82,6 +82,7 @@ pub use api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
 pub use api::snapshot::{Capacity, ClaimCounts, StatusCounts, StatusSnapshot, WorkerInfo};
 pub use api::stats::{Stats, SweepDurations, SWEEP_DURATION_BUCKETS};
 pub use api::status::{Activity, DeadReason, PoolStatus, Status, WorkerKind};
+pub use api::waiting::{ExpireReason, ExpiredWaiting, Waiting};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{
@@ -91,9 +92,10 @@ pub use config::{
     ConfigError, RegistryConfig, RegistryConfigBuilder, DEFAULT_BRAKE_FRACTION,
     DEFAULT_BRAKE_MIN_WORKERS, DEFAULT_CLAIM_RETENTION, DEFAULT_DEAD_RETENTION,
     DEFAULT_DRAIN_DEADLINE, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_RETAINED_CLAIMS, DEFAULT_MAX_WORKERS, DEFAULT_MISSED_HEARTBEATS,
-    DEFAULT_RELEASE_ACK_TIMEOUT, DEFAULT_SHARDS, DEFAULT_STARTUP_GRACE, DEFAULT_SUSPECT_GRACE,
-    DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
+    DEFAULT_MAX_RETAINED_CLAIMS, DEFAULT_MAX_WAIT, DEFAULT_MAX_WAITING,
+    DEFAULT_MAX_WAITING_PER_OWNER, DEFAULT_MAX_WORKERS, DEFAULT_MAX_WORKERS_PER_OWNER,
+    DEFAULT_MISSED_HEARTBEATS, DEFAULT_RELEASE_ACK_TIMEOUT, DEFAULT_SHARDS, DEFAULT_STARTUP_GRACE,
+    DEFAULT_SUSPECT_GRACE, DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
 };
 pub use memory::{InMemoryRegistry, WorkerHandle};
 #[cfg(feature = "postgres")]

@@ -103,6 +103,25 @@ pub enum Event {
         /// In-flight deliveries released (possibly none).
         deliveries: Vec<DeliveryId>,
     },
+    /// A parked delivery was promoted out of the waiting room onto `worker` (and handed to the
+    /// caller of the sweep that promoted it).
+    DeliveryPromoted {
+        /// The worker it was placed on.
+        worker: WorkerId,
+        /// The delivery's target.
+        target: Target,
+        /// The delivery.
+        delivery: DeliveryId,
+    },
+    /// A parked delivery was dropped without being promoted.
+    WaitingExpired {
+        /// The delivery's target.
+        target: Target,
+        /// The delivery.
+        delivery: DeliveryId,
+        /// Why.
+        reason: crate::ExpireReason,
+    },
 }
 
 impl Event {
@@ -124,6 +143,8 @@ impl Event {
             Self::WorkerDied { .. } => "worker_died",
             Self::DeliveryStuck { .. } => "delivery_stuck",
             Self::TargetReleased { .. } => "target_released",
+            Self::DeliveryPromoted { .. } => "delivery_promoted",
+            Self::WaitingExpired { .. } => "waiting_expired",
         }
     }
 
@@ -143,8 +164,9 @@ impl Event {
             | Self::WorkerDraining { worker, .. }
             | Self::WorkerSuspect { worker, .. }
             | Self::WorkerDied { worker, .. }
-            | Self::DeliveryStuck { worker, .. } => Some(*worker),
-            Self::TargetReleased { .. } => None,
+            | Self::DeliveryStuck { worker, .. }
+            | Self::DeliveryPromoted { worker, .. } => Some(*worker),
+            Self::TargetReleased { .. } | Self::WaitingExpired { .. } => None,
         }
     }
 
@@ -165,9 +187,10 @@ impl Event {
             | Self::WorkerDraining { target, .. }
             | Self::WorkerSuspect { target, .. }
             | Self::WorkerDied { target, .. } => target.as_ref(),
-            Self::DeliveryStuck { target, .. } | Self::TargetReleased { target, .. } => {
-                Some(target)
-            }
+            Self::DeliveryStuck { target, .. }
+            | Self::TargetReleased { target, .. }
+            | Self::DeliveryPromoted { target, .. }
+            | Self::WaitingExpired { target, .. } => Some(target),
         }
     }
 }
@@ -202,6 +225,22 @@ impl fmt::Display for Event {
                 f,
                 "target {target} released with {} delivery(ies)",
                 deliveries.len()
+            ),
+            Self::DeliveryPromoted {
+                worker,
+                target,
+                delivery,
+            } => write!(
+                f,
+                "delivery {delivery} on {target} promoted onto worker {worker}"
+            ),
+            Self::WaitingExpired {
+                target,
+                delivery,
+                reason,
+            } => write!(
+                f,
+                "waiting delivery {delivery} on {target} dropped: {reason}"
             ),
         }
     }

@@ -116,6 +116,9 @@ pub enum ClaimState {
     InFlight,
     /// Completed; remembered so redeliveries are recognised.
     Completed,
+    /// Parked in the waiting room, not yet promoted (see
+    /// [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)).
+    Waiting,
 }
 
 impl ClaimState {
@@ -130,6 +133,7 @@ impl ClaimState {
         match self {
             Self::InFlight => "in_flight",
             Self::Completed => "completed",
+            Self::Waiting => "waiting",
         }
     }
 }
@@ -187,6 +191,9 @@ pub enum Admission {
     Assigned(Assignment),
     /// A redelivery of something in flight or recently completed: skip it.
     Duplicate(AlreadyClaimed),
+    /// Not placed, and parked: the delivery waits for room and is handed to a sweep's caller
+    /// when it is promoted (see [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)).
+    Waiting(crate::Waiting),
     /// Not placed; no claim was left behind, so a later redelivery can be admitted.
     Rejected(Rejection),
 }

@@ -45,11 +45,24 @@ impl App {
             Ok(Admission::Assigned(a)) => a,
             Ok(Admission::Duplicate(d)) => return Dispatch::Duplicate(d),
             Ok(Admission::Rejected(r)) => return Dispatch::Rejected(r),
+            Ok(Admission::Waiting(w)) => return Dispatch::Waiting(w),
             Err(e) => {
                 tracing::warn!(%target, %delivery, "admission failed, answering 503: {e}");
                 return Dispatch::Unavailable(e);
             }
         };
+        self.deliver(target, delivery, a).await
+    }
+
+    /// Hands a delivery the registry placed on `a` to its worker (starting the worker's container
+    /// if `a` created it): the rest of an admission, and all of a promotion out of the waiting
+    /// room (see [`crate::redispatch`]).
+    pub(crate) async fn deliver(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        a: Assignment,
+    ) -> Dispatch {
         self.inner.targets.insert(target.clone(), a.worker);
         if a.new {
             self.start_container(a.worker, target, delivery).await;

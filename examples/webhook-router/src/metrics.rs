@@ -23,9 +23,10 @@ use crate::worker::Exit;
 type Labels = Vec<(&'static str, &'static str)>;
 
 /// Every outcome label of `webhook_router_deliveries_total`.
-pub const DELIVERY_OUTCOMES: [&str; 11] = [
+pub const DELIVERY_OUTCOMES: [&str; 12] = [
     "assigned",
     "duplicate",
+    "waiting",
     "capacity",
     "draining",
     "closing",
@@ -65,7 +66,7 @@ impl RouterMetrics {
         for outcome in DELIVERY_OUTCOMES {
             let _ = m.deliveries.get_or_create(&vec![("outcome", outcome)]);
         }
-        for source in [Source::Webhook, Source::Redispatch] {
+        for source in [Source::Webhook, Source::Redispatch, Source::Promotion] {
             for outcome in Dispatch::OUTCOMES {
                 let _ = m
                     .admissions

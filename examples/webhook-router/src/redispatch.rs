@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use worker_registry::{
-    Deferred, DeliveryId, Maintenance, ReleasedEvent, SweepReport, Target, WorkerId,
+    Deferred, DeliveryId, Maintenance, ReleaseReason, ReleasedEvent, SweepReport, Target, WorkerId,
 };
 
 /// A released event's identity: one delivery to one target.
@@ -92,10 +92,20 @@ impl App {
     async fn place_again(&self, queue: Vec<ReleasedEvent>, fresh: &HashSet<Key>) -> Placed {
         let mut placed = Placed::default();
         for event in queue {
-            match self
-                .dispatch(&event.target, &event.delivery, Source::Redispatch)
-                .await
-            {
+            let d = match (event.reason, event.assignment) {
+                // Placed by the registry already (its claim is in flight on that worker):
+                // deliver it there; admitting it again would be a duplicate.
+                (ReleaseReason::Promoted, Some(a)) if !self.is_closing() => {
+                    let d = self.deliver(&event.target, &event.delivery, a).await;
+                    self.inner.metrics.admission(Source::Promotion, d.outcome());
+                    d
+                }
+                _ => {
+                    self.dispatch(&event.target, &event.delivery, Source::Redispatch)
+                        .await
+                }
+            };
+            match d {
                 Dispatch::Assigned(a) => {
                     tracing::info!(target = %event.target, delivery = %event.delivery, worker = %a.worker, "released event re-dispatched");
                     // Relaxed: a statistic.
@@ -105,8 +115,9 @@ impl App {
                         placed.late.push(event);
                     }
                 }
-                // Someone (a GitHub redelivery) placed it again first.
-                Dispatch::Duplicate(_) => {
+                // Someone (a GitHub redelivery) placed it again first, or the registry parked it
+                // (it hands it over again when promoted): either way the registry has it.
+                Dispatch::Duplicate(_) | Dispatch::Waiting(_) => {
                     if !fresh.contains(&key(&event)) {
                         placed.late.push(event);
                     }
@@ -115,7 +126,13 @@ impl App {
                 | Dispatch::Backlog { .. }
                 | Dispatch::Unreachable { .. }
                 | Dispatch::Closing
-                | Dispatch::Unavailable(_) => placed.still.push(event),
+                | Dispatch::Unavailable(_) => {
+                    // A promoted delivery that could not be handed to its worker had its claim
+                    // released (see `settle`): next time it is admitted like a released one.
+                    let mut event = event;
+                    event.assignment = None;
+                    placed.still.push(event)
+                }
             }
         }
         placed
