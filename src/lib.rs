@@ -22,6 +22,7 @@
 //!     Admission::Assigned(a) if a.new => { /* start a container for a.worker */ }
 //!     Admission::Assigned(_) => { /* hand the event to the running worker */ }
 //!     Admission::Duplicate(_) => { /* redelivery: skip */ }
+//!     Admission::Waiting(_) => { /* parked (max_waiting > 0): a sweep hands it over later */ }
 //!     Admission::Rejected(_) => { /* answer 503; GitHub or the reconciler retries */ }
 //! }
 //! ```

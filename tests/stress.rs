@@ -465,6 +465,8 @@ impl<'a> Router<'a> {
                 AdmitRes::Draining(worker.get())
             }
             Admission::Rejected(r) => self.s.fail(format!("unknown rejection {r:?}")),
+            // This run's registry has the waiting room off (`waiting_room_stress` below parks).
+            Admission::Waiting(w) => self.s.fail(format!("parked with the room off: {w:?}")),
         };
         let rec = AdmitRec {
             pair,

@@ -92,6 +92,7 @@ use crate::config::RegistryConfig;
 ///     match r.admit(t, d).await {
 ///         Ok(Admission::Assigned(_)) => 202,
 ///         Ok(Admission::Duplicate(_)) => 200,
+///         Ok(Admission::Waiting(_)) => 202, // parked: promoted by a sweep when room appears
 ///         Ok(Admission::Rejected(_)) => 503,
 ///         Err(e) if e.is_retryable() => 503,
 ///         Err(_) => 500,
