@@ -1426,6 +1426,7 @@ fn waiting_room_parks_and_promotes_each_delivery_exactly_once() {
     let ops = env_u64("WORKER_REGISTRY_STRESS_OPS").map_or(20_000, |n| n as usize / 10 + 1);
     eprintln!("waiting room stress: seed {seed}, {ops} admissions per router thread");
     const SLOTS: usize = 4;
+    let ms = Duration::from_millis;
     let clock = ManualClock::new();
     let config = RegistryConfig::builder()
         .heartbeat_interval(ms(1000))
