@@ -106,6 +106,13 @@ impl App {
                 }
             };
             match d {
+                Dispatch::Assigned(a) if event.reason == ReleaseReason::Promoted => {
+                    // Counted by the registry (promoted) and the admissions metric (promotion).
+                    tracing::info!(target = %event.target, delivery = %event.delivery, worker = %a.worker, "promoted delivery dispatched");
+                    if !fresh.contains(&key(&event)) {
+                        placed.late.push(event);
+                    }
+                }
                 Dispatch::Assigned(a) => {
                     tracing::info!(target = %event.target, delivery = %event.delivery, worker = %a.worker, "released event re-dispatched");
                     // Relaxed: a statistic.
