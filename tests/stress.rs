@@ -1469,10 +1469,18 @@ fn waiting_room_parks_and_promotes_each_delivery_exactly_once() {
                 }
                 other => fail(format!("{e}: assignment {other:?}")),
             }
-            *handed.lock().unwrap().entry(e.delivery.as_str().to_owned()).or_default() += 1;
+            *handed
+                .lock()
+                .unwrap()
+                .entry(e.delivery.as_str().to_owned())
+                .or_default() += 1;
         }
         for e in &report.expired_waiting {
-            *expired.lock().unwrap().entry(e.delivery.as_str().to_owned()).or_default() += 1;
+            *expired
+                .lock()
+                .unwrap()
+                .entry(e.delivery.as_str().to_owned())
+                .or_default() += 1;
         }
     };
 
@@ -1567,9 +1575,16 @@ fn waiting_room_parks_and_promotes_each_delivery_exactly_once() {
     assert!(failures.is_empty(), "seed {seed}: {failures:?}");
     let (parked, assigned) = (parked.into_inner().unwrap(), assigned.into_inner().unwrap());
     let (handed, expired) = (handed.into_inner().unwrap(), expired.into_inner().unwrap());
-    assert!(parked.len() > 100, "seed {seed}: only {} parked", parked.len());
+    assert!(
+        parked.len() > 100,
+        "seed {seed}: only {} parked",
+        parked.len()
+    );
     for (id, n) in &parked {
-        let (h, e) = (handed.get(id).copied().unwrap_or(0), expired.get(id).copied().unwrap_or(0));
+        let (h, e) = (
+            handed.get(id).copied().unwrap_or(0),
+            expired.get(id).copied().unwrap_or(0),
+        );
         let left_to_redelivery = h + e == 0 && assigned.contains(id);
         assert!(
             (*n == 1 && h + e == 1) || left_to_redelivery,
@@ -1577,7 +1592,10 @@ fn waiting_room_parks_and_promotes_each_delivery_exactly_once() {
         );
     }
     for id in handed.keys().chain(expired.keys()) {
-        assert!(parked.contains_key(id), "seed {seed}: {id} handed over but never parked");
+        assert!(
+            parked.contains_key(id),
+            "seed {seed}: {id} handed over but never parked"
+        );
     }
     let s = reg.stats();
     let total = |m: &HashMap<String, usize>| m.values().sum::<usize>() as u64;

@@ -34,7 +34,9 @@ fn promoted(report: &SweepReport) -> Vec<(Target, DeliveryId, u64)> {
         .iter()
         .filter(|e| e.reason == ReleaseReason::Promoted)
         .map(|e| {
-            let a = e.assignment.expect("a promoted event carries its assignment");
+            let a = e
+                .assignment
+                .expect("a promoted event carries its assignment");
             (e.target.clone(), e.delivery.clone(), a.worker.get())
         })
         .collect()
@@ -63,7 +65,10 @@ fn promotion_against_redelivery() {
         ),
         "the redelivery must be a duplicate of the waiting or promoted delivery: {again:?}"
     );
-    let all: Vec<_> = promoted(&report).into_iter().chain(promoted(&last)).collect();
+    let all: Vec<_> = promoted(&report)
+        .into_iter()
+        .chain(promoted(&last))
+        .collect();
     invariant!(
         "promoted-once",
         all.len() == 1 && reg.stats().parked == 1,
@@ -109,7 +114,10 @@ fn promotion_against_exit() {
 fn arrival_against_promotion() {
     let (reg, _clock) = registry_with(1, |c| c.max_waiting(4));
     let holder = reg.register().expect("the one slot");
-    assert!(matches!(reg.admit(&target(2), &event(2)), Admission::Waiting(_)));
+    assert!(matches!(
+        reg.admit(&target(2), &event(2)),
+        Admission::Waiting(_)
+    ));
     holder.deregister().expect("alive");
 
     let sweeper = {
@@ -122,7 +130,10 @@ fn arrival_against_promotion() {
     invariant!(
         "arrival-does-not-overtake",
         !matches!(arrival, Admission::Assigned(_))
-            && promoted(&report).iter().map(|(t, _, _)| t.clone()).collect::<Vec<_>>()
+            && promoted(&report)
+                .iter()
+                .map(|(t, _, _)| t.clone())
+                .collect::<Vec<_>>()
                 == vec![target(2)],
         "the freed slot goes to the waiting target 2, not the arrival: {arrival:?} / {:?}",
         promoted(&report)

@@ -135,8 +135,9 @@ pub trait WorkerRegistry: Send + Sync {
     /// * A parked delivery is **claimed**: its redelivery is [`Admission::Duplicate`] in
     ///   [`ClaimState::Waiting`](crate::ClaimState::Waiting) (no holder).
     /// * While targets wait for capacity, an admission that would create a worker for another
-    ///   target is parked behind them (arrivals do not overtake the waiting); an admission onto
-    ///   an existing active worker (sticky) is not affected.
+    ///   target is parked behind them (arrivals do not overtake the waiting), or placed after all
+    ///   if the room is full and capacity allows; an admission onto an existing active worker
+    ///   (sticky) is not affected.
     /// * **Promotion** happens in [`Maintenance::sweep`]: capacity freed by a death, an exit or the
     ///   end of a drain goes to waiting targets, first to those whose draining worker has died
     ///   since (the target's successor takes its slot), then one target per owner in turn

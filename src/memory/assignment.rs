@@ -75,6 +75,7 @@ impl<C: Clock> InMemoryRegistry<C> {
 
     /// [`admit`](Self::admit) without parking; with `defer`, a new worker is not created while
     /// targets wait for capacity (see `waiting.rs`).
+    #[inline]
     pub(super) fn admit_with(&self, target: &Target, event: &DeliveryId, defer: bool) -> Admission {
         let hash = pair_hash(target, event.key_hash());
         let outcome = self.inner.claims.with(hash, |shard| {

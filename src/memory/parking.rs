@@ -20,6 +20,8 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// **Locking behaviour:** the room's mutex, and under it one claims-shard lock (the pair may
     /// have been promoted since it was refused) and, for a draining target, one workers-shard
     /// read lock.
+    #[cold]
+    #[inline(never)]
     pub(super) fn park(&self, target: &Target, event: &DeliveryId, reason: Rejection) -> Admission {
         let Some(room) = &self.inner.room else {
             return Admission::Rejected(reason);

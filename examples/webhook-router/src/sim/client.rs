@@ -224,7 +224,10 @@ pub(super) fn record(
     retry: &Mutex<Vec<usize>>,
 ) {
     match o {
-        Outcome::AssignedNew | Outcome::AssignedExisting | Outcome::Duplicate | Outcome::Waiting => {
+        Outcome::AssignedNew
+        | Outcome::AssignedExisting
+        | Outcome::Duplicate
+        | Outcome::Waiting => {
             accepted.lock().expect("not poisoned").insert(i);
         }
         // Refused, or cut off (a killed replica): send it again.
