@@ -77,13 +77,13 @@ pub use api::ids::{
 };
 pub use api::outcome::{
     Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
-    HeartbeatAck, Rejection,
+    HeartbeatAck, Rejection, Waiting,
 };
 pub use api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
 pub use api::snapshot::{Capacity, ClaimCounts, StatusCounts, StatusSnapshot, WorkerInfo};
 pub use api::stats::{Stats, SweepDurations, SWEEP_DURATION_BUCKETS};
 pub use api::status::{Activity, DeadReason, PoolStatus, Status, WorkerKind};
-pub use api::waiting::{ExpireReason, ExpiredWaiting, Waiting};
+pub use api::waiting::{ExpireReason, ExpiredWaiting};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{

@@ -1,5 +1,5 @@
-//! The waiting room's answers: [`Waiting`] (a parked admission), and what becomes of a parked
-//! delivery that is never promoted: [`ExpiredWaiting`], with its [`ExpireReason`]. Promoted
+//! What becomes of a parked delivery (see [`Waiting`](crate::Waiting)) that is never promoted:
+//! [`ExpiredWaiting`], with its [`ExpireReason`]. Promoted
 //! deliveries are handed over as [`ReleasedEvent`](crate::ReleasedEvent)s with
 //! [`ReleaseReason::Promoted`](crate::ReleaseReason::Promoted); the semantics are on
 //! [`WorkerRegistry::admit`](crate::WorkerRegistry::admit).
@@ -8,54 +8,6 @@ use std::fmt;
 use std::time::Duration;
 
 use super::ids::{DeliveryId, Target};
-use super::outcome::Rejection;
-
-/// A delivery parked in the waiting room: claimed (a redelivery is a duplicate in
-/// [`ClaimState::Waiting`](crate::ClaimState::Waiting)), queued, and handed to a sweep's caller
-/// when room appears.
-///
-/// # Examples
-///
-/// ```
-/// use worker_registry::{Rejection, Waiting};
-///
-/// let w = Waiting::new(3, Rejection::CapacityFull { limit: 2 });
-/// assert_eq!(w.position, 3);
-/// assert_eq!(w.to_string(), "waiting at position 3 (capacity)");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Waiting {
-    /// How many deliveries wait, this one included, when it was parked (1: it is the only one).
-    /// An indication for the answer to the sender, not a promise: promotion is fair across
-    /// owners, so a delivery of a quiet owner may overtake a busy owner's older ones.
-    pub position: usize,
-    /// Why it could not be placed now: no capacity (or its owner's cap), or its target's worker
-    /// draining.
-    pub reason: Rejection,
-}
-
-impl Waiting {
-    /// A delivery parked at `position` because of `reason`.
-    ///
-    /// # Examples
-    ///
-    /// See [`Waiting`].
-    pub fn new(position: usize, reason: Rejection) -> Self {
-        Self { position, reason }
-    }
-}
-
-impl fmt::Display for Waiting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "waiting at position {} ({})",
-            self.position,
-            self.reason.as_str()
-        )
-    }
-}
 
 /// Why a parked delivery was dropped without being promoted.
 ///

@@ -7,9 +7,9 @@ use super::waiting::{owner_of, Parked, Room};
 use super::InMemoryRegistry;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target};
-use crate::api::outcome::{Admission, AlreadyClaimed, ClaimState, Rejection};
+use crate::api::outcome::{Admission, AlreadyClaimed, ClaimState, Rejection, Waiting};
 use crate::api::report::{ReleasedEvent, SweepReport};
-use crate::api::waiting::{ExpireReason, ExpiredWaiting, Waiting};
+use crate::api::waiting::{ExpireReason, ExpiredWaiting};
 use crate::clock::Clock;
 use crate::sync::{self, Op, Ordering};
 
