@@ -39,6 +39,21 @@ pub const DEFAULT_MAX_IN_FLIGHT: Duration = Duration::from_secs(30 * 60);
 /// How long a shared backend waits for a replica to acknowledge a released event before it offers
 /// the event to another replica.
 pub const DEFAULT_RELEASE_ACK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many deliveries may wait for room at once (see [`RegistryConfig::max_waiting`]); 0 turns the
+/// waiting room off, which is the default: an admission that finds no room is rejected, as it
+/// always was.
+pub const DEFAULT_MAX_WAITING: usize = 0;
+/// How many deliveries of one repository owner may wait at once (see
+/// [`RegistryConfig::max_waiting_per_owner`]).
+pub const DEFAULT_MAX_WAITING_PER_OWNER: usize = 256;
+/// How long a delivery may wait for room before it is dropped with
+/// [`ExpireReason::WaitedTooLong`](crate::ExpireReason::WaitedTooLong). GitHub gives up on a
+/// delivery's response after 10 s, but a parked delivery has been answered already; an hour keeps
+/// a burst of new PRs served without keeping forgotten work around.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(60 * 60);
+/// The most live workers one repository owner may hold at once; 0 (the default) means no cap
+/// beyond `max_workers`.
+pub const DEFAULT_MAX_WORKERS_PER_OWNER: usize = 0;
 /// The longest any duration setting may be: a year. Longer values are almost certainly a unit
 /// mistake, and bounding them keeps every sum of durations far from overflow.
 pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 60 * 60);
@@ -84,6 +99,10 @@ pub struct RegistryConfig {
     drain_deadline: Duration,
     max_in_flight: Duration,
     release_ack_timeout: Duration,
+    max_waiting: usize,
+    max_waiting_per_owner: usize,
+    max_wait: Duration,
+    max_workers_per_owner: usize,
 }
 
 impl Default for RegistryConfig {
@@ -104,6 +123,10 @@ impl Default for RegistryConfig {
             drain_deadline: DEFAULT_DRAIN_DEADLINE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             release_ack_timeout: DEFAULT_RELEASE_ACK_TIMEOUT,
+            max_waiting: DEFAULT_MAX_WAITING,
+            max_waiting_per_owner: DEFAULT_MAX_WAITING_PER_OWNER,
+            max_wait: DEFAULT_MAX_WAIT,
+            max_workers_per_owner: DEFAULT_MAX_WORKERS_PER_OWNER,
         }
     }
 }
@@ -289,6 +312,63 @@ impl RegistryConfig {
         self.release_ack_timeout
     }
 
+    /// How many deliveries may wait for room at once, across all owners: an admission that finds
+    /// no capacity, or its target's worker draining, is parked while fewer wait (see
+    /// [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)). 0 turns the waiting room off.
+    /// A backend that cannot park (see
+    /// [`WorkerRegistry::parks`](crate::WorkerRegistry::parks)) behaves as if this were 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.max_waiting(), worker_registry::DEFAULT_MAX_WAITING);
+    /// ```
+    pub fn max_waiting(&self) -> usize {
+        self.max_waiting
+    }
+
+    /// How many deliveries of one repository owner (the part of the repository before `/`) may
+    /// wait at once, so one organisation's burst cannot fill the waiting room.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.max_waiting_per_owner(), worker_registry::DEFAULT_MAX_WAITING_PER_OWNER);
+    /// ```
+    pub fn max_waiting_per_owner(&self) -> usize {
+        self.max_waiting_per_owner
+    }
+
+    /// How long a parked delivery may wait (registry time) before it is dropped with a reason.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.max_wait(), worker_registry::DEFAULT_MAX_WAIT);
+    /// ```
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+
+    /// The most live workers one repository owner may hold at once (0: no cap beyond
+    /// `max_workers`). An admission of a new target whose owner is at the cap is treated as one
+    /// that found no capacity (parked, or rejected with
+    /// [`Rejection::CapacityFull`](crate::Rejection::CapacityFull)). Only a backend that parks
+    /// enforces it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.max_workers_per_owner(), worker_registry::DEFAULT_MAX_WORKERS_PER_OWNER);
+    /// ```
+    pub fn max_workers_per_owner(&self) -> usize {
+        self.max_workers_per_owner
+    }
+
     /// A builder starting from the defaults.
     ///
     /// # Examples
@@ -330,6 +410,7 @@ impl RegistryConfig {
             ("drain_deadline", self.drain_deadline),
             ("max_in_flight", self.max_in_flight),
             ("release_ack_timeout", self.release_ack_timeout),
+            ("max_wait", self.max_wait),
             (
                 "heartbeat_interval x missed_heartbeats",
                 self.heartbeat_timeout(),
@@ -422,6 +503,34 @@ impl RegistryConfig {
                 "at least 1 ms",
             );
         }
+        if self.max_waiting > 1 << 20 {
+            return bad(
+                "max_waiting",
+                self.max_waiting.to_string(),
+                "at most 2^20 (0 turns the waiting room off)",
+            );
+        }
+        if self.max_waiting > 0 && self.max_waiting_per_owner == 0 {
+            return bad(
+                "max_waiting_per_owner",
+                "0".into(),
+                "at least 1 while the waiting room is on",
+            );
+        }
+        if self.max_waiting > 0 && self.max_wait < self.sweep_interval {
+            return bad(
+                "max_wait",
+                format!("{:?}", self.max_wait),
+                "at least sweep_interval (promotion and expiry happen in sweeps)",
+            );
+        }
+        if self.max_workers_per_owner > self.max_workers {
+            return bad(
+                "max_workers_per_owner",
+                self.max_workers_per_owner.to_string(),
+                "at most max_workers (0 for no cap)",
+            );
+        }
         if !self.shards.is_power_of_two() || self.shards < 2 || self.shards > 4096 {
             return bad(
                 "shards",
@@ -503,6 +612,14 @@ impl RegistryConfigBuilder {
         max_in_flight: Duration,
         /// Sets [`RegistryConfig::release_ack_timeout`].
         release_ack_timeout: Duration,
+        /// Sets [`RegistryConfig::max_waiting`].
+        max_waiting: usize,
+        /// Sets [`RegistryConfig::max_waiting_per_owner`].
+        max_waiting_per_owner: usize,
+        /// Sets [`RegistryConfig::max_wait`].
+        max_wait: Duration,
+        /// Sets [`RegistryConfig::max_workers_per_owner`].
+        max_workers_per_owner: usize,
     }
 
     /// Validates and returns the configuration.

@@ -22,6 +22,7 @@
 //!     Admission::Assigned(a) if a.new => { /* start a container for a.worker */ }
 //!     Admission::Assigned(_) => { /* hand the event to the running worker */ }
 //!     Admission::Duplicate(_) => { /* redelivery: skip */ }
+//!     Admission::Waiting(_) => { /* parked (max_waiting > 0): a sweep hands it over later */ }
 //!     Admission::Rejected(_) => { /* answer 503; GitHub or the reconciler retries */ }
 //! }
 //! ```
@@ -87,12 +88,13 @@ pub use api::ids::{
 };
 pub use api::outcome::{
     Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
-    HeartbeatAck, Rejection,
+    HeartbeatAck, Rejection, Waiting,
 };
 pub use api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
 pub use api::snapshot::{Capacity, ClaimCounts, StatusCounts, StatusSnapshot, WorkerInfo};
 pub use api::stats::{Stats, SweepDurations, SWEEP_DURATION_BUCKETS};
 pub use api::status::{Activity, DeadReason, PoolStatus, Status, WorkerKind};
+pub use api::waiting::{ExpireReason, ExpiredWaiting};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{
@@ -102,9 +104,10 @@ pub use config::{
     ConfigError, RegistryConfig, RegistryConfigBuilder, DEFAULT_BRAKE_FRACTION,
     DEFAULT_BRAKE_MIN_WORKERS, DEFAULT_CLAIM_RETENTION, DEFAULT_DEAD_RETENTION,
     DEFAULT_DRAIN_DEADLINE, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_RETAINED_CLAIMS, DEFAULT_MAX_WORKERS, DEFAULT_MISSED_HEARTBEATS,
-    DEFAULT_RELEASE_ACK_TIMEOUT, DEFAULT_SHARDS, DEFAULT_STARTUP_GRACE, DEFAULT_SUSPECT_GRACE,
-    DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
+    DEFAULT_MAX_RETAINED_CLAIMS, DEFAULT_MAX_WAIT, DEFAULT_MAX_WAITING,
+    DEFAULT_MAX_WAITING_PER_OWNER, DEFAULT_MAX_WORKERS, DEFAULT_MAX_WORKERS_PER_OWNER,
+    DEFAULT_MISSED_HEARTBEATS, DEFAULT_RELEASE_ACK_TIMEOUT, DEFAULT_SHARDS, DEFAULT_STARTUP_GRACE,
+    DEFAULT_SUSPECT_GRACE, DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
 };
 pub use memory::{InMemoryRegistry, WorkerHandle};
 #[cfg(feature = "tokio")]

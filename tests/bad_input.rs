@@ -340,6 +340,8 @@ proptest! {
                     prop_assert_eq!(registry.worker(a.worker).unwrap().target, Some(t.clone()));
                 }
                 Admission::Duplicate(_) => {}
+                // The waiting room is off in this registry.
+                Admission::Waiting(w) => prop_assert!(false, "parked with the room off: {w:?}"),
                 Admission::Rejected(_) => {
                     prop_assert_eq!(registry.claim_count(), before, "a rejection left a claim");
                     prop_assert_eq!(

@@ -20,6 +20,7 @@ async fn route<R: WorkerRegistry>(registry: &R, target: &Target, delivery: &Deli
     match registry.admit(target, delivery).await {
         Ok(Admission::Assigned(_)) => 202,
         Ok(Admission::Duplicate(_)) => 200,
+        Ok(Admission::Waiting(_)) => 202,
         Ok(Admission::Rejected(_)) => 503,
         Err(e) if e.is_retryable() => 503,
         Err(_) => 500,

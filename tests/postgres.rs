@@ -83,7 +83,7 @@ async fn racing_admits_of_one_delivery_across_replicas_get_one_assigned() {
             Admission::Duplicate(dup) => {
                 holders.insert(dup.holder);
             }
-            Admission::Rejected(r) => panic!("rejected: {r}"),
+            other => panic!("neither assigned nor a duplicate: {other:?}"),
         }
     }
     assert_eq!(assigned.len(), 1, "{assigned:?}");

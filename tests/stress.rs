@@ -465,6 +465,8 @@ impl<'a> Router<'a> {
                 AdmitRes::Draining(worker.get())
             }
             Admission::Rejected(r) => self.s.fail(format!("unknown rejection {r:?}")),
+            // This run's registry has the waiting room off (`waiting_room_stress` below parks).
+            Admission::Waiting(w) => self.s.fail(format!("parked with the room off: {w:?}")),
         };
         let rec = AdmitRec {
             pair,
@@ -1398,4 +1400,209 @@ impl<'a> Final<'a> {
             st.workers_purged
         );
     }
+}
+
+// ---- the waiting room ---------------------------------------------------------------------------
+
+/// The waiting room under concurrency: two router threads admit fresh deliveries and redeliveries
+/// of earlier ones for a few targets of three owners on a registry with 4 slots and a small room,
+/// a worker thread drains, finishes, deregisters and heartbeats the workers they create, and a
+/// sweeper thread sweeps (promoting and dropping). At the end the rest of the room is worked off
+/// (workers exit, then time passes `max_wait`). Checked:
+///
+/// * every delivery parked (first answered `Waiting`) is handed over exactly once as promoted or
+///   dropped as expired, never both, never twice (or, if a redelivery of it was assigned in the
+///   instant between its refusal and its parking, left to that redelivery: never promoted then);
+/// * a promoted delivery carries an assignment onto a worker of its own target, and never more
+///   live workers than the limit at any read;
+/// * the registry's `parked`, `promoted` and `waiting_expired` counters equal what was observed,
+///   and the room is empty at the end.
+#[test]
+fn waiting_room_parks_and_promotes_each_delivery_exactly_once() {
+    use std::sync::Mutex;
+    use worker_registry::{ReleaseReason, SweepReport};
+
+    let seed = env_u64("WORKER_REGISTRY_SEED").unwrap_or_else(rand::random);
+    let ops = env_u64("WORKER_REGISTRY_STRESS_OPS").map_or(20_000, |n| n as usize / 10 + 1);
+    eprintln!("waiting room stress: seed {seed}, {ops} admissions per router thread");
+    const SLOTS: usize = 4;
+    let ms = Duration::from_millis;
+    let clock = ManualClock::new();
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(ms(1000))
+        .missed_heartbeats(3)
+        .sweep_interval(ms(10))
+        .startup_grace(ms(1000))
+        .max_workers(SLOTS)
+        .max_waiting(24)
+        .max_waiting_per_owner(12)
+        .max_workers_per_owner(3)
+        .max_wait(Duration::from_secs(3600))
+        .claim_retention(Duration::from_secs(24 * 3600))
+        .max_retained_claims(10_000_000)
+        .build()
+        .unwrap();
+    let reg = InMemoryRegistry::with_clock(config, clock.clone());
+    let targets: Vec<Target> = (0..9)
+        .map(|i| Target::new(&format!("owner{}/repo", i % 3), 1 + i as u64).unwrap())
+        .collect();
+    // Router threads finished; the helpers stop when both are.
+    let finished = AtomicUsize::new(0);
+    // What the threads saw: per delivery, parked (answered Waiting first), assigned by admission.
+    let parked: Mutex<HashMap<String, usize>> = Mutex::new(HashMap::new());
+    let assigned: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
+    let handed: Mutex<HashMap<String, usize>> = Mutex::new(HashMap::new());
+    let expired: Mutex<HashMap<String, usize>> = Mutex::new(HashMap::new());
+    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let fail = |m: String| failures.lock().unwrap().push(m);
+    let record = |report: &SweepReport| {
+        for e in &report.released {
+            if e.reason != ReleaseReason::Promoted {
+                continue;
+            }
+            match e.assignment {
+                Some(a) if Some(a.worker) == e.holder => {
+                    match reg.worker(a.worker).and_then(|w| w.target) {
+                        Some(t) if t == e.target => {}
+                        other => fail(format!("{e}: its worker serves {other:?}")),
+                    }
+                }
+                other => fail(format!("{e}: assignment {other:?}")),
+            }
+            *handed
+                .lock()
+                .unwrap()
+                .entry(e.delivery.as_str().to_owned())
+                .or_default() += 1;
+        }
+        for e in &report.expired_waiting {
+            *expired
+                .lock()
+                .unwrap()
+                .entry(e.delivery.as_str().to_owned())
+                .or_default() += 1;
+        }
+    };
+
+    std::thread::scope(|s| {
+        for thread in 0..2u64 {
+            let (reg, targets, parked, assigned) = (&reg, &targets, &parked, &assigned);
+            let (fail, finished) = (&fail, &finished);
+            s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(seed ^ (thread + 1));
+                let mut sent: Vec<(usize, String)> = Vec::new();
+                for i in 0..ops {
+                    let (t, id) = if !sent.is_empty() && rng.gen_bool(0.2) {
+                        sent[rng.gen_range(0..sent.len())].clone()
+                    } else {
+                        let t = rng.gen_range(0..targets.len());
+                        let id = format!("t{thread}-{i}");
+                        sent.push((t, id.clone()));
+                        if sent.len() > 64 {
+                            sent.remove(0);
+                        }
+                        (t, id)
+                    };
+                    let d = DeliveryId::new(&id).unwrap();
+                    match reg.admit(&targets[t], &d) {
+                        Admission::Waiting(_) => {
+                            *parked.lock().unwrap().entry(id).or_default() += 1;
+                        }
+                        Admission::Assigned(_) => {
+                            assigned.lock().unwrap().insert(id);
+                        }
+                        Admission::Duplicate(_) | Admission::Rejected(_) => {}
+                    }
+                    if reg.live_workers() > SLOTS {
+                        fail(format!("{} live workers", reg.live_workers()));
+                    }
+                }
+                finished.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        // The workers: finish loops (an exit when drained), drain some, deregister some, beat.
+        {
+            let (reg, finished, clock) = (&reg, &finished, &clock);
+            s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(seed ^ 0xfeed);
+                while finished.load(Ordering::SeqCst) < 2 {
+                    for w in reg.status().workers.iter().filter(|w| w.status.is_alive()) {
+                        let _ = reg.heartbeat(w.id);
+                        match rng.gen_range(0..4) {
+                            0 => {
+                                let _ = reg.drain(w.id);
+                            }
+                            1 => {
+                                let _ = reg.loop_finished(w.id);
+                            }
+                            2 => {
+                                let _ = reg.deregister(w.id);
+                            }
+                            _ => {}
+                        }
+                    }
+                    clock.advance(ms(1));
+                    std::thread::yield_now();
+                }
+            });
+        }
+        {
+            let (reg, finished, record) = (&reg, &finished, &record);
+            s.spawn(move || {
+                while finished.load(Ordering::SeqCst) < 2 {
+                    record(&reg.sweep());
+                    std::thread::yield_now();
+                }
+            });
+        }
+    });
+    // Work off the rest: every live worker exits, sweeps promote what fits; then time passes
+    // max_wait and the rest is dropped.
+    for _ in 0..200 {
+        for w in reg.status().workers.iter().filter(|w| w.status.is_alive()) {
+            let _ = reg.deregister(w.id);
+        }
+        let report = reg.sweep();
+        record(&report);
+        if report.waiting == 0 {
+            break;
+        }
+    }
+    clock.advance(Duration::from_secs(3601));
+    record(&reg.sweep());
+
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "seed {seed}: {failures:?}");
+    let (parked, assigned) = (parked.into_inner().unwrap(), assigned.into_inner().unwrap());
+    let (handed, expired) = (handed.into_inner().unwrap(), expired.into_inner().unwrap());
+    assert!(
+        parked.len() > 100,
+        "seed {seed}: only {} parked",
+        parked.len()
+    );
+    for (id, n) in &parked {
+        let (h, e) = (
+            handed.get(id).copied().unwrap_or(0),
+            expired.get(id).copied().unwrap_or(0),
+        );
+        let left_to_redelivery = h + e == 0 && assigned.contains(id);
+        assert!(
+            (*n == 1 && h + e == 1) || left_to_redelivery,
+            "seed {seed}: {id} parked {n}x, promoted {h}x, expired {e}x"
+        );
+    }
+    for id in handed.keys().chain(expired.keys()) {
+        assert!(
+            parked.contains_key(id),
+            "seed {seed}: {id} handed over but never parked"
+        );
+    }
+    let s = reg.stats();
+    let total = |m: &HashMap<String, usize>| m.values().sum::<usize>() as u64;
+    assert_eq!(
+        (s.parked, s.promoted, s.waiting_expired, s.waiting),
+        (total(&parked), total(&handed), total(&expired), 0),
+        "seed {seed}"
+    );
+    assert_eq!(reg.status().waiting, 0);
 }

@@ -97,6 +97,7 @@ use crate::config::RegistryConfig;
 ///     match r.admit(t, d).await {
 ///         Ok(Admission::Assigned(_)) => 202,
 ///         Ok(Admission::Duplicate(_)) => 200,
+///         Ok(Admission::Waiting(_)) => 202, // parked: promoted by a sweep when room appears
 ///         Ok(Admission::Rejected(_)) => 503,
 ///         Err(e) if e.is_retryable() => 503,
 ///         Err(_) => 500,
@@ -122,8 +123,51 @@ pub trait WorkerRegistry: Send + Sync {
     /// * Otherwise the target is placed as by [`assign`](Self::assign), and the claim is recorded,
     ///   held by that worker: [`Admission::Assigned`]. If the assignment created the worker
     ///   (`new`), the caller starts it.
-    /// * If the target cannot be placed, [`Admission::Rejected`] and **no claim is left behind**, so
-    ///   a later redelivery is admitted normally.
+    /// * If the target cannot be placed, and the waiting room is off (or full), or the backend does
+    ///   not [`park`](Self::parks): [`Admission::Rejected`] and **no claim is left behind**, so a
+    ///   later redelivery is admitted normally.
+    /// * Otherwise it is **parked**: [`Admission::Waiting`], described below.
+    ///
+    /// # The waiting room
+    ///
+    /// With [`max_waiting`](RegistryConfig::max_waiting) above 0, on a backend that
+    /// [`parks`](Self::parks), an admission that finds no capacity (or its owner at
+    /// [`max_workers_per_owner`](RegistryConfig::max_workers_per_owner)), or its target's worker
+    /// draining, is parked instead of rejected, while fewer than `max_waiting` deliveries wait and
+    /// fewer than [`max_waiting_per_owner`](RegistryConfig::max_waiting_per_owner) of its
+    /// repository owner. Past either bound the answer is the rejection, as without the room.
+    ///
+    /// * A parked delivery is **claimed**: its redelivery is [`Admission::Duplicate`] in
+    ///   [`ClaimState::Waiting`](crate::ClaimState::Waiting) (no holder).
+    /// * While targets wait for capacity, an admission that would create a worker for another
+    ///   target is parked behind them (arrivals do not overtake the waiting), or placed after all
+    ///   if the room is full and capacity allows; an admission onto an existing active worker
+    ///   (sticky) is not affected.
+    /// * **Promotion** happens in [`Maintenance::sweep`]: capacity freed by a death, an exit or the
+    ///   end of a drain goes to waiting targets, first to those whose draining worker has died
+    ///   since (the target's successor takes its slot), then one target per owner in turn
+    ///   (round-robin across owners, each owner's targets in arrival order). A target is promoted
+    ///   with all of its waiting deliveries, in arrival order, onto one worker. A draining target's
+    ///   deliveries are promoted only once that worker is dead: never two live workers for one
+    ///   target. A completion frees no slot (the worker lives on) and promotes nothing.
+    /// * A promoted delivery is **placed** by the promotion (its claim is in flight on the
+    ///   worker, so a redelivery is a duplicate) and handed to exactly one sweep caller in
+    ///   [`SweepReport::released`] as a [`ReleasedEvent`] with
+    ///   [`ReleaseReason::Promoted`](crate::ReleaseReason::Promoted) and its
+    ///   [`assignment`](ReleasedEvent::assignment): the caller starts the worker if the
+    ///   assignment is `new`, delivers the event to it, and acknowledges it like a released event.
+    ///   If the caller never delivers it, the worker never heartbeats, dies, and the delivery is
+    ///   released for re-dispatch: nothing is lost.
+    /// * A delivery still waiting [`max_wait`](RegistryConfig::max_wait) after it was parked is
+    ///   **dropped** by a sweep, listed in [`SweepReport::expired_waiting`] with its
+    ///   [`ExpireReason`](crate::ExpireReason), counted, and published as
+    ///   [`Event::WaitingExpired`](crate::Event::WaitingExpired); its claim is gone.
+    /// * Every parked delivery is promoted or dropped exactly once (or, if its redelivery was
+    ///   admitted in the instant between its refusal and its parking, left to that redelivery).
+    /// * Waiting deliveries are counted in [`StatusSnapshot::waiting`] and [`Stats`] (`parked`,
+    ///   `promoted`, `waiting_expired`, the `waiting` gauge).
+    ///
+    /// With `max_waiting` 0 (the default) none of this happens: a refused admission is rejected.
     ///
     /// A pair whose claim was released (its worker died) or forgotten (retention ended) is admitted
     /// again as new.
@@ -523,6 +567,23 @@ pub trait WorkerRegistry: Send + Sync {
     /// assert_eq!(WorkerRegistry::stats(&r).admitted_new, 0);
     /// ```
     fn stats(&self) -> Stats;
+
+    /// Whether this backend implements the waiting room (see [`admit`](Self::admit)). One that
+    /// does not behaves as a waiting room of size 0 whatever
+    /// [`max_waiting`](RegistryConfig::max_waiting) says: every admission that cannot be placed is
+    /// [`Admission::Rejected`], nothing is parked, promoted or dropped, and the per-owner cap is
+    /// not enforced. The in-memory backend parks; the Redis and PostgreSQL backends do not yet.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
+    ///
+    /// assert!(WorkerRegistry::parks(&InMemoryRegistry::default()));
+    /// ```
+    fn parks(&self) -> bool {
+        false
+    }
 
     /// The configuration this registry runs with.
     ///

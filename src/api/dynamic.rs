@@ -130,6 +130,8 @@ pub trait DynBackend: Send + Sync + 'static {
     fn stats(&self) -> Stats;
     /// See [`WorkerRegistry::config`].
     fn config(&self) -> &RegistryConfig;
+    /// See [`WorkerRegistry::parks`].
+    fn parks(&self) -> bool;
     /// See [`Subscribe::subscribe`](crate::Subscribe::subscribe).
     #[cfg(feature = "tokio")]
     fn subscribe(&self) -> crate::Subscription;
@@ -243,6 +245,9 @@ impl<T: Backend> DynBackend for T {
     }
     fn config(&self) -> &RegistryConfig {
         WorkerRegistry::config(self)
+    }
+    fn parks(&self) -> bool {
+        WorkerRegistry::parks(self)
     }
     #[cfg(feature = "tokio")]
     fn subscribe(&self) -> crate::Subscription {
@@ -372,6 +377,9 @@ impl WorkerRegistry for DynRegistry {
     }
     fn config(&self) -> &RegistryConfig {
         self.0.config()
+    }
+    fn parks(&self) -> bool {
+        self.0.parks()
     }
 }
 

@@ -113,6 +113,25 @@ pub enum Event {
         /// The workers this handle's last snapshot listed alive that the server no longer knows.
         lost: Vec<WorkerId>,
     },
+    /// A parked delivery was promoted out of the waiting room onto `worker` (and handed to the
+    /// caller of the sweep that promoted it).
+    DeliveryPromoted {
+        /// The worker it was placed on.
+        worker: WorkerId,
+        /// The delivery's target.
+        target: Target,
+        /// The delivery.
+        delivery: DeliveryId,
+    },
+    /// A parked delivery was dropped without being promoted.
+    WaitingExpired {
+        /// The delivery's target.
+        target: Target,
+        /// The delivery.
+        delivery: DeliveryId,
+        /// Why.
+        reason: crate::ExpireReason,
+    },
 }
 
 impl Event {
@@ -135,6 +154,8 @@ impl Event {
             Self::DeliveryStuck { .. } => "delivery_stuck",
             Self::TargetReleased { .. } => "target_released",
             Self::DataLost { .. } => "data_lost",
+            Self::DeliveryPromoted { .. } => "delivery_promoted",
+            Self::WaitingExpired { .. } => "waiting_expired",
         }
     }
 
@@ -154,8 +175,11 @@ impl Event {
             | Self::WorkerDraining { worker, .. }
             | Self::WorkerSuspect { worker, .. }
             | Self::WorkerDied { worker, .. }
-            | Self::DeliveryStuck { worker, .. } => Some(*worker),
-            Self::TargetReleased { .. } | Self::DataLost { .. } => None,
+            | Self::DeliveryStuck { worker, .. }
+            | Self::DeliveryPromoted { worker, .. } => Some(*worker),
+            Self::TargetReleased { .. } | Self::WaitingExpired { .. } | Self::DataLost { .. } => {
+                None
+            }
         }
     }
 
@@ -176,9 +200,10 @@ impl Event {
             | Self::WorkerDraining { target, .. }
             | Self::WorkerSuspect { target, .. }
             | Self::WorkerDied { target, .. } => target.as_ref(),
-            Self::DeliveryStuck { target, .. } | Self::TargetReleased { target, .. } => {
-                Some(target)
-            }
+            Self::DeliveryStuck { target, .. }
+            | Self::TargetReleased { target, .. }
+            | Self::DeliveryPromoted { target, .. }
+            | Self::WaitingExpired { target, .. } => Some(target),
             Self::DataLost { .. } => None,
         }
     }
@@ -219,6 +244,22 @@ impl fmt::Display for Event {
                 f,
                 "the registry's data was lost: {} worker(s) no longer exist",
                 lost.len()
+            ),
+            Self::DeliveryPromoted {
+                worker,
+                target,
+                delivery,
+            } => write!(
+                f,
+                "delivery {delivery} on {target} promoted onto worker {worker}"
+            ),
+            Self::WaitingExpired {
+                target,
+                delivery,
+                reason,
+            } => write!(
+                f,
+                "waiting delivery {delivery} on {target} dropped: {reason}"
             ),
         }
     }

@@ -13,3 +13,4 @@ pub(crate) mod report;
 pub(crate) mod snapshot;
 pub(crate) mod stats;
 pub(crate) mod status;
+pub(crate) mod waiting;

@@ -1,6 +1,8 @@
 //! What the registry's decisions return: [`Admission`], [`AssignOutcome`], [`ClaimOutcome`],
-//! [`HeartbeatAck`], [`DrainAll`], and the parts they are made of.
+//! [`HeartbeatAck`], [`DrainAll`], and the parts they are made of (a parked admission's
+//! [`Waiting`] among them).
 
+use std::fmt;
 use std::time::SystemTime;
 
 use super::ids::{FencingToken, WorkerId};
@@ -116,6 +118,9 @@ pub enum ClaimState {
     InFlight,
     /// Completed; remembered so redeliveries are recognised.
     Completed,
+    /// Parked in the waiting room, not yet promoted (see
+    /// [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)).
+    Waiting,
 }
 
 impl ClaimState {
@@ -130,6 +135,7 @@ impl ClaimState {
         match self {
             Self::InFlight => "in_flight",
             Self::Completed => "completed",
+            Self::Waiting => "waiting",
         }
     }
 }
@@ -220,6 +226,53 @@ pub enum ClaimOutcome {
     AlreadyClaimed(AlreadyClaimed),
 }
 
+/// A delivery parked in the waiting room: claimed (a redelivery is a duplicate in
+/// [`ClaimState::Waiting`](crate::ClaimState::Waiting)), queued, and handed to a sweep's caller
+/// when room appears.
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::{Rejection, Waiting};
+///
+/// let w = Waiting::new(3, Rejection::CapacityFull { limit: 2 });
+/// assert_eq!(w.position, 3);
+/// assert_eq!(w.to_string(), "waiting at position 3 (capacity)");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiting {
+    /// How many deliveries wait, this one included, when it was parked (1: it is the only one).
+    /// An indication for the answer to the sender, not a promise: promotion is fair across
+    /// owners, so a delivery of a quiet owner may overtake a busy owner's older ones.
+    pub position: usize,
+    /// Why it could not be placed now: no capacity (or its owner's cap), or its target's worker
+    /// draining.
+    pub reason: Rejection,
+}
+
+impl Waiting {
+    /// A delivery parked at `position` because of `reason`.
+    ///
+    /// # Examples
+    ///
+    /// See [`Waiting`].
+    pub fn new(position: usize, reason: Rejection) -> Self {
+        Self { position, reason }
+    }
+}
+
+impl fmt::Display for Waiting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "waiting at position {} ({})",
+            self.position,
+            self.reason.as_str()
+        )
+    }
+}
+
 /// The answer of [`admit`](crate::WorkerRegistry::admit): what a router does with one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
@@ -227,6 +280,9 @@ pub enum Admission {
     Assigned(Assignment),
     /// A redelivery of something in flight or recently completed: skip it.
     Duplicate(AlreadyClaimed),
+    /// Not placed, and parked: the delivery waits for room and is handed to a sweep's caller
+    /// when it is promoted (see [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)).
+    Waiting(Waiting),
     /// Not placed; no claim was left behind, so a later redelivery can be admitted.
     Rejected(Rejection),
 }

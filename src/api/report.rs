@@ -27,10 +27,14 @@ pub enum ReleaseReason {
     /// A bare claim (bound to no worker) was neither completed nor released within the heartbeat
     /// timeout.
     Unbound,
+    /// Not a release: a parked delivery was promoted out of the waiting room and placed on a
+    /// worker (its [`ReleasedEvent::assignment`]). The caller delivers it to that worker (and
+    /// starts the worker if the assignment is `new`) instead of admitting it again.
+    Promoted,
 }
 
 impl ReleaseReason {
-    /// `"worker_died"`, `"stuck"` or `"unbound"` (a metrics label).
+    /// `"worker_died"`, `"stuck"`, `"unbound"` or `"promoted"` (a metrics label).
     ///
     /// # Examples
     ///
@@ -40,6 +44,7 @@ impl ReleaseReason {
             Self::WorkerDied(_) => "worker_died",
             Self::Stuck => "stuck",
             Self::Unbound => "unbound",
+            Self::Promoted => "promoted",
         }
     }
 }
@@ -116,6 +121,10 @@ pub struct ReleasedEvent {
     pub holder: Option<WorkerId>,
     /// Why it was released.
     pub reason: ReleaseReason,
+    /// For a promoted delivery ([`ReleaseReason::Promoted`]), the assignment the promotion made:
+    /// its claim is in flight on that worker already, so admitting it again would be a
+    /// duplicate. `None` for every other reason.
+    pub assignment: Option<crate::Assignment>,
     receipt: Option<Receipt>,
 }
 
@@ -136,6 +145,30 @@ impl ReleasedEvent {
             delivery,
             holder,
             reason,
+            assignment: None,
+            receipt: None,
+        }
+    }
+
+    /// A promoted delivery, placed by the promotion on `assignment`'s worker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{Assignment, DeliveryId, FencingToken, ReleaseReason, ReleasedEvent, Target, WorkerId};
+    ///
+    /// let w = WorkerId::new(7);
+    /// let a = Assignment::new(w, FencingToken::new(w, 1).unwrap(), true);
+    /// let e = ReleasedEvent::promoted(Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap(), a);
+    /// assert_eq!((e.reason, e.holder, e.assignment), (ReleaseReason::Promoted, Some(w), Some(a)));
+    /// ```
+    pub fn promoted(target: Target, delivery: DeliveryId, assignment: crate::Assignment) -> Self {
+        Self {
+            target,
+            delivery,
+            holder: Some(assignment.worker),
+            reason: ReleaseReason::Promoted,
+            assignment: Some(assignment),
             receipt: None,
         }
     }
@@ -221,8 +254,14 @@ pub struct SweepReport {
     /// Targets unassigned because their worker died in this sweep.
     pub released_targets: Vec<Target>,
     /// Released deliveries handed to this caller: re-dispatch them, then
-    /// [`acknowledge`](crate::Maintenance::acknowledge) them.
+    /// [`acknowledge`](crate::Maintenance::acknowledge) them. Promoted deliveries come here too
+    /// ([`ReleaseReason::Promoted`], already placed: deliver them to their assignment).
     pub released: Vec<ReleasedEvent>,
+    /// Parked deliveries this sweep dropped (see
+    /// [`max_wait`](crate::RegistryConfig::max_wait)).
+    pub expired_waiting: Vec<crate::ExpiredWaiting>,
+    /// Deliveries still waiting after this sweep.
+    pub waiting: usize,
     /// Completed claims forgotten after `claim_retention`.
     pub expired_claims: usize,
     /// Completed claims evicted (oldest first) to stay within `max_retained_claims`.

@@ -45,6 +45,9 @@ pub struct StatusSnapshot {
     pub brake_engaged: bool,
     /// Claims in the map when it was taken: in flight and retained (completed).
     pub claims: ClaimCounts,
+    /// Deliveries parked in the waiting room when it was taken (always 0 on a backend that does
+    /// not park).
+    pub waiting: usize,
 }
 
 impl StatusSnapshot {
@@ -69,6 +72,7 @@ impl StatusSnapshot {
             capacity: Capacity { used: 0, limit },
             brake_engaged: false,
             claims: ClaimCounts::default(),
+            waiting: 0,
         }
     }
 
@@ -107,6 +111,7 @@ impl StatusSnapshot {
             counts,
             brake_engaged,
             claims,
+            waiting: 0,
         }
     }
 

@@ -143,6 +143,15 @@ pub struct Stats {
     /// Times this handle found that a shared backend's server lost the registry's data or went
     /// back in time ([`Event::DataLost`](crate::Event::DataLost)); always 0 in memory.
     pub data_losses: u64,
+    /// Deliveries parked in the waiting room (each also counted as rejected for its reason).
+    pub parked: u64,
+    /// Parked deliveries promoted onto a worker and handed over.
+    pub promoted: u64,
+    /// Parked deliveries dropped without promotion (see
+    /// [`ExpiredWaiting`](crate::ExpiredWaiting)).
+    pub waiting_expired: u64,
+    /// Gauge: deliveries waiting now.
+    pub waiting: usize,
     /// How long sweeps took.
     pub sweep_durations: SweepDurations,
     /// Gauge: live (non-dead) workers now.

@@ -202,6 +202,9 @@ pub(crate) struct WorkersBody {
     taken_at: String,
     /// Whether the mass-staleness brake held back deaths in that sweep.
     brake_engaged: bool,
+    /// Deliveries parked in the waiting room when the snapshot was taken (0 on a backend that
+    /// does not park).
+    waiting: usize,
 }
 
 impl From<&StatusSnapshot> for WorkersBody {
@@ -230,6 +233,7 @@ impl From<&StatusSnapshot> for WorkersBody {
             version: s.version,
             taken_at: rfc3339(s.taken_at),
             brake_engaged: s.brake_engaged,
+            waiting: s.waiting,
         }
     }
 }

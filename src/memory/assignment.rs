@@ -6,7 +6,7 @@ use super::table::{pair_hash, DeliveryKey, InFlight};
 use super::InMemoryRegistry;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
-use crate::api::outcome::{Admission, AssignOutcome, Assignment, Rejection};
+use crate::api::outcome::{Admission, AlreadyClaimed, AssignOutcome, Assignment, Rejection};
 use crate::clock::Clock;
 use crate::state::{self, Word};
 use crate::sync::{Arc, Op, Ordering};
@@ -36,7 +36,7 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// ```
     pub fn assign(&self, target: &Target) -> AssignOutcome {
         let now = self.now_ms();
-        match self.assign_at(target, now, false) {
+        match self.assign_at(target, now, false, true) {
             Ok((a, _)) => AssignOutcome::Assigned(a),
             Err(r) => AssignOutcome::Rejected(r),
         }
@@ -67,6 +67,16 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// assert!(second.token > first.token);
     /// ```
     pub fn admit(&self, target: &Target, event: &DeliveryId) -> Admission {
+        match self.admit_with(target, event, true) {
+            Admission::Rejected(r) if self.inner.room.is_some() => self.park(target, event, r),
+            other => other,
+        }
+    }
+
+    /// [`admit`](Self::admit) without parking; with `defer`, a new worker is not created while
+    /// targets wait for capacity (see `waiting.rs`).
+    #[inline]
+    pub(super) fn admit_with(&self, target: &Target, event: &DeliveryId, defer: bool) -> Admission {
         let hash = pair_hash(target, event.key_hash());
         let outcome = self.inner.claims.with(hash, |shard| {
             // Read the clock only when needed: a redelivery of an in-flight delivery does not.
@@ -77,7 +87,7 @@ impl<C: Clock> InMemoryRegistry<C> {
                 return Admission::Duplicate(dup);
             }
             let now = now();
-            match self.assign_at(target, now, true) {
+            match self.assign_at(target, now, true, defer) {
                 Ok((assignment, holder)) => {
                     // The claim keeps the worker's own copy of the target: one shared allocation
                     // for all of a worker's claims, whoever parsed the delivery.
@@ -107,12 +117,26 @@ impl<C: Clock> InMemoryRegistry<C> {
         outcome
     }
 
+    /// Whether (target, delivery) is in flight or retained: the duplicate check of `admit` alone.
+    pub(super) fn probe(&self, target: &Target, event: &DeliveryId) -> Option<AlreadyClaimed> {
+        let hash = pair_hash(target, event.key_hash());
+        self.inner.claims.with(hash, |shard| {
+            let mut read: Option<u64> = None;
+            let mut now = || *read.get_or_insert_with(|| self.now_ms());
+            let loc = shard.find(hash, target, event)?;
+            self.duplicate_at(shard, loc, &mut now)
+        })
+    }
+
     /// Assigns `target` at `now`; with `want_holder`, also returns the worker record for a claim.
+    /// With `defer`, a target without a worker gets none while others wait for capacity (it is
+    /// refused as if capacity were full, and parked by the caller).
     pub(super) fn assign_at(
         &self,
         target: &Target,
         now: u64,
         want_holder: bool,
+        defer: bool,
     ) -> Result<(Assignment, Option<Arc<WorkerRecord>>), Rejection> {
         let inner = &*self.inner;
         // Fast path: the target has a worker; try to assign onto it under the shard read lock.
@@ -133,8 +157,22 @@ impl<C: Clock> InMemoryRegistry<C> {
                         Err(_) => {}
                     }
                 }
-                // Vacant, or mapped to a dead worker: create one if capacity allows.
-                match self.create_worker(Some(target.clone()), now, true, want_holder) {
+                // Vacant, or mapped to a dead worker: create one if capacity allows, and unless
+                // targets already wait for capacity (they come first). Relaxed: a hint; a stale
+                // zero lets one arrival overtake the waiting ones (fairness, not safety), a stale
+                // non-zero parks it until the next sweep promotes it.
+                let queued = defer && inner.contenders.load(Ordering::Relaxed) > 0;
+                let created = if queued {
+                    Err(RegistryError::Rejected(Rejection::CapacityFull {
+                        limit: inner.config.max_workers(),
+                    }))
+                } else {
+                    self.owner_room(target).and_then(|()| {
+                        self.create_worker(Some(target.clone()), now, true, want_holder)
+                            .inspect_err(|_| self.owner_leave(target))
+                    })
+                };
+                match created {
                     Ok(rec) => {
                         let a = Assignment {
                             worker: rec.id,

@@ -124,6 +124,9 @@ impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
     fn config(&self) -> &RegistryConfig {
         InMemoryRegistry::config(self)
     }
+    fn parks(&self) -> bool {
+        true
+    }
 }
 
 impl<C: Clock> Maintenance for InMemoryRegistry<C> {

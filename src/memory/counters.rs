@@ -26,6 +26,9 @@ pub(crate) struct Counters {
     pub(crate) sweeps: Counter,
     pub(crate) brake_engaged: Counter,
     pub(crate) suspected: Counter,
+    pub(crate) parked: Counter,
+    pub(crate) promoted: Counter,
+    pub(crate) waiting_expired: Counter,
     pub(crate) sweep_time: SweepTimes,
 }
 
@@ -35,6 +38,7 @@ pub(crate) struct Gauges {
     pub(crate) retained_claims: usize,
     pub(crate) events_missed: u64,
     pub(crate) snapshot_age: Duration,
+    pub(crate) waiting: usize,
 }
 
 impl Counters {
@@ -57,6 +61,9 @@ impl Counters {
             sweeps: Counter::new(),
             brake_engaged: Counter::new(),
             suspected: Counter::new(),
+            parked: Counter::new(),
+            promoted: Counter::new(),
+            waiting_expired: Counter::new(),
             sweep_time: SweepTimes::new(),
         }
     }
@@ -97,6 +104,10 @@ impl Counters {
             events_missed: g.events_missed,
             data_losses: 0, // the registry's data is this process's memory
             snapshot_age: g.snapshot_age,
+            parked: self.parked.get(),
+            promoted: self.promoted.get(),
+            waiting_expired: self.waiting_expired.get(),
+            waiting: g.waiting,
         }
     }
 }

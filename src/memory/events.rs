@@ -22,6 +22,7 @@ mod with_tokio {
     use super::{DeadReason, SweepReport, Word, WorkerRecord};
     use crate::api::events::{Event, EventSender};
     use crate::api::ids::{DeliveryId, Target};
+    use crate::api::report::ReleaseReason;
     use crate::api::status::Status;
 
     /// The registry's event sender and its emission points.
@@ -93,7 +94,11 @@ mod with_tokio {
             for t in &report.released_targets {
                 by_target.entry(t).or_default();
             }
-            for e in &report.released {
+            for e in report
+                .released
+                .iter()
+                .filter(|e| e.reason != ReleaseReason::Promoted)
+            {
                 by_target
                     .entry(&e.target)
                     .or_default()
@@ -103,6 +108,30 @@ mod with_tokio {
                 self.sender.send(|| Event::TargetReleased {
                     target: target.clone(),
                     deliveries,
+                });
+            }
+        }
+
+        /// One `DeliveryPromoted` per promoted delivery, then one `WaitingExpired` per dropped one,
+        /// in report order.
+        pub(crate) fn waiting(&self, report: &SweepReport) {
+            if !self.sender.has_subscribers() {
+                return;
+            }
+            for e in &report.released {
+                if let (ReleaseReason::Promoted, Some(a)) = (e.reason, e.assignment) {
+                    self.sender.send(|| Event::DeliveryPromoted {
+                        worker: a.worker,
+                        target: e.target.clone(),
+                        delivery: e.delivery.clone(),
+                    });
+                }
+            }
+            for e in &report.expired_waiting {
+                self.sender.send(|| Event::WaitingExpired {
+                    target: e.target.clone(),
+                    delivery: e.delivery.clone(),
+                    reason: e.reason,
                 });
             }
         }
@@ -133,5 +162,7 @@ mod without_tokio {
         pub(crate) fn died(&self, _: &WorkerRecord, _: DeadReason) {}
         #[inline(always)]
         pub(crate) fn released(&self, _: &SweepReport) {}
+        #[inline(always)]
+        pub(crate) fn waiting(&self, _: &SweepReport) {}
     }
 }

@@ -31,6 +31,7 @@ impl<C: Clock> InMemoryRegistry<C> {
             self.inner
                 .targets
                 .remove_if(t, |mapped| Arc::ptr_eq(mapped, rec));
+            self.owner_leave(t);
         }
         self.inner.counters.death(reason).inc();
         self.inner.events.died(rec, reason);

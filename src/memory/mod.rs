@@ -18,6 +18,8 @@
 //! | `stall.rs` | the stall rule: time the registry itself did not run is not held against workers |
 //! | `events.rs` | where lifecycle events are emitted |
 //! | `counters.rs` | striped statistics counters |
+//! | `waiting.rs` | the waiting room: parked deliveries per target, per owner, in arrival order |
+//! | `parking.rs` | parking a refused admission, the per-owner cap, promotion and expiry |
 //! | `contract.rs` | the contract traits, implemented with already-completed futures |
 
 mod assignment;
@@ -28,11 +30,13 @@ mod counters;
 mod events;
 mod handle;
 mod lifecycle;
+mod parking;
 mod record;
 mod roster;
 mod stall;
 mod sweep;
 mod table;
+mod waiting;
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -46,6 +50,7 @@ use self::roster::Roster;
 use self::stall::StallWatch;
 use self::sweep::SweepState;
 use self::table::ClaimTable;
+use self::waiting::Room;
 use crate::api::ids::{Target, WorkerId};
 use crate::api::snapshot::StatusSnapshot;
 use crate::api::stats::Stats;
@@ -163,6 +168,14 @@ pub(crate) struct Inner<C> {
     pub(crate) newborns: sync::Sender<Arc<WorkerRecord>>,
     pub(crate) counters: Counters,
     pub(crate) events: EventHub,
+    /// The waiting room (none when `max_waiting` is 0). Slow path only: see `waiting.rs`.
+    pub(crate) room: Option<Mutex<Room>>,
+    /// Targets waiting for capacity, as the room last counted them (a hint for `assign_at`).
+    pub(crate) contenders: AtomicUsize,
+    /// Deliveries waiting, as the room last counted them (a gauge).
+    pub(crate) waiting: AtomicUsize,
+    /// Live spawned workers per repository owner (only with `max_workers_per_owner`).
+    pub(crate) owner_live: ShardMap<String, usize>,
 }
 
 impl Default for InMemoryRegistry<SystemClock> {
@@ -242,6 +255,10 @@ impl<C: Clock> InMemoryRegistry<C> {
                 newborns,
                 counters: Counters::new(),
                 events: EventHub::new(),
+                room: (config.max_waiting() > 0).then(|| Mutex::new(Room::default())),
+                contenders: AtomicUsize::new(0),
+                waiting: AtomicUsize::new(0),
+                owner_live: ShardMap::new(shards),
                 config,
                 clock,
             }),
@@ -324,6 +341,8 @@ impl<C: Clock> InMemoryRegistry<C> {
             retained_claims: inner.claims.retained(),
             events_missed: self.events_missed(),
             snapshot_age,
+            // Relaxed: a gauge.
+            waiting: inner.waiting.load(Ordering::Relaxed),
         })
     }
 

@@ -342,6 +342,9 @@ impl<C: Clock> InMemoryRegistry<C> {
             .workers_purged
             .add(report.purged_workers as u64);
 
+        // The waiting room: expiry, then promotion into the room this sweep made.
+        self.promote(now, &mut report);
+
         // Publish.
         *version += 1;
         report.version = *version;
@@ -354,12 +357,15 @@ impl<C: Clock> InMemoryRegistry<C> {
             report.brake_engaged,
             counts,
         );
+        let mut snapshot = snapshot;
+        snapshot.waiting = report.waiting;
         let old = inner.snapshot.swap(std::sync::Arc::new(snapshot));
         roster.keep_spare(old);
         inner.counters.sweeps.inc();
         report.took = started.elapsed();
         inner.counters.sweep_time.observe(report.took);
         inner.events.released(&report);
+        inner.events.waiting(&report);
         report
     }
 

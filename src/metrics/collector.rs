@@ -235,6 +235,31 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
             stats.claims_evicted,
         )?;
 
+        gauge(
+            e,
+            "worker_registry_waiting",
+            "Deliveries parked in the waiting room (always 0 on a backend that does not park).",
+            int(stats.waiting),
+        )?;
+        counter(
+            e,
+            "worker_registry_waiting_parked",
+            "Deliveries parked in the waiting room (each also counted in worker_registry_rejected).",
+            stats.parked,
+        )?;
+        counter(
+            e,
+            "worker_registry_waiting_promoted",
+            "Parked deliveries promoted onto a worker and handed over.",
+            stats.promoted,
+        )?;
+        counter(
+            e,
+            "worker_registry_waiting_expired",
+            "Parked deliveries dropped after max_wait without being promoted.",
+            stats.waiting_expired,
+        )?;
+
         let deaths = DeadReason::ALL
             .map(|reason| (reason.as_str(), ConstCounter::new(stats.deaths(reason))));
         family(

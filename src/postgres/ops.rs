@@ -151,6 +151,8 @@ impl WorkerRegistry for PostgresRegistry {
                 }
             }
             Admission::Rejected(r) => self.count_placement(&Err(*r)),
+            // Not produced: PostgreSQL does not park (see `WorkerRegistry::parks`).
+            Admission::Waiting(_) => {}
         }
         Ok(admission)
     }
@@ -399,6 +401,11 @@ impl WorkerRegistry for PostgresRegistry {
         s
     }
 
+    /// Not yet: this backend behaves as a waiting room of size 0 (every admission that cannot be
+    /// placed is rejected, whatever `max_waiting` says; see [`WorkerRegistry::parks`]).
+    fn parks(&self) -> bool {
+        false
+    }
     fn config(&self) -> &RegistryConfig {
         self.config_ref()
     }

@@ -514,6 +514,11 @@ impl WorkerRegistry for RedisRegistry {
         s
     }
 
+    /// Not yet: this backend behaves as a waiting room of size 0 (every admission that cannot be
+    /// placed is rejected, whatever `max_waiting` says; see [`WorkerRegistry::parks`]).
+    fn parks(&self) -> bool {
+        false
+    }
     fn config(&self) -> &RegistryConfig {
         &self.inner.config
     }

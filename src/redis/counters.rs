@@ -142,6 +142,11 @@ impl Counters {
             live_workers: usize::try_from(self.live.get()).unwrap_or(usize::MAX),
             retained_claims: usize::try_from(self.retained.get()).unwrap_or(usize::MAX),
             snapshot_age,
+            // Redis does not park (see `WorkerRegistry::parks`): the waiting room is always empty.
+            parked: 0,
+            promoted: 0,
+            waiting_expired: 0,
+            waiting: 0,
         }
     }
 }

@@ -129,6 +129,7 @@
 //!     Ok(Admission::Assigned(a)) if a.new => { /* start a container for a.worker */ }
 //!     Ok(Admission::Assigned(_)) => { /* hand the event to the running worker */ }
 //!     Ok(Admission::Duplicate(_)) => { /* redelivery: skip */ }
+//!     Ok(Admission::Waiting(_)) => { /* not produced: this backend does not park */ }
 //!     Ok(Admission::Rejected(_)) => { /* 503 */ }
 //!     Err(e) if e.is_retryable() => { /* 503 with Retry-After */ }
 //!     Err(e) => return Err(e.into()),

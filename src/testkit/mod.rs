@@ -174,6 +174,14 @@
 //!   - `a_delivery_stuck_in_flight_is_released_and_its_worker_drained`
 //!   - `an_idle_worker_holding_a_stuck_delivery_exits_at_once`
 //!   - `only_deliveries_in_flight_too_long_are_stuck_and_each_is_published`
+//! * [`waiting`](cases::waiting): the waiting room (on a backend that parks; the last case on
+//!   every backend)
+//!   - `a_full_registry_parks_and_deaths_promote_the_oldest_in_order`
+//!   - `a_draining_targets_waiting_deliveries_go_to_its_successor`
+//!   - `the_waiting_rooms_bounds_hold`
+//!   - `a_delivery_waiting_past_max_wait_is_dropped_and_published`
+//!   - `promotion_is_round_robin_and_the_owner_cap_holds`
+//!   - `without_parking_a_refused_admission_is_rejected`
 //!
 //! Worker identity across restarts is particular to the in-memory backend (a shared backend's
 //! state, ids included, outlives its processes) and is tested there (`tests/lifecycle.rs`).

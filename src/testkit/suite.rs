@@ -151,6 +151,14 @@ macro_rules! conformance_suite {
                 a_mass_death_is_fully_worked_off,
                 released_events_of_a_chunked_death_arrive_exactly_once,
             }
+            waiting {
+                a_full_registry_parks_and_deaths_promote_the_oldest_in_order,
+                a_draining_targets_waiting_deliveries_go_to_its_successor,
+                the_waiting_rooms_bounds_hold,
+                a_delivery_waiting_past_max_wait_is_dropped_and_published,
+                promotion_is_round_robin_and_the_owner_cap_holds,
+                without_parking_a_refused_admission_is_rejected,
+            }
             races {
                 one_delivery_raced_by_many_replicas_is_assigned_once,
                 racing_new_targets_never_exceed_capacity,

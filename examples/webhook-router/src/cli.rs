@@ -18,8 +18,9 @@ use std::time::Duration;
 use clap::Parser;
 use rand::Rng;
 use worker_registry::{
-    RegistryConfig, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_WORKERS, DEFAULT_MISSED_HEARTBEATS,
-    DEFAULT_RELEASE_ACK_TIMEOUT, DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
+    RegistryConfig, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_WAITING_PER_OWNER, DEFAULT_MAX_WORKERS,
+    DEFAULT_MAX_WORKERS_PER_OWNER, DEFAULT_MISSED_HEARTBEATS, DEFAULT_RELEASE_ACK_TIMEOUT,
+    DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
 };
 
 /// A heartbeat timeout must span at least this many ticks of the registry's clock: a coarser one
@@ -56,6 +57,18 @@ pub struct Args {
     /// Live workers (containers) allowed at once [default: 64 / 48].
     #[arg(long, env = "WEBHOOK_ROUTER_CAPACITY")]
     pub capacity: Option<usize>,
+    /// Deliveries that may wait for room (no capacity, or their pull request's worker draining):
+    /// answered 202 `waiting` and processed when room appears, instead of 503. 0 turns the
+    /// waiting room off [default: 1024 / 0].
+    #[arg(long, env = "WEBHOOK_ROUTER_WAITING")]
+    pub waiting: Option<usize>,
+    /// Deliveries of one repository owner that may wait at once [default: 256].
+    #[arg(long, env = "WEBHOOK_ROUTER_WAITING_PER_OWNER")]
+    pub waiting_per_owner: Option<usize>,
+    /// Live workers one repository owner may hold at once (0: no cap beyond --capacity)
+    /// [default: 0].
+    #[arg(long, env = "WEBHOOK_ROUTER_OWNER_CAP")]
+    pub owner_cap: Option<usize>,
     /// Worker heartbeat interval, ms [default: 30000 / 100].
     #[arg(long, env = "WEBHOOK_ROUTER_HEARTBEAT_MS")]
     pub heartbeat_ms: Option<u64>,
@@ -244,6 +257,9 @@ fn registry_config(a: &Args) -> Result<RegistryConfig, String> {
     let sweep = (heartbeat / 2).clamp(Duration::from_millis(1), DEFAULT_SWEEP_INTERVAL);
     let config = RegistryConfig::builder()
         .max_workers(capacity)
+        .max_waiting(a.waiting.unwrap_or(if sim { 0 } else { 1024 }))
+        .max_waiting_per_owner(a.waiting_per_owner.unwrap_or(DEFAULT_MAX_WAITING_PER_OWNER))
+        .max_workers_per_owner(a.owner_cap.unwrap_or(DEFAULT_MAX_WORKERS_PER_OWNER))
         .heartbeat_interval(heartbeat)
         .missed_heartbeats(missed)
         .sweep_interval(sweep)

@@ -78,12 +78,28 @@ impl App {
                 admit.record("decision", "rejected");
                 return Dispatch::Rejected(r);
             }
+            Ok(Admission::Waiting(w)) => {
+                admit.record("decision", "waiting");
+                return Dispatch::Waiting(w);
+            }
             Err(e) => {
                 admit.record("decision", "unavailable");
                 tracing::warn!(%target, %delivery, "admission failed, answering 503: {e}");
                 return Dispatch::Unavailable(e);
             }
         };
+        self.deliver(target, delivery, a).await
+    }
+
+    /// Hands a delivery the registry placed on `a` to its worker (starting the worker's container
+    /// if `a` created it): the rest of an admission, and all of a promotion out of the waiting
+    /// room (see [`crate::redispatch`]).
+    pub(crate) async fn deliver(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        a: Assignment,
+    ) -> Dispatch {
         self.inner.targets.insert(target.clone(), a.worker);
         if a.new {
             self.start_container(a.worker, target, delivery).await;

@@ -37,9 +37,10 @@ pub const RECONCILE_COUNTS: [&str; 9] = [
 ];
 
 /// Every outcome label of `webhook_router_deliveries_total`.
-pub const DELIVERY_OUTCOMES: [&str; 11] = [
+pub const DELIVERY_OUTCOMES: [&str; 12] = [
     "assigned",
     "duplicate",
+    "waiting",
     "capacity",
     "draining",
     "closing",
@@ -81,7 +82,7 @@ impl RouterMetrics {
         for outcome in DELIVERY_OUTCOMES {
             let _ = m.deliveries.get_or_create(&vec![("outcome", outcome)]);
         }
-        for source in [Source::Webhook, Source::Redispatch] {
+        for source in [Source::Webhook, Source::Redispatch, Source::Promotion] {
             for outcome in Dispatch::OUTCOMES {
                 let _ = m
                     .admissions

@@ -6,7 +6,7 @@ use std::fmt;
 
 use worker_registry::{
     AlreadyClaimed, Assignment, DeliveryId, RegistryError, Rejection, ReleaseReason, Status,
-    Target, WorkerId,
+    Target, Waiting, WorkerId,
 };
 
 /// Who asked for an admission (a label of the `webhook_router_admissions_total` metric).
@@ -16,6 +16,8 @@ pub enum Source {
     Webhook,
     /// A released event placed again by the sweeper callback.
     Redispatch,
+    /// A delivery promoted out of the registry's waiting room, delivered by the sweeper callback.
+    Promotion,
 }
 
 impl Source {
@@ -24,6 +26,7 @@ impl Source {
         match self {
             Self::Webhook => "webhook",
             Self::Redispatch => "redispatch",
+            Self::Promotion => "promotion",
         }
     }
 }
@@ -37,6 +40,9 @@ pub enum Dispatch {
     Duplicate(AlreadyClaimed),
     /// The registry refused it (no claim is left behind).
     Rejected(Rejection),
+    /// The registry parked it: it is claimed, and a sweep hands it to the re-dispatch path when
+    /// room appears (see [`crate::redispatch`]).
+    Waiting(Waiting),
     /// The worker's mailbox is full; the claim was released again.
     Backlog {
         /// The worker.
@@ -63,6 +69,7 @@ impl Dispatch {
         match self {
             Self::Assigned(_) => "assigned",
             Self::Duplicate(_) => "duplicate",
+            Self::Waiting(_) => "waiting",
             Self::Rejected(Rejection::CapacityFull { .. }) | Self::Backlog { .. } => "capacity",
             Self::Rejected(_) => "draining",
             Self::Closing => "closing",
@@ -71,9 +78,10 @@ impl Dispatch {
     }
 
     /// Every value of [`outcome`](Self::outcome).
-    pub const OUTCOMES: [&'static str; 6] = [
+    pub const OUTCOMES: [&'static str; 7] = [
         "assigned",
         "duplicate",
+        "waiting",
         "capacity",
         "draining",
         "closing",

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 
 use tracing::Instrument;
 use worker_registry::{
-    Deferred, DeliveryId, Maintenance, ReleasedEvent, SweepReport, Target, WorkerId,
+    Deferred, DeliveryId, Maintenance, ReleaseReason, ReleasedEvent, SweepReport, Target, WorkerId,
 };
 
 /// A released event's identity: one delivery to one target.
@@ -102,11 +102,31 @@ impl App {
                 .take(&event.target, &event.delivery);
             let span =
                 telemetry::redispatch_span(&event.target, &event.delivery, original.as_ref());
-            match self
-                .dispatch(&event.target, &event.delivery, Source::Redispatch)
-                .instrument(span)
-                .await
-            {
+            let d = match (event.reason, event.assignment) {
+                // Placed by the registry already (its claim is in flight on that worker):
+                // deliver it there; admitting it again would be a duplicate.
+                (ReleaseReason::Promoted, Some(a)) if !self.is_closing() => {
+                    let d = self
+                        .deliver(&event.target, &event.delivery, a)
+                        .instrument(span)
+                        .await;
+                    self.inner.metrics.admission(Source::Promotion, d.outcome());
+                    d
+                }
+                _ => {
+                    self.dispatch(&event.target, &event.delivery, Source::Redispatch)
+                        .instrument(span)
+                        .await
+                }
+            };
+            match d {
+                Dispatch::Assigned(a) if event.reason == ReleaseReason::Promoted => {
+                    // Counted by the registry (promoted) and the admissions metric (promotion).
+                    tracing::info!(target = %event.target, delivery = %event.delivery, worker = %a.worker, "promoted delivery dispatched");
+                    if !fresh.contains(&key(&event)) {
+                        placed.late.push(event);
+                    }
+                }
                 Dispatch::Assigned(a) => {
                     tracing::info!(target = %event.target, delivery = %event.delivery, worker = %a.worker, "released event re-dispatched");
                     // Relaxed: a statistic.
@@ -116,8 +136,9 @@ impl App {
                         placed.late.push(event);
                     }
                 }
-                // Someone (a GitHub redelivery) placed it again first.
-                Dispatch::Duplicate(_) => {
+                // Someone (a GitHub redelivery) placed it again first, or the registry parked it
+                // (it hands it over again when promoted): either way the registry has it.
+                Dispatch::Duplicate(_) | Dispatch::Waiting(_) => {
                     if !fresh.contains(&key(&event)) {
                         placed.late.push(event);
                     }
@@ -126,7 +147,13 @@ impl App {
                 | Dispatch::Backlog { .. }
                 | Dispatch::Unreachable { .. }
                 | Dispatch::Closing
-                | Dispatch::Unavailable(_) => placed.still.push(event),
+                | Dispatch::Unavailable(_) => {
+                    // A promoted delivery that could not be handed to its worker had its claim
+                    // released (see `settle`): next time it is admitted like a released one.
+                    let mut event = event;
+                    event.assignment = None;
+                    placed.still.push(event)
+                }
             }
         }
         placed

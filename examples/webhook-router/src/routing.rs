@@ -9,7 +9,7 @@ use crate::outcome::{Dispatch, Source};
 use crate::policy::Decision;
 
 use worker_registry::{
-    Assignment, ClaimOutcome, DeliveryId, RegistryError, Rejection, Target, WorkerId,
+    Assignment, ClaimOutcome, DeliveryId, RegistryError, Rejection, Status, Target, WorkerId,
     WorkerRegistry,
 };
 
@@ -105,7 +105,7 @@ impl App {
                     Ok(Some(_)) if decision == Decision::Reach => TargetOutcome::Dispatched(
                         self.dispatch(target, delivery, Source::Webhook).await,
                     ),
-                    Ok(Some(_)) => self.drain_last(target, delivery).await,
+                    Ok(Some(w)) => self.drain_last(target, delivery, w).await,
                 }
             }
         }
@@ -113,7 +113,19 @@ impl App {
 
     /// `drain` of a pull request with a live worker: the worker (or, if it died a moment ago, a
     /// new one) runs this event last, then leaves.
-    async fn drain_last(&self, target: &Target, delivery: &DeliveryId) -> TargetOutcome {
+    async fn drain_last(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        worker: WorkerId,
+    ) -> TargetOutcome {
+        // Already draining: nothing more to do (admitting the event would park it for the
+        // successor, which a closed pull request does not want).
+        if let Ok(Some(info)) = self.inner.registry.worker(worker).await {
+            if info.status == Status::Draining {
+                return TargetOutcome::AlreadyDraining { worker };
+            }
+        }
         match self.dispatch(target, delivery, Source::Webhook).await {
             Dispatch::Assigned(a) => {
                 match self.inner.registry.drain(a.worker).await {

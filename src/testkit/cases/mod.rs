@@ -31,3 +31,4 @@ pub mod snapshot;
 pub mod stall;
 pub mod startup;
 pub mod stuck;
+pub mod waiting;

@@ -18,6 +18,9 @@ pub enum Outcome {
     Drained,
     /// Nothing to do: no pull request, no worker to reach or drain, or the policy ignores it (202).
     Ignored,
+    /// No room now (no capacity, or the pull request's worker draining): the delivery waits in the
+    /// registry's waiting room and is processed when room appears (202, with its position).
+    Waiting,
     /// No capacity for a new worker, or the worker's queue is full (503, no claim left behind).
     Capacity,
     /// The pull request's worker is draining; it gets no new event (503).
@@ -36,6 +39,7 @@ impl Outcome {
             Self::Duplicate => "duplicate",
             Self::Drained => "drained",
             Self::Ignored => "ignored",
+            Self::Waiting => "waiting",
             Self::Capacity => "capacity",
             Self::Draining => "draining",
             Self::Closing => "closing",
@@ -60,6 +64,8 @@ pub enum ClaimStateName {
     InFlight,
     /// Handled.
     Completed,
+    /// Waiting for room.
+    Waiting,
 }
 
 /// What happened to one pull request of a delivery.
@@ -89,9 +95,13 @@ pub struct TargetAnswer {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0)]
     pub limit: Option<u64>,
-    /// Why (ignored, refused).
+    /// Why (ignored, refused, waiting).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Waiting: how many deliveries waited, this one included, when it was parked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub position: Option<u64>,
 }
 
 /// The answer to `POST /webhook` (every status but 400, 401, 404, 413 and 415).
@@ -137,6 +147,10 @@ pub struct DeliveryAnswer {
     /// Why the delivery (or its one pull request) was ignored or refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Waiting (one pull request): its position when it was parked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub position: Option<u64>,
     /// Every pull request the delivery concerns, in payload order.
     pub targets: Vec<TargetAnswer>,
 }

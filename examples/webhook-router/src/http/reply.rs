@@ -103,6 +103,7 @@ pub(crate) fn refused(
             state: None,
             limit: None,
             reason: Some(reason.to_owned()),
+            position: None,
             targets: Vec::new(),
         },
     }

@@ -135,6 +135,7 @@ fn ignored(event: String, reason: String) -> Reply {
             state: None,
             limit: None,
             reason: Some(reason),
+            position: None,
             targets: Vec::new(),
         },
     }
@@ -175,6 +176,7 @@ fn answer(
             state: single.as_ref().and_then(|a| a.state),
             limit: pick(|a| a.limit),
             reason: single.as_ref().and_then(|a| a.reason.clone()),
+            position: single.as_ref().and_then(|a| a.position),
             targets: answers,
         },
     }
@@ -209,6 +211,7 @@ fn target_answer(
         state: None,
         limit: None,
         reason: None,
+        position: None,
     };
     let mut wait = None;
     let event = || {
@@ -261,7 +264,25 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
             a.worker = dup.holder.map(WorkerId::get);
             a.state = Some(match dup.state {
                 ClaimState::Completed => ClaimStateName::Completed,
+                ClaimState::Waiting => ClaimStateName::Waiting,
                 _ => ClaimStateName::InFlight,
+            });
+        }
+        Dispatch::Waiting(w) => {
+            a.outcome = Outcome::Waiting;
+            a.position = Some(w.position as u64);
+            if let Rejection::TargetDraining { worker } = w.reason {
+                a.worker = Some(worker.get());
+            }
+            a.reason = Some(match w.reason {
+                Rejection::CapacityFull { limit } => {
+                    a.limit = Some(limit as u64);
+                    format!("{limit} live workers is the limit: waiting for room")
+                }
+                Rejection::TargetDraining { worker } => {
+                    format!("its worker {worker} is draining: waiting for its successor")
+                }
+                r => format!("{r}: waiting for room"),
             });
         }
         Dispatch::Rejected(Rejection::CapacityFull { limit }) => {
@@ -305,7 +326,7 @@ fn summary(answers: &[TargetAnswer]) -> Outcome {
     if let Some(r) = answers.iter().find(|a| a.outcome.is_refusal()) {
         return r.outcome;
     }
-    for o in [Outcome::Assigned, Outcome::Drained] {
+    for o in [Outcome::Assigned, Outcome::Drained, Outcome::Waiting] {
         if answers.iter().any(|a| a.outcome == o) {
             return o;
         }

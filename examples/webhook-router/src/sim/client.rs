@@ -19,6 +19,8 @@ pub(super) enum Outcome {
     AssignedExisting,
     Duplicate,
     Ignored,
+    /// Parked in the registry's waiting room (202): processed when room appears.
+    Waiting,
     Capacity,
     Draining,
     Unavailable,
@@ -26,11 +28,12 @@ pub(super) enum Outcome {
     Failed,
 }
 
-pub(super) const OUTCOMES: [Outcome; 9] = [
+pub(super) const OUTCOMES: [Outcome; 10] = [
     Outcome::AssignedNew,
     Outcome::AssignedExisting,
     Outcome::Duplicate,
     Outcome::Ignored,
+    Outcome::Waiting,
     Outcome::Capacity,
     Outcome::Draining,
     Outcome::Unavailable,
@@ -164,6 +167,7 @@ impl Client {
             // The PR's worker got a `closed` event as its last one.
             (202, Some("drained")) => Outcome::AssignedExisting,
             (202, Some("ignored")) => Outcome::Ignored,
+            (202, Some("waiting")) => Outcome::Waiting,
             (503, Some("capacity")) => Outcome::Capacity,
             (503, Some("draining")) => Outcome::Draining,
             // The router is shutting down, or its backend (or the worker's container) is away.
@@ -220,7 +224,10 @@ pub(super) fn record(
     retry: &Mutex<Vec<usize>>,
 ) {
     match o {
-        Outcome::AssignedNew | Outcome::AssignedExisting | Outcome::Duplicate => {
+        Outcome::AssignedNew
+        | Outcome::AssignedExisting
+        | Outcome::Duplicate
+        | Outcome::Waiting => {
             accepted.lock().expect("not poisoned").insert(i);
         }
         // Refused, or cut off (a killed replica): send it again.

@@ -73,6 +73,10 @@ struct Totals {
     died: u64,
     heartbeats: u64,
     sweeps: u64,
+    parked: u64,
+    promoted: u64,
+    waiting_expired: u64,
+    waiting: u64,
 }
 
 impl Totals {
@@ -82,6 +86,10 @@ impl Totals {
         self.died += s.deaths_missed_heartbeats;
         self.heartbeats += s.heartbeats;
         self.sweeps += s.sweeps;
+        self.parked += s.parked;
+        self.promoted += s.promoted;
+        self.waiting_expired += s.waiting_expired;
+        self.waiting += s.waiting as u64;
     }
 }
 
@@ -217,12 +225,13 @@ fn traffic(out: &mut String, f: &Findings<'_>) {
     );
     let _ = writeln!(
         out,
-        "outcomes   202 assigned {} (new worker {}, existing worker {}) | 200 duplicate {} | 202 ignored {} | 503 capacity {} | 503 draining {} | 503 unavailable {} | 4xx {} | failed {}",
+        "outcomes   202 assigned {} (new worker {}, existing worker {}) | 200 duplicate {} | 202 ignored {} | 202 waiting {} | 503 capacity {} | 503 draining {} | 503 unavailable {} | 4xx {} | failed {}",
         tally.get(Outcome::AssignedNew) + tally.get(Outcome::AssignedExisting),
         tally.get(Outcome::AssignedNew),
         tally.get(Outcome::AssignedExisting),
         tally.get(Outcome::Duplicate),
         tally.get(Outcome::Ignored),
+        tally.get(Outcome::Waiting),
         tally.get(Outcome::Capacity),
         tally.get(Outcome::Draining),
         tally.get(Outcome::Unavailable),
@@ -254,6 +263,15 @@ fn recovery(out: &mut String, f: &Findings<'_>) {
         totals.heartbeats,
         totals.sweeps,
         f.settled.took.as_secs_f64(),
+    );
+    let _ = writeln!(
+        out,
+        "waiting    {} deliveries parked in the waiting room, {} promoted onto a worker, {} dropped after max_wait, {} still waiting{}",
+        totals.parked,
+        totals.promoted,
+        totals.waiting_expired,
+        totals.waiting,
+        if f.sim.app().registry().parks() { "" } else { " (this backend does not park)" },
     );
 }
 

@@ -29,6 +29,12 @@ pub struct Setup {
     pub body_timeout: Duration,
     pub body_budget: usize,
     pub limits: server::ServerLimits,
+    /// The registry's waiting room (`max_waiting`; 0: off).
+    pub waiting: usize,
+    /// Live workers per repository owner (`max_workers_per_owner`; 0: no cap).
+    pub owner_cap: usize,
+    /// How long a worker waits for another event before it exits.
+    pub idle: Duration,
 }
 
 impl Default for Setup {
@@ -43,6 +49,10 @@ impl Default for Setup {
             body_timeout: body::DEFAULT_BODY_TIMEOUT,
             body_budget: body::DEFAULT_BODY_BUDGET,
             limits: server::ServerLimits::default(),
+            waiting: 0,
+            owner_cap: 0,
+            // Workers stay until drained, crashed or shut down (unless a test advances an hour).
+            idle: Duration::from_secs(3600),
         }
     }
 }
@@ -73,6 +83,8 @@ pub async fn start_with(
         .missed_heartbeats(MISSED)
         .sweep_interval(HEARTBEAT / 2)
         .startup_grace(HEARTBEAT)
+        .max_waiting(setup.waiting)
+        .max_workers_per_owner(setup.owner_cap)
         .build()
         .unwrap();
     let memory = InMemoryRegistry::with_clock(config, TokioClock::new());
@@ -81,8 +93,7 @@ pub async fn start_with(
         webhook_secret: setup.secret.map(|s| Arc::from(s.as_bytes())),
         admin_token: setup.token.map(str::to_owned),
         work: setup.work,
-        // Workers stay until drained, crashed or shut down (unless a test advances an hour).
-        idle: Duration::from_secs(3600),
+        idle: setup.idle,
         mailbox: setup.mailbox,
         policy: Arc::new(setup.policy.clone()),
         body: body::BodyLimits {

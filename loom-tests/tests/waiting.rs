@@ -1,0 +1,168 @@
+//! The waiting room's races: a sweep's promotion against a redelivery of the promoted delivery,
+//! against the exit of the draining worker its target waits behind, and against a new target
+//! arriving for the same freed slot.
+//!
+//! One invariant per check, so that a twin names the one that fired:
+//! * `promoted-redelivery-is-a-duplicate`: a redelivery racing the promotion of its delivery is a
+//!   duplicate (still waiting, or in flight on the promoted worker): never parked a second time,
+//!   never placed a second time;
+//! * `promoted-once`: each parked delivery is handed over exactly once over the racing sweep and a
+//!   final one;
+//! * `successor-only-after-exit`: a draining target's parked delivery is promoted only onto a new
+//!   worker, and only once the draining one is dead: never two live workers for one target;
+//! * `arrival-does-not-overtake`: a new target arriving while others wait for capacity does not
+//!   take the slot that was freed for them; the slot goes to the oldest waiting target.
+//!
+//! Guards: parking re-checks the claims under the room's mutex (a promotion in between placed the
+//! pair); the sweep moves targets behind a worker that is dead by now, however it died, to the front
+//! of the line; a new worker is not created while targets wait for capacity (`contenders`).
+//! Twins: `twins/park-without-recheck.patch` (`promoted-redelivery-is-a-duplicate`),
+//! `twins/unblock-only-sweep-deaths.patch` (`promoted-once`: an exit outside the sweep never
+//! unblocks its target) and `twins/arrivals-overtake-the-waiting.patch`
+//! (`arrival-does-not-overtake`).
+#![cfg(worker_registry_loom)]
+
+use loom_tests::{check, event, invariant, registry_with, spawn, target, EXHAUSTIVE};
+use worker_registry::{
+    Admission, ClaimState, DeliveryId, ReleaseReason, Status, SweepReport, Target,
+};
+
+/// The promoted (target, delivery, worker) of a report.
+fn promoted(report: &SweepReport) -> Vec<(Target, DeliveryId, u64)> {
+    report
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .map(|e| {
+            let a = e
+                .assignment
+                .expect("a promoted event carries its assignment");
+            (e.target.clone(), e.delivery.clone(), a.worker.get())
+        })
+        .collect()
+}
+
+fn promotion_against_redelivery() {
+    let (reg, _clock) = registry_with(1, |c| c.max_waiting(4));
+    let (tb, d1) = (target(2), event(1));
+    let holder = reg.register().expect("the one slot");
+    assert!(matches!(reg.admit(&tb, &d1), Admission::Waiting(_)));
+    holder.deregister().expect("alive");
+
+    let sweeper = {
+        let reg = reg.clone();
+        spawn(move || reg.sweep())
+    };
+    let again = reg.admit(&tb, &d1);
+    let report = sweeper.join().unwrap();
+    let last = reg.sweep();
+
+    invariant!(
+        "promoted-redelivery-is-a-duplicate",
+        matches!(
+            &again,
+            Admission::Duplicate(d) if matches!(d.state, ClaimState::Waiting | ClaimState::InFlight)
+        ),
+        "the redelivery must be a duplicate of the waiting or promoted delivery: {again:?}"
+    );
+    let all: Vec<_> = promoted(&report)
+        .into_iter()
+        .chain(promoted(&last))
+        .collect();
+    invariant!(
+        "promoted-once",
+        all.len() == 1 && reg.stats().parked == 1,
+        "parked once, promoted once: {all:?}, {:?}",
+        reg.stats()
+    );
+}
+
+fn promotion_against_exit() {
+    // Two slots: a second live worker for the target would fit, so only the rule stops it.
+    let (reg, _clock) = registry_with(2, |c| c.max_waiting(4));
+    let t = target(1);
+    let Admission::Assigned(first) = reg.admit(&t, &event(0)) else {
+        panic!("the first delivery is assigned");
+    };
+    let old = first.worker;
+    assert_eq!(reg.drain(old), Ok(Status::Draining));
+    assert!(matches!(reg.admit(&t, &event(1)), Admission::Waiting(_)));
+
+    let leaver = {
+        let reg = reg.clone();
+        spawn(move || reg.loop_finished(old))
+    };
+    let report = reg.sweep();
+    let old_alive_after = reg.worker(old).is_some_and(|w| w.status.is_alive());
+    leaver.join().unwrap().expect("draining until now");
+    let last = reg.sweep();
+
+    let now = promoted(&report);
+    invariant!(
+        "successor-only-after-exit",
+        now.is_empty() || (!old_alive_after && now.iter().all(|(_, _, w)| *w != old.get())),
+        "promoted {now:?} while worker {old} was alive after the sweep: {old_alive_after}"
+    );
+    let all: Vec<_> = now.into_iter().chain(promoted(&last)).collect();
+    invariant!(
+        "promoted-once",
+        all.len() == 1 && all[0].1 == event(1) && all[0].2 != old.get(),
+        "the parked delivery goes to one successor, once: {all:?}"
+    );
+}
+
+fn arrival_against_promotion() {
+    let (reg, _clock) = registry_with(1, |c| c.max_waiting(4));
+    let holder = reg.register().expect("the one slot");
+    assert!(matches!(
+        reg.admit(&target(2), &event(2)),
+        Admission::Waiting(_)
+    ));
+    holder.deregister().expect("alive");
+
+    let sweeper = {
+        let reg = reg.clone();
+        spawn(move || reg.sweep())
+    };
+    let arrival = reg.admit(&target(3), &event(3));
+    let report = sweeper.join().unwrap();
+
+    invariant!(
+        "arrival-does-not-overtake",
+        !matches!(arrival, Admission::Assigned(_))
+            && promoted(&report)
+                .iter()
+                .map(|(t, _, _)| t.clone())
+                .collect::<Vec<_>>()
+                == vec![target(2)],
+        "the freed slot goes to the waiting target 2, not the arrival: {arrival:?} / {:?}",
+        promoted(&report)
+    );
+}
+
+#[test]
+fn promotion_against_a_redelivery_concurrently() {
+    check(
+        "promotion_against_a_redelivery_concurrently",
+        EXHAUSTIVE,
+        promotion_against_redelivery,
+    );
+}
+
+#[test]
+fn promotion_against_the_draining_workers_exit_concurrently() {
+    check(
+        "promotion_against_the_draining_workers_exit_concurrently",
+        EXHAUSTIVE,
+        promotion_against_exit,
+    );
+}
+
+#[test]
+fn promotion_against_a_new_arrival_for_the_slot_concurrently() {
+    check(
+        "promotion_against_a_new_arrival_for_the_slot_concurrently",
+        EXHAUSTIVE,
+        arrival_against_promotion,
+    );
+}

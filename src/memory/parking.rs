@@ -1,0 +1,228 @@
+//! The registry's side of the waiting room (`waiting.rs` holds the room itself): parking a
+//! refused admission, the per-owner cap on live workers, and the sweep's promotion and expiry.
+
+use std::time::Duration;
+
+use super::waiting::{owner_of, Parked, Room};
+use super::InMemoryRegistry;
+use crate::api::error::RegistryError;
+use crate::api::ids::{DeliveryId, Target};
+use crate::api::outcome::{Admission, AlreadyClaimed, ClaimState, Rejection, Waiting};
+use crate::api::report::{ReleasedEvent, SweepReport};
+use crate::api::waiting::{ExpireReason, ExpiredWaiting};
+use crate::clock::Clock;
+use crate::sync::{self, Op, Ordering};
+
+impl<C: Clock> InMemoryRegistry<C> {
+    /// Parks a refused admission, or answers the refusal if the room (or the owner's share) is
+    /// full. Only called with the waiting room on.
+    ///
+    /// **Locking behaviour:** the room's mutex, and under it one claims-shard lock (the pair may
+    /// have been promoted since it was refused) and, for a draining target, one workers-shard
+    /// read lock.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn park(&self, target: &Target, event: &DeliveryId, reason: Rejection) -> Admission {
+        let Some(room) = &self.inner.room else {
+            return Admission::Rejected(reason);
+        };
+        let cfg = &self.inner.config;
+        let now = self.now_ms();
+        let mut room = sync::lock(room);
+        // Promoted (or admitted by a redelivery) between the refusal and this lock.
+        if let Some(dup) = self.probe(target, event) {
+            drop(room);
+            self.inner.counters.duplicates.inc();
+            return Admission::Duplicate(dup);
+        }
+        let blocker = match reason {
+            Rejection::TargetDraining { worker } => self
+                .inner
+                .workers
+                .get_with(&worker, |rec| rec.clone())
+                .filter(|rec| !rec.state.load().is_dead()),
+            _ => None,
+        };
+        let parked = room.park(
+            target,
+            event,
+            blocker,
+            now,
+            (cfg.max_waiting(), cfg.max_waiting_per_owner()),
+        );
+        self.publish_room(&room);
+        drop(room);
+        match parked {
+            Parked::At(position) => {
+                self.inner.counters.parked.inc();
+                Admission::Waiting(Waiting::new(position, reason))
+            }
+            Parked::Duplicate(at) => {
+                self.inner.counters.duplicates.inc();
+                Admission::Duplicate(AlreadyClaimed::new(
+                    None,
+                    self.wall_at(at),
+                    ClaimState::Waiting,
+                ))
+            }
+            // Refused only because others wait for capacity (and there is no room to wait
+            // with them): place it after all, if capacity allows.
+            Parked::Full if matches!(reason, Rejection::CapacityFull { .. }) => {
+                self.admit_with(target, event, false)
+            }
+            Parked::Full => Admission::Rejected(reason),
+        }
+    }
+
+    /// Copies the room's counts to the atomics the hot paths and `stats()` read.
+    fn publish_room(&self, room: &Room) {
+        // Relaxed: hints and a gauge (see `assign_at`); the room's mutex orders the room itself.
+        self.inner
+            .contenders
+            .store(room.contenders, Ordering::Relaxed);
+        self.inner.waiting.store(room.len, Ordering::Relaxed);
+    }
+
+    /// Takes one of the owner's live-worker slots (`max_workers_per_owner`), if it is capped.
+    ///
+    /// **Locking behaviour:** nothing unless the cap is on; then one owners-shard write lock (a
+    /// leaf: nothing else is locked under it).
+    pub(super) fn owner_room(&self, target: &Target) -> Result<(), RegistryError> {
+        let cap = self.inner.config.max_workers_per_owner();
+        if cap == 0 {
+            return Ok(());
+        }
+        self.inner
+            .owner_live
+            .update(owner_of(target).to_owned(), |slot| match slot {
+                Some(n) if *n >= cap => (
+                    Op::Keep,
+                    Err(RegistryError::Rejected(Rejection::CapacityFull {
+                        limit: cap,
+                    })),
+                ),
+                Some(n) => {
+                    *n += 1;
+                    (Op::Keep, Ok(()))
+                }
+                None => (Op::Put(1), Ok(())),
+            })
+    }
+
+    /// Gives back one of the owner's live-worker slots (a worker of its died, or was not made).
+    pub(super) fn owner_leave(&self, target: &Target) {
+        if self.inner.config.max_workers_per_owner() == 0 {
+            return;
+        }
+        self.inner
+            .owner_live
+            .update(owner_of(target).to_owned(), |slot| match slot {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    (Op::Keep, ())
+                }
+                Some(_) => (Op::Remove, ()),
+                None => (Op::Keep, ()),
+            });
+    }
+
+    /// Whether the owner holds its cap of live workers now.
+    fn owner_full(&self, target: &Target) -> bool {
+        let cap = self.inner.config.max_workers_per_owner();
+        cap > 0
+            && self
+                .inner
+                .owner_live
+                .get_with(owner_of(target), |n| *n >= cap)
+                .unwrap_or(false)
+    }
+
+    /// The sweep's step: drop deliveries that waited past `max_wait`, then promote the oldest that
+    /// fit, each target whose draining worker died first, then one target per owner in turn.
+    ///
+    /// Bounded: each delivery parked is promoted or dropped once; a target that does not fit ends
+    /// the step (capacity is full) or is set aside (its worker drains, its owner is at its cap),
+    /// and at most one pass over the owners is spent on owners at their cap.
+    ///
+    /// **Locking behaviour:** called under the sweep mutex; takes the room's mutex, and under it
+    /// what `admit` takes for each promoted delivery.
+    pub(super) fn promote(&self, now: u64, report: &mut SweepReport) {
+        let Some(room) = &self.inner.room else {
+            return;
+        };
+        let cfg = &self.inner.config;
+        let mut room = sync::lock(room);
+        let limit = cfg.max_wait();
+        let cutoff = now.checked_sub(crate::clock::millis(limit));
+        if let Some(cutoff) = cutoff {
+            for (target, item) in room.expire(cutoff) {
+                report.expired_waiting.push(ExpiredWaiting::new(
+                    target,
+                    item.delivery,
+                    Duration::from_millis(now.saturating_sub(item.at)),
+                    ExpireReason::WaitedTooLong { limit },
+                ));
+            }
+        }
+        self.inner
+            .counters
+            .waiting_expired
+            .add(report.expired_waiting.len() as u64);
+        room.unblock_dead();
+        let mut skipped = 0usize;
+        while let Some(target) = room.candidate() {
+            if self.owner_full(&target) && !self.has_live_worker(&target) {
+                if skipped >= room.contenders {
+                    break;
+                }
+                skipped += 1;
+                room.skip();
+                continue;
+            }
+            let mut blocker = None;
+            let mut full = false;
+            while let Some(item) = room.front(&target) {
+                match self.admit_with(&target, &item, false) {
+                    Admission::Assigned(a) => {
+                        room.pop(&target);
+                        self.inner.counters.promoted.inc();
+                        report
+                            .released
+                            .push(ReleasedEvent::promoted(target.clone(), item, a));
+                    }
+                    // Its redelivery was placed meanwhile: nothing left to hand over.
+                    Admission::Duplicate(_) => {
+                        room.pop(&target);
+                    }
+                    Admission::Rejected(Rejection::TargetDraining { worker }) => {
+                        blocker = self.inner.workers.get_with(&worker, |r| r.clone());
+                        if blocker.is_none() {
+                            // Purged already: it is dead; try again next sweep.
+                            full = true;
+                        }
+                        break;
+                    }
+                    Admission::Rejected(_) | Admission::Waiting(_) => {
+                        full = true;
+                        break;
+                    }
+                }
+            }
+            if full {
+                break;
+            }
+            skipped = 0;
+            room.settle(&target, blocker);
+        }
+        report.waiting = room.len;
+        self.publish_room(&room);
+    }
+
+    /// Whether `target` has a live worker (so placing it takes no new slot).
+    fn has_live_worker(&self, target: &Target) -> bool {
+        self.inner
+            .targets
+            .get_with(target, |rec| !rec.state.load().is_dead())
+            .unwrap_or(false)
+    }
+}

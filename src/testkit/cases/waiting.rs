@@ -1,0 +1,345 @@
+//! The waiting room: parking of admissions that find no room, its bounds, promotion in arrival
+//! order (round-robin across owners), a draining target's successor, expiry, and the size-0
+//! behaviour of a backend that does not park. Every case but the last runs only on a backend that
+//! [`parks`](crate::WorkerRegistry::parks).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::testkit::support::*;
+use crate::testkit::Fixture;
+use crate::{
+    Admission, ClaimState, DeadReason, DeliveryId, Event, ExpireReason, Rejection, ReleaseReason,
+    ReleasedEvent, Status, Subscribe, Target, WorkerRegistry,
+};
+
+/// A registry that parks up to `max` deliveries, on two workers.
+fn parking(max: usize) -> crate::config::RegistryConfigBuilder {
+    config().max_workers(2).max_waiting(max)
+}
+
+/// Target `owner/repo#n`.
+fn of(owner: &str, n: u64) -> Target {
+    Target::new(&format!("{owner}/repo"), n).expect("a valid target")
+}
+
+/// The promoted events of a report, as (target, delivery), in report order; each is checked to
+/// carry its assignment.
+#[track_caller]
+fn promoted(events: &[ReleasedEvent]) -> Vec<(Target, DeliveryId)> {
+    events
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .map(|e| {
+            let a = e
+                .assignment
+                .expect("a promoted event carries its assignment");
+            assert_eq!(e.holder, Some(a.worker), "{e:?}");
+            (e.target.clone(), e.delivery.clone())
+        })
+        .collect()
+}
+
+/// The waiting position of an admission that must be parked.
+#[track_caller]
+fn waiting(a: Result<Admission, crate::RegistryError>) -> crate::Waiting {
+    match a {
+        Ok(Admission::Waiting(w)) => w,
+        other => panic!("expected Waiting, got {other:?}"),
+    }
+}
+
+/// With capacity full, new targets are parked in order (a redelivery of a parked one is a
+/// `Waiting` duplicate); a completion promotes nothing; each death promotes the oldest waiting
+/// target, with all of its deliveries, onto a new worker, handed over once with its assignment
+/// (a redelivery of it is then an in-flight duplicate on that worker); counts and stats follow.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn a_full_registry_parks_and_deaths_promote_the_oldest_in_order<F: Fixture>(fixture: &F) {
+    let r = registry(fixture, parking(8)).await;
+    if !r.parks() {
+        return;
+    }
+    let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
+    let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
+    let first = waiting(r.admit(&t(3), &d("c")).await);
+    assert_eq!(first.position, 1);
+    assert_eq!(first.reason, Rejection::CapacityFull { limit: 2 });
+    assert_eq!(waiting(r.admit(&t(4), &d("e")).await).position, 2);
+    assert_eq!(waiting(r.admit(&t(3), &d("f")).await).position, 3);
+    let dup = duplicate(r.admit(&t(3), &d("c")).await);
+    assert_eq!((dup.holder, dup.state), (None, ClaimState::Waiting));
+    // A sticky admission is not affected by the waiting room.
+    assert_eq!(assigned(r.admit(&t(1), &d("g")).await).worker, w1);
+
+    r.complete(&t(1), &d("a")).await.unwrap();
+    let report = sweep(&r).await;
+    assert!(
+        promoted(&report.released).is_empty(),
+        "a completion frees no slot"
+    );
+    assert_eq!((report.waiting, r.status().waiting), (3, 3));
+
+    assert_eq!(r.deregister(w1).await, Ok(DeadReason::Deregistered));
+    let report = sweep(&r).await;
+    assert_eq!(
+        promoted(&report.released),
+        vec![(t(3), d("c")), (t(3), d("f"))],
+        "the oldest target, with all of its deliveries in order: {report:?}"
+    );
+    let a = report.released[report.released.len() - 1]
+        .assignment
+        .expect("assignment");
+    assert!(report
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .all(|e| e.holder == Some(a.worker)));
+    assert_eq!(report.waiting, 1);
+    let dup = duplicate(r.admit(&t(3), &d("c")).await);
+    assert_eq!(
+        (dup.holder, dup.state),
+        (Some(a.worker), ClaimState::InFlight)
+    );
+    assert!(
+        promoted(&sweep(&r).await.released).is_empty(),
+        "handed over once"
+    );
+
+    r.deregister(w2).await.unwrap();
+    let report = sweep(&r).await;
+    assert_eq!(promoted(&report.released), vec![(t(4), d("e"))]);
+    assert_eq!(report.waiting, 0);
+    assert_eq!(r.status().waiting, 0);
+    let s = r.stats();
+    assert_eq!(
+        (s.parked, s.promoted, s.waiting_expired, s.waiting),
+        (3, 3, 0, 0)
+    );
+}
+
+/// A target whose worker drains parks its deliveries behind that worker: no sweep promotes them
+/// while it lives (never two live workers for one target); once it has exited, the next sweep
+/// promotes them onto a new worker, its successor, ahead of targets waiting for capacity.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn a_draining_targets_waiting_deliveries_go_to_its_successor<F: Fixture>(fixture: &F) {
+    let r = registry(fixture, parking(8)).await;
+    if !r.parks() {
+        return;
+    }
+    let old = assigned(r.admit(&t(1), &d("open")).await).worker;
+    assigned(r.admit(&t(2), &d("other")).await);
+    assert_eq!(r.drain(old).await, Ok(Status::Draining));
+    let w = waiting(r.admit(&t(1), &d("reopened")).await);
+    assert_eq!(w.reason, Rejection::TargetDraining { worker: old });
+    waiting(r.admit(&t(3), &d("new")).await);
+    waiting(r.admit(&t(1), &d("synchronize")).await);
+
+    for _ in 0..2 {
+        let report = sweep(&r).await;
+        assert!(
+            promoted(&report.released).is_empty(),
+            "nothing promoted while the old worker lives: {report:?}"
+        );
+    }
+    r.complete(&t(1), &d("open")).await.unwrap();
+    assert_eq!(
+        r.loop_finished(old).await,
+        Ok(Status::Dead(DeadReason::Exited))
+    );
+    let report = sweep(&r).await;
+    assert_eq!(
+        promoted(&report.released),
+        vec![(t(1), d("reopened")), (t(1), d("synchronize"))],
+        "the successor first, with its deliveries in order: {report:?}"
+    );
+    let successor = report.released[0].assignment.expect("assignment");
+    assert!(successor.new);
+    assert_ne!(successor.worker, old);
+    assert_eq!(info(&r, successor.worker).await.target, Some(t(1)));
+    assert_eq!(report.waiting, 1, "t3 still waits for capacity");
+}
+
+/// The bounds: at most `max_waiting` deliveries wait, at most `max_waiting_per_owner` of one
+/// owner; past them the answer is today's rejection with no claim left behind.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn the_waiting_rooms_bounds_hold<F: Fixture>(fixture: &F) {
+    let r = registry(fixture, parking(3).max_waiting_per_owner(2)).await;
+    if !r.parks() {
+        return;
+    }
+    assigned(r.admit(&t(1), &d("a")).await);
+    assigned(r.admit(&t(2), &d("b")).await);
+    waiting(r.admit(&of("big", 1), &d("1")).await);
+    waiting(r.admit(&of("big", 2), &d("2")).await);
+    assert_eq!(
+        r.admit(&of("big", 3), &d("3")).await,
+        Ok(Admission::Rejected(Rejection::CapacityFull { limit: 2 })),
+        "the owner's share is full"
+    );
+    assert_eq!(waiting(r.admit(&of("small", 1), &d("4")).await).position, 3);
+    assert_eq!(
+        r.admit(&of("small", 2), &d("5")).await,
+        Ok(Admission::Rejected(Rejection::CapacityFull { limit: 2 })),
+        "the room is full"
+    );
+    assert_eq!(sweep(&r).await.waiting, 3);
+    assert_eq!(r.stats().parked, 3);
+    // No claim was left behind by the rejections: once there is room, they are admitted.
+    assert!(matches!(
+        r.admit(&of("big", 3), &d("3")).await,
+        Ok(Admission::Rejected(_))
+    ));
+}
+
+/// A delivery still waiting `max_wait` after it was parked is dropped by a sweep, with its
+/// reason, listed in the report, counted, and published; its claim is gone (a redelivery is
+/// parked anew).
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn a_delivery_waiting_past_max_wait_is_dropped_and_published<F: Fixture>(fixture: &F) {
+    let max_wait = Duration::from_secs(20);
+    let r = registry(fixture, parking(8).max_wait(max_wait)).await;
+    if !r.parks() {
+        return;
+    }
+    let mut events = r.subscribe();
+    let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
+    let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
+    waiting(r.admit(&t(3), &d("late")).await);
+    fixture.advance(&r, max_wait - MARGIN).await;
+    r.heartbeat(w1).await.unwrap();
+    r.heartbeat(w2).await.unwrap();
+    assert!(sweep(&r).await.expired_waiting.is_empty(), "not yet");
+    fixture.advance(&r, MARGIN + PAST).await;
+    r.heartbeat(w1).await.unwrap();
+    r.heartbeat(w2).await.unwrap();
+    let report = sweep(&r).await;
+    assert_eq!(report.expired_waiting.len(), 1, "{report:?}");
+    let e = &report.expired_waiting[0];
+    assert_eq!((&e.target, &e.delivery), (&t(3), &d("late")));
+    assert_eq!(e.reason, ExpireReason::WaitedTooLong { limit: max_wait });
+    assert!(e.waited > max_wait);
+    assert_eq!((report.waiting, r.stats().waiting_expired), (0, 1));
+    loop {
+        match next_event(&mut events).await {
+            Event::WaitingExpired {
+                target,
+                delivery,
+                reason,
+            } => {
+                assert_eq!((target, delivery), (t(3), d("late")));
+                assert_eq!(reason, ExpireReason::WaitedTooLong { limit: max_wait });
+                break;
+            }
+            _ => continue,
+        }
+    }
+    assert_eq!(waiting(r.admit(&t(3), &d("late")).await).position, 1);
+}
+
+/// Promotion takes one target per owner in turn, and a per-owner cap on live workers holds: a
+/// busy owner's burst does not starve a quiet one, and the cap holds for admissions racing on
+/// several handles.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn promotion_is_round_robin_and_the_owner_cap_holds<F: Fixture>(fixture: &F) {
+    let r = registry(
+        fixture,
+        config()
+            .max_workers(4)
+            .max_waiting(64)
+            .max_workers_per_owner(3),
+    )
+    .await;
+    if !r.parks() {
+        return;
+    }
+    let others = replicas(fixture, &r, RACERS).await;
+    // Racing new targets of one owner: at most 3 get a worker, the rest wait.
+    let mut tasks = Vec::new();
+    for (i, h) in others.iter().cloned().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            for j in 0..3u64 {
+                let n = (i as u64) * 10 + j + 1;
+                out.push(h.admit(&of("big", n), &d(&format!("big-{n}"))).await);
+            }
+            out
+        }));
+    }
+    let mut placed = Vec::new();
+    for task in tasks {
+        for a in task.await.expect("racer") {
+            match a {
+                Ok(Admission::Assigned(a)) => placed.push(a.worker),
+                Ok(Admission::Waiting(_)) => {}
+                other => panic!("expected Assigned or Waiting, got {other:?}"),
+            }
+        }
+    }
+    assert_eq!(placed.len(), 3, "the owner cap: {placed:?}");
+    // A quiet owner waits behind the big one's parked targets (arrivals do not overtake the
+    // waiting), but the sweep passes over the big owner, at its cap, and promotes it into the
+    // fourth slot.
+    waiting(r.admit(&of("quiet", 1), &d("q1")).await);
+    waiting(r.admit(&of("quiet", 2), &d("q2")).await);
+    waiting(r.admit(&of("quiet", 3), &d("q3")).await);
+    let report = sweep(&r).await;
+    assert_eq!(promoted(&report.released), vec![(of("quiet", 1), d("q1"))]);
+    let quiet = report.released[0].assignment.expect("assignment").worker;
+
+    // Two slots free up: the quiet owner's worker and one of the big owner's. Round-robin gives
+    // one to each owner (big's 3-cap allows one more; quiet's first waiting target).
+    r.deregister(quiet).await.unwrap();
+    r.deregister(placed[0]).await.unwrap();
+    let report = sweep(&r).await;
+    let owners: BTreeSet<String> = promoted(&report.released)
+        .iter()
+        .map(|(t, _)| t.repo().to_owned())
+        .collect();
+    assert_eq!(
+        owners,
+        BTreeSet::from(["big/repo".to_owned(), "quiet/repo".to_owned()]),
+        "{report:?}"
+    );
+    let live: usize = r.status().capacity.used;
+    assert!(live <= 4);
+}
+
+/// With the waiting room off (`max_waiting` 0), or on a backend that does not park whatever the
+/// configuration says, an admission that cannot be placed is rejected as it always was, and
+/// nothing waits. Runs on every backend.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn without_parking_a_refused_admission_is_rejected<F: Fixture>(fixture: &F) {
+    for max in [0, 8] {
+        let r = registry(fixture, config().max_workers(1).max_waiting(max)).await;
+        if max > 0 && r.parks() {
+            continue;
+        }
+        assigned(r.admit(&t(1), &d("a")).await);
+        assert_eq!(
+            r.admit(&t(2), &d("b")).await,
+            Ok(Admission::Rejected(Rejection::CapacityFull { limit: 1 }))
+        );
+        let report = sweep(&r).await;
+        assert_eq!((report.waiting, r.status().waiting), (0, 0));
+        assert!(report.expired_waiting.is_empty());
+        assert_eq!(r.stats().parked, 0);
+    }
+}
