@@ -337,8 +337,15 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
     // suspect), then past the suspect grace.
     ticks(&r, interval, every(config.heartbeat_timeout()), "silent").await;
     ticks(&r, interval, every(config.suspect_grace()), "past grace").await;
-    // An operator lowers the retained-claims limit to a tenth (a replica with the new config;
-    // it takes the lease once the first one's lapses).
+    // An operator lowers the retained-claims limit to a tenth, the documented way: the replica
+    // stops, the stored configuration is deleted, and a replica with the new one starts (it
+    // takes the lease once the first one's lapses).
+    drop(r);
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{name}}}:config"))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
     let lowered = RedisRegistry::builder(url)
         .name(name.clone())
         .config(
@@ -354,7 +361,6 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
         .connect()
         .await
         .expect("connect");
-    drop(r);
     ticks(&lowered, interval, 6, "limit lowered").await;
     // Retention ends for the dead records, then for the claims.
     ticks(
