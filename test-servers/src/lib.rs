@@ -15,5 +15,6 @@
 
 pub mod pgbouncer;
 pub mod postgres;
+mod process;
 pub mod redis;
 pub mod sentinel;

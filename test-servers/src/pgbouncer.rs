@@ -6,18 +6,18 @@
 //! Without the binary a test skips with one line; with `CI` set it fails instead (`.ci/run`
 //! installs `pgbouncer`).
 
-use std::io::Write as _;
-use std::net::TcpListener;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use crate::postgres::{is_root, unprivileged_user};
+use crate::process::{free_port, have_or_skip, Tethered};
 
 /// A `pgbouncer` this process started.
 pub struct PgBouncer {
     pub port: u16,
+    /// Declared before `dir`: fields drop in order, and the process stops before its
+    /// directory goes.
+    child: Tethered,
     dir: tempfile::TempDir,
-    child: Option<(Child, ChildStdin)>,
 }
 
 impl PgBouncer {
@@ -25,21 +25,7 @@ impl PgBouncer {
     /// let through (`auth_type = any`), at most `pool_size` server connections per database and
     /// user. `None` without the binary (after the skip line; a failure under `CI`).
     pub fn start(pg_port: u16, pool_size: u32, what: &str) -> Option<Self> {
-        let have = Command::new("pgbouncer")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !have {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "{what}: pgbouncer is not installed and CI is set (.ci/run installs it)"
-            );
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "skipped: {what} (install pgbouncer)"
-            );
+        if !have_or_skip("pgbouncer", "pgbouncer", what) {
             return None;
         }
         let dir = tempfile::tempdir().expect("a directory for pgbouncer");
@@ -55,10 +41,7 @@ impl PgBouncer {
                 .arg(dir.path())
                 .status();
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a loopback port")
-            .port();
+        let port = free_port();
         let ini = dir.path().join("pgbouncer.ini");
         std::fs::write(
             &ini,
@@ -75,36 +58,12 @@ impl PgBouncer {
             let _ = Command::new("chown").arg(u).arg(&ini).status();
         }
         let run = match &user {
-            Some(u) => format!(
-                r#"runuser -u {u} -- pgbouncer "$1" & pid=$!; read _ignored; kill $pid; wait $pid"#
-            ),
-            None => r#"pgbouncer "$1" & pid=$!; read _ignored; kill $pid; wait $pid"#.to_owned(),
+            Some(u) => format!("runuser -u {u} -- pgbouncer"),
+            None => "pgbouncer".to_owned(),
         };
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(run)
-            .arg("sh")
-            .arg(&ini)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn pgbouncer");
-        let stdin = child.stdin.take().expect("stdin");
-        let b = Self {
-            port,
-            dir,
-            child: Some((child, stdin)),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "pgbouncer did not start: {}",
-                b.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let child = Tethered::spawn(&run, &ini);
+        let b = Self { port, dir, child };
+        b.child.wait_listening(port, "pgbouncer", || b.log());
         Some(b)
     }
 
@@ -116,14 +75,5 @@ impl PgBouncer {
     /// The pooler's log (for a failing test's message).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("pgbouncer.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for PgBouncer {
-    fn drop(&mut self) {
-        if let Some((mut child, stdin)) = self.child.take() {
-            drop(stdin);
-            let _ = child.wait();
-        }
     }
 }
