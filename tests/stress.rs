@@ -1410,9 +1410,11 @@ impl<'a> Final<'a> {
 /// sweeper thread sweeps (promoting and dropping). At the end the rest of the room is worked off
 /// (workers exit, then time passes `max_wait`). Checked:
 ///
-/// * every delivery parked (first answered `Waiting`) is handed over exactly once as promoted or
-///   dropped as expired, never both, never twice (or, if a redelivery of it was assigned in the
-///   instant between its refusal and its parking, left to that redelivery: never promoted then);
+/// * every parking of a delivery (an answer `Waiting`) ends in exactly one promotion or one
+///   expiry (or, if a redelivery of it was assigned in the instant between its refusal and its
+///   parking, is left to that redelivery); a delivery is parked again only after its claim was
+///   let go (released from its worker by a death, an exit or a deregistration, or expired), as
+///   a released delivery's redelivery is admitted again;
 /// * a promoted delivery carries an assignment onto a worker of its own target, and never more
 ///   live workers than the limit at any read;
 /// * the registry's `parked`, `promoted` and `waiting_expired` counters equal what was observed,
@@ -1455,9 +1457,17 @@ fn waiting_room_parks_and_promotes_each_delivery_exactly_once() {
     let expired: Mutex<HashMap<String, usize>> = Mutex::new(HashMap::new());
     let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let fail = |m: String| failures.lock().unwrap().push(m);
+    let reopened: Mutex<HashMap<String, usize>> = Mutex::new(HashMap::new());
     let record = |report: &SweepReport| {
         for e in &report.released {
             if e.reason != ReleaseReason::Promoted {
+                // Released from its worker (a death, an exit, a deregistration): a redelivery
+                // of it may be admitted, and so parked, again.
+                *reopened
+                    .lock()
+                    .unwrap()
+                    .entry(e.delivery.as_str().to_owned())
+                    .or_default() += 1;
                 continue;
             }
             match e.assignment {
@@ -1580,15 +1590,22 @@ fn waiting_room_parks_and_promotes_each_delivery_exactly_once() {
         "seed {seed}: only {} parked",
         parked.len()
     );
+    let reopened = reopened.into_inner().unwrap();
     for (id, n) in &parked {
         let (h, e) = (
             handed.get(id).copied().unwrap_or(0),
             expired.get(id).copied().unwrap_or(0),
         );
-        let left_to_redelivery = h + e == 0 && assigned.contains(id);
+        let r = reopened.get(id).copied().unwrap_or(0);
+        // Each parking ends in exactly one promotion or expiry, except one that a redelivery's
+        // assignment overtook (between its refusal and its parking).
+        let answered = h + e == *n || (h + e + 1 == *n && assigned.contains(id));
+        // A delivery is parked again only after its claim was let go: released from the worker
+        // it was promoted or assigned to (a death, an exit, a deregistration), or expired.
+        let reopened_between = *n <= 1 + r + e;
         assert!(
-            (*n == 1 && h + e == 1) || left_to_redelivery,
-            "seed {seed}: {id} parked {n}x, promoted {h}x, expired {e}x"
+            answered && reopened_between,
+            "seed {seed}: {id} parked {n}x, promoted {h}x, expired {e}x, released {r}x"
         );
     }
     for id in handed.keys().chain(expired.keys()) {
