@@ -14,11 +14,12 @@ use crate::harness::{self, Server};
 
 const SERVICE: &str = "wr-primary";
 
-/// Polls `f` until it is true (bounded: the test fails after 30 s, with `what`).
+/// Polls `f` until it is true. A condition: the cap (90 s) only bounds a hang, since Sentinel
+/// learns of replicas from its 10 s `INFO` round, slower on a loaded machine.
 async fn wait_for(what: &str, mut f: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(90);
     while !f().await {
-        assert!(Instant::now() < deadline, "not within 30 s: {what}");
+        assert!(Instant::now() < deadline, "not within 90 s: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -125,7 +126,7 @@ async fn a_sentinel_failover_is_followed_without_a_restart() {
     .await;
 
     // The same handle: calls fail (retryable) while it moves, then answer from the new primary.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(90);
     let second = loop {
         match registry.admit(&t(2), &d("after")).await {
             Ok(a) => break a,
@@ -133,7 +134,7 @@ async fn a_sentinel_failover_is_followed_without_a_restart() {
                 assert!(e.is_retryable(), "only retryable errors meanwhile: {e}");
                 assert!(
                     Instant::now() < deadline,
-                    "the handle did not follow the failover within 30 s: {e}\n{}",
+                    "the handle did not follow the failover within 90 s: {e}\n{}",
                     sentinel.log()
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
