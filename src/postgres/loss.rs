@@ -26,10 +26,14 @@ const IDENTITY: &str = "SELECT \
     coalesce((SELECT version FROM wr_snapshots WHERE registry = $1), 0) AS version";
 
 /// Stores the deciding settings `$2` with registry `$1` unless some are stored; the stored ones.
-const AGREE: &str = "WITH stored AS (UPDATE wr_registries SET config = to_jsonb($2::text) \
-                                      WHERE id = $1 AND config IS NULL RETURNING config) \
-    SELECT coalesce((SELECT config FROM stored), \
-                    (SELECT config FROM wr_registries WHERE id = $1)) #>> '{}' AS config";
+/// The update always takes the row (a `WHERE config IS NULL` would skip a row a concurrent first
+/// connect just set, and a read beside it sees the statement's snapshot, from before that
+/// commit): after waiting for the other's lock it sees the row as committed, and `RETURNING`
+/// gives the settings that won.
+const AGREE: &str = "WITH stored AS (UPDATE wr_registries \
+                                      SET config = coalesce(config, to_jsonb($2::text)) \
+                                      WHERE id = $1 RETURNING config) \
+    SELECT (SELECT config FROM stored) #>> '{}' AS config";
 
 /// What the database says of the registry's identity now.
 pub(crate) struct Identity {
