@@ -1,0 +1,418 @@
+//! The builder of a [`RedisRegistry`](super::RedisRegistry): its settings with their `DEFAULT_*`
+//! values, and `connect` (the URL or the Sentinels, the server's version, the replica id, the
+//! registry's identity and stored configuration, the first snapshot, the event listener).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use ::redis::aio::ConnectionManagerConfig;
+use ::redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use ::redis::IntoConnectionInfo;
+
+use super::counters::Counters;
+use super::keys::Keys;
+use super::link::{Link, Source};
+use super::{error, events, keys, loss, Inner, Limits, RedisRegistry, MIN_SERVER_VERSION};
+#[allow(unused_imports)] // named by the docs' links
+use super::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RECONNECT_RETRIES, DEFAULT_REGISTRY_NAME,
+    DEFAULT_RESPONSE_TIMEOUT,
+};
+use crate::api::connect::ConnectError;
+use crate::api::error::RegistryError;
+use crate::api::snapshot::StatusSnapshot;
+use crate::config::RegistryConfig;
+use crate::remote::agreement;
+use crate::remote::loss::LossWatch;
+use crate::remote::snapshot::SnapshotCache;
+/// Builds a [`RedisRegistry`]: the server URL, the registry name, its configuration and the
+/// connection's timeouts, each with a `DEFAULT_*` value.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use worker_registry::redis::RedisRegistry;
+///
+/// let registry = RedisRegistry::builder("redis://127.0.0.1:6379/0")
+///     .name("pool-a")
+///     .response_timeout(Duration::from_millis(500))
+///     .connect()
+///     .await?;
+/// assert_eq!(registry.name(), "pool-a");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `connect()` is awaited"]
+pub struct RedisRegistryBuilder {
+    pub(super) url: String,
+    pub(super) name: String,
+    pub(super) config: RegistryConfig,
+    pub(super) connect_timeout: Duration,
+    pub(super) response_timeout: Duration,
+    pub(super) reconnect_retries: usize,
+    pub(super) wait_on_create: Option<(usize, Duration)>,
+    /// The Sentinels' URLs and the monitored primary's name.
+    pub(super) sentinel: Option<(Vec<String>, String)>,
+    /// PEM roots that replace the system's for `rediss://` (feature `redis-tls`).
+    #[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
+    pub(super) tls_roots: Option<Vec<u8>>,
+}
+
+impl RedisRegistryBuilder {
+    /// The registry's name: registries with different names on one server are independent
+    /// (default [`DEFAULT_REGISTRY_NAME`]). Letters, digits and `- _ . :`, at most
+    /// [`MAX_REGISTRY_NAME_LEN`](crate::MAX_REGISTRY_NAME_LEN) bytes; checked by [`connect`](Self::connect).
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisRegistryBuilder`].
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The registry's configuration (default `RegistryConfig::default()`). Every replica of a
+    /// registry must use the same one: the first handle to open the registry stores its deciding
+    /// settings (`{name}:config`), and [`connect`](Self::connect) refuses a handle configured
+    /// otherwise with [`ConnectError::Backend`] holding [`RegistryError::ConfigDisagrees`], naming the setting and both values.
+    /// To change them, stop every replica, delete `{name}:config`, and start them again.
+    ///
+    /// # Examples
+    ///
+    /// See the [module documentation](self).
+    pub fn config(mut self, config: RegistryConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// How long one connection attempt may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisRegistryBuilder`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a call may wait for its answer (default [`DEFAULT_RESPONSE_TIMEOUT`]). Each
+    /// call is one bounded script (a sweep is several), so the size of the registry does not
+    /// call for a longer one.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisRegistryBuilder`].
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Reconnection retries before a waiting call fails (default
+    /// [`DEFAULT_RECONNECT_RETRIES`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let builder = RedisRegistry::builder("redis://127.0.0.1/").reconnect_retries(0);
+    /// # let _ = builder;
+    /// ```
+    pub fn reconnect_retries(mut self, retries: usize) -> Self {
+        self.reconnect_retries = retries;
+        self
+    }
+
+    /// Makes every call that created a worker (an `admit` or `assign` answering `new: true`, a
+    /// `register`) wait, before it answers, until `replicas` replicas of the server have
+    /// acknowledged its writes (`WAIT replicas timeout`), so that a failover to one of them
+    /// keeps the worker the router is about to start a container for. Default: off. A shortfall
+    /// (fewer replicas within `timeout`) is logged and the answer stands: the creation happened
+    /// on the primary. `WAIT` holds this handle's connection meanwhile (every call of the handle
+    /// waits behind it), so keep `timeout` short.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let builder = RedisRegistry::builder("redis://127.0.0.1/")
+    ///     .wait_on_create(1, Duration::from_millis(50));
+    /// # let _ = builder;
+    /// ```
+    pub fn wait_on_create(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.wait_on_create = Some((replicas, timeout));
+        self
+    }
+
+    /// Finds the primary through Redis Sentinel: `sentinels` are the Sentinels' URLs
+    /// (`redis://host:26379`), `service` the name they monitor the primary under. The builder's
+    /// URL then gives only the settings of the connection to the primary (credentials, database,
+    /// `rediss://` for TLS): its host and port are those the Sentinels name. After a failover the
+    /// handle asks the Sentinels again and goes on with the new primary; no restart is needed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), worker_registry::ConnectError> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let registry = RedisRegistry::builder("redis://:secret@primary/0")
+    ///     .sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "registry")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sentinel<S: Into<String>>(
+        mut self,
+        sentinels: impl IntoIterator<Item = S>,
+        service: impl Into<String>,
+    ) -> Self {
+        self.sentinel = Some((
+            sentinels.into_iter().map(Into::into).collect(),
+            service.into(),
+        ));
+        self
+    }
+
+    /// The certificate authorities (PEM) a `rediss://` server's certificate must chain to,
+    /// instead of the system's store: a private CA. Feature `redis-tls`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let ca = std::fs::read("/etc/registry/ca.pem")?;
+    /// let registry = RedisRegistry::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_certificate(ca)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redis-tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots = Some(pem.into());
+        self
+    }
+
+    /// The source of the primary: the URL's client, or the Sentinels with the URL's settings.
+    fn source(&self) -> Result<Source, ConnectError> {
+        let invalid = |e: ::redis::RedisError| ConnectError::InvalidUrl {
+            backend: error::BACKEND,
+            reason: e.to_string(),
+        };
+        if self.url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
+            return Err(ConnectError::Unsupported {
+                backend: error::BACKEND,
+                reason: "a rediss:// URL needs TLS: build worker-registry with the `redis-tls` \
+                         feature"
+                    .into(),
+            });
+        }
+        #[cfg(feature = "redis-tls")]
+        {
+            // The ring provider, unless the process chose one already (then that one is used).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        if self.sentinel.is_some() && self.tls_roots.is_some() {
+            return Err(ConnectError::Unsupported {
+                backend: error::BACKEND,
+                reason: "a private certificate authority with Sentinel is not supported: the \
+                         system's store verifies the primary the Sentinels name"
+                    .into(),
+            });
+        }
+        let Some((sentinels, service)) = &self.sentinel else {
+            #[cfg(feature = "redis-tls")]
+            if let Some(roots) = &self.tls_roots {
+                return Ok(Source::Direct(
+                    ::redis::Client::build_with_tls(
+                        self.url.as_str(),
+                        ::redis::TlsCertificates {
+                            client_tls: None,
+                            root_cert: Some(roots.clone()),
+                        },
+                    )
+                    .map_err(invalid)?,
+                ));
+            }
+            return Ok(Source::Direct(
+                ::redis::Client::open(self.url.as_str()).map_err(invalid)?,
+            ));
+        };
+        let info = self.url.as_str().into_connection_info().map_err(invalid)?;
+        let mut node = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(info.redis_settings().clone());
+        if let ::redis::ConnectionAddr::TcpTls { insecure, .. } = info.addr() {
+            node = node.set_tls_mode(if *insecure {
+                ::redis::TlsMode::Insecure
+            } else {
+                ::redis::TlsMode::Secure
+            });
+        }
+        let client = SentinelClient::build(
+            sentinels.iter().map(String::as_str).collect(),
+            service.clone(),
+            Some(node),
+            SentinelServerType::Master,
+        )
+        .map_err(invalid)?;
+        Ok(Source::Sentinel(tokio::sync::Mutex::new(client)))
+    }
+
+    /// Connects: checks the name and the URL, opens the connection (managed: it reconnects by
+    /// itself, and opens a new one after a failover, see `link.rs`), checks the server's version, takes a replica id, fetches the published snapshot
+    /// and subscribes to lifecycle events on a second connection.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisRegistryBuilder`].
+    pub async fn connect(self) -> Result<RedisRegistry, ConnectError> {
+        keys::validate_name(&self.name).map_err(|error| ConnectError::InvalidName {
+            backend: error::BACKEND,
+            error,
+        })?;
+        let source = self.source()?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(self.reconnect_retries)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let unavailable = |e| ConnectError::Backend(error::backend(e));
+        let mut conn = Link::open(source, manager_config)
+            .await
+            .map_err(unavailable)?;
+        check_version(&mut conn).await?;
+        let keys = Keys::new(&self.name);
+        agree(&mut conn, &keys, &self.config).await?;
+        // The counter makes ids unique among live replicas; the server's clock (µs) keeps them
+        // unique across a data loss that resets the counter.
+        let (n, (secs, micros)): (u64, (u64, u64)) = ::redis::pipe()
+            .cmd("INCR")
+            .arg(&keys.next_replica_id)
+            .cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let replica = format!("r{n}-{}", secs * 1_000_000 + micros);
+        // The registry's incarnation as this handle first sees it (set now if there is none).
+        let seen = loss::identity(
+            &mut conn,
+            &keys,
+            &replica,
+            &replica,
+            "",
+            Limits::of(&self.config).forget_consumer_ms,
+        )
+        .await
+        .map_err(ConnectError::Backend)?;
+        let config = self.config.clone();
+        let events = Arc::new(events::Events::new(self.connect_timeout));
+        let listener = events::Listener::start(
+            events::Channel {
+                conn: conn.clone(),
+                channel: keys.events.clone(),
+                offset_key: keys.offset.clone(),
+                prefix: keys.prefix.clone(),
+                replica: replica.clone(),
+                connect_timeout: self.connect_timeout,
+            },
+            events.clone(),
+        )
+        .await
+        .map_err(ConnectError::Backend)?;
+        let registry = RedisRegistry {
+            inner: Arc::new(Inner {
+                limits: Limits::of(&config),
+                snapshot: SnapshotCache::new(StatusSnapshot::empty(
+                    config.max_workers(),
+                    SystemTime::now(),
+                )),
+                refresh: tokio::sync::Mutex::new(()),
+                config,
+                keys,
+                conn,
+                replica,
+                counters: Counters::new(),
+                loss: LossWatch::new(seen.incarnation, seen.last_id),
+                events,
+                _listener: listener,
+                settings: self,
+            }),
+        };
+        registry
+            .refresh_snapshot()
+            .await
+            .map_err(ConnectError::Backend)?;
+        Ok(registry)
+    }
+}
+
+/// Stores `config`'s deciding settings with the registry unless some are stored already
+/// (`{n}:config`, `SET NX`), and refuses a configuration that differs from them (see
+/// `crate::remote::agreement`).
+async fn agree(conn: &mut Link, keys: &Keys, config: &RegistryConfig) -> Result<(), ConnectError> {
+    let ours = agreement::settings(config);
+    let key = format!("{}config", keys.prefix);
+    let (stored,): (String,) = ::redis::pipe()
+        .cmd("SET")
+        .arg(&key)
+        .arg(agreement::encode(&ours))
+        .arg("NX")
+        .ignore()
+        .cmd("GET")
+        .arg(&key)
+        .query_async(conn)
+        .await
+        .map_err(|e| ConnectError::Backend(error::backend(e)))?;
+    match agreement::disagreement(&stored, &ours) {
+        None => Ok(()),
+        Some((setting, stored, configured)) => {
+            Err(ConnectError::Backend(RegistryError::ConfigDisagrees {
+                setting,
+                stored,
+                configured,
+            }))
+        }
+    }
+}
+
+/// Refuses servers older than [`MIN_SERVER_VERSION`].
+async fn check_version(conn: &mut Link) -> Result<(), ConnectError> {
+    let info: String = ::redis::cmd("INFO")
+        .arg("server")
+        .query_async(conn)
+        .await
+        .map_err(|e| ConnectError::Backend(error::backend(e)))?;
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("")
+        .trim()
+        .to_owned();
+    let major = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(0);
+    if major < 7 {
+        return Err(ConnectError::ServerTooOld {
+            backend: error::BACKEND,
+            version,
+            required: MIN_SERVER_VERSION,
+        });
+    }
+    Ok(())
+}
