@@ -1,6 +1,9 @@
 //! The Redis backend's hot calls through `RedisRegistry`, on one connection, with 1 and with 64
-//! calls in flight, next to a bare `EVALSHA` of a trivial script (`return 1`) on the same server
-//! in the same run, plus `redis-benchmark` figures for that server.
+//! calls in flight, next to a bare `EVALSHA` of a trivial script (`return 1`) and a bare `FCALL`
+//! of a trivial function on the same server in the same run, plus `redis-benchmark` figures for
+//! that server. The rows: a sticky admit (a new delivery for a target whose worker is active), a
+//! duplicate admit, a heartbeat, an admit that creates a worker (a new target each call, on a
+//! registry with room for all of them), and a completion.
 //!
 //! ```text
 //! cargo bench --features redis --bench redis            # criterion, then the table
@@ -39,6 +42,9 @@ enum Call {
     Admit,
     Duplicate,
     Heartbeat,
+    BareFcall,
+    Create,
+    Complete,
 }
 
 impl Call {
@@ -48,6 +54,9 @@ impl Call {
             Self::Admit => "admit_sticky",
             Self::Duplicate => "admit_duplicate",
             Self::Heartbeat => "heartbeat",
+            Self::BareFcall => "bare_fcall",
+            Self::Create => "admit_new_worker",
+            Self::Complete => "complete",
         }
     }
 }
@@ -55,6 +64,8 @@ impl Call {
 /// Everything a call needs, shared by the tasks in flight.
 struct Fixture {
     registry: RedisRegistry,
+    /// A registry with room for a worker per creating admit.
+    roomy: RedisRegistry,
     bare: ConnectionManager,
     script: redis::Script,
     targets: Vec<Target>,
@@ -62,6 +73,11 @@ struct Fixture {
     dup: (Target, DeliveryId),
     /// Makes every sticky admit's delivery id unique across rows and runs.
     next: AtomicUsize,
+    /// The sticky admits completed so far (the complete row walks them in order; it runs only
+    /// in the table, after the admit row of the same size, so it never passes the admits).
+    done: AtomicUsize,
+    /// The creating admits so far (each a new target).
+    created: AtomicUsize,
     run: u128,
 }
 
@@ -76,8 +92,38 @@ impl Fixture {
             Call::Admit => {
                 let n = self.next.fetch_add(1, Ordering::Relaxed);
                 let d = DeliveryId::new(&format!("bench-{}-{n}", self.run)).unwrap();
-                let a = self.registry.admit(&self.targets[i % TARGETS], &d).await;
+                let a = self.registry.admit(&self.targets[n % TARGETS], &d).await;
                 assert!(matches!(a, Ok(Admission::Assigned(_))), "{a:?}");
+            }
+            Call::BareFcall => {
+                let mut conn = self.bare.clone();
+                let one: i64 = redis::cmd("FCALL")
+                    .arg("wr_bench_one")
+                    .arg(0)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("FCALL");
+                assert_eq!(one, 1);
+            }
+            Call::Create => {
+                let n = self.created.fetch_add(1, Ordering::Relaxed);
+                let t = Target::new(&format!("octo/new-{}", self.run % 1_000_000), n as u64 + 1)
+                    .unwrap();
+                let a = self.roomy.admit(&t, &DeliveryId::new("d").unwrap()).await;
+                assert!(
+                    matches!(a, Ok(Admission::Assigned(ref x)) if x.new),
+                    "{a:?}"
+                );
+            }
+            Call::Complete => {
+                // Completes the sticky admits made before it (a fresh pair each call); the pair
+                // was admitted by the rows before, so this is an in-flight completion.
+                let n = self.done.fetch_add(1, Ordering::Relaxed);
+                let d = DeliveryId::new(&format!("bench-{}-{n}", self.run)).unwrap();
+                self.registry
+                    .complete(&self.targets[n % TARGETS], &d)
+                    .await
+                    .expect("complete");
             }
             Call::Duplicate => {
                 let a = self.registry.admit(&self.dup.0, &self.dup.1).await;
@@ -160,31 +206,63 @@ async fn setup(url: &str) -> Arc<Fixture> {
     }
     let dup = (targets[0].clone(), DeliveryId::new("first-0").unwrap());
     let client = redis::Client::open(url).unwrap();
-    let bare = ConnectionManager::new_with_config(client, ConnectionManagerConfig::new())
+    let mut bare = ConnectionManager::new_with_config(client, ConnectionManagerConfig::new())
         .await
         .unwrap();
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg("#!lua name=wr_bench\nredis.register_function('wr_bench_one', function() return 1 end)")
+        .query_async(&mut bare)
+        .await
+        .unwrap();
+    let roomy = RedisRegistry::builder(url)
+        .name(harness::unique_name("bench-new"))
+        .config(
+            RegistryConfig::builder()
+                .max_workers(10_000_000)
+                .build()
+                .unwrap(),
+        )
+        .connect()
+        .await
+        .expect("connect");
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
     Arc::new(Fixture {
         registry,
+        roomy,
         bare,
         script: redis::Script::new("return 1"),
         targets,
         workers,
         dup,
         next: AtomicUsize::new(0),
+        done: AtomicUsize::new(0),
+        created: AtomicUsize::new(0),
         run,
     })
 }
 
-const CALLS: [Call; 4] = [Call::Bare, Call::Admit, Call::Duplicate, Call::Heartbeat];
+const CALLS: [Call; 7] = [
+    Call::Bare,
+    Call::BareFcall,
+    Call::Admit,
+    Call::Duplicate,
+    Call::Heartbeat,
+    Call::Create,
+    Call::Complete,
+];
 
 fn criterion_benches(c: &mut Criterion, rt: &Runtime, f: &Arc<Fixture>) {
     let mut g = c.benchmark_group("redis");
     for in_flight in [1, IN_FLIGHT] {
         for call in CALLS {
+            if call == Call::Complete {
+                continue; // table only (see `Fixture::done`)
+            }
             g.bench_function(format!("{}/{in_flight}", call.name()), |b| {
                 b.iter_custom(|iters| {
                     rt.block_on(drive(f, call, iters as usize, in_flight, false))
@@ -199,8 +277,8 @@ fn criterion_benches(c: &mut Criterion, rt: &Runtime, f: &Arc<Fixture>) {
 struct Row {
     call: Call,
     in_flight: usize,
-    /// The server's own time per call for the row's command (`INFO commandstats`, EVALSHA's
-    /// `usec_per_call` over the measured calls only).
+    /// The server's own time per call for the row's command (`INFO commandstats`: the time of
+    /// EVALSHA and FCALL over their calls, the measured calls only).
     server_us: f64,
     ops_per_s: f64,
     p50_us: f64,
@@ -220,7 +298,7 @@ fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
             rt.block_on(drive(f, call, n / 10, in_flight, false));
             rt.block_on(reset_stats(f));
             let (elapsed, hist) = rt.block_on(drive(f, call, n, in_flight, true));
-            let server_us = rt.block_on(evalsha_usec_per_call(f));
+            let server_us = rt.block_on(script_usec_per_call(f));
             let hist = hist.unwrap();
             rows.push(Row {
                 call,
@@ -245,38 +323,51 @@ async fn reset_stats(f: &Fixture) {
         .expect("CONFIG RESETSTAT");
 }
 
-/// EVALSHA's `usec_per_call` since the last reset (every script call of a row is an EVALSHA).
-async fn evalsha_usec_per_call(f: &Fixture) -> f64 {
+/// The server time per script call since the last reset: EVALSHA's and FCALL's `usec` over
+/// their `calls` (a row's calls are one of them: the scripts before the Function library, the
+/// functions after; the bare rows one each).
+async fn script_usec_per_call(f: &Fixture) -> f64 {
     let mut conn = f.bare.clone();
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut conn)
         .await
         .expect("INFO commandstats");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .and_then(|l| {
-            l.split(',')
-                .find_map(|kv| kv.strip_prefix("usec_per_call="))
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
+    let (mut usec, mut calls) = (0.0, 0.0);
+    for cmd in ["cmdstat_evalsha:", "cmdstat_fcall:"] {
+        let Some(line) = info.lines().find_map(|l| l.strip_prefix(cmd)) else {
+            continue;
+        };
+        let field = |name: &str| -> f64 {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix(name))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        usec += field("usec=");
+        calls += field("calls=");
+    }
+    if calls == 0.0 {
+        f64::NAN
+    } else {
+        usec / calls
+    }
 }
 
 fn print_table(rows: &[Row]) {
     println!();
     println!(
-        "| call | in flight | server µs/call | calls/s | vs bare EVALSHA | vs 1/server cost | p50 | p99 |"
+        "| call | in flight | server µs/call | calls/s | vs bare FCALL | vs 1/server cost | p50 | p99 |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let bare = rows
             .iter()
-            .find(|b| b.call == Call::Bare && b.in_flight == r.in_flight)
+            .find(|b| b.call == Call::BareFcall && b.in_flight == r.in_flight)
             .map(|b| b.ops_per_s)
             .unwrap_or(f64::NAN);
         let ratio = r.ops_per_s / bare;
-        let mark = if r.call == Call::Bare {
+        let mark = if matches!(r.call, Call::Bare | Call::BareFcall) {
             String::new()
         } else if ratio >= 0.8 {
             " (>= 0.8)".to_owned()

@@ -389,9 +389,9 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
         .query_async(&mut admin)
         .await
         .unwrap();
-    let evalsha = stats
+    let fcall = stats
         .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .find_map(|l| l.strip_prefix("cmdstat_fcall:"))
         .unwrap_or("")
         .to_owned();
     let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
@@ -436,7 +436,7 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
     entries.sort_by_key(|e| std::cmp::Reverse(e.0));
     println!();
     println!("maintenance phases: {:.1} s", took.as_secs_f64());
-    println!("server main-thread CPU during them: {cpu:.2} s; EVALSHA {evalsha}");
+    println!("server main-thread CPU during them: {cpu:.2} s; FCALL {fcall}");
     println!(
         "worst PING round trip: {:.2} ms over {pings} pings (aim <= 2 ms)",
         worst as f64 / 1e3

@@ -295,6 +295,10 @@ impl RedisRegistryBuilder {
             .await
             .map_err(unavailable)?;
         check_version(&mut conn).await?;
+        // This build's Function library (kept if the server has it; see `scripts.rs`).
+        super::scripts::ensure_loaded(&mut conn)
+            .await
+            .map_err(unavailable)?;
         let keys = Keys::new(&self.name);
         agree(&mut conn, &keys, &self.config).await?;
         // The counter makes ids unique among live replicas; the server's clock (µs) keeps them

@@ -14,6 +14,7 @@ use crate::api::ids::{DeliveryId, FencingToken, Target, WorkerId};
 use crate::api::report::{Receipt, ReleaseReason, ReleasedEvent};
 use crate::api::snapshot::{ClaimCounts, StatusSnapshot, WorkerInfo};
 use crate::api::status::{Activity, DeadReason, Status, WorkerKind};
+use crate::remote::vocab::ReplyError;
 
 /// What a reply that did not decode looked like.
 #[derive(Debug)]
@@ -169,10 +170,16 @@ impl<'a> Reply<'a> {
     }
 }
 
-/// A script reply read by name: a flat list of name, value pairs (the scripts' `{'name', value,
-/// ...}`). A missing name is a non-retryable error naming it, never a default.
+/// A reply read by name: a flat list of name, value pairs (the functions' `{'name', value,
+/// ...}`, see `docs::redis`). A missing name is a non-retryable [`ReplyError`] naming it, never a
+/// default; so is a value of the wrong type.
 pub(crate) struct Fields<'a> {
     items: &'a [Value],
+}
+
+/// A non-retryable backend error for a reply that does not fit its schema.
+pub(crate) fn schema(e: ReplyError) -> RegistryError {
+    RegistryError::backend("redis", false, e)
 }
 
 impl<'a> Fields<'a> {
@@ -184,41 +191,95 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn get(&self, name: &str) -> Result<&'a Value, RegistryError> {
+    /// The field `name`, if the reply has it.
+    pub(crate) fn opt(&self, name: &str) -> Option<&'a Value> {
         self.items
             .chunks_exact(2)
             .find(|p| matches!(&p[0], Value::BulkString(b) if b.as_slice() == name.as_bytes()))
             .map(|p| &p[1])
-            .ok_or_else(|| bad(format!("reply has no field {name:?}")))
     }
 
-    /// One value as a one-field reader.
-    fn one(&self, name: &str) -> Result<Reply<'a>, RegistryError> {
+    fn get(&self, name: &'static str) -> Result<&'a Value, RegistryError> {
+        self.opt(name)
+            .ok_or_else(|| schema(ReplyError::Missing { field: name }))
+    }
+
+    /// One value as a one-field reader whose errors name the field.
+    fn one(&self, name: &'static str) -> Result<Reply<'a>, RegistryError> {
         Ok(Reply {
             items: std::slice::from_ref(self.get(name)?),
             pos: 0,
         })
     }
 
+    fn named<T>(
+        &self,
+        name: &'static str,
+        read: impl FnOnce(&mut Reply<'a>) -> Result<T, RegistryError>,
+    ) -> Result<T, RegistryError> {
+        let mut r = self.one(name)?;
+        read(&mut r).map_err(|_| schema(ReplyError::invalid(name, &r.items[0])))
+    }
+
     /// The field `name` as text.
-    pub(crate) fn text(&self, name: &str) -> Result<std::borrow::Cow<'a, str>, RegistryError> {
-        self.one(name)?.text()
+    pub(crate) fn text(&self, name: &'static str) -> Result<std::borrow::Cow<'a, str>, RegistryError> {
+        self.named(name, Reply::text)
     }
 
     /// The field `name` as an integer.
-    pub(crate) fn int(&self, name: &str) -> Result<i64, RegistryError> {
-        self.one(name)?.int()
+    pub(crate) fn int(&self, name: &'static str) -> Result<i64, RegistryError> {
+        self.named(name, Reply::int)
     }
 
     /// The field `name` as a non-negative integer.
-    pub(crate) fn uint(&self, name: &str) -> Result<u64, RegistryError> {
-        self.one(name)?.uint()
+    pub(crate) fn uint(&self, name: &'static str) -> Result<u64, RegistryError> {
+        self.named(name, Reply::uint)
+    }
+
+    /// The field `name` as a flag (`0` or `1`).
+    pub(crate) fn flag(&self, name: &'static str) -> Result<bool, RegistryError> {
+        match self.int(name)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(schema(ReplyError::invalid(name, other))),
+        }
+    }
+
+    /// The field `name` as a worker id.
+    pub(crate) fn worker(&self, name: &'static str) -> Result<WorkerId, RegistryError> {
+        let t = self.text(name)?;
+        t.parse().map_err(|_| schema(ReplyError::invalid(name, &*t)))
+    }
+
+    /// The field `name` as an optional worker id (`""` for none).
+    pub(crate) fn opt_worker(&self, name: &'static str) -> Result<Option<WorkerId>, RegistryError> {
+        let t = self.text(name)?;
+        if t.is_empty() {
+            return Ok(None);
+        }
+        t.parse()
+            .map(Some)
+            .map_err(|_| schema(ReplyError::invalid(name, &*t)))
     }
 
     /// The field `name` as a nested array (a Lua empty table arrives as an empty array).
-    pub(crate) fn array(&self, name: &str) -> Result<Reply<'a>, RegistryError> {
-        Reply::of(self.get(name)?)
+    pub(crate) fn array(&self, name: &'static str) -> Result<Reply<'a>, RegistryError> {
+        Reply::of(self.get(name)?).map_err(|_| schema(ReplyError::invalid(name, self.opt(name))))
     }
+}
+
+/// A decision's `outcome` word, and the fields beside it.
+pub(crate) fn outcome(v: &Value) -> Result<(std::borrow::Cow<'_, str>, Fields<'_>), RegistryError> {
+    let f = Fields::of(v)?;
+    Ok((f.text("outcome")?, f))
+}
+
+/// The error for an outcome word a decision does not answer.
+pub(crate) fn bad_outcome(decision: &str, word: &str) -> RegistryError {
+    schema(ReplyError::Invalid {
+        field: "outcome",
+        observed: format!("{word:?} (from {decision})"),
+    })
 }
 
 /// Decodes one worker line (`id t s b x bt r hb c n dd da`, see `scripts/lib_workers.lua`) as of `now`.

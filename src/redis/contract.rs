@@ -5,18 +5,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::{Script, ScriptInvocation, Value};
+use ::redis::Value;
 
-use super::codec::{self, bad, Reply};
+use super::codec::{self, bad, bad_outcome, Fields, Reply};
 use super::counters::C;
 use super::error;
-use super::scripts::SCRIPTS;
+use super::scripts::{Call, Function, SCRIPTS};
 use super::RedisRegistry;
 use crate::api::contract::{Maintenance, Subscribe, WorkerRegistry};
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, FencingToken, Target, WorkerId};
 use crate::api::outcome::{
-    Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
+    Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, DrainAll,
     HeartbeatAck, Rejection,
 };
 use crate::api::report::{ReleasedEvent, SweepReport};
@@ -25,6 +25,7 @@ use crate::api::stats::Stats;
 use crate::api::status::{DeadReason, Status};
 use crate::clock::millis;
 use crate::config::RegistryConfig;
+use crate::remote::vocab::{self, ReplyError};
 
 /// Receipts one `acknowledge` script call takes (three commands each).
 const ACK_CHUNK: usize = 128;
@@ -36,15 +37,15 @@ enum Placed {
 }
 
 impl RedisRegistry {
-    /// An invocation of `script` with the arguments every script takes (the offset key, the
+    /// A call of `function` with the arguments every function takes (the offset key, the
     /// prefix, this replica's id).
-    pub(crate) fn prepare(&self, script: &'static Script) -> ScriptInvocation<'static> {
-        let mut inv = script.key(&self.inner.keys.offset);
+    pub(crate) fn prepare(&self, function: &Function) -> Call {
+        let mut inv = function.key(&self.inner.keys.offset);
         inv.arg(&self.inner.keys.prefix).arg(&self.inner.replica);
         inv
     }
 
-    pub(crate) async fn invoke(&self, inv: &ScriptInvocation<'_>) -> Result<Value, RegistryError> {
+    pub(crate) async fn invoke(&self, inv: &Call) -> Result<Value, RegistryError> {
         let mut conn = self.inner.conn.clone();
         inv.invoke_async(&mut conn).await.map_err(error::backend)
     }
@@ -52,10 +53,7 @@ impl RedisRegistry {
     /// Invokes a script that may publish events (its reply is `{events, reply, epoch}`) and
     /// returns the reply once this handle's subscribers have had the events, in order, as the
     /// in-memory registry's would (see `events.rs`).
-    pub(crate) async fn invoke_emitting(
-        &self,
-        inv: &ScriptInvocation<'_>,
-    ) -> Result<Value, RegistryError> {
+    pub(crate) async fn invoke_emitting(&self, inv: &Call) -> Result<Value, RegistryError> {
         let v = self.invoke(inv).await?;
         let Value::Array(mut parts) = v else {
             return Err(bad(format!("expected {{events, reply, epoch}}, got {v:?}")));
@@ -92,86 +90,74 @@ impl RedisRegistry {
         });
     }
 
-    /// Decodes `{'assigned', id, n, new, live, now} | {'rejected', kind, id}` (the tag read).
-    fn placed(&self, tag: &str, r: &mut Reply<'_>) -> Result<Placed, RegistryError> {
-        let p = match tag {
-            "assigned" => {
-                let worker = codec::worker_id(&r.text()?)?;
-                let seq = r.uint()?;
-                let new = r.int()? == 1;
-                self.observe_live(r)?;
-                let token =
-                    FencingToken::new(worker, seq).map_err(|e| bad(format!("worker id: {e}")))?;
+    /// Decodes a placement's outcome: `assigned` (worker, seq, new, live, now), `capacity` or
+    /// `draining` (worker); any other word is `None`.
+    fn placed(&self, word: &str, f: &Fields<'_>) -> Result<Option<Placed>, RegistryError> {
+        let p = match word {
+            vocab::ASSIGNED => {
+                let worker = f.worker("worker")?;
+                let seq = f.uint("seq")?;
+                let new = f.flag("new")?;
+                self.observe_live(f)?;
+                let token = FencingToken::new(worker, seq)
+                    .map_err(|_| codec::schema(ReplyError::invalid("seq", seq)))?;
                 Placed::Assigned(Assignment::new(worker, token, new))
             }
-            "rejected" => {
-                let kind = r.text()?;
-                let worker = r.text()?;
-                Placed::Rejected(match &*kind {
-                    "capacity" => Rejection::CapacityFull {
-                        limit: self.inner.config.max_workers(),
-                    },
-                    "draining" => Rejection::TargetDraining {
-                        worker: codec::worker_id(&worker)?,
-                    },
-                    other => return Err(bad(format!("rejection {other:?}"))),
-                })
-            }
-            other => return Err(bad(format!("placement answer {other:?}"))),
+            vocab::CAPACITY => Placed::Rejected(Rejection::CapacityFull {
+                limit: self.inner.config.max_workers(),
+            }),
+            vocab::DRAINING => Placed::Rejected(Rejection::TargetDraining {
+                worker: f.worker("worker")?,
+            }),
+            _ => return Ok(None),
         };
         self.count_placed(&p);
-        Ok(p)
+        Ok(Some(p))
     }
 
-    /// Decodes the rest of `{'dup', holder, claimed_at, state, unstarted}`.
-    fn duplicate(&self, r: &mut Reply<'_>) -> Result<AlreadyClaimed, RegistryError> {
-        let holder = codec::opt_worker_id(&r.text()?)?;
-        let since = codec::wall(r.uint()?);
-        let state = match &*r.text()? {
-            "in_flight" => ClaimState::InFlight,
-            "completed" => ClaimState::Completed,
-            other => return Err(bad(format!("claim state {other:?}"))),
-        };
-        let unstarted = r.int()? == 1;
+    /// Decodes a `duplicate` outcome's holder, since, state and unstarted.
+    fn duplicate(&self, f: &Fields<'_>) -> Result<AlreadyClaimed, RegistryError> {
+        let holder = f.opt_worker("holder")?;
+        let since = codec::wall(f.uint("since")?);
+        let state = vocab::claim_state(&f.text("state")?).map_err(codec::schema)?;
+        let unstarted = f.flag("unstarted")?;
         self.inner.counters.inc(C::Duplicates);
         Ok(AlreadyClaimed::new(holder, since, state).with_unstarted(unstarted))
     }
 
-    /// Decodes the refusals every worker call shares: `{'unknown'}` and `{'dead', reason}`.
-    fn worker_refusal(tag: &str, id: WorkerId, r: &mut Reply<'_>) -> RegistryError {
-        match tag {
-            "unknown" => RegistryError::UnknownWorker { id },
-            "dead" => match r.int().and_then(codec::dead_reason) {
+    /// Decodes the refusals every worker call shares: `unknown` and `refused_dead` (reason).
+    fn worker_refusal(
+        decision: &str,
+        word: &str,
+        id: WorkerId,
+        f: &Fields<'_>,
+    ) -> RegistryError {
+        match word {
+            vocab::UNKNOWN => RegistryError::UnknownWorker { id },
+            vocab::REFUSED_DEAD => match f.text("reason").and_then(|r| {
+                vocab::dead_reason(&r).map_err(codec::schema)
+            }) {
                 Ok(reason) => RegistryError::WorkerDead { id, reason },
                 Err(e) => e,
             },
-            other => bad(format!("worker answer {other:?}")),
+            other => bad_outcome(decision, other),
         }
     }
 
-    /// Reads a worker call's first field: `ok`, or one of the refusals of [`Self::worker_refusal`].
-    fn worker_ok(r: &mut Reply<'_>, id: WorkerId) -> Result<(), RegistryError> {
-        let tag = r.text()?;
-        if tag == "ok" {
-            Ok(())
-        } else {
-            Err(Self::worker_refusal(&tag, id, r))
+    /// A worker call's status outcome (`active`, `draining`), or its refusal.
+    fn worker_status(decision: &str, v: &Value, id: WorkerId) -> Result<Status, RegistryError> {
+        let (word, f) = codec::outcome(v)?;
+        match &*word {
+            vocab::ACTIVE => Ok(Status::Active),
+            vocab::DRAINING => Ok(Status::Draining),
+            other => Err(Self::worker_refusal(decision, other, id, &f)),
         }
     }
 
-    fn status_code(code: i64) -> Result<Status, RegistryError> {
-        match code {
-            0 => Ok(Status::Active),
-            1 => Ok(Status::Draining),
-            2 => Ok(Status::Dead(DeadReason::Exited)),
-            other => Err(bad(format!("status code {other}"))),
-        }
-    }
-
-    /// Records a live count a script answered (`-1`: unchanged) at registry time `now`.
-    fn observe_live(&self, r: &mut Reply<'_>) -> Result<(), RegistryError> {
-        let live = r.int()?;
-        let now = r.uint()?;
+    /// Records a live count a decision answered (`live`, `-1`: unchanged) at registry time `now`.
+    fn observe_live(&self, f: &Fields<'_>) -> Result<(), RegistryError> {
+        let live = f.int("live")?;
+        let now = f.uint("now")?;
         if let Ok(live) = u64::try_from(live) {
             self.inner.counters.observe_live(now, live);
         }
@@ -194,40 +180,41 @@ impl RedisRegistry {
             .arg(l.max_retained)
             .arg(l.claim_key_ttl_ms);
         let v = self.invoke(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        match &*r.text()? {
-            "ok" => {
-                let changed = r.int()? == 1;
-                let evicted = r.uint()?;
-                let retained = r.int()?;
-                let now = r.uint()?;
+        let (word, f) = codec::outcome(&v)?;
+        match &*word {
+            vocab::COMPLETED => {
+                let evicted = f.uint("evicted")?;
+                let retained = f.uint("retained")?;
+                let now = f.uint("now")?;
                 let c = &self.inner.counters;
-                if changed {
-                    c.inc(C::ClaimsCompleted);
-                }
+                c.inc(C::ClaimsCompleted);
                 c.add(C::ClaimsEvicted, evicted);
-                if let Ok(retained) = u64::try_from(retained) {
-                    c.observe_retained(now, retained);
-                }
+                c.observe_retained(now, retained);
                 Ok(())
             }
-            "unknown" => Err(RegistryError::UnknownClaim {
+            vocab::ALREADY => Ok(()),
+            vocab::UNKNOWN => Err(RegistryError::UnknownClaim {
                 target: target.clone(),
                 delivery: delivery.clone(),
             }),
-            "not_holder" => Err(RegistryError::NotHolder {
+            vocab::NOT_HOLDER => Err(RegistryError::NotHolder {
                 target: target.clone(),
                 delivery: delivery.clone(),
-                holder: codec::opt_worker_id(&r.text()?)?,
-                worker: by.ok_or_else(|| bad("not_holder without a worker"))?,
+                holder: f.opt_worker("holder")?,
+                worker: by.ok_or_else(|| bad_outcome("complete", &word))?,
             }),
-            "released" => Err(RegistryError::ClaimReleased {
-                target: target.clone(),
-                delivery: delivery.clone(),
-                holder: codec::opt_worker_id(&r.text()?)?,
-                reason: codec::release_reason(r.int()?)?,
-            }),
-            other => Err(bad(format!("complete answer {other:?}"))),
+            vocab::RELEASED => {
+                let dead = f.text("dead_reason")?;
+                let dead = Some(&*dead).filter(|d| !d.is_empty());
+                Err(RegistryError::ClaimReleased {
+                    target: target.clone(),
+                    delivery: delivery.clone(),
+                    holder: f.opt_worker("holder")?,
+                    reason: vocab::release_reason(&f.text("reason")?, dead)
+                        .map_err(codec::schema)?,
+                })
+            }
+            other => Err(bad_outcome("complete", other)),
         }
     }
 
@@ -243,32 +230,39 @@ impl RedisRegistry {
             inv.arg(id.get());
         }
         let v = self.invoke_emitting(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        let n = r.remaining().saturating_sub(2);
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let id = ids.get(i).copied().unwrap_or(WorkerId::new(0));
-            let answer = r.text()?;
-            out.push(match &*answer {
-                "1" => Ok(Status::Draining),
-                "2" => {
+        let f = Fields::of(&v)?;
+        let mut outcomes = f.array("outcomes")?;
+        let mut reasons = f.array("reasons")?;
+        if !ids.is_empty() && outcomes.remaining() != ids.len() {
+            return Err(codec::schema(ReplyError::invalid(
+                "outcomes",
+                format!("{} answers for {} workers", outcomes.remaining(), ids.len()),
+            )));
+        }
+        let mut out = Vec::with_capacity(outcomes.remaining());
+        let mut i = 0;
+        while outcomes.remaining() > 0 {
+            let id = ids.get(i).copied();
+            i += 1;
+            let word = outcomes.text()?;
+            let reason = reasons.text()?;
+            // drain_all (no ids) only counts: a refusal there names no worker.
+            let id = id.unwrap_or(WorkerId::new(0));
+            out.push(match &*word {
+                vocab::DRAINING => Ok(Status::Draining),
+                vocab::EXITED => {
                     self.inner.counters.death(DeadReason::Exited);
                     Ok(Status::Dead(DeadReason::Exited))
                 }
-                "unknown" => Err(RegistryError::UnknownWorker { id }),
-                dead if dead.starts_with("dead:") => {
-                    let code = dead[5..]
-                        .parse()
-                        .map_err(|_| bad(format!("drain answer {dead:?}")))?;
-                    Err(RegistryError::WorkerDead {
-                        id,
-                        reason: codec::dead_reason(code)?,
-                    })
-                }
-                other => return Err(bad(format!("drain answer {other:?}"))),
+                vocab::UNKNOWN => Err(RegistryError::UnknownWorker { id }),
+                vocab::REFUSED_DEAD => Err(RegistryError::WorkerDead {
+                    id,
+                    reason: vocab::dead_reason(&reason).map_err(codec::schema)?,
+                }),
+                other => return Err(bad_outcome("drain", other)),
             });
         }
-        self.observe_live(&mut r)?;
+        self.observe_live(&f)?;
         Ok(out)
     }
 }
@@ -289,12 +283,13 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.retention_ms)
             .arg(l.max_in_flight_ms);
         let v = self.invoke_emitting(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        let tag = r.text()?;
-        if tag == "dup" {
-            return Ok(Admission::Duplicate(self.duplicate(&mut r)?));
+        let (word, f) = codec::outcome(&v)?;
+        if word == vocab::DUPLICATE {
+            return Ok(Admission::Duplicate(self.duplicate(&f)?));
         }
-        let placed = self.placed(&tag, &mut r)?;
+        let placed = self
+            .placed(&word, &f)?
+            .ok_or_else(|| bad_outcome("admit", &word))?;
         if let Placed::Assigned(a) = &placed {
             if a.new {
                 self.wait_created(a.worker).await;
@@ -318,11 +313,11 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.timeout_ms)
             .arg(l.retention_ms);
         let v = self.invoke(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        match &*r.text()? {
-            "claimed" => Ok(ClaimOutcome::Claimed),
-            "dup" => Ok(ClaimOutcome::AlreadyClaimed(self.duplicate(&mut r)?)),
-            other => Err(bad(format!("claim answer {other:?}"))),
+        let (word, f) = codec::outcome(&v)?;
+        match &*word {
+            vocab::CLAIMED => Ok(ClaimOutcome::Claimed),
+            vocab::DUPLICATE => Ok(ClaimOutcome::AlreadyClaimed(self.duplicate(&f)?)),
+            other => Err(bad_outcome("claim", other)),
         }
     }
 
@@ -334,18 +329,18 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.timeout_ms)
             .arg(l.retention_ms);
         let v = self.invoke(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        match &*r.text()? {
-            "ok" => Ok(()),
-            "unknown" => Err(RegistryError::UnknownClaim {
+        let (word, _) = codec::outcome(&v)?;
+        match &*word {
+            vocab::OK => Ok(()),
+            vocab::UNKNOWN => Err(RegistryError::UnknownClaim {
                 target: target.clone(),
                 delivery: delivery.clone(),
             }),
-            "completed" => Err(RegistryError::ClaimCompleted {
+            vocab::COMPLETED => Err(RegistryError::ClaimCompleted {
                 target: target.clone(),
                 delivery: delivery.clone(),
             }),
-            other => Err(bad(format!("release answer {other:?}"))),
+            other => Err(bad_outcome("release", other)),
         }
     }
 
@@ -370,9 +365,10 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms);
         let v = self.invoke_emitting(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        let tag = r.text()?;
-        let placed = self.placed(&tag, &mut r)?;
+        let (word, f) = codec::outcome(&v)?;
+        let placed = self
+            .placed(&word, &f)?
+            .ok_or_else(|| bad_outcome("assign", &word))?;
         if let Placed::Assigned(a) = &placed {
             if a.new {
                 self.wait_created(a.worker).await;
@@ -388,18 +384,20 @@ impl WorkerRegistry for RedisRegistry {
         let mut inv = self.prepare(&SCRIPTS.heartbeat);
         inv.arg(worker.get()).arg(self.inner.limits.timeout_ms);
         let v = self.invoke(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        let tag = r.text()?;
         let c = &self.inner.counters;
-        if tag != "ok" {
-            c.inc(C::HeartbeatsRefused);
-            return Err(Self::worker_refusal(&tag, worker, &mut r));
-        }
-        c.inc(C::Heartbeats);
-        match r.int()? {
-            0 => Ok(HeartbeatAck::Active),
-            1 => Ok(HeartbeatAck::Draining),
-            other => Err(bad(format!("heartbeat status {other}"))),
+        match Self::worker_status("heartbeat", &v, worker) {
+            Ok(status) => {
+                c.inc(C::Heartbeats);
+                Ok(if status == Status::Draining {
+                    HeartbeatAck::Draining
+                } else {
+                    HeartbeatAck::Active
+                })
+            }
+            Err(e) => {
+                c.inc(C::HeartbeatsRefused);
+                Err(e)
+            }
         }
     }
 
@@ -407,22 +405,23 @@ impl WorkerRegistry for RedisRegistry {
         let mut inv = self.prepare(&SCRIPTS.loop_started);
         inv.arg(worker.get());
         let v = self.invoke(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        Self::worker_ok(&mut r, worker)?;
-        Self::status_code(r.int()?)
+        Self::worker_status("loop_started", &v, worker)
     }
 
     async fn loop_finished(&self, worker: WorkerId) -> Result<Status, RegistryError> {
         let mut inv = self.prepare(&SCRIPTS.loop_finished);
         inv.arg(worker.get());
         let v = self.invoke_emitting(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        Self::worker_ok(&mut r, worker)?;
-        let status = Self::status_code(r.int()?)?;
-        if let Status::Dead(reason) = status {
-            self.inner.counters.death(reason);
-        }
-        self.observe_live(&mut r)?;
+        let (word, f) = codec::outcome(&v)?;
+        let status = match &*word {
+            vocab::ACTIVE => Status::Active,
+            vocab::EXITED => {
+                self.inner.counters.death(DeadReason::Exited);
+                Status::Dead(DeadReason::Exited)
+            }
+            other => return Err(Self::worker_refusal("loop_finished", other, worker, &f)),
+        };
+        self.observe_live(&f)?;
         Ok(status)
     }
 
@@ -433,19 +432,19 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms);
         let v = self.invoke_emitting(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        match &*r.text()? {
-            "ok" => {
-                let id = codec::worker_id(&r.text()?)?;
-                self.observe_live(&mut r)?;
+        let (word, f) = codec::outcome(&v)?;
+        match &*word {
+            vocab::REGISTERED => {
+                let id = f.worker("worker")?;
+                self.observe_live(&f)?;
                 self.wait_created(id).await;
                 Ok(id)
             }
-            "full" => Err(RegistryError::Rejected(Rejection::CapacityFull {
+            vocab::CAPACITY => Err(RegistryError::Rejected(Rejection::CapacityFull {
                 limit: self.inner.config.max_workers(),
             })),
-            "exhausted" => Err(RegistryError::IdsExhausted),
-            other => Err(bad(format!("register answer {other:?}"))),
+            vocab::EXHAUSTED => Err(RegistryError::IdsExhausted),
+            other => Err(bad_outcome("register", other)),
         }
     }
 
@@ -453,11 +452,13 @@ impl WorkerRegistry for RedisRegistry {
         let mut inv = self.prepare(&SCRIPTS.deregister);
         inv.arg(worker.get());
         let v = self.invoke_emitting(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        Self::worker_ok(&mut r, worker)?;
-        let reason = codec::dead_reason(r.int()?)?;
+        let (word, f) = codec::outcome(&v)?;
+        if word != vocab::DEAD {
+            return Err(Self::worker_refusal("deregister", &word, worker, &f));
+        }
+        let reason = vocab::dead_reason(&f.text("reason")?).map_err(codec::schema)?;
         self.inner.counters.death(reason);
-        self.observe_live(&mut r)?;
+        self.observe_live(&f)?;
         Ok(reason)
     }
 
@@ -488,12 +489,12 @@ impl WorkerRegistry for RedisRegistry {
         let mut inv = self.prepare(&SCRIPTS.worker);
         inv.arg(worker.get());
         let v = self.invoke(&inv).await?;
-        let mut r = Reply::of(&v)?;
-        let now = r.uint()?;
-        if r.remaining() == 0 {
+        let f = Fields::of(&v)?;
+        let now = f.uint("now")?;
+        if f.opt("line").is_none() {
             return Ok(None);
         }
-        codec::decode_worker(&r.text()?, now).map(Some)
+        codec::decode_worker(&f.text("line")?, now).map(Some)
     }
 
     /// This handle's cached snapshot. **Locking behaviour:** no lock and no I/O: one `ArcSwap`

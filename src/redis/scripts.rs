@@ -1,123 +1,246 @@
-//! The Lua scripts, one per operation: the shared prelude (`scripts/lib_base.lua`), the helpers the
-//! operation uses (`lib_claims.lua`, `lib_workers.lua`), then the operation's own file. Built once per process; redis-rs sends them by SHA (`EVALSHA`) and loads
-//! them when the server answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
+//! The Lua decisions as one Redis Function library (Redis 7: `FUNCTION LOAD`, `FCALL`): the shared
+//! part (`scripts/lib_base.lua`, `lib_claims.lua`, `lib_workers.lua`) runs once when the library
+//! is loaded and defines the helpers as library-level locals; each decision's own file (one per
+//! decision, as before) becomes the body of one `redis.register_function`, flagged `no-writes`
+//! where it only reads. A call runs only `begin` (the prefix's cached key table) and its own work,
+//! not a prelude of table and closure set-up.
+//!
+//! **Versioning.** The library's name is `wr_<checksum>` (FNV-1a 64 of the assembled source,
+//! 16 hex digits) and every function's name starts with it (`wr_<checksum>_admit`), so two
+//! builds of the library coexist on one server (a rolling upgrade: each router calls its own
+//! version; nothing is replaced under a running one). [`RedisRegistry::connect`] loads the
+//! library unless the server has it (`FUNCTION LIST LIBRARYNAME`), and a call the server answers
+//! "Function not found" (a new server without persistence, `FUNCTION FLUSH`) loads it
+//! (`FUNCTION LOAD REPLACE`) and is sent once more. `FLUSHALL` keeps functions.
+//!
+//! [`RedisRegistry::connect`]: super::RedisRegistryBuilder::connect
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult, ToRedisArgs};
 
-/// The prelude of every script: key names, the clock, events.
+/// Helpers every decision may use: key names, the clock, events (`begin`, `clock`, `emit`, ...).
 const BASE: &str = include_str!("scripts/lib_base.lua");
 /// Claim standing and removal.
 const CLAIMS: &str = include_str!("scripts/lib_claims.lua");
 /// Worker placement, death bookkeeping and encoding.
 const WORKERS: &str = include_str!("scripts/lib_workers.lua");
 
-/// A script's source: the prelude, the helpers it uses, its own file.
-fn source(parts: &[&str], body: &str) -> String {
-    let mut s = String::from(BASE);
-    for p in parts {
-        s.push('\n');
-        s.push_str(p);
+/// One function of the library, by its full name (`wr_<checksum>_<decision>`).
+pub(crate) struct Function {
+    name: String,
+}
+
+impl Function {
+    /// A call of this function with its one key (the registry's offset key); arguments follow.
+    pub(crate) fn key<K: ToRedisArgs>(&self, key: K) -> Call {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(&self.name).arg(1).arg(key);
+        Call { cmd }
     }
-    s.push('\n');
-    s.push_str(body);
-    s
+
+    /// The function's full name.
+    #[cfg(test)]
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// One `FCALL` being built.
+pub(crate) struct Call {
+    cmd: Cmd,
+}
+
+impl Call {
+    /// Appends an argument (ARGV).
+    pub(crate) fn arg<A: ToRedisArgs>(&mut self, arg: A) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Sends the call; if the server has no such function (a new server, `FUNCTION FLUSH`), loads
+    /// the library and sends it once more.
+    pub(crate) async fn invoke_async<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> RedisResult<T> {
+        match self.cmd.query_async(conn).await {
+            Err(e) if function_missing(&e) => {
+                load(conn).await?;
+                self.cmd.query_async(conn).await
+            }
+            answer => answer,
+        }
+    }
+}
+
+/// Whether the server answered that the function (or its library) is not loaded.
+fn function_missing(e: &RedisError) -> bool {
+    e.to_string().contains("Function not found")
+}
+
+/// Loads (or replaces) the library on the server.
+pub(crate) async fn load<C: ConnectionLike>(conn: &mut C) -> RedisResult<()> {
+    let _: redis::Value = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&LIBRARY.source)
+        .query_async(conn)
+        .await?;
+    Ok(())
+}
+
+/// Loads the library unless the server has this version of it already.
+pub(crate) async fn ensure_loaded<C: ConnectionLike>(conn: &mut C) -> RedisResult<()> {
+    let listed: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(&LIBRARY.name)
+        .query_async(conn)
+        .await?;
+    if listed.is_empty() {
+        load(conn).await?;
+    }
+    Ok(())
+}
+
+/// FNV-1a, 64 bits: a checksum stable across builds and processes (the library's version).
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The assembled library: its name and its source.
+pub(crate) struct Library {
+    pub(crate) name: String,
+    pub(crate) source: String,
+}
+
+/// Assembles the library from the shared files and `(decision, body, read_only)` triples.
+fn assemble(decisions: &[(&str, &str, bool)]) -> Library {
+    let mut body = String::new();
+    for part in [BASE, CLAIMS, WORKERS] {
+        body.push_str(part);
+        body.push('\n');
+    }
+    for (decision, code, read_only) in decisions {
+        let flags = if *read_only { "{ 'no-writes' }" } else { "{}" };
+        body.push_str(&format!(
+            "redis.register_function{{ function_name = NS .. '_{decision}', flags = {flags}, \
+             callback = function(KEYS, ARGV) begin(KEYS, ARGV)\n{code}\nend }}\n"
+        ));
+    }
+    let name = format!("wr_{:016x}", fnv1a(&body));
+    let source = format!("#!lua name={name}\nlocal NS = '{name}'\n{body}");
+    Library { name, source }
 }
 
 macro_rules! scripts {
-    ($($name:ident => $file:literal [$($part:ident),*]),* $(,)?) => {
-        /// Every script the backend runs.
-        pub(crate) struct Scripts {
-            $(pub(crate) $name: Script,)*
+    ($($name:ident => $file:literal $(, $ro:ident)?;)*) => {
+        /// Every function the backend calls.
+        pub(crate) struct Functions {
+            $(pub(crate) $name: Function,)*
         }
 
-        /// The scripts, built on first use.
-        pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-            $($name: Script::new(&source(&[$($part),*], include_str!(concat!("scripts/", $file)))),)*
+        /// Each decision: its name, its own file, and whether it only reads.
+        const DECISIONS: &[(&str, &str, bool)] = &[$((
+            stringify!($name),
+            include_str!(concat!("scripts/", $file)),
+            scripts!(@ro $($ro)?),
+        ),)*];
+
+        /// The library, assembled on first use.
+        pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| assemble(DECISIONS));
+
+        /// The functions, named on first use.
+        pub(crate) static SCRIPTS: LazyLock<Functions> = LazyLock::new(|| Functions {
+            $($name: Function { name: format!("{}_{}", LIBRARY.name, stringify!($name)) },)*
         });
-
-        /// Each script's name, own file and full source (for tests that check them).
-        #[cfg(test)]
-        pub(crate) fn sources() -> Vec<(&'static str, &'static str, String)> {
-            vec![$((
-                stringify!($name),
-                include_str!(concat!("scripts/", $file)),
-                source(&[$($part),*], include_str!(concat!("scripts/", $file))),
-            ),)*]
-        }
     };
+    (@ro read_only) => { true };
+    (@ro) => { false };
 }
 
-// Each script includes only the helpers it calls: the whole chunk runs on every call, and the
-// hot ones (heartbeat, a duplicate admit) are a few commands long.
 scripts! {
-    admit => "admit.lua" [CLAIMS, WORKERS],
-    assign => "assign.lua" [WORKERS],
-    claim => "claim.lua" [CLAIMS],
-    release => "release.lua" [CLAIMS],
-    complete => "complete.lua" [CLAIMS],
-    heartbeat => "heartbeat.lua" [],
-    loop_started => "loop_started.lua" [],
-    loop_finished => "loop_finished.lua" [WORKERS],
-    register => "register.lua" [],
-    deregister => "deregister.lua" [WORKERS],
-    drain => "drain.lua" [WORKERS],
-    worker => "worker.lua" [WORKERS],
-    sweep => "sweep.lua" [CLAIMS, WORKERS],
-    acknowledge => "acknowledge.lua" [],
-    publish => "publish.lua" [WORKERS],
-    changes => "changes.lua" [],
-    snap_page => "snap_page.lua" [],
-    listen => "listen.lua" [],
-    identity => "identity.lua" [],
+    admit => "admit.lua";
+    assign => "assign.lua";
+    claim => "claim.lua";
+    release => "release.lua";
+    complete => "complete.lua";
+    heartbeat => "heartbeat.lua";
+    loop_started => "loop_started.lua";
+    loop_finished => "loop_finished.lua";
+    register => "register.lua";
+    deregister => "deregister.lua";
+    drain => "drain.lua";
+    worker => "worker.lua", read_only;
+    sweep => "sweep.lua";
+    acknowledge => "acknowledge.lua";
+    publish => "publish.lua";
+    changes => "changes.lua", read_only;
+    snap_page => "snap_page.lua", read_only;
+    listen => "listen.lua";
+    identity => "identity.lua";
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn every_script_reads_the_clock_through_the_prelude_and_names_no_key_of_its_own() {
-        for (name, body, _) in super::sources() {
+    fn every_decision_reads_the_clock_through_the_helpers_and_names_no_key_of_its_own() {
+        for (name, body, _) in DECISIONS {
             // Keys come from the prefix (one hash tag); time from `clock()`.
             assert!(!body.contains("KEYS["), "{name} uses KEYS directly");
             assert!(!body.contains("'TIME'"), "{name} reads TIME itself");
         }
-    }
-
-    /// The names a helper file defines at its top level (`local function f`, `local A, B =`).
-    fn defined(lib: &str) -> Vec<String> {
-        let mut names = Vec::new();
-        for line in lib.lines() {
-            if let Some(rest) = line.strip_prefix("local function ") {
-                names.extend(rest.split('(').next().map(str::to_owned));
-            } else if let Some(rest) = line.strip_prefix("local ") {
-                if let Some((lhs, _)) = rest.split_once(" =") {
-                    names.extend(lhs.split(", ").map(str::to_owned));
-                }
-            }
+        for lib in [CLAIMS, WORKERS] {
+            assert!(!lib.contains("KEYS["), "a helper uses KEYS directly");
+            assert!(!lib.contains("'TIME'"), "a helper reads TIME itself");
         }
-        names
-    }
-
-    fn uses(body: &str, name: &str) -> bool {
-        body.match_indices(name).any(|(i, _)| {
-            let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-            !body[..i].ends_with(word) && !body[i + name.len()..].starts_with(word)
-        })
     }
 
     #[test]
-    fn every_helper_a_script_uses_is_included() {
-        for lib in [super::CLAIMS, super::WORKERS] {
-            let names = defined(lib);
-            assert!(names.len() >= 2, "{names:?}");
-            for (name, body, full) in super::sources() {
-                for n in &names {
-                    if uses(body, n) {
-                        assert!(full.contains(lib), "{name} uses {n} without its helpers");
-                    }
+    fn read_only_decisions_make_no_write_and_the_shared_part_makes_no_call_at_load() {
+        let writes = [
+            "'SET'", "'HSET'", "'DEL'", "'ZADD'", "'ZREM'", "'HDEL'", "'XADD'", "'INCR'",
+        ];
+        for (name, body, read_only) in DECISIONS {
+            if *read_only {
+                for w in writes {
+                    assert!(!body.contains(w), "{name} is read-only but calls {w}");
                 }
             }
         }
+        // A library's top level runs at FUNCTION LOAD, where redis.call is refused: every call in
+        // the shared files is inside a function (indented).
+        for lib in [BASE, CLAIMS, WORKERS] {
+            for line in lib.lines() {
+                assert!(
+                    !line.starts_with("redis.call") && !line.starts_with("local x = redis"),
+                    "a top-level call at load: {line}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_library_is_named_by_its_checksum_and_names_every_function_after_it() {
+        let lib = &*LIBRARY;
+        assert!(lib.source.starts_with(&format!("#!lua name={}\n", lib.name)));
+        assert_eq!(lib.name.len(), "wr_".len() + 16);
+        assert_eq!(
+            SCRIPTS.admit.name(),
+            format!("{}_admit", lib.name),
+            "functions carry the version"
+        );
+        let n = lib.source.matches("redis.register_function").count();
+        assert_eq!(n, DECISIONS.len());
+        // Another body is another version.
+        let other = assemble(&[("admit", "return 1", false)]);
+        assert_ne!(other.name, lib.name);
+        assert_eq!(assemble(DECISIONS).name, lib.name, "stable");
     }
 }

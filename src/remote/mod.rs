@@ -7,3 +7,4 @@
 pub(crate) mod agreement;
 pub(crate) mod loss;
 pub(crate) mod snapshot;
+pub(crate) mod vocab;

@@ -12,15 +12,15 @@ use crate::harness;
 
 const WORKERS: usize = 1_000;
 
-/// EVALSHA calls since the last `CONFIG RESETSTAT`.
-async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+/// FCALL calls since the last `CONFIG RESETSTAT`.
+async fn fcall_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
         .await
         .unwrap();
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
         .and_then(|l| l.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
@@ -59,7 +59,7 @@ async fn a_mass_death_is_worked_off_in_bounded_steps_and_an_idle_sweep_publishes
     assert_eq!(r.status().counts.dead, WORKERS);
     // A death costs a step about 20 of its commands: no step kills more than budget / 20, and
     // the publish moves at most PUBLISH_STEP workers per call.
-    let calls = evalsha_calls(&mut raw).await;
+    let calls = fcall_calls(&mut raw).await;
     let floor = (WORKERS / (SWEEP_STEP_BUDGET / 20) + WORKERS / PUBLISH_STEP) as u64;
     assert!(
         calls >= floor,

@@ -1,9 +1,10 @@
 -- admit: dedupe + sticky lookup + capacity + claim, in one step.
 -- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms, retention_ms,
 --       max_in_flight_ms
--- Returns {'dup', holder|'', claimed_at, 'in_flight'|'completed', unstarted(0/1)}
---       | {'assigned', worker, assignments, new(0/1), live (-1: unchanged), now}
---       | {'rejected', 'capacity'|'draining', worker|''}
+-- Returns (name, value pairs, see docs::redis) outcome 'duplicate' with holder ('' for none),
+--   since (claimed at), state ('in_flight'|'completed'), unstarted (0/1)
+-- | 'assigned' with worker, seq (its assignments), new (0/1), live (-1: unchanged), now
+-- | 'capacity' | 'draining' with worker
 local target, delivery = ARGV[2], ARGV[3]
 local max_workers, timeout = tonumber(ARGV[4]), tonumber(ARGV[5])
 local grace, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -15,7 +16,8 @@ local now = clock()
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
 local st = standing(c, now, retention, timeout)
 if st == 'in_flight' or st == 'completed' then
-  return finish({ 'dup', c[1] or '', c[2], st, unstarted(c, st) })
+  return finish({ 'outcome', 'duplicate', 'holder', c[1] or '', 'since', c[2], 'state', st,
+    'unstarted', unstarted(c, st) })
 end
 local plan = plan_place(target, max_workers, now)
 if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
@@ -31,4 +33,4 @@ redis.call('ZADD', wckey(id), now, member)
 redis.call('ZADD', K.flight, now + max_in_flight, member)
 local live = -1
 if new == 1 then live = redis.call('ZCARD', K.live) end
-return finish({ 'assigned', id, n, new, live, now })
+return finish({ 'outcome', 'assigned', 'worker', id, 'seq', n, 'new', new, 'live', live, 'now', now })

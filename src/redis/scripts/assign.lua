@@ -1,6 +1,7 @@
 -- assign: place a target without claiming a delivery.
 -- ARGV: prefix, replica id, target, max_workers, timeout_ms, startup_grace_ms
--- Returns {'assigned', worker, assignments, new(0/1), live (-1: unchanged), now} | {'rejected', kind, worker|''}
+-- Returns outcome 'assigned' with worker, seq, new (0/1), live (-1: unchanged), now
+--   | 'capacity' | 'draining' with worker (as admit.lua)
 local target, max_workers = ARGV[2], tonumber(ARGV[3])
 local timeout, grace = tonumber(ARGV[4]), tonumber(ARGV[5])
 
@@ -12,4 +13,4 @@ end
 local id, n, new = do_place(plan, target, now, now + timeout + grace)
 local live = -1
 if new == 1 then live = redis.call('ZCARD', K.live) end
-return finish({ 'assigned', id, n, new, live, now })
+return finish({ 'outcome', 'assigned', 'worker', id, 'seq', n, 'new', new, 'live', live, 'now', now })

@@ -1,6 +1,6 @@
 -- claim: record a bare claim (bound to no worker) unless the pair is in flight or retained.
 -- ARGV: prefix, replica id, target, delivery, timeout_ms, retention_ms
--- Returns {'dup', holder|'', claimed_at, state, unstarted(0/1)} | {'claimed'}
+-- Returns outcome 'duplicate' (fields as admit.lua's) | 'claimed'
 local member = ARGV[2] .. ':' .. ARGV[3]
 local timeout, retention = tonumber(ARGV[4]), tonumber(ARGV[5])
 
@@ -8,10 +8,11 @@ local now = clock()
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
 local st = standing(c, now, retention, timeout)
 if st == 'in_flight' or st == 'completed' then
-  return { 'dup', c[1] or '', c[2], st, unstarted(c, st) }
+  return { 'outcome', 'duplicate', 'holder', c[1] or '', 'since', c[2], 'state', st,
+    'unstarted', unstarted(c, st) }
 end
 
 if st ~= 'none' then forget_claim(member, c) end
 redis.call('HSET', ckey(member), 'ca', now)
 redis.call('ZADD', K.unbound, now, member)
-return { 'claimed' }
+return { 'outcome', 'claimed' }

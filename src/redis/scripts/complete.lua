@@ -1,8 +1,9 @@
 -- complete / complete_by: mark a claim completed (fenced when a worker is given).
 -- ARGV: prefix, replica id, target, delivery, by (worker id or ''), timeout_ms, retention_ms,
 --       max_retained_claims, key_ttl_ms
--- Returns {'ok', changed(0/1), evicted, retained (-1: unchanged), now}
---       | {'unknown'} | {'not_holder', holder|''} | {'released', holder|'', reason}
+-- Returns outcome 'completed' with evicted, retained, now | 'already' (completed before)
+--   | 'unknown' | 'not_holder' with holder ('' for none)
+--   | 'released' with holder, reason ('worker_died'|'stuck'|'unbound'), dead_reason (or '')
 local member = ARGV[2] .. ':' .. ARGV[3]
 local by = ARGV[4]
 local timeout, retention = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -10,13 +11,16 @@ local max_retained, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
 
 local now = clock()
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
-if not c[2] then return { 'unknown' } end
+if not c[2] then return UNKNOWN end
 local holder = c[1] or ''
-if by ~= '' and holder ~= by then return { 'not_holder', holder } end
+if by ~= '' and holder ~= by then return { 'outcome', 'not_holder', 'holder', holder } end
 local st, reason = standing(c, now, retention, timeout)
-if st == 'completed' then return { 'ok', 0, 0, -1, now } end
-if st == 'released' then return { 'released', holder, reason } end
-if st == 'expired' then return { 'unknown' } end
+if st == 'completed' then return { 'outcome', 'already' } end
+if st == 'released' then
+  local word, dead = release_words(reason)
+  return { 'outcome', 'released', 'holder', holder, 'reason', word, 'dead_reason', dead }
+end
+if st == 'expired' then return UNKNOWN end
 
 -- In flight. Far over the limit (a burst between sweeps), the oldest are evicted now, at most
 -- MAX_EVICT per completion (the sweep's bounded steps do the rest): read which before the first
@@ -52,4 +56,5 @@ for _, m in ipairs(victims) do
   redis.call('ZREM', K.done, m)
 end
 for _, m in ipairs(stale) do redis.call('ZREM', K.done, m) end
-return { 'ok', 1, #victims, retained - #victims - #stale, now }
+return { 'outcome', 'completed', 'evicted', #victims, 'retained', retained - #victims - #stale,
+  'now', now }

@@ -1,8 +1,8 @@
 -- drain / drain_all: a busy active worker drains (until now + deadline, the earlier deadline
 -- kept); an idle one exits at once; a draining one keeps draining.
 -- ARGV: prefix, replica id, deadline_ms, worker ids... (none: every live worker)
--- Returns, per worker, {status} flattened: 1 draining, 2 exited now, or
--- 'unknown' / 'dead:<reason>'; then the live count and the time.
+-- Returns outcomes (per worker, in order: 'draining' | 'exited' (now) | 'unknown' |
+--   'refused_dead'), reasons (per worker: the dead reason of a 'refused_dead', else ''), live, now
 local deadline = tonumber(ARGV[2])
 
 local now = clock()
@@ -23,17 +23,19 @@ for i, id in ipairs(ids) do
 end
 
 -- Write phase.
-local out = {}
+local out, reasons = {}, {}
 local at = now + deadline
 for i, p in ipairs(plans) do
   local w = p.w
+  reasons[i] = ''
   if not w[1] then
     out[i] = 'unknown'
   elseif w[1] == '2' then
-    out[i] = 'dead:' .. (w[3] or '')
+    out[i] = 'refused_dead'
+    reasons[i] = dead_word(w[3])
   elseif p.kill then
     do_kill(p.kill, R_EXITED, now)
-    out[i] = 2
+    out[i] = 'exited'
   else
     if w[1] == '0' then
       redis.call('HSET', wkey(p.id), 's', 1, 'dd', at)
@@ -45,9 +47,7 @@ for i, p in ipairs(plans) do
       redis.call('ZADD', K.drain, at, p.id)
       redis.call('ZADD', K.dirty, 0, p.id)
     end
-    out[i] = 1
+    out[i] = 'draining'
   end
 end
-out[#out + 1] = redis.call('ZCARD', K.live)
-out[#out + 1] = now
-return finish(out)
+return finish({ 'outcomes', out, 'reasons', reasons, 'live', redis.call('ZCARD', K.live), 'now', now })

@@ -1,12 +1,12 @@
 -- heartbeat: record a beat now; refused for a dead or unknown worker.
 -- ARGV: prefix, replica id, worker, timeout_ms
--- Returns {'ok', status(0 active | 1 draining)} | {'unknown'} | {'dead', reason}
+-- Returns outcome 'active' | 'draining' | 'unknown' | 'refused_dead' with reason
 local id = ARGV[2]
 
 local now = clock()
 local w = redis.call('HMGET', wkey(id), 's', 'hb', 'r', 'bt')
-if not w[1] then return { 'unknown' } end
-if w[1] == '2' then return { 'dead', w[3] } end
+if not w[1] then return UNKNOWN end
+if w[1] == '2' then return refused_dead(w[3]) end
 
 local hb = math.max(now, tonumber(w[2]))
 redis.call('HSET', wkey(id), 'hb', hb, 'bt', 1, 'x', 0)
@@ -15,4 +15,5 @@ redis.call('ZADD', K.dirty, 0, id)
 -- needs writing only on the first beat, which ends the start-up grace (the sweep re-scores the
 -- rest lazily).
 if w[4] ~= '1' then redis.call('ZADD', K.live, hb + tonumber(ARGV[3]), id) end
-return { 'ok', tonumber(w[1]) }
+if w[1] == '1' then return DRAINING end
+return ACTIVE

@@ -1,14 +1,21 @@
--- worker-registry: the prelude every script starts with (src/redis/scripts.rs prepends it, and
--- lib_claims.lua / lib_workers.lua where a script needs them). Kept small: it runs on every call.
+-- worker-registry: the library's shared part (src/redis/scripts.rs assembles the Function
+-- library: this file, lib_claims.lua and lib_workers.lua once, at `FUNCTION LOAD`, then one
+-- `redis.register_function` per decision file, whose body runs as the function's callback). The
+-- helpers are library-level locals, defined once per load; a call pays only for `begin` and its
+-- own work.
 --
--- KEYS[1] is the registry's test time offset key, `{name}:test_offset_ms`; ARGV[1] is the key
--- prefix `{name}:`, ARGV[2] the calling replica's id (removed from ARGV here, so that a script's
+-- Every function is called with one key and its arguments (FCALL <name> 1 <key> <args>): KEYS[1]
+-- is the registry's test time offset key, `{name}:test_offset_ms`; ARGV[1] is the key prefix
+-- `{name}:`, ARGV[2] the calling replica's id (removed from ARGV by `begin`, so that a decision's
 -- own arguments start at ARGV[2]). Every other key is built from the prefix, so all of a
 -- registry's keys share the hash tag `{name}` and live on one Cluster slot.
 --
--- Discipline: every script reads (and so validates) everything first and writes afterwards, so
+-- Discipline: every decision reads (and so validates) everything first and writes afterwards, so
 -- that an error (a corrupted key of the wrong type, a bug) aborts it before its first write and
 -- leaves no partial state. Time is the server's TIME plus the test offset, in integer ms.
+--
+-- Replies are flat name/value lists ({'outcome', word, 'field', value, ...}; codec.rs `Fields`
+-- reads them by name). The outcome words are PostgreSQL's (src/remote/vocab.rs).
 --
 -- Keys (K.<suffix> is `{name}:<suffix>`, built on first use):
 --   live              zset  live worker id -> lower bound of its staleness deadline (ms)
@@ -43,15 +50,34 @@
 --   consumers         zset  replica id -> its last sweep (ms): gone replicas' stream consumers are
 --                           deleted (identity.lua)
 
-local P = ARGV[1]
-local ME = table.remove(ARGV, 2)
-local K = setmetatable({ offset = KEYS[1] }, {
-  __index = function(t, suffix)
-    local key = P .. suffix
-    rawset(t, suffix, key)
-    return key
-  end,
-})
+-- The calling registry's prefix, its key table and this call's replica id: set by `begin` at the
+-- start of every call (a function runs alone, to completion, so library-level state set at its
+-- start is its own).
+local P, K, ME
+-- This call's own events (nil until it emits one).
+local EMITTED
+-- One key table per prefix (a registry), cached across calls: K.<suffix> is built once.
+local KS, NKS = {}, 0
+local function begin(keys, args)
+  P = args[1]
+  ME = table.remove(args, 2)
+  K = KS[P]
+  if not K then
+    -- A server holds few registries; a cache past 256 (many short-lived test registries) restarts.
+    if NKS >= 256 then KS, NKS = {}, 0 end
+    local prefix = P
+    K = setmetatable({}, {
+      __index = function(t, suffix)
+        local key = prefix .. suffix
+        rawset(t, suffix, key)
+        return key
+      end,
+    })
+    KS[P], NKS = K, NKS + 1
+  end
+  K.offset = keys[1]
+  EMITTED = nil
+end
 
 local function wkey(id) return P .. 'w:' .. id end
 local function wckey(id) return P .. 'wc:' .. id end
@@ -75,6 +101,25 @@ local function next_id(now)
   return math.max(last + 1, now - ID_EPOCH_MS)
 end
 
+-- The words of the replies (src/remote/vocab.rs; PostgreSQL's). Dead reasons are stored as codes
+-- 1-4 (a worker's `r`, a claim's `rel`; 5 stuck, 6 unbound) and answered as words.
+local DEAD_WORD = { 'missed_heartbeats', 'exited', 'deregistered', 'drain_timed_out' }
+local function dead_word(code)
+  -- An unknown code is answered as it is: the decoder's error then shows it.
+  return DEAD_WORD[tonumber(code)] or ('code ' .. tostring(code))
+end
+-- A refusal of a call on a dead worker.
+local function refused_dead(code) return { 'outcome', 'refused_dead', 'reason', dead_word(code) } end
+local UNKNOWN = { 'outcome', 'unknown' }
+local ACTIVE, DRAINING = { 'outcome', 'active' }, { 'outcome', 'draining' }
+-- A release reason code as the words `reason` (and `dead_reason` for a death).
+local function release_words(code)
+  local n = tonumber(code)
+  if n == 5 then return 'stuck', '' end
+  if n == 6 then return 'unbound', '' end
+  return 'worker_died', dead_word(code)
+end
+
 local function clock()
   local t = redis.call('TIME')
   local off = tonumber(redis.call('GET', K.offset) or '0') or 0
@@ -84,19 +129,19 @@ end
 -- Publishes one lifecycle event: a registry-wide sequence number (a listener that sees a gap knows
 -- how many it missed), the replica that caused it, its fields, tab-separated. The caller gets its
 -- own events in the reply too (see `finish`), and waits until its listener has passed them.
-local EMITTED = {}
 local function emit(fields)
   local seq = I(redis.call('INCR', K.event_seq))
   local body = table.concat(fields, '\t')
   redis.call('PUBLISH', K.events, seq .. '\t' .. ME .. '\t' .. body)
+  if not EMITTED then EMITTED = {} end
   EMITTED[#EMITTED + 1] = seq .. '\t' .. body
 end
 
--- The reply of a script that may emit events: {events, reply, epoch}; the epoch (read only when
+-- The reply of a decision that may emit events: {events, reply, epoch}; the epoch (read only when
 -- there are events, nil if no listener has set one since the data was lost) tells the caller
 -- which numbering its events belong to.
+local NONE = {}
 local function finish(reply)
-  local epoch = false
-  if #EMITTED > 0 then epoch = redis.call('GET', K.epoch) end
-  return { EMITTED, reply, epoch }
+  if not EMITTED then return { NONE, reply, false } end
+  return { EMITTED, reply, redis.call('GET', K.epoch) }
 end

@@ -91,8 +91,8 @@ end
 -- A refused placement: drop a mapping to a dead worker (there is none normally: deaths unmap).
 local function refuse_place(plan, target)
   if plan.stale_mapping then redis.call('HDEL', K.targets, target) end
-  if plan.kind == 'draining' then return { 'rejected', 'draining', plan.id } end
-  return { 'rejected', 'capacity', '' }
+  if plan.kind == 'draining' then return { 'outcome', 'draining', 'worker', plan.id } end
+  return { 'outcome', 'capacity' }
 end
 
 -- A worker's fields as one tab-separated line: id t s b x bt r hb c n dd da (see codec.rs).

@@ -1,12 +1,12 @@
 -- register: a self-started worker with no target, under the capacity limit.
 -- ARGV: prefix, replica id, max_workers, timeout_ms, startup_grace_ms
--- Returns {'ok', worker, live, now} | {'full'} | {'exhausted'}
+-- Returns outcome 'registered' with worker, live, now | 'capacity' | 'exhausted'
 local max_workers, timeout, grace = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local now = clock()
-if redis.call('ZCARD', K.live) >= max_workers then return finish({ 'full' }) end
+if redis.call('ZCARD', K.live) >= max_workers then return finish({ 'outcome', 'capacity' }) end
 local nid = next_id(now)
-if nid > MAX_ID then return finish({ 'exhausted' }) end
+if nid > MAX_ID then return finish({ 'outcome', 'exhausted' }) end
 
 local id = I(nid)
 redis.call('SET', K.next_worker_id, id)
@@ -14,4 +14,4 @@ redis.call('HSET', wkey(id), 's', 0, 'b', 0, 'x', 0, 'bt', 0, 'hb', now, 'c', no
 redis.call('ZADD', K.live, now + timeout + grace, id)
 redis.call('ZADD', K.dirty, 0, id)
 emit({ 'C', id, '' })
-return finish({ 'ok', id, redis.call('ZCARD', K.live), now })
+return finish({ 'outcome', 'registered', 'worker', id, 'live', redis.call('ZCARD', K.live), 'now', now })

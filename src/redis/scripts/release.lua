@@ -1,16 +1,16 @@
 -- release: remove an in-flight (or released) claim so that a redelivery is admitted again.
 -- ARGV: prefix, replica id, target, delivery, timeout_ms, retention_ms
--- Returns {'ok'} | {'unknown'} | {'completed'}
+-- Returns outcome 'ok' | 'unknown' | 'completed'
 local member = ARGV[2] .. ':' .. ARGV[3]
 local timeout, retention = tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
 local st = standing(c, clock(), retention, timeout)
-if st == 'none' then return { 'unknown' } end
+if st == 'none' then return UNKNOWN end
 -- A completed claim whose retention ended is forgotten, as for claim and complete; the sweep
 -- removes and counts it.
-if st == 'expired' then return { 'unknown' } end
-if st == 'completed' then return { 'completed' } end
+if st == 'expired' then return UNKNOWN end
+if st == 'completed' then return { 'outcome', 'completed' } end
 
 forget_claim(member, c)
-return { 'ok' }
+return { 'outcome', 'ok' }
