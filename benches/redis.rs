@@ -212,7 +212,9 @@ async fn setup(url: &str) -> Arc<Fixture> {
     let _: String = redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg("REPLACE")
-        .arg("#!lua name=wr_bench\nredis.register_function('wr_bench_one', function() return 1 end)")
+        .arg(
+            "#!lua name=wr_bench\nredis.register_function('wr_bench_one', function() return 1 end)",
+        )
         .query_async(&mut bare)
         .await
         .unwrap();

@@ -21,6 +21,7 @@ use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
 use crate::api::stats::Stats;
 use crate::api::status::{DeadReason, Status};
 use crate::config::RegistryConfig;
+use crate::remote::vocab;
 
 const ADMIT: &str = "SELECT o_outcome, o_worker, o_seq, o_new, o_since, o_state, o_unstarted \
                      FROM wr_admit($1, $2, $3, $4, $5, $6, $7)";
@@ -49,9 +50,9 @@ fn worker_outcome(
     let outcome: String = col(row, "o_outcome")?;
     let reason: Option<String> = col(row, "o_reason")?;
     Ok(match outcome.as_str() {
-        "unknown" => Err(RegistryError::UnknownWorker { id }),
-        "refused_dead" => Err(dead(id, rows::dead_reason(reason.as_deref())?)),
-        "dead" | "exited" => {
+        vocab::UNKNOWN => Err(RegistryError::UnknownWorker { id }),
+        vocab::REFUSED_DEAD => Err(dead(id, rows::dead_reason(reason.as_deref())?)),
+        vocab::DEAD | vocab::EXITED => {
             let reason = match reason.as_deref() {
                 None => DeadReason::Exited,
                 r => rows::dead_reason(r)?,
@@ -74,8 +75,8 @@ impl PostgresRegistry {
             .transpose()?;
         let since: i64 = col(row, "o_since")?;
         let state = match col::<String>(row, "o_state")?.as_str() {
-            "in_flight" => ClaimState::InFlight,
-            "completed" => ClaimState::Completed,
+            vocab::IN_FLIGHT => ClaimState::InFlight,
+            vocab::COMPLETED => ClaimState::Completed,
             other => return Err(decode(format!("claim state {other:?}"))),
         };
         let unstarted = col::<Option<bool>>(row, "o_unstarted")?.unwrap_or(false);
@@ -85,15 +86,15 @@ impl PostgresRegistry {
     fn placement(&self, row: &Row) -> Result<Result<Assignment, Rejection>, Failure> {
         let outcome: String = col(row, "o_outcome")?;
         match outcome.as_str() {
-            "assigned" => {
+            vocab::ASSIGNED => {
                 let worker = rows::worker_id(col(row, "o_worker")?)?;
                 let token = rows::token(worker, col(row, "o_seq")?)?;
                 Ok(Ok(Assignment::new(worker, token, col(row, "o_new")?)))
             }
-            "capacity" => Ok(Err(Rejection::CapacityFull {
+            vocab::CAPACITY => Ok(Err(Rejection::CapacityFull {
                 limit: self.config_ref().max_workers(),
             })),
-            "draining" => Ok(Err(Rejection::TargetDraining {
+            vocab::DRAINING => Ok(Err(Rejection::TargetDraining {
                 worker: rows::worker_id(col(row, "o_worker")?)?,
             })),
             other => Err(decode(format!("placement outcome {other:?}"))),
@@ -176,8 +177,8 @@ impl WorkerRegistry for PostgresRegistry {
                     &p.timeout,
                 ],
                 |row| match col::<String>(row, "o_outcome")?.as_str() {
-                    "claimed" => Ok(ClaimOutcome::Claimed),
-                    "duplicate" => Ok(ClaimOutcome::AlreadyClaimed(Self::duplicate(row)?)),
+                    vocab::CLAIMED => Ok(ClaimOutcome::Claimed),
+                    vocab::DUPLICATE => Ok(ClaimOutcome::AlreadyClaimed(Self::duplicate(row)?)),
                     other => Err(decode(format!("claim outcome {other:?}"))),
                 },
             )
@@ -199,12 +200,12 @@ impl WorkerRegistry for PostgresRegistry {
             )
             .await?;
         match outcome.as_str() {
-            "ok" => Ok(()),
-            "unknown" => Err(RegistryError::UnknownClaim {
+            vocab::OK => Ok(()),
+            vocab::UNKNOWN => Err(RegistryError::UnknownClaim {
                 target: target.clone(),
                 delivery: delivery.clone(),
             }),
-            "completed" => Err(RegistryError::ClaimCompleted {
+            vocab::COMPLETED => Err(RegistryError::ClaimCompleted {
                 target: target.clone(),
                 delivery: delivery.clone(),
             }),
@@ -445,19 +446,19 @@ impl PostgresRegistry {
                         .map(rows::worker_id)
                         .transpose()?;
                     Ok(match outcome.as_str() {
-                        "completed" => Ok(true),
-                        "already" => Ok(false),
-                        "unknown" => Err(RegistryError::UnknownClaim {
+                        vocab::COMPLETED => Ok(true),
+                        vocab::ALREADY => Ok(false),
+                        vocab::UNKNOWN => Err(RegistryError::UnknownClaim {
                             target: target.clone(),
                             delivery: delivery.clone(),
                         }),
-                        "not_holder" => Err(RegistryError::NotHolder {
+                        vocab::NOT_HOLDER => Err(RegistryError::NotHolder {
                             target: target.clone(),
                             delivery: delivery.clone(),
                             holder,
                             worker: by.unwrap_or(WorkerId::new(0)),
                         }),
-                        "released" => {
+                        vocab::RELEASED => {
                             let reason: Option<String> = col(row, "o_reason")?;
                             let dead_reason: Option<String> = col(row, "o_dead_reason")?;
                             let reason = match reason.as_deref() {

@@ -222,7 +222,10 @@ impl<'a> Fields<'a> {
     }
 
     /// The field `name` as text.
-    pub(crate) fn text(&self, name: &'static str) -> Result<std::borrow::Cow<'a, str>, RegistryError> {
+    pub(crate) fn text(
+        &self,
+        name: &'static str,
+    ) -> Result<std::borrow::Cow<'a, str>, RegistryError> {
         self.named(name, Reply::text)
     }
 
@@ -248,7 +251,8 @@ impl<'a> Fields<'a> {
     /// The field `name` as a worker id.
     pub(crate) fn worker(&self, name: &'static str) -> Result<WorkerId, RegistryError> {
         let t = self.text(name)?;
-        t.parse().map_err(|_| schema(ReplyError::invalid(name, &*t)))
+        t.parse()
+            .map_err(|_| schema(ReplyError::invalid(name, &*t)))
     }
 
     /// The field `name` as an optional worker id (`""` for none).

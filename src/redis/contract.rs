@@ -16,8 +16,8 @@ use crate::api::contract::{Maintenance, Subscribe, WorkerRegistry};
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, FencingToken, Target, WorkerId};
 use crate::api::outcome::{
-    Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, DrainAll,
-    HeartbeatAck, Rejection,
+    Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, DrainAll, HeartbeatAck,
+    Rejection,
 };
 use crate::api::report::{ReleasedEvent, SweepReport};
 use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
@@ -126,17 +126,13 @@ impl RedisRegistry {
     }
 
     /// Decodes the refusals every worker call shares: `unknown` and `refused_dead` (reason).
-    fn worker_refusal(
-        decision: &str,
-        word: &str,
-        id: WorkerId,
-        f: &Fields<'_>,
-    ) -> RegistryError {
+    fn worker_refusal(decision: &str, word: &str, id: WorkerId, f: &Fields<'_>) -> RegistryError {
         match word {
             vocab::UNKNOWN => RegistryError::UnknownWorker { id },
-            vocab::REFUSED_DEAD => match f.text("reason").and_then(|r| {
-                vocab::dead_reason(&r).map_err(codec::schema)
-            }) {
+            vocab::REFUSED_DEAD => match f
+                .text("reason")
+                .and_then(|r| vocab::dead_reason(&r).map_err(codec::schema))
+            {
                 Ok(reason) => RegistryError::WorkerDead { id, reason },
                 Err(e) => e,
             },

@@ -4,8 +4,9 @@
 //!
 //! # Design
 //!
-//! **Every decision is one Lua script**, loaded once and called by SHA (`EVALSHA`, reloaded on
-//! `NOSCRIPT`): `admit` is dedupe + sticky lookup + capacity + claim in one script, so two
+//! **Every decision is one Lua function** of one Redis Function library (`FCALL`; the library,
+//! named by its checksum, loaded on connect and again when the server answers that a function is
+//! missing: see `scripts.rs`): `admit` is dedupe + sticky lookup + capacity + claim in one call, so two
 //! replicas racing on one delivery or on the last capacity slot get exactly the answers the
 //! in-memory registry gives. No decision reads in one round trip and writes in another. Each
 //! script reads (and so validates) everything before its first write: an error aborts it with no
@@ -48,16 +49,37 @@
 //! | `{n}:last_sweep`, `{n}:stalls` | string, list | when the latest sweep of any replica ran, and the stall spans (`<start>:<end>`, at most 64) the stall rule still credits |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
 //!
-//! **Scripts** (`src/redis/scripts/`): `lib_base.lua` (the prelude every script starts with: key
-//! names, clock, events), `lib_claims.lua` (claim standing and removal) and `lib_workers.lua`
-//! (placement, death bookkeeping, encoding), included by the scripts that use them, and one file
-//! per operation: `admit`, `assign`, `claim`, `release`, `complete` (both `complete` and
+//! **The library** (`src/redis/scripts/`, assembled by `scripts.rs` into one `FUNCTION LOAD`):
+//! `lib_base.lua` (key names, the clock, events, the reply words), `lib_claims.lua` (claim
+//! standing and removal) and `lib_workers.lua` (placement, death bookkeeping, encoding), run once
+//! at load as library-level locals, then one file per decision, each the body of one function
+//! `wr_<checksum>_<decision>` (flagged `no-writes`: `worker`, `changes`, `snap_page`): `admit`, `assign`, `claim`, `release`, `complete` (both `complete` and
 //! `complete_by`), `heartbeat`, `loop_started`, `loop_finished`, `register`, `deregister`, `drain`
 //! (`drain_within` and `drain_all_within`), `worker`, `sweep` (one bounded step), `publish` (one
 //! bounded step of publishing the snapshot), `changes` and `snap_page` (what a handle reads to bring
 //! its copy up to date), `acknowledge`, `listen` (where the event numbering stands, for the
 //! listener), `identity` (what a sweep compares to find a data loss, and the forgetting of gone
 //! replicas' stream consumers).
+//!
+//! **Replies** are flat name/value lists led by an `outcome` word (`{'outcome', 'duplicate',
+//! 'holder', ..., 'since', ..., 'state', 'in_flight', 'unstarted', 0}`), read by name
+//! (`codec::Fields`); the words are PostgreSQL's (`crate::remote::vocab`). A missing field or a
+//! word outside the vocabulary is a non-retryable backend error naming the field. The
+//! maintenance functions' replies (`sweep`, `publish`, `changes`) follow the same schema.
+//!
+//! | function | outcome words (fields) |
+//! |---|---|
+//! | `admit` | `duplicate` (holder, since, state, unstarted), `assigned` (worker, seq, new, live, now), `capacity`, `draining` (worker) |
+//! | `assign` | `assigned`, `capacity`, `draining` (as `admit`) |
+//! | `claim` | `claimed`, `duplicate` |
+//! | `release` | `ok`, `unknown`, `completed` |
+//! | `complete` | `completed` (evicted, retained, now), `already`, `unknown`, `not_holder` (holder), `released` (holder, reason, dead_reason) |
+//! | `heartbeat`, `loop_started` | `active`, `draining`, `unknown`, `refused_dead` (reason) |
+//! | `loop_finished` | `active`, `exited` (live, now), `unknown`, `refused_dead` (reason) |
+//! | `register` | `registered` (worker, live, now), `capacity`, `exhausted` |
+//! | `deregister` | `dead` (reason, live, now), `unknown`, `refused_dead` (reason) |
+//! | `drain` | outcomes (per worker: `draining`, `exited`, `unknown`, `refused_dead`), reasons, live, now |
+//! | `worker` | now, line (absent: unknown) |
 //!
 //! **Maintenance** runs in bounded steps (see `sweep.rs`): every replica's
 //! [`sweep`](crate::Maintenance::sweep) runs the sweep script a step at a time, each step its own
@@ -99,7 +121,7 @@
 //! here is to one node (or a proxy in front of a cluster); a cluster client is not wired in
 //! (see [`docs::redis`](crate::docs::redis)).
 //!
-//! **Cost.** No script's work grows with the registry, with three exceptions kept on purpose,
+//! **Cost.** No function's work grows with the registry, with three exceptions kept on purpose,
 //! each rare: a sweep that has to drop a stall beyond the 64 kept, all still within reach of a
 //! judgement, re-judges every live worker and in-flight claim in its first step; a sweep that
 //! measures a stall reads the drain deadlines it moves out; `drain_all_within` reads every live

@@ -229,7 +229,9 @@ mod tests {
     #[test]
     fn the_library_is_named_by_its_checksum_and_names_every_function_after_it() {
         let lib = &*LIBRARY;
-        assert!(lib.source.starts_with(&format!("#!lua name={}\n", lib.name)));
+        assert!(lib
+            .source
+            .starts_with(&format!("#!lua name={}\n", lib.name)));
         assert_eq!(lib.name.len(), "wr_".len() + 16);
         assert_eq!(
             SCRIPTS.admit.name(),

@@ -106,10 +106,7 @@ pub(crate) fn claim_state(word: &str) -> Result<ClaimState, ReplyError> {
 
 /// A release reason from its word (`reason`: `worker_died`, `stuck`, `unbound`) and, for a death,
 /// the dead reason's word (`dead_reason`).
-pub(crate) fn release_reason(
-    word: &str,
-    dead: Option<&str>,
-) -> Result<ReleaseReason, ReplyError> {
+pub(crate) fn release_reason(word: &str, dead: Option<&str>) -> Result<ReleaseReason, ReplyError> {
     match word {
         "worker_died" => {
             let dead = dead.ok_or(ReplyError::Missing {
