@@ -188,6 +188,8 @@ async fn setup(url: &str) -> Arc<Fixture> {
     let registry = RedisRegistry::builder(url)
         .name(harness::unique_name("bench"))
         .config(config)
+        // A loaded VM may pause the server longer than the default allows.
+        .response_timeout(Duration::from_secs(30))
         .connect()
         .await
         .expect("connect");
@@ -206,7 +208,9 @@ async fn setup(url: &str) -> Arc<Fixture> {
     }
     let dup = (targets[0].clone(), DeliveryId::new("first-0").unwrap());
     let client = redis::Client::open(url).unwrap();
-    let mut bare = ConnectionManager::new_with_config(client, ConnectionManagerConfig::new())
+    let bare_config =
+        ConnectionManagerConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+    let mut bare = ConnectionManager::new_with_config(client, bare_config)
         .await
         .unwrap();
     let _: String = redis::cmd("FUNCTION")
@@ -220,6 +224,7 @@ async fn setup(url: &str) -> Arc<Fixture> {
         .unwrap();
     let roomy = RedisRegistry::builder(url)
         .name(harness::unique_name("bench-new"))
+        .response_timeout(Duration::from_secs(30))
         .config(
             RegistryConfig::builder()
                 .max_workers(10_000_000)
