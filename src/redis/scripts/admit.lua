@@ -32,5 +32,5 @@ redis.call('HSET', ckey(member), 'h', id, 'ca', now)
 redis.call('ZADD', wckey(id), now, member)
 redis.call('ZADD', K.flight, now + max_in_flight, member)
 local live = -1
-if new == 1 then live = redis.call('ZCARD', K.live) end
+if new == 1 then live = plan.live + 1 end
 return finish({ 'outcome', 'assigned', 'worker', id, 'seq', n, 'new', new, 'live', live, 'now', now })

@@ -12,5 +12,5 @@ if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
 end
 local id, n, new = do_place(plan, target, now, now + timeout + grace)
 local live = -1
-if new == 1 then live = redis.call('ZCARD', K.live) end
+if new == 1 then live = plan.live + 1 end
 return finish({ 'outcome', 'assigned', 'worker', id, 'seq', n, 'new', new, 'live', live, 'now', now })

@@ -56,7 +56,9 @@ local function plan_place(target, max_workers, now)
     if w[1] == '1' then return { kind = 'draining', id = wid } end
     plan.stale_mapping = true -- mapped to a dead or missing worker: the slot is vacant
   end
-  if redis.call('ZCARD', K.live) >= max_workers then
+  -- The live count, read once: a new worker makes it plan.live + 1 (its id is fresh).
+  plan.live = redis.call('ZCARD', K.live)
+  if plan.live >= max_workers then
     plan.kind = 'full'
     return plan
   end
