@@ -238,7 +238,7 @@ mod tests {
             format!("{}_admit", lib.name),
             "functions carry the version"
         );
-        let n = lib.source.matches("redis.register_function").count();
+        let n = lib.source.matches("redis.register_function{").count();
         assert_eq!(n, DECISIONS.len());
         // Another body is another version.
         let other = assemble(&[("admit", "return 1", false)]);
