@@ -8,20 +8,21 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::Type;
 
 use super::counters::Counters;
 use super::error::{retrying, BACKEND};
-use super::snapshot::SnapshotCache;
 use super::{conn, listen, migrate, rows, Inner, Params, PostgresRegistry, Tls};
 use crate::api::connect::ConnectError;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
+use crate::api::snapshot::StatusSnapshot;
 use crate::config::RegistryConfig;
 use crate::remote::loss::LossWatch;
+use crate::remote::snapshot::SnapshotCache;
 
 /// Builds a [`PostgresRegistry`]: the database URL, the registry's name and configuration, and
 /// the handle's pool size and timeouts.
@@ -55,6 +56,8 @@ pub struct PostgresRegistryBuilder {
     pub(super) call_timeout: Duration,
     pub(super) connect_timeout: Duration,
     pub(super) batch: usize,
+    pub(super) lock_timeout: Duration,
+    pub(super) statement_timeout: Duration,
     pub(super) listen: bool,
     pub(super) migrate: bool,
     pub(super) transaction_pooler: bool,
@@ -135,6 +138,41 @@ impl PostgresRegistryBuilder {
     /// ```
     pub fn batch(mut self, n: usize) -> Self {
         self.batch = n.max(1);
+        self
+    }
+
+    /// How long each statement of the handle waits for a row lock
+    /// ([`DEFAULT_LOCK_TIMEOUT`](super::DEFAULT_LOCK_TIMEOUT) unless set; at least 1 ms): set as
+    /// `lock_timeout` on every pooled connection (behind a
+    /// [`transaction_pooler`](Self::transaction_pooler), the role's setting applies instead). A
+    /// call whose statement waited longer is retried like a lost race.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://localhost/db")
+    ///     .lock_timeout(Duration::from_millis(500))
+    ///     .statement_timeout(Duration::from_secs(2));
+    /// ```
+    pub fn lock_timeout(mut self, d: Duration) -> Self {
+        self.lock_timeout = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long each statement of the handle may run
+    /// ([`DEFAULT_STATEMENT_TIMEOUT`](super::DEFAULT_STATEMENT_TIMEOUT) unless set; at least
+    /// 1 ms): set as `statement_timeout` on every pooled connection (behind a
+    /// [`transaction_pooler`](Self::transaction_pooler), the role's setting applies instead). A
+    /// call cancelled by it is a retryable backend error.
+    ///
+    /// # Examples
+    ///
+    /// See [`lock_timeout`](Self::lock_timeout).
+    pub fn statement_timeout(mut self, d: Duration) -> Self {
+        self.statement_timeout = d.max(Duration::from_millis(1));
         self
     }
 
@@ -258,8 +296,8 @@ impl PostgresRegistryBuilder {
             // transaction mode carries no session settings: the role's apply there.
             let limits = format!(
                 "-c lock_timeout={}ms -c statement_timeout={}ms",
-                rows::ms(super::DEFAULT_LOCK_TIMEOUT),
-                rows::ms(super::DEFAULT_STATEMENT_TIMEOUT)
+                rows::ms(self.lock_timeout),
+                rows::ms(self.statement_timeout)
             );
             let options = match pg.get_options() {
                 Some(o) if !o.is_empty() => format!("{o} {limits}"),
@@ -336,7 +374,10 @@ impl PostgresRegistryBuilder {
         let params = Params::new(&self.config, self.batch);
         let registry = PostgresRegistry {
             inner: Arc::new(Inner {
-                snapshot: SnapshotCache::new(self.config.max_workers()),
+                snapshot: SnapshotCache::new(StatusSnapshot::empty(
+                    self.config.max_workers(),
+                    SystemTime::now(),
+                )),
                 pool,
                 settings: self,
                 id,

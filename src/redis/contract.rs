@@ -247,21 +247,27 @@ impl RedisRegistry {
         let n = r.remaining().saturating_sub(2);
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
-            let id = ids.get(i).copied().unwrap_or(WorkerId::new(0));
             let answer = r.text()?;
+            // An answer naming a worker needs one asked about (drain-all's live workers answer
+            // only "1" or "2"): anything else is an impossible reply, not worker 0.
+            let id = || {
+                ids.get(i).copied().ok_or_else(|| {
+                    bad(format!("drain answer {answer:?} for no worker asked about"))
+                })
+            };
             out.push(match &*answer {
                 "1" => Ok(Status::Draining),
                 "2" => {
                     self.inner.counters.death(DeadReason::Exited);
                     Ok(Status::Dead(DeadReason::Exited))
                 }
-                "unknown" => Err(RegistryError::UnknownWorker { id }),
+                "unknown" => Err(RegistryError::UnknownWorker { id: id()? }),
                 dead if dead.starts_with("dead:") => {
                     let code = dead[5..]
                         .parse()
                         .map_err(|_| bad(format!("drain answer {dead:?}")))?;
                     Err(RegistryError::WorkerDead {
-                        id,
+                        id: id()?,
                         reason: codec::dead_reason(code)?,
                     })
                 }
