@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::Type;
 
-use super::counters::Counters;
+use crate::remote::counters::Counters;
 use super::error::{retrying, BACKEND};
 use super::{conn, listen, migrate, rows, Inner, Params, PostgresRegistry, Tls};
 use crate::api::connect::ConnectError;

@@ -16,7 +16,6 @@
 //! | `delta.rs` | what a sweep reads of the published snapshot, applied to the shared cache (`remote::snapshot`) |
 //! | `listen.rs` | lifecycle events: `NOTIFY` in the functions, `LISTEN` per handle |
 //! | `error.rs` | backend errors, and the bounded retry of lost races |
-//! | `counters.rs` | this handle's statistics |
 //!
 //! # Design
 //!
@@ -202,7 +201,6 @@
 
 mod builder;
 mod conn;
-mod counters;
 mod delta;
 mod error;
 mod listen;
@@ -225,7 +223,7 @@ use tokio_postgres::Row;
 
 pub use self::builder::PostgresRegistryBuilder;
 use self::conn::Checkout;
-use self::counters::Counters;
+use crate::remote::counters::Counters;
 use self::error::{retrying, Failure};
 use crate::api::connect::ConnectError;
 use crate::api::contract::WorkerRegistry;
