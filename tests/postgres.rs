@@ -522,7 +522,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 6);
+    assert_eq!(n, 7);
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await

@@ -13,14 +13,15 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::Type;
 
-use crate::remote::counters::Counters;
 use super::error::{retrying, BACKEND};
+use super::poll::{Feed, Poller};
 use super::{conn, listen, migrate, rows, Inner, Params, PostgresRegistry, Tls};
 use crate::api::connect::ConnectError;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::api::snapshot::StatusSnapshot;
 use crate::config::RegistryConfig;
+use crate::remote::counters::Counters;
 use crate::remote::loss::LossWatch;
 use crate::remote::snapshot::SnapshotCache;
 
@@ -62,6 +63,7 @@ pub struct PostgresRegistryBuilder {
     pub(super) migrate: bool,
     pub(super) transaction_pooler: bool,
     pub(super) listen_url: Option<String>,
+    pub(super) poll_interval: Duration,
     #[cfg_attr(not(feature = "postgres-tls"), allow(dead_code))]
     pub(super) tls_roots: Option<Vec<u8>>,
 }
@@ -213,8 +215,8 @@ impl PostgresRegistryBuilder {
     /// settings at connect (the pooler would refuse or drop them): give the database role
     /// `lock_timeout` and `statement_timeout` instead (`ALTER ROLE ... SET`); `connect` warns if
     /// they are off. `LISTEN` needs a session: with [`listen`](Self::listen) on, set
-    /// [`listen_url`](Self::listen_url) to a direct URL, or `connect` refuses with
-    /// [`ConnectError::Unsupported`].
+    /// [`listen_url`](Self::listen_url) to a direct URL; without one the handle logs a warning
+    /// and polls the registry's event log every [`poll_interval`](Self::poll_interval) instead.
     ///
     /// # Examples
     ///
@@ -249,6 +251,27 @@ impl PostgresRegistryBuilder {
         self
     }
 
+    /// How often a handle that cannot `LISTEN` polls the registry's event log
+    /// ([`DEFAULT_POLL_INTERVAL`](super::DEFAULT_POLL_INTERVAL) unless set; at least 10 ms):
+    /// behind a [`transaction_pooler`](Self::transaction_pooler) without a
+    /// [`listen_url`](Self::listen_url), other replicas' events arrive up to this late (this
+    /// handle's own calls still return only once their events reached its subscribers).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://router@pgbouncer:6432/registry")
+    ///     .transaction_pooler(true)
+    ///     .poll_interval(Duration::from_millis(500));
+    /// ```
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.poll_interval = d.max(Duration::from_millis(10));
+        self
+    }
+
     /// Where the event listener connects (default: the builder's URL). Behind a pooler in
     /// transaction mode, the database's own address: `LISTEN` holds a session.
     ///
@@ -278,17 +301,11 @@ impl PostgresRegistryBuilder {
             pg.application_name("worker-registry");
         }
         let listen_pg = match &self.listen_url {
-            Some(url) => parse(url, self.tls_roots.as_deref())?.0,
-            None if self.listen && self.transaction_pooler => {
-                return Err(ConnectError::Unsupported {
-                    backend: BACKEND,
-                    reason: "events need LISTEN, which holds a session, and a pooler in \
-                             transaction mode lends one transaction at a time: set listen_url \
-                             to the database's own address, or listen(false)"
-                        .into(),
-                });
-            }
-            None => pg.clone(),
+            Some(url) => Some(parse(url, self.tls_roots.as_deref())?.0),
+            // LISTEN holds a session, which a pooler in transaction mode does not lend: the
+            // handle polls the event log instead (`poll.rs`).
+            None if self.transaction_pooler => None,
+            None => Some(pg.clone()),
         };
         if !self.transaction_pooler {
             // Every call's statements wait at most this long for a lock and run at most this
@@ -356,8 +373,9 @@ impl PostgresRegistryBuilder {
         }
 
         let events = Arc::new(EventSender::new());
-        let listener = if self.listen {
-            Some(
+        let listener = match (self.listen, listen_pg) {
+            (false, _) => None,
+            (true, Some(listen_pg)) => Some(Feed::Listen(
                 listen::Listener::start(
                     listen_pg,
                     id,
@@ -367,9 +385,30 @@ impl PostgresRegistryBuilder {
                 )
                 .await
                 .map_err(ConnectError::Backend)?,
-            )
-        } else {
-            None
+            )),
+            (true, None) => {
+                tracing::warn!(
+                    registry = %self.name,
+                    poll_interval_ms = rows::ms(self.poll_interval),
+                    "behind a transaction pooler without listen_url, LISTEN cannot hold its \
+                     session: lifecycle events are polled from the event log instead (other \
+                     replicas' events arrive up to poll_interval late, and every event is also \
+                     a row written); set listen_url to the database's own address to listen"
+                );
+                Some(Feed::Poll(
+                    Poller::start(
+                        pool.clone(),
+                        tls.clone(),
+                        self.transaction_pooler,
+                        id,
+                        events.clone(),
+                        self.poll_interval,
+                        self.call_timeout,
+                    )
+                    .await
+                    .map_err(|f| ConnectError::Backend(f.into_registry()))?,
+                ))
+            }
         };
         let params = Params::new(&self.config, self.batch);
         let registry = PostgresRegistry {

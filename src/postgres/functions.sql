@@ -53,10 +53,35 @@ $$;
 --   suspect <worker> <target|->          died <worker> <target|-> <reason>
 --   stuck <worker> <target> <delivery>   released <target> <delivery>...
 -- where <target> is repo#number.
+-- For a registry a polling handle opened (wr_registries.poll_events, migration 0007), each
+-- event is also a row of wr_events, on the server's clock.
 CREATE OR REPLACE FUNCTION wr_notify(p_reg bigint, p_payload text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('wr_events_' || p_reg, p_payload);
+    IF (SELECT r.poll_events FROM wr_registries r WHERE r.id = p_reg) THEN
+        INSERT INTO wr_events (registry, at_ms, payload)
+        VALUES (p_reg, floor(date_part('epoch', clock_timestamp()) * 1000)::bigint, p_payload);
+    END IF;
+END
+$$;
+
+-- What a polling handle has not seen of the event log: the rows after p_after, and those written
+-- in the last p_window ms of the server's clock (a transaction that took a sequence number and
+-- committed after a later one was read), in sequence order; and the server's clock.
+CREATE OR REPLACE FUNCTION wr_events_since(p_reg bigint, p_after bigint, p_window bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_now bigint := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint;
+BEGIN
+    RETURN jsonb_build_object(
+        'now', v_now,
+        'events', (SELECT coalesce(jsonb_agg(jsonb_build_array(e.seq, e.at_ms, e.payload)
+                                             ORDER BY e.seq), '[]')
+                     FROM wr_events e
+                    WHERE e.registry = p_reg
+                      AND (e.seq > p_after OR e.at_ms >= v_now - p_window)));
 END
 $$;
 
@@ -1125,6 +1150,15 @@ BEGIN
       INTO v_purged, v_repo, v_number
       FROM gone;
     PERFORM wr_drop_targets(p_reg, v_repo, v_number);
+
+    -- The event log of polling handles (0007) keeps 10 minutes of the server's clock: a poller
+    -- away longer misses events, as a listener that was not connected does.
+    DELETE FROM wr_events
+     WHERE (registry, seq) IN (
+        SELECT registry, seq FROM wr_events
+         WHERE registry = p_reg
+           AND at_ms < floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 600000
+         ORDER BY at_ms LIMIT p_step);
 
     RETURN jsonb_build_object('expired', v_expired, 'evicted', v_evicted, 'purged', v_purged,
                               'retained', v_retained);

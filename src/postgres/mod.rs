@@ -15,6 +15,7 @@
 //! | `rows.rs` | from stored columns to the contract's types |
 //! | `delta.rs` | what a sweep reads of the published snapshot, applied to the shared cache (`remote::snapshot`) |
 //! | `listen.rs` | lifecycle events: `NOTIFY` in the functions, `LISTEN` per handle |
+//! | `poll.rs` | lifecycle events for a handle that cannot `LISTEN`: the event log, polled |
 //! | `error.rs` | backend errors, and the bounded retry of lost races |
 //!
 //! # Design
@@ -189,7 +190,9 @@
 //! is dropped and the call retried, so a multi-host URL with `target_session_attrs=read-write`
 //! follows a failover; a connection idle for 30 s is verified when taken. Behind PgBouncer in
 //! transaction mode, `transaction_pooler(true)` makes every call one unnamed statement and
-//! `listen_url` puts the listener on a direct connection (see [`docs::postgres`](crate::docs::postgres)).
+//! `listen_url` puts the listener on a direct connection; without one the handle logs a warning
+//! and polls the registry's event log instead (`poll.rs`; see
+//! [`docs::postgres`](crate::docs::postgres)).
 //!
 //! **TLS** (feature `postgres-tls`, `tls.rs`): rustls, the server's certificate verified (chain
 //! and host name) against the system's roots or the builder's `tls_root_certificate`;
@@ -208,6 +211,7 @@ mod loss;
 mod maintain;
 mod migrate;
 mod ops;
+mod poll;
 mod rows;
 mod sweep;
 #[cfg(feature = "postgres-tls")]
@@ -223,13 +227,13 @@ use tokio_postgres::Row;
 
 pub use self::builder::PostgresRegistryBuilder;
 use self::conn::Checkout;
-use crate::remote::counters::Counters;
 use self::error::{retrying, Failure};
 use crate::api::connect::ConnectError;
 use crate::api::contract::WorkerRegistry;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
+use crate::remote::counters::Counters;
 use crate::remote::loss::LossWatch;
 use crate::remote::snapshot::SnapshotCache;
 
@@ -253,6 +257,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most rows of each kind one sweep releases, deletes or claims (in steps of its own
 /// transactions: `maintain::DEATH_STEP`, `maintain::MAINTENANCE_STEP`).
 pub const DEFAULT_BATCH: usize = 10_000;
+/// How often a handle that cannot `LISTEN` (behind a transaction pooler without a `listen_url`)
+/// polls the registry's event log.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// How long a statement of this crate waits for a row lock before it gives up (`lock_timeout`,
 /// set on every connection of the pool, unless the builder's
 /// [`lock_timeout`](PostgresRegistryBuilder::lock_timeout) says otherwise): the call is then
@@ -367,7 +374,7 @@ struct Inner {
     counters: Counters,
     snapshot: SnapshotCache,
     events: Arc<EventSender>,
-    listener: Option<listen::Listener>,
+    listener: Option<poll::Feed>,
     /// What this handle saw of the registry's identity (data-loss detection, `loss.rs`).
     loss: LossWatch,
     /// For cancel requests of calls that ended early.
@@ -413,6 +420,7 @@ impl PostgresRegistry {
             migrate: true,
             transaction_pooler: false,
             listen_url: None,
+            poll_interval: DEFAULT_POLL_INTERVAL,
             tls_roots: None,
         }
     }
