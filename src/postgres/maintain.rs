@@ -102,11 +102,15 @@ enum Finished {
         #[allow(dead_code)]
         stuck_due: bool,
     },
-    Done {
-        stuck: StuckStep,
-        published: Published,
-        collected: Collected,
-    },
+    Done(Box<Done>),
+}
+
+/// What `wr_sweep_finish` did when no delivery was stuck.
+#[derive(Debug, Deserialize)]
+struct Done {
+    stuck: StuckStep,
+    published: Published,
+    collected: Collected,
 }
 
 #[derive(Debug, Deserialize)]
@@ -477,11 +481,14 @@ impl PostgresRegistry {
         let (stuck, published, collected) = match f {
             // The stuck steps run in their own transactions, then the publish in its own.
             Finished::StuckDue { .. } => return Ok((true, false)),
-            Finished::Done {
-                stuck,
-                published,
-                collected,
-            } => (stuck, published, collected),
+            Finished::Done(done) => {
+                let Done {
+                    stuck,
+                    published,
+                    collected,
+                } = *done;
+                (stuck, published, collected)
+            }
         };
         let more_stuck = stuck.count >= MAINTENANCE_STEP;
         m.took_stuck(stuck);
