@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use serde::Deserialize;
-use tokio::task::AbortHandle;
 
 use super::conn::Checkout;
 use super::error::{decode, Failure};
@@ -122,7 +121,10 @@ impl Source {
 /// The polling task of one handle.
 pub(crate) struct Poller {
     source: Arc<Source>,
-    task: AbortHandle,
+    /// Tells the task to stop between two polls. It is never aborted: a poll cut off in its
+    /// query would send a cancel request, and PgBouncer 1.18 has been seen to exit on one
+    /// (`FATAL ... disconnect_client(): bad client state`).
+    stop: Arc<tokio::sync::Notify>,
 }
 
 impl Poller {
@@ -156,23 +158,25 @@ impl Poller {
             }),
         });
         source.poll(true).await?;
-        let task = tokio::spawn({
-            let source = source.clone();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        tokio::spawn({
+            let (source, stop) = (source.clone(), stop.clone());
             async move {
                 let mut tick = tokio::time::interval(interval);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
-                    tick.tick().await;
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        // A permit stored before the wait is taken here too.
+                        () = stop.notified() => return,
+                    }
                     // A failed poll (the server away) is retried at the next tick; what it
                     // would have read is still in the log.
                     let _ = source.poll(false).await;
                 }
             }
         });
-        Ok(Self {
-            source,
-            task: task.abort_handle(),
-        })
+        Ok(Self { source, stop })
     }
 
     /// Polls now (see [`Feed::settle`]).
@@ -183,7 +187,8 @@ impl Poller {
 
 impl Drop for Poller {
     fn drop(&mut self) {
-        self.task.abort();
+        // The task ends at its next wait (after the poll in progress, if any).
+        self.stop.notify_one();
     }
 }
 
