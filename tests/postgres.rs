@@ -6,6 +6,8 @@
 //! A server comes from `WORKER_REGISTRY_POSTGRES_URL`, or is started for the run (see
 //! `support/pg_cluster.rs`). Each test works in a registry of its own name.
 
+#[path = "support/differential.rs"]
+mod differential;
 #[path = "support/ids.rs"]
 mod ids;
 #[path = "support/pg_cluster.rs"]
@@ -18,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use differential::{apply, Op, SweepView};
 use tokio::task::JoinSet;
 use worker_registry::postgres::PostgresRegistry;
 use worker_registry::{
@@ -519,7 +522,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 6);
+    assert_eq!(n, 7);
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await
@@ -601,32 +604,15 @@ async fn retention_and_purge_work_through_a_backlog_in_bounded_batches() {
     assert_eq!(r.stats().workers_purged, 10);
 }
 
-/// One step of a random history.
-#[derive(Debug, Clone)]
-enum Op {
-    Admit(u64, u8),
-    Claim(u64, u8),
-    Release(u64, u8),
-    Complete(u64, u8),
-    CompleteBy(u64, u64, u8),
-    Assign(u64),
-    Heartbeat(u64),
-    LoopStarted(u64),
-    LoopFinished(u64),
-    Register,
-    Deregister(u64),
-    Drain(u64),
-    DrainAll,
-    Worker(u64),
-    Sweep,
-    Advance,
-}
-
+/// One step of a random history (the harness's calls: `support/differential.rs`). Drains use
+/// the configured deadline, drain-all 32 s, and an advance is one time step of the test's.
 fn random_op(rng: &mut impl rand::Rng) -> Op {
+    // Drawn as the histories always were (the target as a u64), so that each seed's history
+    // stays the one the tests' expectations were checked against.
     let (t, e, w) = (
-        rng.gen_range(1..=5),
-        rng.gen_range(1..=4),
-        rng.gen_range(1..=12),
+        rng.gen_range(1..=5u64) as u8,
+        rng.gen_range(1..=4u8),
+        rng.gen_range(1..=12u64),
     );
     match rng.gen_range(0..100) {
         0..=19 => Op::Admit(t, e),
@@ -640,121 +626,21 @@ fn random_op(rng: &mut impl rand::Rng) -> Op {
         60..=65 => Op::LoopFinished(w),
         66..=68 => Op::Register,
         69..=71 => Op::Deregister(w),
-        72..=75 => Op::Drain(w),
-        76 => Op::DrainAll,
+        72..=75 => Op::Drain(w, 0),
+        76 => Op::DrainAll(32),
         77..=81 => Op::Worker(w),
         82..=90 => Op::Sweep,
-        _ => Op::Advance,
+        _ => Op::Advance(1),
     }
 }
 
-/// What is compared of a worker (its wall-clock times differ between the two time bases).
-fn worker_view(w: &worker_registry::WorkerInfo) -> String {
-    format!(
-        "{:?} {:?} {:?} {:?} {:?} suspect={} beaten={} {:?} died={} drain={}",
-        w.id,
-        w.target,
-        w.kind,
-        w.status,
-        w.activity,
-        w.suspect,
-        w.has_heartbeated,
-        w.token,
-        w.died_at.is_some(),
-        w.drain_deadline.is_some()
-    )
-}
-
-/// Runs one call on `r`; its answer with ids by the order `ids` saw them.
-async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op, ids: &mut ids::Ids) -> String {
-    let answer = apply_raw(r, op, ids).await;
-    ids.norm(&answer)
-}
-
-async fn apply_raw<R: WorkerRegistry + Maintenance>(r: &R, op: &Op, ids: &mut ids::Ids) -> String {
-    let target = |n: u64| t(n);
-    let delivery = |e: u8| d(&format!("e{e}"));
-    let id = |k: u64| ids.arg(k);
-    match op {
-        Op::Admit(t, e) => match r.admit(&target(*t), &delivery(*e)).await {
-            Ok(Admission::Duplicate(dup)) => format!(
-                "dup {:?} {:?} unstarted={}",
-                dup.holder, dup.state, dup.unstarted
-            ),
-            other => format!("{other:?}"),
-        },
-        Op::Claim(t, e) => match r.claim(&target(*t), &delivery(*e)).await {
-            Ok(worker_registry::ClaimOutcome::AlreadyClaimed(dup)) => {
-                format!(
-                    "dup {:?} {:?} unstarted={}",
-                    dup.holder, dup.state, dup.unstarted
-                )
-            }
-            other => format!("{other:?}"),
-        },
-        Op::Release(t, e) => format!("{:?}", r.release(&target(*t), &delivery(*e)).await),
-        Op::Complete(t, e) => format!("{:?}", r.complete(&target(*t), &delivery(*e)).await),
-        Op::CompleteBy(w, t, e) => {
-            format!(
-                "{:?}",
-                r.complete_by(id(*w), &target(*t), &delivery(*e)).await
-            )
-        }
-        Op::Assign(t) => format!("{:?}", r.assign(&target(*t)).await),
-        Op::Heartbeat(w) => format!("{:?}", r.heartbeat(id(*w)).await),
-        Op::LoopStarted(w) => format!("{:?}", r.loop_started(id(*w)).await),
-        Op::LoopFinished(w) => format!("{:?}", r.loop_finished(id(*w)).await),
-        Op::Register => format!("{:?}", r.register().await),
-        Op::Deregister(w) => format!("{:?}", r.deregister(id(*w)).await),
-        Op::Drain(w) => format!("{:?}", r.drain(id(*w)).await),
-        Op::DrainAll => format!("{:?}", r.drain_all_within(Duration::from_secs(32)).await),
-        Op::Worker(w) => match r.worker(id(*w)).await {
-            Ok(Some(info)) => worker_view(&info),
-            other => format!("{other:?}"),
-        },
-        Op::Sweep => {
-            let s = r.sweep().await.unwrap();
-            r.acknowledge(&s.released).await.unwrap();
-            let mut died = s.died.clone();
-            died.sort_by_key(|(w, _)| *w);
-            let mut suspected = s.suspected.clone();
-            suspected.sort();
-            let mut released: Vec<_> = s
-                .released
-                .iter()
-                .map(|e| ids.norm(&format!("{} {:?} {}", e.delivery, e.holder, e.reason)))
-                .collect();
-            released.sort();
-            let mut drained = s.drained_stuck.clone();
-            drained.sort();
-            let mut targets = s.released_targets.clone();
-            targets.sort();
-            let snap = r.status();
-            let mut workers: Vec<_> = snap
-                .workers
-                .iter()
-                .map(|w| ids.norm(&worker_view(w)))
-                .collect();
-            workers.sort();
-            format!(
-                "died={died:?} suspected={suspected:?} brake={} released={released:?} \
-                 targets={targets:?} expired={} evicted={} purged={} counts={:?} capacity={:?} \
-                 claims={:?} workers={workers:?} stall={}s drained_stuck={drained:?} stuck={}",
-                s.brake_engaged,
-                s.expired_claims,
-                s.evicted_claims,
-                s.purged_workers,
-                snap.counts,
-                snap.capacity,
-                snap.claims,
-                // Whole seconds: the server's clock adds milliseconds of its own.
-                s.stall_credited.as_secs(),
-                r.stats().claims_stuck,
-            )
-        }
-        Op::Advance => String::new(),
-    }
-}
+/// PostgreSQL's version moves only when something changed (memory's every sweep): versions are
+/// not compared; the stall in whole seconds and the stuck count are.
+const VIEW: SweepView = SweepView {
+    version: false,
+    stall_seconds: true,
+    stuck_count: true,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_as_the_in_memory_registry_does_on_random_histories() {
@@ -800,7 +686,7 @@ async fn answers_as_the_in_memory_registry_does_on_random_histories() {
         let (mut memory_ids, mut pg_ids) = (ids::Ids::default(), ids::Ids::default());
         for step in 0..300 {
             let op = random_op(&mut rng);
-            if let Op::Advance = op {
+            if let Op::Advance(_) = op {
                 clock.advance(STEP);
                 pg.advance_time_for_tests(STEP).await.unwrap();
                 if std::env::var_os("WR_SHOW_HISTORY").is_some() {
@@ -808,8 +694,8 @@ async fn answers_as_the_in_memory_registry_does_on_random_histories() {
                 }
                 continue;
             }
-            let want = apply(&memory, &op, &mut memory_ids).await;
-            let got = apply(&pg, &op, &mut pg_ids).await;
+            let want = apply(&memory, &op, &mut memory_ids, VIEW).await;
+            let got = apply(&pg, &op, &mut pg_ids, VIEW).await;
             assert_eq!(got, want, "seed {seed}, step {step}: {op:?}");
             if std::env::var_os("WR_SHOW_HISTORY").is_some() {
                 println!("{op:?} => {want}");
@@ -897,7 +783,7 @@ async fn the_retained_counter_agrees_with_a_count_of_completed_claims() {
         let mut ids = ids::Ids::default();
         for step in 0..300 {
             let op = random_op(&mut rng);
-            if let Op::Advance = op {
+            if let Op::Advance(_) = op {
                 pg.advance_time_for_tests(Duration::from_secs(25))
                     .await
                     .unwrap();
@@ -915,7 +801,7 @@ async fn the_retained_counter_agrees_with_a_count_of_completed_claims() {
                     "seed {seed}, step {step}: the published gauge"
                 );
             } else {
-                apply(&pg, &op, &mut ids).await;
+                apply(&pg, &op, &mut ids, VIEW).await;
             }
             let (counter, count) = retained_in_db(&client, pg.name()).await;
             assert_eq!(counter, count, "seed {seed}, step {step}: {op:?}");
@@ -1044,7 +930,10 @@ async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept(
         )
         .await
         .unwrap();
-    assert_eq!(PostgresRegistry::migrate(&db_url).await.unwrap(), [4, 5, 6]);
+    assert_eq!(
+        PostgresRegistry::migrate(&db_url).await.unwrap(),
+        [4, 5, 6, 7]
+    );
     assert_eq!(retained_in_db(&client, "kept").await, (7, 7));
     assert_eq!(retained_in_db(&client, "empty").await, (0, 0));
     let r = PostgresRegistry::builder(&db_url)

@@ -1,7 +1,8 @@
 //! The conformance suite (`worker_registry::testkit`), unchanged, through a real `pgbouncer` in
 //! transaction mode (the usual deployment in front of PostgreSQL): every call an unnamed
-//! statement (`transaction_pooler(true)`), events on a direct `listen_url`. Plus the errors a
-//! handle not told about the pooler meets.
+//! statement (`transaction_pooler(true)`), events on a direct `listen_url`; and again without a
+//! `listen_url` (module `polling`), events polled from the registry's event log. Plus the errors
+//! a handle not told about the pooler meets.
 //!
 //! The server is the tests' shared one (see `support/pg_cluster.rs`), the pooler a throwaway one
 //! in front of it; without `pgbouncer` the file skips with one line (and fails when `CI` is set).
@@ -20,23 +21,24 @@ use worker_registry::{ConnectError, RegistryConfig};
 struct PgBouncerFixture {
     /// Through the pooler.
     url: String,
-    /// The server itself (for LISTEN).
-    direct: String,
+    /// The server itself (for LISTEN); none: the handles poll the event log.
+    direct: Option<String>,
 }
 
 impl Fixture for PgBouncerFixture {
     type Registry = PostgresRegistry;
 
     async fn registry(&self, config: RegistryConfig) -> PostgresRegistry {
-        PostgresRegistry::builder(&self.url)
+        let b = PostgresRegistry::builder(&self.url)
             .name(pg_cluster::unique_name("pgbouncer"))
             .config(config)
             .pool_size(4)
-            .transaction_pooler(true)
-            .listen_url(&self.direct)
-            .connect()
-            .await
-            .expect("connect through pgbouncer")
+            .transaction_pooler(true);
+        let b = match &self.direct {
+            Some(direct) => b.listen_url(direct),
+            None => b.poll_interval(Duration::from_millis(50)),
+        };
+        b.connect().await.expect("connect through pgbouncer")
     }
 
     async fn replica(&self, of: &PostgresRegistry) -> PostgresRegistry {
@@ -72,10 +74,22 @@ fn pooler() -> Option<(String, String)> {
 }
 
 fn fixture() -> Option<PgBouncerFixture> {
-    pooler().map(|(url, direct)| PgBouncerFixture { url, direct })
+    pooler().map(|(url, direct)| PgBouncerFixture {
+        url,
+        direct: Some(direct),
+    })
 }
 
 worker_registry::conformance_suite!(fixture());
+
+/// The suite again with no `listen_url`: events come from the polled event log.
+mod polling {
+    fn fixture() -> Option<super::PgBouncerFixture> {
+        super::pooler().map(|(url, _)| super::PgBouncerFixture { url, direct: None })
+    }
+
+    worker_registry::conformance_suite!(fixture());
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_not_told_about_the_pooler_gets_a_clear_error() {
@@ -101,14 +115,36 @@ async fn a_handle_not_told_about_the_pooler_gets_a_clear_error() {
         err.to_string().contains("transaction_pooler(true)"),
         "{err}"
     );
-    // Told about the pooler but with events on the pooled URL: refused before connecting.
-    let err = PostgresRegistry::builder(&url)
+}
+
+/// Told about the pooler but given no `listen_url`: the handle connects and polls, and another
+/// replica's events reach it (the polling suite shows the rest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_listen_url_events_are_polled_from_the_log() {
+    let Some((url, _)) = pooler() else {
+        return;
+    };
+    let r = PostgresRegistry::builder(&url)
+        .name(pg_cluster::unique_name("pgbouncer-poll"))
         .transaction_pooler(true)
+        .poll_interval(Duration::from_millis(20))
         .connect()
         .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, ConnectError::Unsupported { reason, .. } if reason.contains("listen_url")),
-        "{err:?}"
+        .expect("a handle without listen_url polls");
+    let other = r.connect_replica().await.unwrap();
+    let mut events = worker_registry::Subscribe::subscribe(&r);
+    let w = worker_registry::WorkerRegistry::register(&other)
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(30), events.recv())
+        .await
+        .expect("the other replica's event arrives by polling")
+        .unwrap();
+    assert_eq!(
+        got,
+        worker_registry::Event::WorkerCreated {
+            worker: w,
+            target: None
+        }
     );
 }

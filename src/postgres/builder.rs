@@ -8,20 +8,22 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::Type;
 
-use super::counters::Counters;
 use super::error::{retrying, BACKEND};
-use super::snapshot::SnapshotCache;
+use super::poll::{Feed, Poller};
 use super::{conn, listen, migrate, rows, Inner, Params, PostgresRegistry, Tls};
 use crate::api::connect::ConnectError;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
+use crate::api::snapshot::StatusSnapshot;
 use crate::config::RegistryConfig;
+use crate::remote::counters::Counters;
 use crate::remote::loss::LossWatch;
+use crate::remote::snapshot::SnapshotCache;
 
 /// Builds a [`PostgresRegistry`]: the database URL, the registry's name and configuration, and
 /// the handle's pool size and timeouts.
@@ -55,10 +57,13 @@ pub struct PostgresRegistryBuilder {
     pub(super) call_timeout: Duration,
     pub(super) connect_timeout: Duration,
     pub(super) batch: usize,
+    pub(super) lock_timeout: Duration,
+    pub(super) statement_timeout: Duration,
     pub(super) listen: bool,
     pub(super) migrate: bool,
     pub(super) transaction_pooler: bool,
     pub(super) listen_url: Option<String>,
+    pub(super) poll_interval: Duration,
     #[cfg_attr(not(feature = "postgres-tls"), allow(dead_code))]
     pub(super) tls_roots: Option<Vec<u8>>,
 }
@@ -138,6 +143,41 @@ impl PostgresRegistryBuilder {
         self
     }
 
+    /// How long each statement of the handle waits for a row lock
+    /// ([`DEFAULT_LOCK_TIMEOUT`](super::DEFAULT_LOCK_TIMEOUT) unless set; at least 1 ms): set as
+    /// `lock_timeout` on every pooled connection (behind a
+    /// [`transaction_pooler`](Self::transaction_pooler), the role's setting applies instead). A
+    /// call whose statement waited longer is retried like a lost race.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://localhost/db")
+    ///     .lock_timeout(Duration::from_millis(500))
+    ///     .statement_timeout(Duration::from_secs(2));
+    /// ```
+    pub fn lock_timeout(mut self, d: Duration) -> Self {
+        self.lock_timeout = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long each statement of the handle may run
+    /// ([`DEFAULT_STATEMENT_TIMEOUT`](super::DEFAULT_STATEMENT_TIMEOUT) unless set; at least
+    /// 1 ms): set as `statement_timeout` on every pooled connection (behind a
+    /// [`transaction_pooler`](Self::transaction_pooler), the role's setting applies instead). A
+    /// call cancelled by it is a retryable backend error.
+    ///
+    /// # Examples
+    ///
+    /// See [`lock_timeout`](Self::lock_timeout).
+    pub fn statement_timeout(mut self, d: Duration) -> Self {
+        self.statement_timeout = d.max(Duration::from_millis(1));
+        self
+    }
+
     /// Whether the handle listens for lifecycle events (on by default; a handle that never
     /// subscribes can save the listener's connection).
     ///
@@ -175,8 +215,8 @@ impl PostgresRegistryBuilder {
     /// settings at connect (the pooler would refuse or drop them): give the database role
     /// `lock_timeout` and `statement_timeout` instead (`ALTER ROLE ... SET`); `connect` warns if
     /// they are off. `LISTEN` needs a session: with [`listen`](Self::listen) on, set
-    /// [`listen_url`](Self::listen_url) to a direct URL, or `connect` refuses with
-    /// [`ConnectError::Unsupported`].
+    /// [`listen_url`](Self::listen_url) to a direct URL; without one the handle logs a warning
+    /// and polls the registry's event log every [`poll_interval`](Self::poll_interval) instead.
     ///
     /// # Examples
     ///
@@ -211,6 +251,27 @@ impl PostgresRegistryBuilder {
         self
     }
 
+    /// How often a handle that cannot `LISTEN` polls the registry's event log
+    /// ([`DEFAULT_POLL_INTERVAL`](super::DEFAULT_POLL_INTERVAL) unless set; at least 10 ms):
+    /// behind a [`transaction_pooler`](Self::transaction_pooler) without a
+    /// [`listen_url`](Self::listen_url), other replicas' events arrive up to this late (this
+    /// handle's own calls still return only once their events reached its subscribers).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://router@pgbouncer:6432/registry")
+    ///     .transaction_pooler(true)
+    ///     .poll_interval(Duration::from_millis(500));
+    /// ```
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.poll_interval = d.max(Duration::from_millis(10));
+        self
+    }
+
     /// Where the event listener connects (default: the builder's URL). Behind a pooler in
     /// transaction mode, the database's own address: `LISTEN` holds a session.
     ///
@@ -240,17 +301,11 @@ impl PostgresRegistryBuilder {
             pg.application_name("worker-registry");
         }
         let listen_pg = match &self.listen_url {
-            Some(url) => parse(url, self.tls_roots.as_deref())?.0,
-            None if self.listen && self.transaction_pooler => {
-                return Err(ConnectError::Unsupported {
-                    backend: BACKEND,
-                    reason: "events need LISTEN, which holds a session, and a pooler in \
-                             transaction mode lends one transaction at a time: set listen_url \
-                             to the database's own address, or listen(false)"
-                        .into(),
-                });
-            }
-            None => pg.clone(),
+            Some(url) => Some(parse(url, self.tls_roots.as_deref())?.0),
+            // LISTEN holds a session, which a pooler in transaction mode does not lend: the
+            // handle polls the event log instead (`poll.rs`).
+            None if self.transaction_pooler => None,
+            None => Some(pg.clone()),
         };
         if !self.transaction_pooler {
             // Every call's statements wait at most this long for a lock and run at most this
@@ -258,8 +313,8 @@ impl PostgresRegistryBuilder {
             // transaction mode carries no session settings: the role's apply there.
             let limits = format!(
                 "-c lock_timeout={}ms -c statement_timeout={}ms",
-                rows::ms(super::DEFAULT_LOCK_TIMEOUT),
-                rows::ms(super::DEFAULT_STATEMENT_TIMEOUT)
+                rows::ms(self.lock_timeout),
+                rows::ms(self.statement_timeout)
             );
             let options = match pg.get_options() {
                 Some(o) if !o.is_empty() => format!("{o} {limits}"),
@@ -318,8 +373,9 @@ impl PostgresRegistryBuilder {
         }
 
         let events = Arc::new(EventSender::new());
-        let listener = if self.listen {
-            Some(
+        let listener = match (self.listen, listen_pg) {
+            (false, _) => None,
+            (true, Some(listen_pg)) => Some(Feed::Listen(
                 listen::Listener::start(
                     listen_pg,
                     id,
@@ -329,14 +385,38 @@ impl PostgresRegistryBuilder {
                 )
                 .await
                 .map_err(ConnectError::Backend)?,
-            )
-        } else {
-            None
+            )),
+            (true, None) => {
+                tracing::warn!(
+                    registry = %self.name,
+                    poll_interval_ms = rows::ms(self.poll_interval),
+                    "behind a transaction pooler without listen_url, LISTEN cannot hold its \
+                     session: lifecycle events are polled from the event log instead (other \
+                     replicas' events arrive up to poll_interval late, and every event is also \
+                     a row written); set listen_url to the database's own address to listen"
+                );
+                Some(Feed::Poll(
+                    Poller::start(
+                        pool.clone(),
+                        tls.clone(),
+                        self.transaction_pooler,
+                        id,
+                        events.clone(),
+                        self.poll_interval,
+                        self.call_timeout,
+                    )
+                    .await
+                    .map_err(|f| ConnectError::Backend(f.into_registry()))?,
+                ))
+            }
         };
         let params = Params::new(&self.config, self.batch);
         let registry = PostgresRegistry {
             inner: Arc::new(Inner {
-                snapshot: SnapshotCache::new(self.config.max_workers()),
+                snapshot: SnapshotCache::new(StatusSnapshot::empty(
+                    self.config.max_workers(),
+                    SystemTime::now(),
+                )),
                 pool,
                 settings: self,
                 id,

@@ -53,10 +53,35 @@ $$;
 --   suspect <worker> <target|->          died <worker> <target|-> <reason>
 --   stuck <worker> <target> <delivery>   released <target> <delivery>...
 -- where <target> is repo#number.
+-- For a registry a polling handle opened (wr_registries.poll_events, migration 0007), each
+-- event is also a row of wr_events, on the server's clock.
 CREATE OR REPLACE FUNCTION wr_notify(p_reg bigint, p_payload text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('wr_events_' || p_reg, p_payload);
+    IF (SELECT r.poll_events FROM wr_registries r WHERE r.id = p_reg) THEN
+        INSERT INTO wr_events (registry, at_ms, payload)
+        VALUES (p_reg, floor(date_part('epoch', clock_timestamp()) * 1000)::bigint, p_payload);
+    END IF;
+END
+$$;
+
+-- What a polling handle has not seen of the event log: the rows after p_after, and those written
+-- in the last p_window ms of the server's clock (a transaction that took a sequence number and
+-- committed after a later one was read), in sequence order; and the server's clock.
+CREATE OR REPLACE FUNCTION wr_events_since(p_reg bigint, p_after bigint, p_window bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_now bigint := floor(date_part('epoch', clock_timestamp()) * 1000)::bigint;
+BEGIN
+    RETURN jsonb_build_object(
+        'now', v_now,
+        'events', (SELECT coalesce(jsonb_agg(jsonb_build_array(e.seq, e.at_ms, e.payload)
+                                             ORDER BY e.seq), '[]')
+                     FROM wr_events e
+                    WHERE e.registry = p_reg
+                      AND (e.seq > p_after OR e.at_ms >= v_now - p_window)));
 END
 $$;
 
@@ -1126,6 +1151,15 @@ BEGIN
       FROM gone;
     PERFORM wr_drop_targets(p_reg, v_repo, v_number);
 
+    -- The event log of polling handles (0007) keeps 10 minutes of the server's clock: a poller
+    -- away longer misses events, as a listener that was not connected does.
+    DELETE FROM wr_events
+     WHERE (registry, seq) IN (
+        SELECT registry, seq FROM wr_events
+         WHERE registry = p_reg
+           AND at_ms < floor(date_part('epoch', clock_timestamp()) * 1000)::bigint - 600000
+         ORDER BY at_ms LIMIT p_step);
+
     RETURN jsonb_build_object('expired', v_expired, 'evicted', v_evicted, 'purged', v_purged,
                               'retained', v_retained);
 END
@@ -1158,7 +1192,8 @@ END
 $$;
 
 -- Publishes the sweep: the last versioning step (at most p_step dirty worker rows, as
--- wr_sweep_stamp) and the next snapshot version (the gauges, the brake), in a transaction of its
+-- wr_sweep_stamp) and the next snapshot version (the gauges, the brake) if anything changed
+-- (else the same version, its time moved on), in a transaction of its
 -- own that locks only the snapshot row and the rows it versions; at most p_step purge-log rows older than
 -- p_purge_keep versions trimmed (a replica further behind than that reloads whole); and one
 -- TargetReleased per target that lost its worker or had deliveries released in this sweep
@@ -1172,6 +1207,7 @@ CREATE OR REPLACE FUNCTION wr_sweep_publish(
 ) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
+    s wr_snapshots%ROWTYPE;
     v_version bigint;
     v_stamped integer;
     v_floor bigint;
@@ -1183,18 +1219,34 @@ BEGIN
     END IF;
     -- The last versioning step (at most p_step rows) and the version, under the snapshot row's
     -- exclusive lock.
-    SELECT version + 1 INTO v_version FROM wr_snapshots WHERE registry = p_reg FOR UPDATE;
+    SELECT * INTO s FROM wr_snapshots WHERE registry = p_reg FOR UPDATE;
+    v_version := s.version + 1;
     UPDATE wr_workers SET version = v_version, dirty = false
      WHERE (registry, id) IN (
         SELECT registry, id FROM wr_workers
          WHERE registry = p_reg AND dirty
          LIMIT p_step FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS v_stamped = ROW_COUNT;
-    UPDATE wr_snapshots
-       SET version = v_version, taken_at_ms = p_now, brake_engaged = p_brake,
-           in_flight = coalesce(p_in_flight, in_flight),
-           retained = coalesce(p_retained, retained)
-     WHERE registry = p_reg;
+    -- The version moves only when something changed: a row versioned (here, or by an earlier
+    -- stamp step of this sweep), a purge logged under it, a gauge or the brake. Otherwise only
+    -- its time does (two index probes), and replicas re-date their copy (wr_snapshot_since).
+    IF v_stamped = 0 AND s.brake_engaged = p_brake
+       AND s.in_flight = coalesce(p_in_flight, s.in_flight)
+       AND s.retained = coalesce(p_retained, s.retained)
+       AND NOT EXISTS (SELECT 1 FROM wr_workers
+                        WHERE registry = p_reg AND version = v_version)
+       AND NOT EXISTS (SELECT 1 FROM wr_purged
+                        WHERE registry = p_reg AND version = v_version) THEN
+        v_version := s.version;
+        UPDATE wr_snapshots SET taken_at_ms = greatest(taken_at_ms, p_now)
+         WHERE registry = p_reg;
+    ELSE
+        UPDATE wr_snapshots
+           SET version = v_version, taken_at_ms = p_now, brake_engaged = p_brake,
+               in_flight = coalesce(p_in_flight, in_flight),
+               retained = coalesce(p_retained, retained)
+         WHERE registry = p_reg;
+    END IF;
 
     WITH gone AS (
         DELETE FROM wr_purged
@@ -1262,7 +1314,7 @@ END
 $$;
 
 -- What a replica whose cached snapshot is at p_known needs to reach the published one: nothing
--- if it is current; else the snapshot's gauges and the worker rows versioned after p_known (on
+-- but the version's time if it is current; else the snapshot's gauges and the worker rows versioned after p_known (on
 -- wr_workers_version) with the ids purged since (wr_purged), or, for a replica with nothing yet
 -- (p_known 0) or further behind than the purge log reaches, every worker row ('full').
 CREATE OR REPLACE FUNCTION wr_snapshot_since(p_reg bigint, p_known bigint) RETURNS jsonb
@@ -1273,8 +1325,10 @@ DECLARE
 BEGIN
     SELECT * INTO s FROM wr_snapshots WHERE registry = p_reg;
     IF NOT FOUND OR s.version <= p_known THEN
+        -- Nothing changed since p_known, as of taken_at_ms (the publish moves only the time
+        -- when nothing changed): the replica re-dates its copy.
         RETURN jsonb_build_object('now', wr_now(p_reg), 'version', coalesce(s.version, 0),
-                                  'changed', false);
+                                  'changed', false, 'taken_at_ms', coalesce(s.taken_at_ms, 0));
     END IF;
     v_full := p_known <= 0 OR p_known < s.purge_floor;
     RETURN jsonb_build_object(
@@ -1399,11 +1453,38 @@ BEGIN
 END
 $$;
 
+-- Whether a delivery is in flight past max_in_flight on a live worker at p_now (what
+-- wr_sweep_stuck releases): one probe of wr_claims_in_flight up to the exact cut-off. Locked rows
+-- count too, so a step that would skip them is still run.
+CREATE OR REPLACE FUNCTION wr_stuck_due(p_reg bigint, p_now bigint, p_max_in_flight bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_starts bigint[];
+    v_ends bigint[];
+    v_cut bigint;
+BEGIN
+    SELECT s.starts_ms, s.ends_ms INTO v_starts, v_ends FROM wr_stalls s WHERE s.registry = p_reg;
+    v_cut := wr_run_cutoff(coalesce(v_starts, '{}'), coalesce(v_ends, '{}'), p_now,
+                           p_max_in_flight);
+    RETURN EXISTS (
+        SELECT 1 FROM wr_claims k
+          JOIN wr_workers x ON x.registry = k.registry AND x.id = k.holder
+         WHERE k.registry = p_reg AND k.completed_at_ms IS NULL
+           AND k.release_reason IS NULL AND k.holder IS NOT NULL
+           AND k.claimed_at_ms < v_cut
+           AND x.status <> 'dead');
+END
+$$;
+
 -- The end of the lease holder's sweep, in one transaction, so that it answers one round trip
--- after its last death step: one step of stuck deliveries (wr_sweep_stuck), the publish
--- (wr_sweep_publish, with the stuck step's releases and exits among its TargetReleased events)
--- and the holder's outbox share and snapshot changes (wr_sweep_collect). The released
--- deliveries and dead targets of the earlier steps come as p_rel_* and p_dead_*.
+-- after its last death step: the in-flight gauge (a stuck step that finds nothing to release),
+-- the publish (wr_sweep_publish) and the holder's outbox share and snapshot changes
+-- (wr_sweep_collect). The released deliveries and dead targets of the earlier steps come as
+-- p_rel_* and p_dead_*. If a delivery is stuck, it does nothing and says so ('stuck_due'): the
+-- stuck steps may kill workers, which locks the capacity row every admit that creates a worker
+-- needs, so they run in transactions of their own and the publish after them in its own, never
+-- while the capacity row is locked.
 CREATE OR REPLACE FUNCTION wr_sweep_finish(
     p_reg bigint, p_replica text, p_now bigint, p_brake boolean, p_retained bigint,
     p_timeout bigint, p_max_in_flight bigint, p_drain_deadline bigint, p_purge_keep bigint,
@@ -1421,6 +1502,9 @@ DECLARE
     v_dead_repo text[];
     v_dead_number bigint[];
 BEGIN
+    IF wr_stuck_due(p_reg, p_now, p_max_in_flight) THEN
+        RETURN jsonb_build_object('stuck_due', true);
+    END IF;
     v_stuck := wr_sweep_stuck(p_reg, p_replica, p_now, p_timeout, p_max_in_flight,
                               p_drain_deadline, p_step);
     SELECT coalesce(array_agg(x->>0), '{}'), coalesce(array_agg((x->>1)::bigint), '{}'),

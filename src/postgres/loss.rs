@@ -8,10 +8,13 @@
 //! the counter and the version have caught up. Every sweep of every handle reads
 //! the three (one statement, three primary-key lookups) before it refreshes its snapshot.
 
+use std::time::SystemTime;
+
 use super::rows::col;
 use super::PostgresRegistry;
 use crate::api::error::RegistryError;
 use crate::api::events::Event;
+use crate::api::snapshot::StatusSnapshot;
 use crate::remote::{agreement, loss};
 
 /// Moves the incarnation on from `$2` to `$3` unless another handle did already; the current one.
@@ -103,7 +106,10 @@ impl PostgresRegistry {
         }
         let lost = loss::lost_workers(self, &before).await?;
         loss::log("postgres", self.name(), &inner.replica, &found, &lost);
-        inner.snapshot.reset();
+        inner.snapshot.reset(StatusSnapshot::empty(
+            before.capacity.limit,
+            SystemTime::now(),
+        ));
         inner.events.send(|| Event::DataLost { lost });
         Ok(())
     }

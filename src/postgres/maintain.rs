@@ -1,8 +1,10 @@
 //! The lease holder's part of a sweep: the maintenance, in bounded steps (the functions
 //! `wr_sweep_*` in `functions.sql`), each its own short transaction, so other calls interleave
 //! with them: retention, releases left from before, versioning of rows other calls changed, the
-//! deaths (each step handing its deliveries to this replica), then one transaction with a stuck
-//! step, the publish and this replica's collect. Each kind of work goes on in steps of at most [`DEATH_STEP`] or
+//! deaths (each step handing its deliveries to this replica), then one transaction with the
+//! in-flight gauge, the publish and this replica's collect (or, with a delivery stuck, the stuck
+//! steps, then the publish, each in its own: a stuck step may kill a worker, which locks the
+//! capacity row, and the publish never runs while that row is locked). Each kind of work goes on in steps of at most [`DEATH_STEP`] or
 //! [`MAINTENANCE_STEP`] rows until a step finds less than it could take, or the sweep's bound
 //! (the builder's `batch`, per kind) is reached.
 
@@ -10,9 +12,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::delta::Collected;
 use super::error::Failure;
 use super::rows::{col, OutboxRow};
-use super::snapshot::Collected;
 use super::PostgresRegistry;
 use crate::api::error::RegistryError;
 use crate::api::report::ReleasedEvent;
@@ -91,8 +93,21 @@ struct Published {
     stamped: usize,
 }
 
+/// What `wr_sweep_finish` answers: nothing done if a delivery is stuck (`stuck_due`), else
+/// the rest.
 #[derive(Debug, Deserialize)]
-struct Finished {
+#[serde(untagged)]
+enum Finished {
+    StuckDue {
+        #[allow(dead_code)]
+        stuck_due: bool,
+    },
+    Done(Box<Done>),
+}
+
+/// What `wr_sweep_finish` did when no delivery was stuck.
+#[derive(Debug, Deserialize)]
+struct Done {
     stuck: StuckStep,
     published: Published,
     collected: Collected,
@@ -421,8 +436,10 @@ impl PostgresRegistry {
         Ok(())
     }
 
-    /// The last stuck step, the publish and the collect, in one transaction; whether stuck
-    /// deliveries or changed rows were left for more steps.
+    /// The in-flight gauge, the publish and the collect, in one transaction; whether stuck
+    /// deliveries or changed rows were left for more steps (with a stuck delivery it does
+    /// nothing: the stuck steps may lock the capacity row, so they and then the publish run in
+    /// transactions of their own).
     async fn finish(
         &self,
         begun: &Begun,
@@ -461,13 +478,25 @@ impl PostgresRegistry {
             .await?
         };
         m.steps += 1;
-        let more_stuck = f.stuck.count >= MAINTENANCE_STEP;
-        m.took_stuck(f.stuck);
+        let (stuck, published, collected) = match f {
+            // The stuck steps run in their own transactions, then the publish in its own.
+            Finished::StuckDue { .. } => return Ok((true, false)),
+            Finished::Done(done) => {
+                let Done {
+                    stuck,
+                    published,
+                    collected,
+                } = *done;
+                (stuck, published, collected)
+            }
+        };
+        let more_stuck = stuck.count >= MAINTENANCE_STEP;
+        m.took_stuck(stuck);
         m.published = true;
-        let (now, events) = self.take_collected(f.collected)?;
+        let (now, events) = self.take_collected(collected)?;
         m.events.extend(events);
         m.collected = Some(now);
-        Ok((more_stuck, f.published.stamped >= MAINTENANCE_STEP))
+        Ok((more_stuck, published.stamped >= MAINTENANCE_STEP))
     }
 
     /// The new snapshot version (with a last versioning step) and the TargetReleased events

@@ -47,6 +47,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "identity",
         sql: include_str!("migrations/0006_identity.sql"),
     },
+    Migration {
+        version: 7,
+        name: "event_log",
+        sql: include_str!("migrations/0007_event_log.sql"),
+    },
 ];
 
 /// The current functions, applied after the migrations whenever [`functions_checksum`] changes.

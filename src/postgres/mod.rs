@@ -13,10 +13,10 @@
 //! | `functions.sql` | every current function, re-applied on connect when it changes |
 //! | `migrate.rs`, `migrations/*.sql` | the schema (versioned migrations) and the functions file |
 //! | `rows.rs` | from stored columns to the contract's types |
-//! | `snapshot.rs` | the cached status snapshot |
+//! | `delta.rs` | what a sweep reads of the published snapshot, applied to the shared cache (`remote::snapshot`) |
 //! | `listen.rs` | lifecycle events: `NOTIFY` in the functions, `LISTEN` per handle |
+//! | `poll.rs` | lifecycle events for a handle that cannot `LISTEN`: the event log, polled |
 //! | `error.rs` | backend errors, and the bounded retry of lost races |
-//! | `counters.rs` | this handle's statistics |
 //!
 //! # Design
 //!
@@ -124,11 +124,16 @@
 //! `wr_snapshot_since(its version)` for the rows versioned after it (an index on
 //! `(registry, version)`) and the ids purged since (`wr_purged`, logged by the purge under the
 //! next version, trimmed after [`PURGE_LOG_VERSIONS`](maintain::PURGE_LOG_VERSIONS) versions),
-//! applies them to its own copy of the rows, and caches the snapshot built from them behind an
-//! `ArcSwap`, so [`status`](WorkerRegistry::status) never blocks and does no I/O. A handle with
+//! and hands them to the snapshot cache the Redis backend uses too (`remote::snapshot`: the rows
+//! replace their entries, purged ids are dropped, the rest age by the time between the two
+//! versions), which keeps the snapshot behind an `ArcSwap`, so
+//! [`status`](WorkerRegistry::status) never blocks and does no I/O. A handle with
 //! nothing yet, or further behind than the purge log reaches, reads every row once. Rows are read
 //! as they are now, so a row changed again after it was versioned shows its newer state; rows
-//! changed after the last stamp step show up with the next version.
+//! changed after the last stamp step show up with the next version. The version moves only when
+//! something changed (a row versioned, a purge, a gauge or the brake); otherwise the publish
+//! moves only its time, and every handle re-dates its copy (the same version and entries, their
+//! ages moved on), so an idle registry's replicas read nothing but the header.
 
 //! **Lifecycle events**: the functions `NOTIFY` on the registry's channel in the transaction that
 //! made the change, so every handle's subscribers see every committed event in commit order; each
@@ -185,7 +190,9 @@
 //! is dropped and the call retried, so a multi-host URL with `target_session_attrs=read-write`
 //! follows a failover; a connection idle for 30 s is verified when taken. Behind PgBouncer in
 //! transaction mode, `transaction_pooler(true)` makes every call one unnamed statement and
-//! `listen_url` puts the listener on a direct connection (see [`docs::postgres`](crate::docs::postgres)).
+//! `listen_url` puts the listener on a direct connection; without one the handle logs a warning
+//! and polls the registry's event log instead (`poll.rs`; see
+//! [`docs::postgres`](crate::docs::postgres)).
 //!
 //! **TLS** (feature `postgres-tls`, `tls.rs`): rustls, the server's certificate verified (chain
 //! and host name) against the system's roots or the builder's `tls_root_certificate`;
@@ -197,15 +204,15 @@
 
 mod builder;
 mod conn;
-mod counters;
+mod delta;
 mod error;
 mod listen;
 mod loss;
 mod maintain;
 mod migrate;
 mod ops;
+mod poll;
 mod rows;
-mod snapshot;
 mod sweep;
 #[cfg(feature = "postgres-tls")]
 mod tls;
@@ -220,15 +227,15 @@ use tokio_postgres::Row;
 
 pub use self::builder::PostgresRegistryBuilder;
 use self::conn::Checkout;
-use self::counters::Counters;
 use self::error::{retrying, Failure};
-use self::snapshot::SnapshotCache;
 use crate::api::connect::ConnectError;
 use crate::api::contract::WorkerRegistry;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
 use crate::config::RegistryConfig;
+use crate::remote::counters::Counters;
 use crate::remote::loss::LossWatch;
+use crate::remote::snapshot::SnapshotCache;
 
 /// The TLS connector of every connection: rustls with `postgres-tls`, none without.
 #[cfg(feature = "postgres-tls")]
@@ -250,13 +257,18 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most rows of each kind one sweep releases, deletes or claims (in steps of its own
 /// transactions: `maintain::DEATH_STEP`, `maintain::MAINTENANCE_STEP`).
 pub const DEFAULT_BATCH: usize = 10_000;
+/// How often a handle that cannot `LISTEN` (behind a transaction pooler without a `listen_url`)
+/// polls the registry's event log.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// How long a statement of this crate waits for a row lock before it gives up (`lock_timeout`,
-/// set on every connection of the pool): the call is then retried like a lost race, and
-/// answered with a retryable backend error if it keeps timing out.
-pub(crate) const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+/// set on every connection of the pool, unless the builder's
+/// [`lock_timeout`](PostgresRegistryBuilder::lock_timeout) says otherwise): the call is then
+/// retried like a lost race, and answered with a retryable backend error if it keeps timing out.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one statement of this crate may run (`statement_timeout`, set on every connection of
-/// the pool); a call cancelled by it is a retryable backend error.
-pub(crate) const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// the pool, unless the builder's [`statement_timeout`](PostgresRegistryBuilder::statement_timeout)
+/// says otherwise); a call cancelled by it is a retryable backend error.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The worker registry in PostgreSQL, shared by every handle (every router replica) connected to
 /// the same database under the same registry name. See [`docs::postgres`](crate::docs::postgres)
@@ -362,7 +374,7 @@ struct Inner {
     counters: Counters,
     snapshot: SnapshotCache,
     events: Arc<EventSender>,
-    listener: Option<listen::Listener>,
+    listener: Option<poll::Feed>,
     /// What this handle saw of the registry's identity (data-loss detection, `loss.rs`).
     loss: LossWatch,
     /// For cancel requests of calls that ended early.
@@ -402,10 +414,13 @@ impl PostgresRegistry {
             call_timeout: DEFAULT_CALL_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             batch: DEFAULT_BATCH,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
             listen: true,
             migrate: true,
             transaction_pooler: false,
             listen_url: None,
+            poll_interval: DEFAULT_POLL_INTERVAL,
             tls_roots: None,
         }
     }

@@ -452,11 +452,14 @@ impl PostgresRegistry {
                             target: target.clone(),
                             delivery: delivery.clone(),
                         }),
+                        // Only a completion by a worker can be refused as not its holder's.
                         vocab::NOT_HOLDER => Err(RegistryError::NotHolder {
                             target: target.clone(),
                             delivery: delivery.clone(),
                             holder,
-                            worker: by.unwrap_or(WorkerId::new(0)),
+                            worker: by.ok_or_else(|| {
+                                decode("complete answered not_holder to a completion by no worker")
+                            })?,
                         }),
                         vocab::RELEASED => {
                             let reason: Option<String> = col(row, "o_reason")?;

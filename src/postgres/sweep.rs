@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use super::delta::{Collected, SnapshotDelta};
 use super::error::{decode, Failure};
 use super::rows::{self, col, OutboxRow};
-use super::snapshot::{Collected, SnapshotDelta};
 use super::PostgresRegistry;
 use crate::api::contract::Maintenance;
 use crate::api::error::RegistryError;
@@ -33,7 +33,9 @@ impl PostgresRegistry {
                 parse("snapshot", &col::<String>(row, "body")?)
             })
             .await?;
-        inner.snapshot.apply(delta).map_err(Failure::into_registry)
+        delta
+            .apply_to(&inner.snapshot)
+            .map_err(Failure::into_registry)
     }
 
     /// This replica's share of the outbox, and the registry's time; the snapshot's changes
@@ -63,9 +65,8 @@ impl PostgresRegistry {
             .map(OutboxRow::event)
             .collect::<Result<Vec<_>, _>>()
             .map_err(Failure::into_registry)?;
-        self.inner
-            .snapshot
-            .apply(c.snapshot)
+        c.snapshot
+            .apply_to(&self.inner.snapshot)
             .map_err(Failure::into_registry)?;
         Ok((c.now, events))
     }

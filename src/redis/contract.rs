@@ -242,17 +242,25 @@ impl RedisRegistry {
             i += 1;
             let word = outcomes.text()?;
             let reason = reasons.text()?;
-            // drain_all (no ids) only counts: a refusal there names no worker.
-            let id = id.unwrap_or(WorkerId::new(0));
+            // An answer naming a worker needs one asked about (drain-all's live workers answer
+            // only draining or exited): anything else is an impossible reply, not worker 0.
+            let id = || {
+                id.ok_or_else(|| {
+                    codec::schema(ReplyError::invalid(
+                        "outcomes",
+                        format!("{word:?} for no worker asked about"),
+                    ))
+                })
+            };
             out.push(match &*word {
                 vocab::DRAINING => Ok(Status::Draining),
                 vocab::EXITED => {
                     self.inner.counters.death(DeadReason::Exited);
                     Ok(Status::Dead(DeadReason::Exited))
                 }
-                vocab::UNKNOWN => Err(RegistryError::UnknownWorker { id }),
+                vocab::UNKNOWN => Err(RegistryError::UnknownWorker { id: id()? }),
                 vocab::REFUSED_DEAD => Err(RegistryError::WorkerDead {
-                    id,
+                    id: id()?,
                     reason: vocab::dead_reason(&reason).map_err(codec::schema)?,
                 }),
                 other => return Err(bad_outcome("drain", other)),

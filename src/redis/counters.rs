@@ -1,12 +1,13 @@
 //! This handle's own counters: what this replica decided (a scraper sums replicas), read into the
-//! contract's [`Stats`] with gauges from the freshest observation of the registry.
+//! contract's [`Stats`] with gauges from the freshest observation of the registry. The counters
+//! are the networked backends' shared ones ([`crate::remote::counters`]), named here by [`C`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::api::stats::{Stats, SweepDurations};
+use crate::api::stats::Stats;
 use crate::api::status::DeadReason;
+use crate::remote::counters::{Counter, Counters as Shared};
 
 /// One counter per statistic.
 #[derive(Clone, Copy)]
@@ -33,8 +34,6 @@ pub(crate) enum C {
     Suspected,
 }
 
-const N: usize = C::Suspected as usize + 1;
-
 /// A gauge observed at a registry time: the later observation wins.
 #[derive(Default)]
 struct Gauge {
@@ -58,8 +57,7 @@ impl Gauge {
 
 /// Every counter of one handle.
 pub(crate) struct Counters {
-    counts: [AtomicU64; N],
-    sweep_times: Mutex<SweepDurations>,
+    shared: Shared,
     live: Gauge,
     retained: Gauge,
 }
@@ -67,16 +65,40 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn new() -> Self {
         Self {
-            counts: std::array::from_fn(|_| AtomicU64::new(0)),
-            sweep_times: Mutex::new(SweepDurations::default()),
+            shared: Shared::default(),
             live: Gauge::default(),
             retained: Gauge::default(),
         }
     }
 
+    fn counter(&self, c: C) -> &Counter {
+        let s = &self.shared;
+        match c {
+            C::AdmittedNew => &s.admitted_new,
+            C::AdmittedSticky => &s.admitted_sticky,
+            C::Duplicates => &s.duplicates,
+            C::RejectedCapacity => &s.rejected_capacity,
+            C::RejectedDraining => &s.rejected_draining,
+            C::Heartbeats => &s.heartbeats,
+            C::HeartbeatsRefused => &s.heartbeats_refused,
+            C::DeathsMissed => s.death(DeadReason::MissedHeartbeats),
+            C::DeathsExited => s.death(DeadReason::Exited),
+            C::DeathsDeregistered => s.death(DeadReason::Deregistered),
+            C::DeathsDrainTimedOut => s.death(DeadReason::DrainTimedOut),
+            C::ClaimsCompleted => &s.claims_completed,
+            C::ClaimsReleased => &s.claims_released,
+            C::ClaimsStuck => &s.claims_stuck,
+            C::ClaimsExpired => &s.claims_expired,
+            C::ClaimsEvicted => &s.claims_evicted,
+            C::WorkersPurged => &s.workers_purged,
+            C::Sweeps => &s.sweeps,
+            C::BrakeEngaged => &s.brake_engaged,
+            C::Suspected => &s.suspected,
+        }
+    }
+
     pub(crate) fn add(&self, c: C, n: u64) {
-        // Relaxed: statistics totals; nothing is published through them.
-        self.counts[c as usize].fetch_add(n, Ordering::Relaxed);
+        self.counter(c).add(n);
     }
 
     pub(crate) fn inc(&self, c: C) {
@@ -93,10 +115,7 @@ impl Counters {
     }
 
     pub(crate) fn observe_sweep(&self, took: Duration) {
-        self.sweep_times
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .observe(took);
+        self.shared.observe_sweep(took);
     }
 
     /// Live workers as seen at registry time `at_ms` (a script reply, a snapshot).
@@ -109,45 +128,15 @@ impl Counters {
         self.retained.observe(at_ms, retained);
     }
 
-    fn get(&self, c: C) -> u64 {
-        // Relaxed: see `add`.
-        self.counts[c as usize].load(Ordering::Relaxed)
-    }
-
     pub(crate) fn read(&self, events_missed: u64, snapshot_age: Duration) -> Stats {
-        Stats {
-            admitted_new: self.get(C::AdmittedNew),
-            admitted_sticky: self.get(C::AdmittedSticky),
-            duplicates: self.get(C::Duplicates),
-            rejected_capacity: self.get(C::RejectedCapacity),
-            rejected_draining: self.get(C::RejectedDraining),
-            heartbeats: self.get(C::Heartbeats),
-            heartbeats_refused: self.get(C::HeartbeatsRefused),
-            deaths_missed_heartbeats: self.get(C::DeathsMissed),
-            deaths_exited: self.get(C::DeathsExited),
-            deaths_deregistered: self.get(C::DeathsDeregistered),
-            deaths_drain_timed_out: self.get(C::DeathsDrainTimedOut),
-            claims_completed: self.get(C::ClaimsCompleted),
-            claims_released: self.get(C::ClaimsReleased),
-            claims_stuck: self.get(C::ClaimsStuck),
-            claims_expired: self.get(C::ClaimsExpired),
-            claims_evicted: self.get(C::ClaimsEvicted),
-            workers_purged: self.get(C::WorkersPurged),
-            sweeps: self.get(C::Sweeps),
-            brake_engaged: self.get(C::BrakeEngaged),
-            suspected: self.get(C::Suspected),
-            events_missed,
-            data_losses: 0, // set by the caller, from the handle's loss watch
-            sweep_durations: *self.sweep_times.lock().unwrap_or_else(|p| p.into_inner()),
-            live_workers: usize::try_from(self.live.get()).unwrap_or(usize::MAX),
-            retained_claims: usize::try_from(self.retained.get()).unwrap_or(usize::MAX),
-            snapshot_age,
-            // Redis does not park (see `WorkerRegistry::parks`): the waiting room is always empty.
-            parked: 0,
-            promoted: 0,
-            waiting_expired: 0,
-            waiting: 0,
-        }
+        // Redis does not park (see `WorkerRegistry::parks`): the waiting room stays empty, and
+        // `data_losses` is set by the caller, from the handle's loss watch.
+        let mut s = self.shared.read();
+        s.events_missed = events_missed;
+        s.live_workers = usize::try_from(self.live.get()).unwrap_or(usize::MAX);
+        s.retained_claims = usize::try_from(self.retained.get()).unwrap_or(usize::MAX);
+        s.snapshot_age = snapshot_age;
+        s
     }
 }
 

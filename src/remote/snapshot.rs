@@ -8,8 +8,10 @@
 //! name keep their entry, with their ages (`heartbeat_age`, `uptime`) moved on by the time
 //! between the two snapshots, so a replica's cost per version is what changed on the server plus
 //! one pass over its own copy (no I/O). The Redis backend builds its changes from the change log
-//! its publish steps write (`src/redis/publish.rs`); the interface takes nothing Redis-specific,
-//! so the PostgreSQL backend can feed it rows changed since its version.
+//! its publish steps write (`src/redis/publish.rs`), the PostgreSQL backend from the worker rows
+//! versioned since the handle's version and the ids purged since (`src/postgres/delta.rs`); a
+//! handle with nothing yet, or further behind than either log reaches, starts over from every
+//! worker ([`SnapshotCache::replace`], or [`SnapshotCache::offer`] of a whole snapshot).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -133,6 +135,60 @@ impl SnapshotCache {
         self.load()
     }
 
+    /// Installs the snapshot `change` makes from nothing (its upserts are every worker), if it
+    /// is newer than the cached one, as of registry time `now`: for a handle with nothing yet,
+    /// or further behind than the server's change log reaches, which reads every worker once.
+    pub(crate) fn replace(&self, change: Change, now: Duration) {
+        if change.version > self.version() {
+            let cur = self.load();
+            let base = StatusSnapshot::empty(cur.capacity.limit, change.taken_at);
+            self.offer(apply(&base, change), now);
+        }
+    }
+
+    /// The server's snapshot is still `version`, as of `taken_at` (registry time
+    /// `taken_at_monotonic`): nothing changed since, only time passed. Re-dates the cached one
+    /// (the same version and entries, their ages moved on to then) if it is that version and
+    /// older, as of registry time `now`. A backend whose version moves only when something
+    /// changed calls this when told it did not.
+    pub(crate) fn restamp(
+        &self,
+        version: u64,
+        taken_at: SystemTime,
+        taken_at_monotonic: Duration,
+        now: Duration,
+    ) {
+        let cur = self.load();
+        if cur.version != version || taken_at_monotonic <= cur.taken_at_monotonic {
+            return;
+        }
+        let later = apply(
+            &cur,
+            Change {
+                version,
+                taken_at,
+                taken_at_monotonic,
+                brake_engaged: cur.brake_engaged,
+                claims: cur.claims,
+                upserts: Vec::new(),
+                removals: Vec::new(),
+            },
+        );
+        let new = Arc::new(Cached {
+            age_at_fetch: now.saturating_sub(taken_at_monotonic),
+            snapshot: Arc::new(later),
+            fetched: Instant::now(),
+        });
+        self.cell.rcu(|c| {
+            let s = &c.snapshot;
+            if s.version == version && s.taken_at_monotonic < taken_at_monotonic {
+                new.clone()
+            } else {
+                c.clone()
+            }
+        });
+    }
+
     /// Starts over from `initial` whatever the cached version: after the server lost the
     /// registry's data (its versions started over), the one time a handle's version goes back.
     pub(crate) fn reset(&self, initial: StatusSnapshot) {
@@ -238,6 +294,31 @@ mod tests {
             "read as of the change"
         );
         assert_eq!((s.version, s.counts.active, s.capacity.used), (2, 3, 3));
+        // Nothing changed by 2 000 ms: the same version and entries, aged.
+        c.restamp(
+            2,
+            SystemTime::UNIX_EPOCH + Duration::from_millis(2_000),
+            Duration::from_millis(2_000),
+            Duration::ZERO,
+        );
+        let later = c.load();
+        assert_eq!((later.version, later.workers.len()), (2, 3));
+        assert_eq!(later.workers[0].heartbeat_age, Duration::from_millis(1_000));
+        assert_eq!(later.taken_at_monotonic, Duration::from_millis(2_000));
+        // Not for another version, nor an older time.
+        c.restamp(
+            1,
+            SystemTime::UNIX_EPOCH,
+            Duration::from_millis(9_000),
+            Duration::ZERO,
+        );
+        c.restamp(
+            2,
+            SystemTime::UNIX_EPOCH,
+            Duration::from_millis(1_800),
+            Duration::ZERO,
+        );
+        assert_eq!(c.load().taken_at_monotonic, Duration::from_millis(2_000));
         // An older change is ignored.
         assert_eq!(
             c.advance(change(2, 9_000, vec![], vec![1]), Duration::ZERO)

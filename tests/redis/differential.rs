@@ -20,33 +20,18 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use worker_registry::redis::RedisRegistry;
-use worker_registry::{
-    Admission, ClaimOutcome, DeliveryId, Event, InMemoryRegistry, Maintenance, ManualClock,
-    RegistryConfig, StatusSnapshot, Subscribe, SweepReport, Target, WorkerInfo, WorkerRegistry,
-};
+use worker_registry::{InMemoryRegistry, ManualClock, RegistryConfig, Subscribe};
 
 use crate::harness;
+use crate::histories::{apply, counters, event, Op, SweepView};
 use crate::ids::Ids;
 
-#[derive(Debug, Clone)]
-enum Op {
-    Admit(u8, u8),
-    Claim(u8, u8),
-    Release(u8, u8),
-    Complete(u8, u8),
-    CompleteBy(u64, u8, u8),
-    Assign(u8),
-    Heartbeat(u64),
-    LoopStarted(u64),
-    LoopFinished(u64),
-    Register,
-    Deregister(u64),
-    Drain(u64, u8),
-    DrainAll(u8),
-    Worker(u64),
-    Sweep,
-    Advance(u8),
-}
+/// Redis publishes a version every sweep, as memory does: versions are compared too.
+const VIEW: SweepView = SweepView {
+    version: true,
+    stall_seconds: false,
+    stuck_count: false,
+};
 
 fn op() -> impl Strategy<Value = Op> {
     let t = 0u8..3;
@@ -93,159 +78,6 @@ fn config() -> RegistryConfig {
         .unwrap()
 }
 
-fn target(i: u8) -> Target {
-    Target::new("octo/repo", u64::from(i) + 1).unwrap()
-}
-
-fn delivery(i: u8) -> DeliveryId {
-    DeliveryId::new(&format!("d-{i}")).unwrap()
-}
-
-fn info(w: &WorkerInfo) -> String {
-    format!(
-        "{:?} {:?} {:?} {:?} {:?} suspect={} beaten={} token={:?} draining_until={} died={}",
-        w.id,
-        w.target,
-        w.kind,
-        w.status,
-        w.activity,
-        w.suspect,
-        w.has_heartbeated,
-        w.token,
-        w.drain_deadline.is_some(),
-        w.died_at.is_some()
-    )
-}
-
-fn snapshot(s: &StatusSnapshot, ids: &mut Ids) -> String {
-    let mut workers: Vec<_> = s.workers.iter().collect();
-    workers.sort_by_key(|w| w.id);
-    let workers: Vec<String> = workers.into_iter().map(|w| ids.norm(&info(w))).collect();
-    format!(
-        "v{} {:?} {:?} {:?} brake={} {workers:#?}",
-        s.version, s.counts, s.capacity, s.claims, s.brake_engaged
-    )
-}
-
-fn report(r: &SweepReport, ids: &mut Ids) -> String {
-    let mut died = r.died.clone();
-    died.sort_by_key(|(w, _)| *w);
-    let mut suspected = r.suspected.clone();
-    suspected.sort();
-    let mut targets = r.released_targets.clone();
-    targets.sort();
-    let mut released: Vec<String> = r
-        .released
-        .iter()
-        .map(|e| {
-            ids.norm(&format!(
-                "{} {} {:?} {:?}",
-                e.target, e.delivery, e.holder, e.reason
-            ))
-        })
-        .collect();
-    released.sort();
-    let mut drained = r.drained_stuck.clone();
-    drained.sort();
-    // Whether a stall was measured (its length includes the server's own milliseconds).
-    let stalled = !r.stall_credited.is_zero();
-    format!(
-        "swept={} v{} died={died:?} suspected={suspected:?} brake={} targets={targets:?} \
-         released={released:?} expired={} evicted={} purged={} stalled={stalled} \
-         drained_stuck={drained:?}",
-        r.swept, r.version, r.brake_engaged, r.expired_claims, r.evicted_claims, r.purged_workers
-    )
-}
-
-fn admission(a: Admission) -> String {
-    match a {
-        Admission::Duplicate(d) => format!(
-            "Duplicate({:?}, {:?}, unstarted={})",
-            d.holder, d.state, d.unstarted
-        ),
-        other => format!("{other:?}"),
-    }
-}
-
-/// Runs one call on `r`; the normalized answer (ids by the order `ids` saw them).
-async fn apply<R: WorkerRegistry + Maintenance>(r: &R, op: &Op, ids: &mut Ids) -> String {
-    let answer = apply_raw(r, op, ids).await;
-    ids.norm(&answer)
-}
-
-async fn apply_raw<R: WorkerRegistry + Maintenance>(r: &R, op: &Op, ids: &mut Ids) -> String {
-    let w = |id: u64| ids.arg(id);
-    match *op {
-        Op::Admit(t, d) => match r.admit(&target(t), &delivery(d)).await {
-            Ok(a) => admission(a),
-            Err(e) => format!("{e:?}"),
-        },
-        Op::Claim(t, d) => match r.claim(&target(t), &delivery(d)).await {
-            Ok(ClaimOutcome::AlreadyClaimed(c)) => {
-                format!(
-                    "Already({:?}, {:?}, unstarted={})",
-                    c.holder, c.state, c.unstarted
-                )
-            }
-            other => format!("{other:?}"),
-        },
-        Op::Release(t, d) => format!("{:?}", r.release(&target(t), &delivery(d)).await),
-        Op::Complete(t, d) => format!("{:?}", r.complete(&target(t), &delivery(d)).await),
-        Op::CompleteBy(id, t, d) => {
-            format!("{:?}", r.complete_by(w(id), &target(t), &delivery(d)).await)
-        }
-        Op::Assign(t) => format!("{:?}", r.assign(&target(t)).await),
-        Op::Heartbeat(id) => format!("{:?}", r.heartbeat(w(id)).await),
-        Op::LoopStarted(id) => format!("{:?}", r.loop_started(w(id)).await),
-        Op::LoopFinished(id) => format!("{:?}", r.loop_finished(w(id)).await),
-        Op::Register => format!("{:?}", r.register().await),
-        Op::Deregister(id) => format!("{:?}", r.deregister(w(id)).await),
-        Op::Drain(id, s) => format!(
-            "{:?}",
-            r.drain_within(w(id), Duration::from_secs(u64::from(s)))
-                .await
-        ),
-        Op::DrainAll(s) => format!(
-            "{:?}",
-            r.drain_all_within(Duration::from_secs(u64::from(s))).await
-        ),
-        Op::Worker(id) => match r.worker(w(id)).await {
-            Ok(Some(i)) => info(&i),
-            other => format!("{other:?}"),
-        },
-        Op::Sweep => match r.sweep().await {
-            Ok(rep) => {
-                r.acknowledge(&rep.released).await.unwrap();
-                let rep_s = report(&rep, ids);
-                format!("{rep_s}\n{}", snapshot(&r.status(), ids))
-            }
-            Err(e) => format!("{e:?}"),
-        },
-        Op::Advance(_) => String::new(),
-    }
-}
-
-fn counters(r: &impl WorkerRegistry) -> String {
-    let mut s = r.stats();
-    s.sweep_durations = Default::default();
-    s.snapshot_age = Duration::ZERO;
-    s.retained_claims = 0; // a gauge whose freshness differs by design; snapshots compare it
-    s.events_missed = 0;
-    format!("{s:#?}")
-}
-
-fn event(e: &Event) -> String {
-    match e {
-        // The in-memory registry lists a target's deliveries in its map's order.
-        Event::TargetReleased { target, deliveries } => {
-            let mut d: Vec<&str> = deliveries.iter().map(DeliveryId::as_str).collect();
-            d.sort_unstable();
-            format!("TargetReleased({target}, {d:?})")
-        }
-        other => format!("{other:?}"),
-    }
-}
-
 async fn run(url: &str, ops: &[Op]) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
     let mem = InMemoryRegistry::with_clock(config(), clock.clone());
@@ -260,8 +92,8 @@ async fn run(url: &str, ops: &[Op]) -> Result<(), TestCaseError> {
             red.advance_time_for_tests(by).await.unwrap();
             continue;
         }
-        let a = apply(&mem, op, &mut mem_ids).await;
-        let b = apply(&red, op, &mut red_ids).await;
+        let a = apply(&mem, op, &mut mem_ids, VIEW).await;
+        let b = apply(&red, op, &mut red_ids, VIEW).await;
         prop_assert_eq!(&a, &b, "call {} {:?} of {:#?}", i, op, ops);
         if matches!(op, Op::Complete(..) | Op::CompleteBy(..)) {
             // Completion times stay distinct, so "oldest first" eviction has no ties.

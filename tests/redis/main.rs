@@ -16,6 +16,8 @@ mod cost;
 mod differential;
 mod failover;
 mod faults;
+#[path = "../support/differential.rs"]
+mod histories;
 mod library;
 mod lost_reply;
 #[path = "../support/proxy.rs"]

@@ -1,17 +1,21 @@
-//! What this handle (this replica) decided, counted for [`Stats`].
+//! What one handle (one replica) of a networked backend decided, counted for [`Stats`]: the
+//! same statistics on Redis and PostgreSQL (a scraper sums the replicas). Each backend fills in
+//! the gauges it observes of the registry (live workers, retained claims, the snapshot's age,
+//! missed events) after [`Counters::read`].
 //!
 //! Plain atomic counters: a networked call costs a round trip, so the striping the in-memory
 //! backend needs against cache-line contention would buy nothing here.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::sync::{AtomicU64, Ordering};
 
 use crate::api::stats::{Stats, SweepDurations, SWEEP_DURATION_BUCKETS};
 use crate::api::status::DeadReason;
 
 macro_rules! counters {
     ($($name:ident),* $(,)?) => {
-        /// One counter per statistic of [`Stats`] that this backend counts per handle.
+        /// One counter per statistic of [`Stats`] that a networked backend counts per handle.
         #[derive(Default)]
         pub(crate) struct Counters {
             $(pub(crate) $name: Counter,)*
@@ -79,8 +83,13 @@ impl Counters {
 }
 
 /// One statistic.
-#[derive(Default)]
 pub(crate) struct Counter(AtomicU64);
+
+impl Default for Counter {
+    fn default() -> Self {
+        Self(AtomicU64::new(0))
+    }
+}
 
 impl Counter {
     pub(crate) fn inc(&self) {
