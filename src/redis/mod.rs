@@ -307,6 +307,7 @@ impl RedisRegistry {
             reconnect_retries: DEFAULT_RECONNECT_RETRIES,
             wait_on_create: None,
             sentinel: None,
+            cluster: None,
             tls_roots: None,
         }
     }

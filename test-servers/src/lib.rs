@@ -5,6 +5,7 @@
 //! * [`redis`]: `WORKER_REGISTRY_REDIS_URL`, or a `redis-server` (with or without AOF) that can be
 //!   stopped and restarted on the same port and directory.
 //! * [`pgbouncer`]: a `pgbouncer` in transaction mode in front of a PostgreSQL server.
+//! * [`cluster`]: a three-primary Redis Cluster of such servers (`redis-cli --cluster create`).
 //! * [`sentinel`]: a `redis-sentinel` monitoring one of those servers (failover tests).
 //! * [`postgres`]: `WORKER_REGISTRY_POSTGRES_URL`, or a cluster made with `initdb` + `pg_ctl` (as an
 //!   unprivileged user when running as root) that can be killed and restarted.
@@ -13,6 +14,7 @@
 //! and how to enable it; when `CI` is set it fails instead (`.ci/run` sets it). Any other failure
 //! to start a server (the binaries are there and fail) is a test failure, `CI` or not.
 
+pub mod cluster;
 pub mod pgbouncer;
 pub mod postgres;
 mod process;

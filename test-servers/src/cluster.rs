@@ -1,0 +1,108 @@
+//! A throwaway Redis Cluster: three `redis-server --cluster-enabled yes` primaries on free
+//! loopback ports, their slots assigned by `redis-cli --cluster create`, stopped when dropped (and
+//! when the test process exits: each runs under the shell of [`crate::redis`]).
+
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::process::have_or_skip;
+use crate::redis::Server;
+
+/// A cluster this process started.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    /// Starts a cluster of `primaries` primaries (at least 3, what `redis-cli --cluster create`
+    /// accepts) and waits until every node reports `cluster_state:ok`; `None` without the
+    /// binaries (after the skip line, or a failure under `CI`).
+    pub fn start(primaries: usize, what: &str) -> Option<Self> {
+        Self::start_inner(primaries, false, what)
+    }
+
+    fn start_inner(primaries: usize, removed: bool, what: &str) -> Option<Self> {
+        if !have_or_skip("redis-server", "redis-server", what)
+            || !have_or_skip("redis-cli", "redis-tools", what)
+        {
+            return None;
+        }
+        let args: Vec<String> = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ]
+        .map(String::from)
+        .to_vec();
+        let start = |what: &str| {
+            if removed {
+                Server::start_args_removed(&args, what)
+            } else {
+                Server::start_args(&args, what)
+            }
+        };
+        let nodes: Vec<Server> = (0..primaries.max(3))
+            .map(|_| start(what).expect("redis-server is installed"))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Self { nodes };
+        // A condition, polled; the cap only bounds a cluster that never forms.
+        let cap = Instant::now() + Duration::from_secs(60);
+        for node in &cluster.nodes {
+            while !cli(node.port, &["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+                assert!(
+                    Instant::now() < cap,
+                    "the cluster did not form: {}",
+                    cli(node.port, &["CLUSTER", "NODES"])
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Some(cluster)
+    }
+
+    /// The nodes' URLs (`redis://127.0.0.1:<port>/`), the first one first.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Server::url).collect()
+    }
+
+    /// `redis-cli -p <port of node i> <args>`: its output (what a test asks a node directly).
+    pub fn cli(&self, node: usize, args: &[&str]) -> String {
+        cli(self.nodes[node].port, args)
+    }
+}
+
+/// `redis-cli -p port args…`, its standard output (empty if it could not run).
+fn cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// The cluster the tests of one binary share (started on first use, stopped when the process
+/// exits, its directories removed). `None` after the skip line.
+pub fn shared(what: &str) -> Option<&'static Cluster> {
+    static CLUSTER: OnceLock<Option<Cluster>> = OnceLock::new();
+    CLUSTER
+        .get_or_init(|| Cluster::start_inner(3, true, what))
+        .as_ref()
+}
