@@ -88,6 +88,50 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// The index of the node that serves `key`'s slot (the one that does not answer `GET key`
+    /// with `MOVED`).
+    pub fn owner(&self, key: &str) -> usize {
+        (0..self.nodes.len())
+            .find(|&i| {
+                !self
+                    .cli(i, &["GET", key])
+                    .to_ascii_uppercase()
+                    .contains("MOVED")
+            })
+            .unwrap_or_else(|| panic!("no node serves {key}"))
+    }
+
+    /// Moves `key`'s slot with its keys from the node that serves it to node `to`, as
+    /// `redis-cli --cluster reshard` does one slot: `SETSLOT IMPORTING`/`MIGRATING`, `MIGRATE`
+    /// in batches, then `SETSLOT NODE` on every node. Clients that still route the slot to the
+    /// old node get `MOVED` afterwards.
+    pub fn move_slot_of(&self, key: &str, to: usize) {
+        let from = self.owner(key);
+        assert_ne!(from, to, "{key} is on node {to} already");
+        let slot = self.cli(0, &["CLUSTER", "KEYSLOT", key]).trim().to_owned();
+        let id = |i: usize| self.cli(i, &["CLUSTER", "MYID"]).trim().to_owned();
+        let (from_id, to_id) = (id(from), id(to));
+        let ok = |out: String| assert!(out.trim() == "OK", "{out}");
+        ok(self.cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]));
+        ok(self.cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]));
+        let port = self.nodes[to].port.to_string();
+        loop {
+            let keys = self.cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys);
+            ok(self.cli(from, &args));
+        }
+        for i in 0..self.nodes.len() {
+            ok(self.cli(i, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]));
+        }
+    }
+}
+
 /// `redis-cli -p port args…`, its standard output (empty if it could not run).
 fn cli(port: u16, args: &[&str]) -> String {
     Command::new("redis-cli")

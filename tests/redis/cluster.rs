@@ -54,19 +54,6 @@ fn fixture() -> Option<ClusterFixture> {
 
 worker_registry::conformance_suite!(fixture());
 
-/// Which node (index) serves the slot of `key`: the one that does not answer `GET key` with
-/// `MOVED`.
-fn owner(cluster: &Cluster, key: &str) -> usize {
-    (0..cluster.nodes.len())
-        .find(|&i| {
-            !cluster
-                .cli(i, &["GET", key])
-                .to_ascii_uppercase()
-                .contains("MOVED")
-        })
-        .unwrap_or_else(|| panic!("no node serves {key}"))
-}
-
 /// Registries with different names land in different slots, each with every key on the primary
 /// of its own slot: one registry lives in one slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,7 +73,7 @@ async fn a_registry_keeps_all_its_keys_on_the_primary_of_its_slot() {
             .expect("admit through the cluster");
         assert!(matches!(admitted, Admission::Assigned(_)), "{admitted:?}");
         let tag = format!("{{{}}}:", reg.name());
-        let home = owner(cluster, &format!("{tag}config"));
+        let home = cluster.owner(&format!("{tag}config"));
         owners.insert(home);
         for (i, _) in cluster.nodes.iter().enumerate() {
             let keys = cluster.cli(i, &["KEYS", &format!("{tag}*")]);
@@ -107,4 +94,72 @@ async fn a_registry_keeps_all_its_keys_on_the_primary_of_its_slot() {
         owners.len() > 1,
         "six names spread over more than one primary: {owners:?}"
     );
+}
+
+/// The registry's slot moved to another primary while a handle holds it (a reshard): the same
+/// handle follows `MOVED` and goes on, ids and tokens going on from where they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_follows_its_slot_to_another_primary() {
+    let Some(cluster) = Cluster::start(3, "Redis Cluster tests") else {
+        return;
+    };
+    let reg = registry(&cluster, "moved", RegistryConfig::default()).await;
+    let t = |n| Target::new("octo/repo", n).unwrap();
+    let d = |s: &str| DeliveryId::new(s).unwrap();
+    let Admission::Assigned(first) = reg.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!("assigned")
+    };
+    let key = format!("{{{}}}:config", reg.name());
+    let home = cluster.owner(&key);
+    cluster.move_slot_of(&key, (home + 1) % 3);
+    assert_eq!(cluster.owner(&key), (home + 1) % 3);
+    let Admission::Assigned(second) = reg.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!("assigned after the move")
+    };
+    assert!(second.worker > first.worker, "{first:?} then {second:?}");
+    assert!(second.token > first.token, "{first:?} then {second:?}");
+    reg.heartbeat(first.worker)
+        .await
+        .expect("a heartbeat after the move");
+    assert!(matches!(
+        reg.admit(&t(1), &d("a")).await.unwrap(),
+        Admission::Duplicate(_)
+    ));
+    worker_registry::Maintenance::sweep(&reg)
+        .await
+        .expect("a sweep after the move");
+}
+
+/// The primary of the registry's slot stopped (no replica to take over): a call fails with a
+/// typed, retryable backend error within the response timeout instead of hanging or panicking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_primary_is_a_typed_retryable_error() {
+    let Some(mut cluster) = Cluster::start(3, "Redis Cluster tests") else {
+        return;
+    };
+    let urls = cluster.urls();
+    let reg = RedisRegistry::builder(urls[0].as_str())
+        .cluster(urls[1..].iter().cloned())
+        .name(harness::unique_name("lost"))
+        .response_timeout(Duration::from_millis(500))
+        .reconnect_retries(1)
+        .connect()
+        .await
+        .expect("connect to the cluster");
+    let key = format!("{{{}}}:config", reg.name());
+    let home = cluster.owner(&key);
+    cluster.nodes[home].stop();
+    let t = Target::new("octo/repo", 1).unwrap();
+    let got = tokio::time::timeout(
+        Duration::from_secs(60),
+        reg.admit(&t, &DeliveryId::new("a").unwrap()),
+    )
+    .await
+    .expect("the call ends");
+    match got {
+        Err(e @ worker_registry::RegistryError::Backend { .. }) => {
+            assert!(e.is_retryable(), "{e:?}");
+        }
+        other => panic!("a backend error, not {other:?}"),
+    }
 }
