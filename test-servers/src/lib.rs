@@ -6,6 +6,7 @@
 //!   stopped and restarted on the same port and directory.
 //! * [`pgbouncer`]: a `pgbouncer` in transaction mode in front of a PostgreSQL server.
 //! * [`cluster`]: a three-primary Redis Cluster of such servers (`redis-cli --cluster create`).
+//! * [`forward`]: a TCP forwarder that can be pointed at another server (a moved virtual IP).
 //! * [`sentinel`]: a `redis-sentinel` monitoring one of those servers (failover tests).
 //! * [`postgres`]: `WORKER_REGISTRY_POSTGRES_URL`, or a cluster made with `initdb` + `pg_ctl` (as an
 //!   unprivileged user when running as root) that can be killed and restarted.
@@ -15,6 +16,7 @@
 //! to start a server (the binaries are there and fail) is a test failure, `CI` or not.
 
 pub mod cluster;
+pub mod forward;
 pub mod pgbouncer;
 pub mod postgres;
 mod process;
