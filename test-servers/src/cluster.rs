@@ -28,16 +28,7 @@ impl Cluster {
         {
             return None;
         }
-        let args: Vec<String> = [
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "2000",
-        ]
-        .map(String::from)
-        .to_vec();
+        let args = node_args();
         let start = |what: &str| {
             if removed {
                 Server::start_args_removed(&args, what)
@@ -129,6 +120,62 @@ impl Cluster {
         for i in 0..self.nodes.len() {
             ok(self.cli(i, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]));
         }
+    }
+}
+
+/// The arguments of a cluster node (a node is considered failed after 2 s of silence).
+fn node_args() -> Vec<String> {
+    [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "2000",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+impl Cluster {
+    /// Starts one more node, joins it to the cluster (`CLUSTER MEET`) as a replica of node `of`
+    /// (`CLUSTER REPLICATE`), and waits until its link to that primary is up; its index.
+    pub fn add_replica(&mut self, of: usize) -> usize {
+        let node = Server::start_args(&node_args(), "Redis Cluster replica")
+            .expect("redis-server is installed");
+        let i = self.nodes.len();
+        let primary_port = self.nodes[of].port.to_string();
+        let meet = cli(node.port, &["CLUSTER", "MEET", "127.0.0.1", &primary_port]);
+        assert_eq!(meet.trim(), "OK", "{meet}");
+        self.nodes.push(node);
+        let primary = self.cli(of, &["CLUSTER", "MYID"]).trim().to_owned();
+        // A condition, polled; the cap only bounds a cluster that never takes the node.
+        let cap = Instant::now() + Duration::from_secs(60);
+        loop {
+            // REPLICATE fails until the new node has learnt of the primary through the gossip.
+            let out = self.cli(i, &["CLUSTER", "REPLICATE", &primary]);
+            if out.trim() == "OK" {
+                break;
+            }
+            assert!(Instant::now() < cap, "CLUSTER REPLICATE: {out}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        while !self
+            .cli(i, &["INFO", "replication"])
+            .contains("master_link_status:up")
+        {
+            assert!(Instant::now() < cap, "the replica never synced");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        i
+    }
+
+    /// Whether every running node reports `cluster_state:ok` (`skip`: a node stopped).
+    pub fn is_ok_without(&self, skip: usize) -> bool {
+        (0..self.nodes.len()).filter(|&i| i != skip).all(|i| {
+            self.cli(i, &["CLUSTER", "INFO"])
+                .contains("cluster_state:ok")
+        })
     }
 }
 

@@ -163,3 +163,62 @@ async fn a_lost_primary_is_a_typed_retryable_error() {
         other => panic!("a backend error, not {other:?}"),
     }
 }
+
+/// The primary of the registry's slot dies and the cluster promotes its replica by itself: the
+/// same handle follows (the cluster client refreshes its slot map), with only retryable errors
+/// meanwhile, and what had replicated is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_of_the_slots_primary_is_followed_by_the_same_handle() {
+    let Some(mut cluster) = Cluster::start(3, "Redis Cluster tests") else {
+        return;
+    };
+    let urls = cluster.urls();
+    let reg = RedisRegistry::builder(urls[0].as_str())
+        .cluster(urls[1..].iter().cloned())
+        .name(harness::unique_name("cfailover"))
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect to the cluster");
+    let key = format!("{{{}}}:config", reg.name());
+    let home = cluster.owner(&key);
+    let replica = cluster.add_replica(home);
+    let t = |n| Target::new("octo/repo", n).unwrap();
+    let d = |s: &str| DeliveryId::new(s).unwrap();
+    let Admission::Assigned(first) = reg.admit(&t(1), &d("before")).await.unwrap() else {
+        panic!("assigned")
+    };
+    let acked = cluster.cli(home, &["WAIT", "1", "5000"]);
+    assert_eq!(acked.trim(), "1", "the replica has the first worker");
+    cluster.nodes[home].stop();
+    // The cluster marks the primary failed after cluster-node-timeout and elects the replica.
+    let cap = std::time::Instant::now() + Duration::from_secs(90);
+    while !(cluster.cli(replica, &["ROLE"]).starts_with("master") && cluster.is_ok_without(home)) {
+        assert!(std::time::Instant::now() < cap, "no failover within 90 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = loop {
+        match reg.admit(&t(2), &d("after")).await {
+            Ok(a) => break a,
+            Err(e) => {
+                assert!(e.is_retryable(), "only retryable errors meanwhile: {e}");
+                assert!(
+                    std::time::Instant::now() < cap,
+                    "the handle did not follow the failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let Admission::Assigned(second) = second else {
+        panic!("assigned after the failover: {second:?}")
+    };
+    assert!(second.worker > first.worker && second.token > first.token);
+    match reg.admit(&t(1), &d("before")).await.unwrap() {
+        Admission::Duplicate(c) => assert_eq!(c.holder, Some(first.worker)),
+        other => panic!("the replicated claim survived: {other:?}"),
+    }
+    reg.heartbeat(first.worker)
+        .await
+        .expect("the first worker is alive on the promoted replica");
+}
