@@ -6,6 +6,10 @@
 //! The "standby" here is a cluster with `default_transaction_read_only = on` (what
 //! `target_session_attrs` and the functions' writes see of a hot standby), which a test can flip
 //! with `ALTER SYSTEM` and a reload: a failover without the cost of a streaming replica.
+//!
+//! And a real one: a streaming standby (`pg_basebackup -R`) whose replication is cut before the
+//! last writes, the primary stopped, `pg_ctl promote` of the standby, followed by the same
+//! handle through a multi-host URL: no id or token repeats, the loss is reported.
 
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
@@ -14,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::NoTls;
 use worker_registry::postgres::PostgresRegistry;
-use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerRegistry};
+use worker_registry::{
+    Admission, DeliveryId, Maintenance, RegistryConfig, RegistryError, Target, WorkerRegistry,
+};
 
 fn t(n: u64) -> Target {
     Target::new("octo/repo", n).unwrap()
@@ -146,6 +152,16 @@ async fn a_call_that_timed_out_leaves_no_statement_running_on_a_pooled_connectio
         "wr-{}",
         name.len() as u64 * 1_000_003 + std::process::id() as u64
     );
+    // The migrations and the registry's creation first, under the default call timeout (on a
+    // loaded machine they take longer than the 300 ms the handle under test allows).
+    drop(
+        PostgresRegistry::builder(&url)
+            .name(&name)
+            .listen(false)
+            .connect()
+            .await
+            .unwrap(),
+    );
     let sep = if url.contains('?') { '&' } else { '?' };
     // Migrated first: on a fresh cluster the migrations and the functions file take longer than
     // the short call timeout below is meant for (it is for the blocked admit).
@@ -197,5 +213,134 @@ async fn a_call_that_timed_out_leaves_no_statement_running_on_a_pooled_connectio
     assert!(matches!(
         r.admit(&t(2), &d("after")).await.unwrap(),
         Admission::Assigned(_)
+    ));
+}
+
+/// Retries `f` until it answers; only retryable errors meanwhile (capped at 60 s: a hang).
+async fn until_answered<T>(what: &str, mut f: impl AsyncFnMut() -> Result<T, RegistryError>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) => {
+                assert!(e.is_retryable(), "{what}: only retryable errors: {e}");
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: no answer within 60 s: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Polls the single-value query `q` on `url` until `ok` holds (capped at 60 s: a hang).
+async fn wait_until(url: &str, q: &str, ok: impl Fn(&str) -> bool) {
+    let c = sql(url).await;
+    let cap = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v: String = c.query_one(q, &[]).await.unwrap().get(0);
+        if ok(&v) {
+            return;
+        }
+        assert!(Instant::now() < cap, "{q} still {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_standby_that_lagged_repeats_no_id_or_token_and_the_handle_follows_it() {
+    let Some(mut primary) = pg_cluster::own_cluster() else {
+        return;
+    };
+    let standby = primary.standby().expect("a streaming standby");
+    let name = pg_cluster::unique_name("promote");
+    let multi = format!(
+        "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres \
+         target_session_attrs=read-write connect_timeout=2",
+        primary.port(),
+        standby.port()
+    );
+    let r = PostgresRegistry::builder(&multi)
+        .name(&name)
+        .config(RegistryConfig::default())
+        .pool_size(2)
+        .listen(false)
+        .call_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect to the primary (the standby is read-only)");
+    let mut earlier = Vec::new();
+    let mut kept = Vec::new();
+    for i in 1..=3 {
+        let Admission::Assigned(a) = r.admit(&t(i), &d("before")).await.unwrap() else {
+            panic!("assigned")
+        };
+        kept.push(a);
+    }
+    r.sweep().await.unwrap();
+    // The standby has replayed everything so far.
+    let lsn: String = sql(&primary.url())
+        .await
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    wait_until(
+        &standby.url(),
+        &format!("SELECT (pg_last_wal_replay_lsn() >= '{lsn}')::text"),
+        |v| v == "true",
+    )
+    .await;
+    // Replication is cut: the standby forgets its primary (its WAL receiver stops).
+    let s = sql(&standby.url()).await;
+    s.batch_execute("ALTER SYSTEM SET primary_conninfo = ''")
+        .await
+        .unwrap();
+    s.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    wait_until(
+        &standby.url(),
+        "SELECT count(*)::text FROM pg_stat_wal_receiver",
+        |v| v == "0",
+    )
+    .await;
+    // Committed on the primary, never replicated.
+    let mut lost = Vec::new();
+    for i in 4..=6 {
+        let Admission::Assigned(a) = r.admit(&t(i), &d("lost")).await.unwrap() else {
+            panic!("assigned")
+        };
+        lost.push(a);
+    }
+    r.sweep().await.unwrap();
+    earlier.extend(kept.iter().chain(&lost).cloned());
+
+    // The primary dies; the standby is promoted. The same handle follows it.
+    primary.kill().unwrap();
+    standby.promote().expect("pg_ctl promote");
+    until_answered("sweep", async || r.sweep().await).await;
+    assert_eq!(r.stats().data_losses, 1, "the rewind is reported");
+    let newest = earlier.iter().map(|a| a.token).max().unwrap();
+    for i in 4..=9 {
+        let a = until_answered("admit", async || r.admit(&t(i), &d("after")).await).await;
+        let Admission::Assigned(a) = a else {
+            panic!("assigned: {a:?}")
+        };
+        assert!(a.new, "a new worker for {}", t(i));
+        assert!(
+            earlier.iter().all(|e| e.worker != a.worker),
+            "worker id {} handed out again",
+            a.worker
+        );
+        assert!(a.token > newest, "token {} not above {newest}", a.token);
+    }
+    // What had replicated is there; a lost worker is unknown.
+    assert!(matches!(
+        r.admit(&t(1), &d("before")).await.unwrap(),
+        Admission::Duplicate(_)
+    ));
+    assert!(matches!(
+        r.heartbeat(lost[0].worker).await,
+        Err(RegistryError::UnknownWorker { .. })
     ));
 }

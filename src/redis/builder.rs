@@ -57,6 +57,9 @@ pub struct RedisRegistryBuilder {
     pub(super) wait_on_create: Option<(usize, Duration)>,
     /// The Sentinels' URLs and the monitored primary's name.
     pub(super) sentinel: Option<(Vec<String>, String)>,
+    /// More seed nodes of a Redis Cluster (the URL is the first).
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+    pub(super) cluster: Option<Vec<String>>,
     /// PEM roots that replace the system's for `rediss://` (feature `redis-tls`).
     #[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
     pub(super) tls_roots: Option<Vec<u8>>,
@@ -182,6 +185,35 @@ impl RedisRegistryBuilder {
         self
     }
 
+    /// Connects to a Redis Cluster (feature `redis-cluster`): the builder's URL and `nodes` are
+    /// seed nodes (`redis://host:port`, any one reachable is enough to find the others), the
+    /// connection's settings (credentials, `rediss://` for TLS) those of the builder's URL. The
+    /// registry's keys share the hash tag `{name}`, so a registry lives in one slot, on one
+    /// primary at a time (spread load over primaries with several registries); the cluster
+    /// client follows `MOVED`/`ASK` and a failover of that primary by itself. Only database 0
+    /// exists in a cluster: a URL naming another is refused.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), worker_registry::ConnectError> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let registry = RedisRegistry::builder("redis://:secret@10.0.0.1:7000")
+    ///     .cluster(["redis://:secret@10.0.0.2:7000", "redis://:secret@10.0.0.3:7000"])
+    ///     .name("pool-a")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redis-cluster")]
+    pub fn cluster<S: Into<String>>(mut self, nodes: impl IntoIterator<Item = S>) -> Self {
+        self.cluster = Some(nodes.into_iter().map(Into::into).collect());
+        self
+    }
+
     /// The certificate authorities (PEM) a `rediss://` server's certificate must chain to,
     /// instead of the system's store: a private CA. Feature `redis-tls`.
     ///
@@ -233,6 +265,21 @@ impl RedisRegistryBuilder {
                     .into(),
             });
         }
+        #[cfg(feature = "redis-cluster")]
+        if let Some(nodes) = &self.cluster {
+            if self.sentinel.is_some() {
+                return Err(ConnectError::Unsupported {
+                    backend: error::BACKEND,
+                    reason: "Sentinel and Cluster exclude each other: a cluster fails over by \
+                             itself"
+                        .into(),
+                });
+            }
+            return self.cluster_source(nodes).map_err(|e| match e {
+                Ok(e) => invalid(e),
+                Err(e) => e,
+            });
+        }
         let Some((sentinels, service)) = &self.sentinel else {
             #[cfg(feature = "redis-tls")]
             if let Some(roots) = &self.tls_roots {
@@ -269,6 +316,62 @@ impl RedisRegistryBuilder {
         )
         .map_err(invalid)?;
         Ok(Source::Sentinel(tokio::sync::Mutex::new(client)))
+    }
+
+    /// The cluster client of [`cluster`](Self::cluster) (a URL error, or a refusal).
+    #[cfg(feature = "redis-cluster")]
+    fn cluster_source(
+        &self,
+        nodes: &[String],
+    ) -> Result<Source, Result<::redis::RedisError, ConnectError>> {
+        use ::redis::cluster::ClusterClientBuilder;
+        use ::redis::cluster_routing::{Route, SlotAddr};
+        let seeds: Vec<&str> = std::iter::once(self.url.as_str())
+            .chain(nodes.iter().map(String::as_str))
+            .collect();
+        let info = self.url.as_str().into_connection_info().map_err(Ok)?;
+        if info.redis_settings().db() != 0 {
+            return Err(Err(ConnectError::Unsupported {
+                backend: error::BACKEND,
+                reason: format!(
+                    "a Redis Cluster has only database 0; the URL names {}",
+                    info.redis_settings().db()
+                ),
+            }));
+        }
+        let builder = ClusterClientBuilder::new(seeds.clone())
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.response_timeout)
+            .retries(u32::try_from(self.reconnect_retries).unwrap_or(u32::MAX))
+            .min_retry_wait(50)
+            .max_retry_wait(1000);
+        let mut clients = Vec::with_capacity(seeds.len());
+        for seed in &seeds {
+            #[cfg(feature = "redis-tls")]
+            if let Some(roots) = &self.tls_roots {
+                let certs = || ::redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(roots.clone()),
+                };
+                clients.push(::redis::Client::build_with_tls(*seed, certs()).map_err(Ok)?);
+                continue;
+            }
+            clients.push(::redis::Client::open(*seed).map_err(Ok)?);
+        }
+        #[cfg(feature = "redis-tls")]
+        let builder = match &self.tls_roots {
+            Some(roots) => builder.certs(::redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(roots.clone()),
+            }),
+            None => builder,
+        };
+        let client = builder.build().map_err(Ok)?;
+        Ok(Source::Cluster(super::link::Cluster {
+            client,
+            home: Route::with_key(Keys::new(&self.name).offset.as_bytes(), SlotAddr::Master),
+            seeds: clients,
+        }))
     }
 
     /// Connects: checks the name and the URL, opens the connection (managed: it reconnects by

@@ -13,6 +13,14 @@
 //!
 //! The call that saw the error still fails (retryable); the replacement is opened in the
 //! background, one at a time, and the calls after it use it.
+//!
+//! With Redis Cluster (feature `redis-cluster`) the connection is redis-rs's cluster client
+//! instead: it routes each command by its key (every key of a registry shares the hash tag
+//! `{name}`, so one registry lives in one slot on one primary), follows `MOVED` and `ASK`, and
+//! refreshes its slot map after a failover by itself. The few keyless commands whose answer must
+//! come from the registry's primary (`INFO`, `WAIT`) are sent to the primary of the registry's
+//! slot; every other keyless command goes where the cluster client routes it (`FUNCTION LOAD`
+//! and `SCRIPT LOAD` to every primary). A response timeout replaces it as above.
 
 use std::sync::Arc;
 
@@ -29,6 +37,28 @@ pub(crate) enum Source {
     Direct(Client),
     /// Asked of the Sentinels each time a connection is (re)opened.
     Sentinel(tokio::sync::Mutex<SentinelClient>),
+    /// A Redis Cluster: its client, the registry's slot, and a client per seed node for the
+    /// pub/sub connection (a cluster forwards every `PUBLISH` to all its nodes).
+    #[cfg(feature = "redis-cluster")]
+    Cluster(Cluster),
+}
+
+/// What a [`Source::Cluster`] holds.
+#[cfg(feature = "redis-cluster")]
+pub(crate) struct Cluster {
+    pub(crate) client: redis::cluster::ClusterClient,
+    /// The primary of the slot of `{name}` (the registry's keys).
+    pub(crate) home: redis::cluster_routing::Route,
+    /// One client per seed node, tried in turn for the pub/sub connection.
+    pub(crate) seeds: Vec<Client>,
+}
+
+/// The connection of one generation.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
 }
 
 /// A cloneable connection to the primary (see the module documentation).
@@ -45,11 +75,13 @@ struct Shared {
     renewing: AtomicU64,
     /// Connections replaced so far (diagnostics and tests).
     renewals: AtomicU64,
+    /// Pub/sub connections handed out (which seed node of a cluster the next one goes to).
+    subscriptions: AtomicU64,
 }
 
 struct Current {
     client: Client,
-    conn: ConnectionManager,
+    conn: Conn,
     generation: u64,
 }
 
@@ -71,12 +103,21 @@ impl Link {
                 }),
                 renewing: AtomicU64::new(0),
                 renewals: AtomicU64::new(0),
+                subscriptions: AtomicU64::new(0),
             }),
         })
     }
 
-    /// The client of the current primary (for the pub/sub connection, opened separately).
+    /// The client for the pub/sub connection (opened separately): the current primary's, or in
+    /// a cluster the next seed node's (any node hears every `PUBLISH`; a listener that lost its
+    /// node subscribes on the next one).
     pub(crate) fn client(&self) -> Client {
+        // Relaxed: only spreads the attempts over the seeds; nothing is ordered by it.
+        let _turn = self.shared.subscriptions.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "redis-cluster")]
+        if let Source::Cluster(cluster) = &self.shared.source {
+            return cluster.seeds[(_turn % cluster.seeds.len() as u64) as usize].clone();
+        }
         self.shared.current.load().client.clone()
     }
 
@@ -145,13 +186,69 @@ pub(crate) fn demoted(e: &RedisError) -> bool {
 async fn connect(
     source: &Source,
     config: &ConnectionManagerConfig,
-) -> Result<(Client, ConnectionManager), RedisError> {
+) -> Result<(Client, Conn), RedisError> {
     let client = match source {
         Source::Direct(client) => client.clone(),
         Source::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
+        #[cfg(feature = "redis-cluster")]
+        Source::Cluster(cluster) => {
+            let conn = cluster.client.get_async_connection().await?;
+            return Ok((cluster.seeds[0].clone(), Conn::Cluster(conn)));
+        }
     };
     let conn = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
-    Ok((client, conn))
+    Ok((client, Conn::Single(conn)))
+}
+
+/// Whether a keyless `cmd` must reach the registry's own primary in a cluster (its answer is
+/// that server's: `INFO`, `WAIT`) rather than where the cluster client routes it.
+#[cfg(feature = "redis-cluster")]
+fn for_home_node(cmd: &Cmd) -> bool {
+    match cmd.args_iter().next() {
+        Some(redis::Arg::Simple(name)) => {
+            name.eq_ignore_ascii_case(b"INFO") || name.eq_ignore_ascii_case(b"WAIT")
+        }
+        _ => false,
+    }
+}
+
+impl Conn {
+    async fn command(&mut self, cmd: &Cmd, _source: &Source) -> Result<Value, RedisError> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd).await,
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(conn) => match _source {
+                Source::Cluster(cluster) if for_home_node(cmd) => {
+                    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                    let home = SingleNodeRoutingInfo::SpecificNode(cluster.home);
+                    conn.route_command(cmd.clone(), RoutingInfo::SingleNode(home))
+                        .await
+                }
+                _ => conn.req_packed_command(cmd).await,
+            },
+        }
+    }
+
+    async fn commands(
+        &mut self,
+        cmd: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> Result<Vec<Value>, RedisError> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(cmd, offset, count).await,
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count).await,
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
 }
 
 impl ConnectionLike for Link {
@@ -161,7 +258,7 @@ impl ConnectionLike for Link {
                 let current = self.shared.current.load();
                 (current.conn.clone(), current.generation)
             };
-            let answer = conn.req_packed_command(cmd).await;
+            let answer = conn.command(cmd, &self.shared.source).await;
             if let Err(e) = &answer {
                 self.after_error(e, generation);
             }
@@ -180,7 +277,7 @@ impl ConnectionLike for Link {
                 let current = self.shared.current.load();
                 (current.conn.clone(), current.generation)
             };
-            let answer = conn.req_packed_commands(cmd, offset, count).await;
+            let answer = conn.commands(cmd, offset, count).await;
             if let Err(e) = &answer {
                 self.after_error(e, generation);
             }

@@ -117,9 +117,10 @@
 //! policy): an `allkeys-*` policy may evict workers and in-flight claims. Turn on AOF
 //! (`appendonly yes`) for claims to survive a server restart. The primary is found by URL or
 //! through Sentinel ([`RedisRegistryBuilder::sentinel`]); `rediss://` needs the `redis-tls`
-//! feature. The keys are laid out for Redis Cluster (one slot per registry), but the connection
-//! here is to one node (or a proxy in front of a cluster); a cluster client is not wired in
-//! (see [`docs::redis`](crate::docs::redis)).
+//! feature. Redis Cluster goes through redis-rs's cluster client (feature `redis-cluster`,
+//! `RedisRegistryBuilder::cluster`): every key of a registry shares the hash tag `{name}`, so one
+//! registry lives in one slot, on one primary at a time; `MOVED`, `ASK` and failovers are the
+//! cluster client's (see [`docs::redis`](crate::docs::redis), "Connections").
 //!
 //! **Cost.** No function's work grows with the registry, with three exceptions kept on purpose,
 //! each rare: a sweep that has to drop a stall beyond the 64 kept, all still within reach of a
@@ -329,6 +330,7 @@ impl RedisRegistry {
             reconnect_retries: DEFAULT_RECONNECT_RETRIES,
             wait_on_create: None,
             sentinel: None,
+            cluster: None,
             tls_roots: None,
         }
     }

@@ -5,6 +5,8 @@
 //! * [`redis`]: `WORKER_REGISTRY_REDIS_URL`, or a `redis-server` (with or without AOF) that can be
 //!   stopped and restarted on the same port and directory.
 //! * [`pgbouncer`]: a `pgbouncer` in transaction mode in front of a PostgreSQL server.
+//! * [`cluster`]: a three-primary Redis Cluster of such servers (`redis-cli --cluster create`).
+//! * [`forward`]: a TCP forwarder that can be pointed at another server (a moved virtual IP).
 //! * [`sentinel`]: a `redis-sentinel` monitoring one of those servers (failover tests).
 //! * [`postgres`]: `WORKER_REGISTRY_POSTGRES_URL`, or a cluster made with `initdb` + `pg_ctl` (as an
 //!   unprivileged user when running as root) that can be killed and restarted.
@@ -13,6 +15,8 @@
 //! and how to enable it; when `CI` is set it fails instead (`.ci/run` sets it). Any other failure
 //! to start a server (the binaries are there and fail) is a test failure, `CI` or not.
 
+pub mod cluster;
+pub mod forward;
 pub mod pgbouncer;
 pub mod postgres;
 mod process;

@@ -122,6 +122,73 @@ impl Cluster {
         self.pg_ctl_start()
     }
 
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A streaming standby of this cluster: `pg_basebackup -R` (a copy that replicates, hot
+    /// standby: read-only sessions) into a directory of its own, started on a free port.
+    /// Replication is asynchronous, as the default deployment's.
+    pub fn standby(&self) -> Result<Cluster, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("wr-pg-standby-")
+            .tempdir()
+            .map_err(|e| format!("temp dir: {e}"))?;
+        if let Some(u) = &self.user {
+            run(Command::new("chown").arg("-R").arg(u).arg(dir.path()))?;
+        }
+        let mut standby = Cluster {
+            dir: Some(dir),
+            bin: self.bin.clone(),
+            user: self.user.clone(),
+            port: 0,
+            running: false,
+            durable: self.durable,
+        };
+        let data = standby.data();
+        // Beside `pg_ctl`, or beside what it links to (a PATH with links to two tools only).
+        let basebackup = Some(self.bin.join("pg_basebackup"))
+            .filter(|p| p.is_file())
+            .or_else(|| {
+                let ctl = std::fs::canonicalize(self.bin.join("pg_ctl")).ok()?;
+                Some(ctl.parent()?.join("pg_basebackup"))
+            })
+            .ok_or("no pg_basebackup beside pg_ctl")?;
+        let port = self.port.to_string();
+        standby.run_as(&[
+            basebackup.to_str().unwrap_or("pg_basebackup"),
+            "-D",
+            data.to_str().ok_or("temp dir path is not UTF-8")?,
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            "postgres",
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "--no-sync",
+        ])?;
+        let mut last = String::new();
+        for _ in 0..3 {
+            standby.port = free_port()?;
+            match standby.pg_ctl_start() {
+                Ok(()) => return Ok(standby),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote`, waiting until it accepts writes).
+    pub fn promote(&self) -> Result<(), String> {
+        self.pg_ctl(&["promote", "-w", "-t", "60"])
+    }
+
     fn dir(&self) -> &Path {
         self.dir
             .as_ref()

@@ -82,6 +82,12 @@ impl Server {
         Self::start_full(false, false, extra, what)
     }
 
+    /// As [`start_args`](Self::start_args), its directory removed by the shell when the server
+    /// exits (for servers held in statics, which are never dropped).
+    pub(crate) fn start_args_removed(extra: &[String], what: &str) -> Option<Self> {
+        Self::start_full(false, true, extra, what)
+    }
+
     fn start_with(aof: bool, remove_dir: bool, what: &str) -> Option<Self> {
         Self::start_full(aof, remove_dir, &[], what)
     }

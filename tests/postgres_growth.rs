@@ -1,0 +1,140 @@
+//! Nothing grows without bound on PostgreSQL: rounds of the same traffic (workers created, some
+//! deliveries completed and some left in flight, the workers dying unheard, their deliveries
+//! released to the outbox and acknowledged, a replica that comes, sweeps and goes) leave the
+//! registry's rows in every table where the first round left them, once the retentions have
+//! passed (the dead purged, the retained claims expired, the outbox empty); only the purge log,
+//! kept for its last 1 000 versions, grows within that window.
+
+#[path = "support/pg_cluster.rs"]
+mod pg_cluster;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio_postgres::NoTls;
+use worker_registry::postgres::PostgresRegistry;
+use worker_registry::{
+    DeliveryId, Maintenance, RegistryConfig, SweepReport, Target, WorkerRegistry,
+};
+
+/// The tables that hold a registry's rows.
+const TABLES: [&str; 10] = [
+    "wr_capacity",
+    "wr_workers",
+    "wr_targets",
+    "wr_claims",
+    "wr_released",
+    "wr_snapshots",
+    "wr_stalls",
+    "wr_retained",
+    "wr_leases",
+    "wr_purged",
+];
+
+/// The registry's rows per table.
+async fn footprint(url: &str, name: &str) -> BTreeMap<&'static str, i64> {
+    let (c, conn) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let mut out = BTreeMap::new();
+    for table in TABLES {
+        let n: i64 = c
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM {table} \
+                      WHERE registry = (SELECT id FROM wr_registries WHERE name = $1)"
+                ),
+                &[&name],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        out.insert(table, n);
+    }
+    out
+}
+
+/// Lets `total` of registry time pass in sweep intervals (so that no stall is measured), each
+/// followed by a sweep whose released deliveries are acknowledged; then sweeps until one finds
+/// nothing left to do (bounded).
+async fn pass(r: &PostgresRegistry, total: Duration) {
+    let step = Duration::from_millis(200);
+    let sweep = async || {
+        let report: SweepReport = r.sweep().await.unwrap();
+        r.acknowledge(&report.released).await.unwrap();
+        report
+    };
+    for _ in 0..total.as_millis() / step.as_millis() {
+        r.advance_time_for_tests(step).await.unwrap();
+        sweep().await;
+    }
+    for _ in 0..100 {
+        let report = sweep().await;
+        if report.died.is_empty()
+            && report.released.is_empty()
+            && report.expired_claims == 0
+            && report.evicted_claims == 0
+            && report.purged_workers == 0
+        {
+            return;
+        }
+    }
+    panic!("the sweeps never ran out of work");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_of_the_same_traffic_leave_the_same_rows_behind() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(1))
+        .missed_heartbeats(2)
+        .startup_grace(Duration::ZERO)
+        .sweep_interval(Duration::from_millis(200))
+        .dead_retention(Duration::from_secs(2))
+        .claim_retention(Duration::from_secs(3))
+        .release_ack_timeout(Duration::from_secs(2))
+        // The workers all go silent at once: no mass-death brake holding them.
+        .brake_min_workers(1_000)
+        .build()
+        .unwrap();
+    let name = pg_cluster::unique_name("growth");
+    let r = PostgresRegistry::builder(&url)
+        .name(&name)
+        .config(config)
+        .listen(false)
+        .connect()
+        .await
+        .unwrap();
+    let mut first = None;
+    for round in 0..3u64 {
+        for i in 0..8 {
+            let t = Target::new("octo/repo", round * 100 + i + 1).unwrap();
+            let d = DeliveryId::new(&format!("d{round}-{i}")).unwrap();
+            r.admit(&t, &d).await.unwrap();
+            if i % 2 == 0 {
+                r.complete(&t, &d).await.unwrap();
+            }
+        }
+        let passing = r.connect_replica().await.unwrap();
+        let report = passing.sweep().await.unwrap();
+        passing.acknowledge(&report.released).await.unwrap();
+        drop(passing);
+        // The workers die unheard; their deliveries go to the outbox and are acknowledged.
+        pass(&r, Duration::from_secs(3)).await;
+        // Past every retention.
+        pass(&r, Duration::from_secs(5)).await;
+        let mut now = footprint(&url, &name).await;
+        // The purge log keeps the purges of the last PURGE_LOG_VERSIONS (1 000) versions: it
+        // grows until then (these rounds publish fewer), by the workers purged.
+        assert!(now.remove("wr_purged").unwrap() <= 8 * (round as i64 + 1));
+        match &first {
+            None => first = Some(now),
+            Some(first) => assert_eq!(&now, first, "round {round} left more behind"),
+        }
+    }
+    let first = first.unwrap();
+    for table in ["wr_workers", "wr_targets", "wr_claims", "wr_released"] {
+        assert_eq!(first[table], 0, "{table}: {first:?}");
+    }
+}

@@ -1,0 +1,178 @@
+//! Nothing grows without bound: rounds of the same traffic (workers created, some deliveries
+//! completed and some left in flight, the workers dying unheard, their deliveries released and
+//! acknowledged, a replica that comes, sweeps and goes) leave the registry's keys, and the size of
+//! each, where the first round left them, once the retentions have passed. Only the change log
+//! (kept for its last `CHANGE_LOG_VERSIONS` versions) and the counters' values move.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use worker_registry::redis::RedisRegistry;
+use worker_registry::{
+    DeliveryId, Maintenance, RegistryConfig, SweepReport, Target, WorkerRegistry,
+};
+
+use crate::harness::{self, Server};
+
+/// Every key of the registry (`{name}:*`) by kind: a per-item key (`w:<id>`, `c:<...>`) counted
+/// under its kind, any other key with its size (members, fields, entries; 1 for a string), and
+/// the released stream's consumers and pending entries.
+async fn footprint(url: &str, name: &str) -> BTreeMap<String, u64> {
+    let mut c = harness::raw(url).await;
+    let tag = format!("{{{name}}}:");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{tag}*"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for key in keys {
+        let suffix = key.strip_prefix(&tag).unwrap().to_owned();
+        if let Some((kind, _)) = suffix.split_once(':') {
+            *out.entry(format!("{kind}:*")).or_insert(0) += 1;
+            continue;
+        }
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let size: u64 = match kind.as_str() {
+            "zset" => redis::cmd("ZCARD")
+                .arg(&key)
+                .query_async(&mut c)
+                .await
+                .unwrap(),
+            "hash" => redis::cmd("HLEN")
+                .arg(&key)
+                .query_async(&mut c)
+                .await
+                .unwrap(),
+            "set" => redis::cmd("SCARD")
+                .arg(&key)
+                .query_async(&mut c)
+                .await
+                .unwrap(),
+            "list" => redis::cmd("LLEN")
+                .arg(&key)
+                .query_async(&mut c)
+                .await
+                .unwrap(),
+            "stream" => redis::cmd("XLEN")
+                .arg(&key)
+                .query_async(&mut c)
+                .await
+                .unwrap(),
+            _ => 1,
+        };
+        if kind == "stream" && suffix == "released" {
+            let groups: Vec<BTreeMap<String, redis::Value>> = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(&key)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            for g in groups {
+                for field in ["consumers", "pending"] {
+                    if let Some(redis::Value::Int(n)) = g.get(field) {
+                        out.insert(format!("released/{field}"), *n as u64);
+                    }
+                }
+            }
+        }
+        out.insert(suffix, size);
+    }
+    out
+}
+
+/// Lets `total` of registry time pass in sweep intervals (so that no stall is measured, which
+/// would credit the silent workers), each followed by a sweep whose released deliveries are
+/// acknowledged; then sweeps until one finds nothing left to do (bounded).
+async fn pass(r: &RedisRegistry, total: Duration) {
+    let step = Duration::from_millis(100);
+    let sweep = async || {
+        let report: SweepReport = r.sweep().await.unwrap();
+        r.acknowledge(&report.released).await.unwrap();
+        report
+    };
+    for _ in 0..total.as_millis() / step.as_millis() {
+        r.advance_time_for_tests(step).await.unwrap();
+        sweep().await;
+    }
+    for _ in 0..100 {
+        let report = sweep().await;
+        if report.died.is_empty()
+            && report.released.is_empty()
+            && report.expired_claims == 0
+            && report.evicted_claims == 0
+            && report.purged_workers == 0
+        {
+            return;
+        }
+    }
+    panic!("the sweeps never ran out of work");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_of_the_same_traffic_leave_the_same_keys_behind() {
+    let Some(server) = Server::start(false, "Redis growth test") else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(1))
+        .missed_heartbeats(2)
+        .startup_grace(Duration::ZERO)
+        .sweep_interval(Duration::from_millis(100))
+        .dead_retention(Duration::from_secs(10))
+        .claim_retention(Duration::from_secs(20))
+        .release_ack_timeout(Duration::from_secs(2))
+        // The workers all go silent at once: no mass-death brake holding them.
+        .brake_min_workers(1_000)
+        .build()
+        .unwrap();
+    let name = harness::unique_name("growth");
+    let r = RedisRegistry::builder(server.url())
+        .name(&name)
+        .config(config)
+        .connect()
+        .await
+        .unwrap();
+    let mut first = None;
+    for round in 0..4u64 {
+        for i in 0..8 {
+            let t = Target::new("octo/repo", round * 100 + i + 1).unwrap();
+            let d = DeliveryId::new(&format!("d{round}-{i}")).unwrap();
+            r.admit(&t, &d).await.unwrap();
+            if i % 2 == 0 {
+                r.complete(&t, &d).await.unwrap();
+            }
+        }
+        // A replica that comes, joins the released stream's group, and goes.
+        let passing = r.connect_replica().await.unwrap();
+        let report = passing.sweep().await.unwrap();
+        passing.acknowledge(&report.released).await.unwrap();
+        drop(passing);
+        // The workers die unheard; their deliveries are released and acknowledged.
+        pass(&r, Duration::from_secs(5)).await;
+        // Past every retention: the dead are purged, the retained claims expire, the gone
+        // replica's consumer is forgotten.
+        pass(&r, Duration::from_secs(30)).await;
+        let mut now = footprint(&server.url(), &name).await;
+        // The change log keeps its last versions (CHANGE_LOG_VERSIONS): it grows until then.
+        assert!(now.remove("changes").unwrap_or(0) < 10_000);
+        match &first {
+            None => first = Some(now),
+            Some(first) => assert_eq!(&now, first, "round {round} left more behind"),
+        }
+    }
+    let first = first.unwrap();
+    for kind in ["w:*", "wc:*", "ws:*", "c:*"] {
+        assert!(!first.contains_key(kind), "{kind} left: {first:?}");
+    }
+    assert_eq!(first.get("released").copied().unwrap_or(0), 0, "{first:?}");
+    assert_eq!(first.get("released/pending").copied().unwrap_or(0), 0);
+    assert!(
+        first.get("released/consumers").copied().unwrap_or(0) <= 1,
+        "{first:?}"
+    );
+}
