@@ -40,7 +40,7 @@ use crate::api::report::{ReleasedEvent, SweepReport};
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// use worker_registry::{InMemoryRegistry, Sweeper};
+/// use worker_registry::{InMemoryRegistry, Sweeper, WorkerRegistry};
 ///
 /// let registry = InMemoryRegistry::default();
 /// let sweeper = Sweeper::spawn(registry.clone(), |report| {

@@ -53,6 +53,6 @@ impl Fixture for MemoryFixture {
     }
 
     async fn advance(&self, of: &Self::Registry, by: Duration) {
-        of.clock().advance(by);
+        of.direct().clock().advance(by);
     }
 }
