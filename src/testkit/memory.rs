@@ -24,7 +24,7 @@ use crate::memory::InMemoryRegistry;
 /// let fixture = MemoryFixture::new();
 /// let registry = fixture.registry(RegistryConfig::default()).await;
 /// fixture.advance(&registry, Duration::from_secs(1)).await;
-/// assert_eq!(registry.clock().now(), Duration::from_secs(1));
+/// assert_eq!(registry.direct().clock().now(), Duration::from_secs(1));
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
