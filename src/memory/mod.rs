@@ -18,6 +18,22 @@
 //! shadow the other's and each is documented once (the contract's semantics on the traits, this
 //! backend's locking and cost on `Direct`).
 //!
+//! # Examples
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use worker_registry::memory::{Direct, InMemoryRegistry};
+//! use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry};
+//!
+//! let registry = InMemoryRegistry::default();
+//! let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+//! let Ok(Admission::Assigned(a)) = registry.admit(&t, &d).await else { panic!() }; // any backend
+//! let direct: &Direct = registry.direct(); // this one, in place, on the same state
+//! assert!(direct.heartbeat(a.worker).is_ok());
+//! # }
+//! ```
+//!
 //! | file | holds |
 //! |---|---|
 //! | `mod.rs` | [`Direct`] and [`InMemoryRegistry`], their shared state and reads (`status`, `stats`) |
