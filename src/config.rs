@@ -390,16 +390,18 @@ impl RegistryConfig {
             .saturating_mul(self.missed_heartbeats)
     }
 
-    /// Checks every constraint; [`RegistryConfigBuilder::build`] calls this, so a config in hand
-    /// is always valid.
+    /// Checks every constraint, in a fixed order (the first broken one is reported);
+    /// [`RegistryConfigBuilder::build`] calls this, so a config in hand is always valid.
     fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |field: &'static str, found: String, expected: &'static str| {
-            Err(ConfigError::Invalid {
-                field,
-                found,
-                expected,
-            })
-        };
+        self.check_durations()?;
+        self.check_liveness()?;
+        self.check_capacity_and_retention()?;
+        self.check_brake_and_deadlines()?;
+        self.check_waiting_owners_and_shards()
+    }
+
+    /// No duration above [`MAX_DURATION`], the heartbeat timeout included.
+    fn check_durations(&self) -> Result<(), ConfigError> {
         for (field, d) in [
             ("heartbeat_interval", self.heartbeat_interval),
             ("sweep_interval", self.sweep_interval),
@@ -420,6 +422,11 @@ impl RegistryConfig {
                 return bad(field, format!("{d:?}"), "at most a year (MAX_DURATION)");
             }
         }
+        Ok(())
+    }
+
+    /// Heartbeats and the sweep that judges them.
+    fn check_liveness(&self) -> Result<(), ConfigError> {
         if self.heartbeat_interval < Duration::from_millis(1) {
             return bad(
                 "heartbeat_interval",
@@ -448,6 +455,11 @@ impl RegistryConfig {
                 "at most heartbeat_interval x missed_heartbeats",
             );
         }
+        Ok(())
+    }
+
+    /// The capacity limit and how long claims and dead workers are kept.
+    fn check_capacity_and_retention(&self) -> Result<(), ConfigError> {
         if self.max_workers == 0 || self.max_workers as u64 > u64::from(u32::MAX) {
             return bad(
                 "max_workers",
@@ -472,6 +484,11 @@ impl RegistryConfig {
                 "at least sweep_interval",
             );
         }
+        Ok(())
+    }
+
+    /// The mass-staleness brake, stuck deliveries and the release acknowledgement.
+    fn check_brake_and_deadlines(&self) -> Result<(), ConfigError> {
         if !(self.brake_fraction > 0.0 && self.brake_fraction <= 1.0) {
             return bad(
                 "brake_fraction",
@@ -503,6 +520,11 @@ impl RegistryConfig {
                 "at least 1 ms",
             );
         }
+        Ok(())
+    }
+
+    /// The waiting room, the per-owner caps and the shard count.
+    fn check_waiting_owners_and_shards(&self) -> Result<(), ConfigError> {
         if self.max_waiting > 1 << 20 {
             return bad(
                 "max_waiting",
@@ -540,6 +562,15 @@ impl RegistryConfig {
         }
         Ok(())
     }
+}
+
+/// A [`ConfigError::Invalid`] for `field`.
+fn bad(field: &'static str, found: String, expected: &'static str) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid {
+        field,
+        found,
+        expected,
+    })
 }
 
 /// Builds a [`RegistryConfig`] and validates it.

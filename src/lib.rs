@@ -14,18 +14,26 @@
 //! API (workers, drain, Prometheus metrics from `metrics::Metrics`, OpenAPI) over any backend.
 //!
 //! ```
-//! use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target};
+//! use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
 //!
-//! let registry = InMemoryRegistry::default();
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let registry = InMemoryRegistry::default(); // or redis::RedisRegistry, postgres::PostgresRegistry
 //! let target = Target::new("octo/repo", 42).unwrap();
-//! match registry.admit(&target, &DeliveryId::new("delivery-1").unwrap()) {
-//!     Admission::Assigned(a) if a.new => { /* start a container for a.worker */ }
-//!     Admission::Assigned(_) => { /* hand the event to the running worker */ }
-//!     Admission::Duplicate(_) => { /* redelivery: skip */ }
-//!     Admission::Waiting(_) => { /* parked (max_waiting > 0): a sweep hands it over later */ }
-//!     Admission::Rejected(_) => { /* answer 503; GitHub or the reconciler retries */ }
+//! match registry.admit(&target, &DeliveryId::new("delivery-1").unwrap()).await {
+//!     Ok(Admission::Assigned(a)) if a.new => { /* start a container for a.worker */ }
+//!     Ok(Admission::Assigned(_)) => { /* hand the event to the running worker */ }
+//!     Ok(Admission::Duplicate(_)) => { /* redelivery: skip */ }
+//!     Ok(Admission::Waiting(_)) => { /* parked (max_waiting > 0): a sweep hands it over later */ }
+//!     Ok(Admission::Rejected(_)) => { /* answer 503; GitHub or the reconciler retries */ }
+//!     Err(e) => { /* a shared backend's lost connection: answer 503 if e.is_retryable() */ }
 //! }
+//! # }
 //! ```
+//!
+//! The in-memory backend also answers the same calls synchronously, in nanoseconds, through
+//! [`InMemoryRegistry::direct`] ([`memory::Direct`]): a separate name, so `registry.admit(..)`
+//! always means the contract's call.
 //!
 //! # Features
 //!
@@ -57,7 +65,7 @@ mod config;
 pub mod docs;
 #[cfg(feature = "http")]
 pub mod http;
-mod memory;
+pub mod memory;
 #[cfg(feature = "http")]
 pub mod metrics;
 #[cfg(feature = "postgres")]

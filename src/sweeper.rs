@@ -40,7 +40,7 @@ use crate::api::report::{ReleasedEvent, SweepReport};
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// use worker_registry::{InMemoryRegistry, Sweeper};
+/// use worker_registry::{InMemoryRegistry, Sweeper, WorkerRegistry};
 ///
 /// let registry = InMemoryRegistry::default();
 /// let sweeper = Sweeper::spawn(registry.clone(), |report| {
@@ -242,6 +242,88 @@ async fn caught<F: Future>(fut: F) -> Result<F::Output, Box<dyn Any + Send>> {
     .await
 }
 
+/// One tick of the task: a sweep, the callback on its report, and the acknowledgement of the
+/// released events the callback did not defer. A failure or a panic is counted and logged; the
+/// next tick tries again.
+async fn tick<R, F, Fut>(registry: &R, on_report: &mut F, state: &SweeperMonitor)
+where
+    R: Maintenance,
+    F: FnMut(SweepReport) -> Fut,
+    Fut: Future,
+    Fut::Output: Into<Deferred>,
+{
+    let report = match caught(registry.sweep()).await {
+        Ok(Ok(report)) => report,
+        Ok(Err(e)) => {
+            tracing::warn!("sweep failed, trying again at the next tick: {e}");
+            SweeperMonitor::count(&state.0.errors);
+            return;
+        }
+        Err(panic) => {
+            tracing::error!(
+                "sweep panicked (a backend bug), sweeping again at the next tick: {}",
+                panic_message(&*panic)
+            );
+            SweeperMonitor::count(&state.0.panics);
+            return;
+        }
+    };
+    SweeperMonitor::count(&state.0.sweeps);
+    let released = report.released.clone();
+    // The synchronous part of the callback runs inside `caught` too.
+    let outcome = caught(async { on_report(report).await.into() }).await;
+    let to_ack: Vec<ReleasedEvent> = match outcome {
+        Ok(deferred) => {
+            let deferred: Deferred = deferred;
+            let keep: HashSet<_> = deferred
+                .0
+                .iter()
+                .map(|e| (&e.target, &e.delivery))
+                .collect();
+            released
+                .into_iter()
+                .filter(|e| !keep.contains(&(&e.target, &e.delivery)))
+                .collect()
+        }
+        Err(panic) => {
+            SweeperMonitor::count(&state.0.panics);
+            let ids: Vec<String> = released.iter().map(ToString::to_string).collect();
+            tracing::error!(
+                not_acknowledged = ?ids,
+                "sweep callback panicked: {}; its released events may not have been re-dispatched (not acknowledged); sweeping again at the next tick",
+                panic_message(&*panic),
+            );
+            Vec::new()
+        }
+    };
+    if !to_ack.is_empty() {
+        acknowledge(registry, &to_ack, state).await;
+    }
+}
+
+/// Acknowledges re-dispatched released events; a failure or a panic is counted and logged (the
+/// events are offered again after `release_ack_timeout` by a shared backend).
+async fn acknowledge<R: Maintenance>(
+    registry: &R,
+    to_ack: &[ReleasedEvent],
+    state: &SweeperMonitor,
+) {
+    match caught(registry.acknowledge(to_ack)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!("acknowledging {} released events failed: {e}", to_ack.len());
+            SweeperMonitor::count(&state.0.errors);
+        }
+        Err(panic) => {
+            tracing::error!(
+                "acknowledge panicked (a backend bug): {}",
+                panic_message(&*panic)
+            );
+            SweeperMonitor::count(&state.0.panics);
+        }
+    }
+}
+
 fn panic_message(panic: &(dyn Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
@@ -322,58 +404,7 @@ impl Sweeper {
             loop {
                 tokio::select! {
                     _ = &mut stopped => break,
-                    _ = ticks.tick() => {
-                        let report = match caught(registry.sweep()).await {
-                            Ok(Ok(report)) => report,
-                            Ok(Err(e)) => {
-                                tracing::warn!("sweep failed, trying again at the next tick: {e}");
-                                SweeperMonitor::count(&state.0.errors);
-                                continue;
-                            }
-                            Err(panic) => {
-                                tracing::error!("sweep panicked (a backend bug), sweeping again at the next tick: {}", panic_message(&*panic));
-                                SweeperMonitor::count(&state.0.panics);
-                                continue;
-                            }
-                        };
-                        SweeperMonitor::count(&state.0.sweeps);
-                        let released = report.released.clone();
-                        // The synchronous part of the callback runs inside `caught` too.
-                        let outcome = caught(async { on_report(report).await.into() }).await;
-                        let to_ack: Vec<ReleasedEvent> = match outcome {
-                            Ok(deferred) => {
-                                let deferred: Deferred = deferred;
-                                let keep: HashSet<_> = deferred.0.iter().map(|e| (&e.target, &e.delivery)).collect();
-                                released
-                                    .into_iter()
-                                    .filter(|e| !keep.contains(&(&e.target, &e.delivery)))
-                                    .collect()
-                            }
-                            Err(panic) => {
-                                SweeperMonitor::count(&state.0.panics);
-                                let ids: Vec<String> = released.iter().map(ToString::to_string).collect();
-                                tracing::error!(
-                                    not_acknowledged = ?ids,
-                                    "sweep callback panicked: {}; its released events may not have been re-dispatched (not acknowledged); sweeping again at the next tick",
-                                    panic_message(&*panic),
-                                );
-                                Vec::new()
-                            }
-                        };
-                        if !to_ack.is_empty() {
-                            match caught(registry.acknowledge(&to_ack)).await {
-                                Ok(Ok(())) => {}
-                                Ok(Err(e)) => {
-                                    tracing::warn!("acknowledging {} released events failed: {e}", to_ack.len());
-                                    SweeperMonitor::count(&state.0.errors);
-                                }
-                                Err(panic) => {
-                                    tracing::error!("acknowledge panicked (a backend bug): {}", panic_message(&*panic));
-                                    SweeperMonitor::count(&state.0.panics);
-                                }
-                            }
-                        }
-                    }
+                    _ = ticks.tick() => tick(&registry, &mut on_report, &state).await,
                 }
             }
             guard.asked = true;

@@ -10,9 +10,9 @@ use std::thread;
 use std::time::Duration;
 
 use worker_registry::{
-    Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, DeliveryId,
-    HeartbeatAck, InMemoryRegistry, ManualClock, PoolStatus, RegistryConfig, RegistryError,
-    Rejection, Status, Target, WorkerId, WorkerKind,
+    memory::Direct, Activity, Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason,
+    DeliveryId, HeartbeatAck, ManualClock, PoolStatus, RegistryConfig, RegistryError, Rejection,
+    Status, Target, WorkerId, WorkerKind,
 };
 
 const HB: Duration = Duration::from_secs(30);
@@ -30,13 +30,13 @@ fn config() -> RegistryConfig {
         .unwrap()
 }
 
-fn registry() -> (InMemoryRegistry<ManualClock>, ManualClock) {
+fn registry() -> (Direct<ManualClock>, ManualClock) {
     registry_with(config())
 }
 
-fn registry_with(config: RegistryConfig) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+fn registry_with(config: RegistryConfig) -> (Direct<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    (InMemoryRegistry::with_clock(config, clock.clone()), clock)
+    (Direct::with_clock(config, clock.clone()), clock)
 }
 
 fn t(repo: &str, n: u64) -> Target {
@@ -51,7 +51,7 @@ fn e(id: &str) -> DeliveryId {
 /// `sweep_interval` (a sweep that comes later than that is a stall of the registry itself, which
 /// the stall rule does not count against the workers). Returns the last sweep's report.
 fn advance_sweeping(
-    r: &InMemoryRegistry<ManualClock>,
+    r: &Direct<ManualClock>,
     clock: &ManualClock,
     by: Duration,
 ) -> worker_registry::SweepReport {

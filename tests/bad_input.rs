@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use proptest::prelude::*;
 use worker_registry::{
-    Admission, ClaimOutcome, DeliveryId, DeliveryIdError, HeartbeatAck, InMemoryRegistry,
+    memory::Direct, Admission, ClaimOutcome, DeliveryId, DeliveryIdError, HeartbeatAck,
     ManualClock, RegistryConfig, RegistryError, Target, TargetError, WorkerId, WorkerIdError,
     MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
 };
@@ -275,7 +275,7 @@ proptest! {
     fn registry_calls_with_arbitrary_worker_ids_never_panic(
         raws in proptest::collection::vec(prop_oneof![0u64..8, any::<u64>(), Just(u64::MAX)], 1..32)
     ) {
-        let registry = InMemoryRegistry::with_clock(
+        let registry = Direct::with_clock(
             RegistryConfig::builder().max_workers(4).build().unwrap(),
             ManualClock::new(),
         );
@@ -326,7 +326,7 @@ proptest! {
             1..32,
         )
     ) {
-        let registry = InMemoryRegistry::with_clock(
+        let registry = Direct::with_clock(
             RegistryConfig::builder().max_workers(2).build().unwrap(),
             ManualClock::new(),
         );

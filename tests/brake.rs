@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use worker_registry::{
-    Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, InMemoryRegistry, ManualClock,
+    memory::Direct, Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, ManualClock,
     RegistryConfig, RegistryConfigBuilder, RegistryError, Status, SweepReport, Target, WorkerId,
     DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS, DEFAULT_STARTUP_GRACE,
 };
@@ -52,14 +52,14 @@ fn event(i: usize) -> DeliveryId {
 /// having heartbeated once (so the start-up grace no longer applies), all at time zero.
 struct Fleet {
     clock: ManualClock,
-    registry: InMemoryRegistry<ManualClock>,
+    registry: Direct<ManualClock>,
     workers: Vec<WorkerId>,
 }
 
 impl Fleet {
     fn new(n: usize, config: RegistryConfig) -> Self {
         let clock = ManualClock::new();
-        let registry = InMemoryRegistry::with_clock(config, clock.clone());
+        let registry = Direct::with_clock(config, clock.clone());
         let workers = (0..n)
             .map(|i| match registry.admit(&target(i), &event(i)) {
                 Admission::Assigned(a) => {
@@ -101,7 +101,7 @@ impl Fleet {
 /// not count against the workers), but not at the end, which is the caller's. Returns the reports
 /// of the sweeps on the way.
 fn advance_with_sweeps(
-    registry: &InMemoryRegistry<ManualClock>,
+    registry: &Direct<ManualClock>,
     clock: &ManualClock,
     by: Duration,
 ) -> Vec<SweepReport> {
@@ -366,7 +366,7 @@ fn a_recovered_suspect_that_crashes_later_dies_normally() {
 #[test]
 fn a_new_workers_first_heartbeat_may_come_late() {
     let clock = ManualClock::new();
-    let registry = InMemoryRegistry::with_clock(config(), clock.clone());
+    let registry = Direct::with_clock(config(), clock.clone());
     let Admission::Assigned(a) = registry.admit(&target(0), &event(0)) else {
         panic!()
     };
@@ -394,7 +394,7 @@ fn a_new_workers_first_heartbeat_may_come_late() {
 #[test]
 fn a_new_worker_that_never_heartbeats_dies_after_the_grace() {
     let clock = ManualClock::new();
-    let registry = InMemoryRegistry::with_clock(config(), clock.clone());
+    let registry = Direct::with_clock(config(), clock.clone());
     clock.advance(Duration::from_secs(100)); // the grace counts from creation, not from zero
     let Admission::Assigned(a) = registry.admit(&target(0), &event(0)) else {
         panic!()
@@ -411,7 +411,7 @@ fn a_new_worker_that_never_heartbeats_dies_after_the_grace() {
 #[test]
 fn registered_workers_get_the_startup_grace_too() {
     let clock = ManualClock::new();
-    let registry = InMemoryRegistry::with_clock(config(), clock.clone());
+    let registry = Direct::with_clock(config(), clock.clone());
     let w = registry.register().unwrap();
     clock.advance(TIMEOUT + STARTUP_GRACE);
     assert!(registry.sweep().died.is_empty());
@@ -425,7 +425,7 @@ fn registered_workers_get_the_startup_grace_too() {
 #[test]
 fn zero_startup_grace_means_the_plain_timeout() {
     let clock = ManualClock::new();
-    let registry = InMemoryRegistry::with_clock(
+    let registry = Direct::with_clock(
         builder().startup_grace(Duration::ZERO).build().unwrap(),
         clock.clone(),
     );
@@ -441,7 +441,7 @@ fn zero_startup_grace_means_the_plain_timeout() {
 #[test]
 fn workers_in_their_startup_grace_do_not_engage_the_brake() {
     let clock = ManualClock::new();
-    let registry = InMemoryRegistry::with_clock(RegistryConfig::default(), clock.clone());
+    let registry = Direct::with_clock(RegistryConfig::default(), clock.clone());
     for i in 0..10 {
         registry.admit(&target(i), &event(i));
     }
@@ -463,7 +463,7 @@ fn workers_in_their_startup_grace_do_not_engage_the_brake() {
 #[test]
 fn a_failed_rollout_is_suspected_then_killed() {
     let clock = ManualClock::new();
-    let registry = InMemoryRegistry::with_clock(config(), clock.clone());
+    let registry = Direct::with_clock(config(), clock.clone());
     let ids: Vec<WorkerId> = (0..10)
         .map(|i| match registry.admit(&target(i), &event(i)) {
             Admission::Assigned(a) => a.worker,

@@ -58,7 +58,7 @@ mod drifting {
             of.clone()
         }
         async fn advance(&self, of: &Self::Registry, by: Duration) {
-            of.clock().manual.advance(by);
+            of.direct().clock().manual.advance(by);
         }
     }
 

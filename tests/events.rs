@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use worker_registry::{
-    Admission, DeadReason, DeliveryId, Event, InMemoryRegistry, ManualClock, RecvError,
+    memory::Direct, Admission, DeadReason, DeliveryId, Event, ManualClock, RecvError,
     RegistryConfig, Subscription, Target, WorkerId,
 };
 
@@ -21,13 +21,13 @@ fn e(s: &str) -> DeliveryId {
     DeliveryId::new(s).unwrap()
 }
 
-fn registry(clock: &ManualClock) -> InMemoryRegistry<ManualClock> {
+fn registry(clock: &ManualClock) -> Direct<ManualClock> {
     let config = RegistryConfig::builder()
         .startup_grace(Duration::ZERO)
         .brake_fraction(1.0)
         .build()
         .unwrap();
-    InMemoryRegistry::with_clock(config, clock.clone())
+    Direct::with_clock(config, clock.clone())
 }
 
 fn drain_now(events: &mut Subscription) -> Vec<Event> {
@@ -136,7 +136,7 @@ async fn hot_paths_publish_nothing() {
 
 #[tokio::test]
 async fn dropping_the_registry_closes_subscriptions_after_the_buffer() {
-    let registry = InMemoryRegistry::default();
+    let registry = Direct::default();
     let mut events = registry.subscribe();
     registry.register().unwrap().deregister().unwrap();
     drop(registry);

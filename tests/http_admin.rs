@@ -1,5 +1,5 @@
 //! The admin HTTP API over real HTTP on 127.0.0.1:0: list, get, drain, errors, bearer token,
-//! metrics and the OpenAPI document. InMemoryRegistry time is a `ManualClock`; nothing sleeps.
+//! metrics and the OpenAPI document. Registry time is a `ManualClock`; nothing sleeps.
 #![cfg(feature = "http")]
 
 mod metrics_format;
@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use worker_registry::http::{admin_router, AdminOptions};
 use worker_registry::metrics::Metrics;
 use worker_registry::{
-    Admission, DeliveryId, InMemoryRegistry, ManualClock, RegistryConfig, Target, WorkerId,
+    memory::Direct, Admission, DeliveryId, InMemoryRegistry, ManualClock, RegistryConfig, Target,
+    WorkerId,
 };
 
 fn t(n: u64) -> Target {
@@ -30,14 +31,14 @@ fn assigned(a: Admission) -> WorkerId {
     }
 }
 
-fn registry(clock: &ManualClock) -> InMemoryRegistry<ManualClock> {
+fn registry(clock: &ManualClock) -> Direct<ManualClock> {
     let config = RegistryConfig::builder()
         .max_workers(8)
         .startup_grace(Duration::ZERO)
         .brake_fraction(1.0)
         .build()
         .unwrap();
-    InMemoryRegistry::with_clock(config, clock.clone())
+    Direct::with_clock(config, clock.clone())
 }
 
 /// Serves `router` on an ephemeral loopback port; returns its base URL.
@@ -54,12 +55,13 @@ struct Api {
 }
 
 impl Api {
-    async fn new<C: worker_registry::Clock>(
-        registry: &InMemoryRegistry<C>,
-        options: AdminOptions,
-    ) -> Self {
+    async fn new<C: worker_registry::Clock>(registry: &Direct<C>, options: AdminOptions) -> Self {
         Self {
-            base: serve(admin_router(registry.clone(), options)).await,
+            base: serve(admin_router(
+                InMemoryRegistry::from(registry.clone()),
+                options,
+            ))
+            .await,
             client: Client::new(),
         }
     }
@@ -262,7 +264,7 @@ async fn drain_is_idempotent_refuses_the_dead_and_unknown() {
 
 #[tokio::test]
 async fn a_configured_bearer_token_guards_drain() {
-    let registry = InMemoryRegistry::default();
+    let registry = Direct::default();
     let api = Api::new(&registry, AdminOptions::new().bearer_token("s3cret")).await;
     let w = assigned(registry.admit(&t(1), &e("d1")));
     let path = format!("/workers/{w}/drain");
@@ -296,7 +298,7 @@ async fn a_configured_bearer_token_guards_drain() {
 
 #[tokio::test]
 async fn protect_reads_guards_everything_but_healthz() {
-    let registry = InMemoryRegistry::default();
+    let registry = Direct::default();
     let options = AdminOptions::new()
         .bearer_token("s3cret")
         .protect_reads(true);
@@ -315,7 +317,7 @@ async fn protect_reads_guards_everything_but_healthz() {
 async fn metrics_are_openmetrics_text_with_the_registry_and_application_metrics() {
     let clock = ManualClock::new();
     let registry = registry(&clock);
-    let mut metrics = Metrics::new(&registry);
+    let mut metrics = Metrics::new(&InMemoryRegistry::from(registry.clone()));
     let webhooks = Counter::<u64>::default();
     metrics
         .prometheus_mut()
@@ -372,7 +374,7 @@ async fn metrics_are_openmetrics_text_with_the_registry_and_application_metrics(
 
 #[tokio::test]
 async fn openapi_describes_exactly_the_served_endpoints() {
-    let registry = InMemoryRegistry::default();
+    let registry = Direct::default();
     let w = assigned(registry.admit(&t(1), &e("d1")));
     let api = Api::new(&registry, AdminOptions::new().bearer_token("s3cret")).await;
 

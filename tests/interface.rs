@@ -479,11 +479,18 @@ async fn router_code_maps_an_unreachable_backend_to_a_retryable_503() {
 fn registries_are_independent_values_not_a_global() {
     let a = InMemoryRegistry::default();
     let b = InMemoryRegistry::default();
-    a.register().unwrap();
-    assert_eq!((a.live_workers(), b.live_workers()), (1, 0));
+    a.direct().register().unwrap();
+    assert_eq!(
+        (a.direct().live_workers(), b.direct().live_workers()),
+        (1, 0)
+    );
     let a2 = a.clone();
-    a2.register().unwrap();
-    assert_eq!(a.live_workers(), 2, "clones share state");
+    a2.direct().register().unwrap();
+    assert_eq!(a.direct().live_workers(), 2, "clones share state");
+    // The two surfaces are two views of one state, either way round.
+    let a3 = InMemoryRegistry::from(a.direct().clone());
+    a3.into_direct().register().unwrap();
+    assert_eq!(a.stats().live_workers, 3, "so do the two surfaces");
 }
 
 #[cfg(feature = "http")]

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use worker_registry::{
-    Admission, DeadReason, DeliveryId, HeartbeatAck, InMemoryRegistry, ManualClock, RegistryConfig,
+    memory::Direct, Admission, DeadReason, DeliveryId, HeartbeatAck, ManualClock, RegistryConfig,
     RegistryConfigBuilder, RegistryError, Rejection, ReleaseReason, Status, SweepReport, Target,
     WorkerId, MANUAL_CLOCK_WALL_ORIGIN_SECS,
 };
@@ -43,7 +43,7 @@ fn d(s: &str) -> DeliveryId {
 /// A registry, its clock, and the workers that heartbeat on schedule while it runs.
 struct Run {
     clock: ManualClock,
-    r: InMemoryRegistry<ManualClock>,
+    r: Direct<ManualClock>,
     beating: BTreeSet<WorkerId>,
 }
 
@@ -51,7 +51,7 @@ impl Run {
     fn new(config: RegistryConfig) -> Self {
         let clock = ManualClock::new();
         Self {
-            r: InMemoryRegistry::with_clock(config, clock.clone()),
+            r: Direct::with_clock(config, clock.clone()),
             clock,
             beating: BTreeSet::new(),
         }
@@ -452,7 +452,7 @@ fn a_stall_of_the_registry_kills_nobody_even_below_the_brakes_trigger() {
         .build()
         .unwrap();
     let clock = ManualClock::new();
-    let r = InMemoryRegistry::with_clock(config, clock.clone());
+    let r = Direct::with_clock(config, clock.clone());
     let workers: Vec<WorkerId> = (1..=20)
         .map(|n| match r.admit(&t(n), &d(&format!("d{n}"))) {
             Admission::Assigned(a) => a.worker,
@@ -553,7 +553,7 @@ fn a_stall_delays_no_death_beyond_the_time_the_registry_was_not_running() {
 #[test]
 fn only_a_sweep_more_than_two_intervals_late_measures_a_stall() {
     let clock = ManualClock::new();
-    let r = InMemoryRegistry::with_clock(builder().build().unwrap(), clock.clone());
+    let r = Direct::with_clock(builder().build().unwrap(), clock.clone());
     clock.advance(Duration::from_secs(100));
     assert!(r.sweep().stall_credited.is_zero(), "the first sweep");
     clock.advance(SECOND * 2);
@@ -622,7 +622,7 @@ fn a_stall_extends_drain_deadlines_and_time_in_flight() {
 fn ids_and_tokens_are_unique_across_restarts() {
     let clock = ManualClock::new();
     clock.advance(Duration::from_secs(24 * 3600)); // the first process starts a day into 2026
-    let first = InMemoryRegistry::with_clock(builder().build().unwrap(), clock.clone());
+    let first = Direct::with_clock(builder().build().unwrap(), clock.clone());
     let mut tokens = Vec::new();
     let mut ids = Vec::new();
     for n in 1..=50 {
@@ -641,7 +641,7 @@ fn ids_and_tokens_are_unique_across_restarts() {
     );
     // The process dies; a new one starts a second later (same wall clock, fresh memory).
     clock.advance(SECOND);
-    let second = InMemoryRegistry::with_clock(builder().build().unwrap(), clock.clone());
+    let second = Direct::with_clock(builder().build().unwrap(), clock.clone());
     let Admission::Assigned(a) = second.admit(&t(1), &d("x")) else {
         panic!()
     };
@@ -670,12 +670,12 @@ fn ids_stay_below_worker_id_max_for_centuries() {
     let year = Duration::from_secs(365 * 24 * 3600 + 6 * 3600);
     let clock = ManualClock::new();
     clock.advance(year * 500);
-    let r = InMemoryRegistry::with_clock(builder().build().unwrap(), clock.clone());
+    let r = Direct::with_clock(builder().build().unwrap(), clock.clone());
     let w = r.register().unwrap();
     assert!(w.id().get() <= WorkerId::MAX);
     assert!(SystemTime::UNIX_EPOCH < r.worker(w.id()).unwrap().started_at);
     clock.advance(year * 58);
-    let late = InMemoryRegistry::with_clock(builder().build().unwrap(), clock.clone());
+    let late = Direct::with_clock(builder().build().unwrap(), clock.clone());
     assert_eq!(
         late.register().map(|h| h.id()),
         Err(RegistryError::IdsExhausted)
@@ -718,7 +718,7 @@ fn stress_stalls_never_kill_a_healthy_worker() {
         .unwrap();
     let timeout_steps = 3;
     let clock = ManualClock::new();
-    let r = InMemoryRegistry::with_clock(config, clock.clone());
+    let r = Direct::with_clock(config, clock.clone());
     let workers: Vec<WorkerId> = (1..=WORKERS)
         .map(|n| match r.admit(&t(n), &d("x")) {
             Admission::Assigned(a) => a.worker,

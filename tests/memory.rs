@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use worker_registry::{
-    Admission, AssignOutcome, DeliveryId, InMemoryRegistry, ManualClock, RegistryConfig, Target,
+    memory::Direct, Admission, AssignOutcome, DeliveryId, ManualClock, RegistryConfig, Target,
 };
 
 struct Counting;
@@ -96,7 +96,7 @@ fn event(i: usize) -> DeliveryId {
 #[test]
 fn bytes_per_worker_record_are_bounded() {
     const N: usize = 10_000;
-    let registry = InMemoryRegistry::with_clock(config(1 << 20), ManualClock::new());
+    let registry = Direct::with_clock(config(1 << 20), ManualClock::new());
     // Spawned workers: record, worker-map and target-map entries, the target's name.
     let (bytes, allocs, ()) = measure(|| {
         for i in 0..N {
@@ -147,7 +147,7 @@ fn a_retained_claim_costs_at_most_the_budget() {
         .map(|i| Target::new(&format!("org/repo-{i}"), 1).unwrap())
         .collect();
     let (bytes, allocs, registry) = measure(|| {
-        let registry = InMemoryRegistry::with_clock(config(N), ManualClock::new());
+        let registry = Direct::with_clock(config(N), ManualClock::new());
         for (i, t) in targets.iter().enumerate() {
             assert!(matches!(
                 registry.admit(t, &event(N + i)),
@@ -185,7 +185,7 @@ fn a_retained_claim_with_a_text_delivery_id_costs_its_text_more() {
     let t = Target::new("org/repo", 1).unwrap();
     let per_claim = |id: &dyn Fn(usize) -> DeliveryId| {
         let (bytes, allocs, _registry) = measure(|| {
-            let registry = InMemoryRegistry::with_clock(config(N), ManualClock::new());
+            let registry = Direct::with_clock(config(N), ManualClock::new());
             for i in 0..N {
                 let e = id(i);
                 registry.admit(&t, &e);
@@ -223,7 +223,7 @@ fn hot_paths_do_not_allocate_once_warm() {
     const OPS: usize = 100_000;
     const TARGETS: usize = 256;
     let clock = ManualClock::new();
-    let registry = InMemoryRegistry::with_clock(config(100_000), clock.clone());
+    let registry = Direct::with_clock(config(100_000), clock.clone());
     let targets: Vec<Target> = (0..TARGETS)
         .map(|i| Target::new(&format!("org-{}/repo-{i}", i % 7), 1).unwrap())
         .collect();
@@ -300,7 +300,7 @@ fn a_retained_claim_costs_at_most_the_budget_after_a_burst_in_flight() {
         .collect();
     let events: Vec<DeliveryId> = (0..N).map(event).collect();
     let (bytes, allocs, registry) = measure(|| {
-        let registry = InMemoryRegistry::with_clock(config(N), ManualClock::new());
+        let registry = Direct::with_clock(config(N), ManualClock::new());
         for (i, e) in events.iter().enumerate() {
             let a = registry.admit(&targets[i % TARGETS], e);
             assert!(matches!(a, Admission::Assigned(_)), "{a:?}");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use worker_registry::metrics::Metrics;
 use worker_registry::{
-    Admission, DeliveryId, InMemoryRegistry, ManualClock, RegistryConfig, Target,
+    memory::Direct, Admission, DeliveryId, InMemoryRegistry, ManualClock, RegistryConfig, Target,
 };
 
 fn t(n: u64) -> Target {
@@ -29,7 +29,7 @@ fn every_metric_matches_what_the_registry_did() {
         .brake_fraction(1.0)
         .build()
         .unwrap();
-    let registry = InMemoryRegistry::with_clock(config, clock.clone());
+    let registry = Direct::with_clock(config, clock.clone());
     let timeout = registry.config().heartbeat_timeout();
 
     // Two new workers, one sticky admission, one duplicate.
@@ -76,7 +76,7 @@ fn every_metric_matches_what_the_registry_did() {
     assert_eq!(report.released_pairs(), vec![(t(2), e("d2"))]);
     clock.advance(Duration::from_secs(2));
 
-    let mut metrics = Metrics::new(&registry);
+    let mut metrics = Metrics::new(&InMemoryRegistry::from(registry.clone()));
     let mine = Counter::<u64>::default();
     metrics
         .prometheus_mut()
@@ -164,7 +164,7 @@ fn every_metric_matches_what_the_registry_did() {
 /// from many threads are all counted exactly once.
 #[test]
 fn striped_counters_sum_exactly_across_threads() {
-    let registry = InMemoryRegistry::default();
+    let registry = Direct::default();
     let workers: Vec<_> = (0..4).map(|_| registry.register().unwrap()).collect();
     std::thread::scope(|s| {
         for w in &workers {
@@ -175,7 +175,9 @@ fn striped_counters_sum_exactly_across_threads() {
             });
         }
     });
-    let m = metrics_format::parse(&Metrics::new(&registry).encode()).unwrap();
+    let m =
+        metrics_format::parse(&Metrics::new(&InMemoryRegistry::from(registry.clone())).encode())
+            .unwrap();
     assert_eq!(
         m.get("worker_registry_heartbeats_total{result=\"accepted\"}"),
         4000.0
@@ -185,11 +187,13 @@ fn striped_counters_sum_exactly_across_threads() {
 
 #[test]
 fn sweeps_fill_the_duration_histogram() {
-    let registry = InMemoryRegistry::default();
+    let registry = Direct::default();
     for _ in 0..5 {
         registry.sweep();
     }
-    let m = metrics_format::parse(&Metrics::new(&registry).encode()).unwrap();
+    let m =
+        metrics_format::parse(&Metrics::new(&InMemoryRegistry::from(registry.clone())).encode())
+            .unwrap();
     assert_eq!(
         metrics_format::check_histogram(&m, "worker_registry_sweep_duration_seconds"),
         Ok(5)
@@ -208,7 +212,7 @@ fn a_stuck_delivery_is_counted() {
         .max_in_flight(Duration::from_secs(10))
         .build()
         .unwrap();
-    let registry = InMemoryRegistry::with_clock(config, clock.clone());
+    let registry = Direct::with_clock(config, clock.clone());
     let Admission::Assigned(a) = registry.admit(&t(1), &e("stuck")) else {
         panic!()
     };
@@ -219,7 +223,9 @@ fn a_stuck_delivery_is_counted() {
         registry.heartbeat(a.worker).unwrap();
         registry.sweep();
     }
-    let m = metrics_format::parse(&Metrics::new(&registry).encode()).unwrap();
+    let m =
+        metrics_format::parse(&Metrics::new(&InMemoryRegistry::from(registry.clone())).encode())
+            .unwrap();
     assert_eq!(m.get("worker_registry_claims_stuck_total"), 1.0);
     assert_eq!(m.get("worker_registry_claims_released_total"), 0.0);
     assert_eq!(m.get("worker_registry_claims_in_flight"), 0.0);

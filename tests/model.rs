@@ -279,7 +279,7 @@ impl Run {
             Op::Inspect => return self.inspect(),
             Op::HandleHeartbeat(w) => {
                 let id = self.id(w);
-                let real = self.memory.handle(id).and_then(|h| h.heartbeat());
+                let real = self.memory.direct().handle(id).and_then(|h| h.heartbeat());
                 let expected = match now(self.reference.worker(id)).unwrap() {
                     None => Err(RegistryError::UnknownWorker { id }),
                     Some(_) => now(self.reference.heartbeat(id)),
@@ -333,9 +333,9 @@ impl Run {
         let (stats, sweeps) = comparable(WorkerRegistry::stats(mem));
         prop_assert_eq!((stats, sweeps), comparable(reference.stats()));
         prop_assert_eq!(sweeps, stats.sweeps);
-        prop_assert_eq!(mem.live_workers(), live);
+        prop_assert_eq!(mem.direct().live_workers(), live);
         prop_assert_eq!(stats.live_workers, live);
-        prop_assert_eq!(mem.claim_count(), reference.claim_count());
+        prop_assert_eq!(mem.direct().claim_count(), reference.claim_count());
         prop_assert_eq!(
             WorkerRegistry::status(mem).version,
             reference.status().version
@@ -433,7 +433,7 @@ fn staggered_recovery_after_a_stall_kills_nobody() {
         Inspect,
     ]);
     let run = fixed(&ops);
-    assert_eq!(run.memory.live_workers(), 4);
+    assert_eq!(run.memory.direct().live_workers(), 4);
     assert_eq!(
         WorkerRegistry::stats(&run.memory).deaths_missed_heartbeats,
         0

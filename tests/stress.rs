@@ -39,7 +39,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use worker_registry::{
-    Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, InMemoryRegistry, ManualClock,
+    memory::Direct, Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, ManualClock,
     RegistryConfig, RegistryError, Rejection, Status, StatusCounts, Target, WorkerId,
 };
 
@@ -139,7 +139,7 @@ struct Log {
 
 struct Shared {
     seed: u64,
-    registry: InMemoryRegistry<ManualClock>,
+    registry: Direct<ManualClock>,
     clock: ManualClock,
     targets: Vec<Target>,
     tickets: AtomicU64,
@@ -544,7 +544,7 @@ impl<'a> Router<'a> {
 
     fn worker_call(
         &mut self,
-        f: impl FnOnce(&InMemoryRegistry<ManualClock>, WorkerId) -> Result<Status, RegistryError>,
+        f: impl FnOnce(&Direct<ManualClock>, WorkerId) -> Result<Status, RegistryError>,
     ) -> Option<(u64, u64, Result<Status, RegistryError>)> {
         let id = self.pick_worker(false)?;
         let known_before = self.s.was_created(id);
@@ -794,7 +794,7 @@ fn stress_invariants_hold_under_concurrency() {
     let clock = ManualClock::new();
     let shared = Shared {
         seed,
-        registry: InMemoryRegistry::with_clock(config(), clock.clone()),
+        registry: Direct::with_clock(config(), clock.clone()),
         clock,
         targets: (0..TARGETS)
             .map(|t| Target::new("stress/repo", t as u64 + 1).unwrap())
@@ -1444,7 +1444,7 @@ fn waiting_room_parks_and_promotes_each_delivery_exactly_once() {
         .max_retained_claims(10_000_000)
         .build()
         .unwrap();
-    let reg = InMemoryRegistry::with_clock(config, clock.clone());
+    let reg = Direct::with_clock(config, clock.clone());
     let targets: Vec<Target> = (0..9)
         .map(|i| Target::new(&format!("owner{}/repo", i % 3), 1 + i as u64).unwrap())
         .collect();

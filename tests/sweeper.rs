@@ -4,7 +4,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use worker_registry::{
-    DeadReason, InMemoryRegistry, RegistryConfig, RegistryError, Sweeper, TokioClock,
+    memory::Direct, DeadReason, InMemoryRegistry, RegistryConfig, RegistryError, Sweeper,
+    TokioClock,
 };
 
 fn config() -> RegistryConfig {
@@ -19,10 +20,10 @@ fn config() -> RegistryConfig {
 
 #[tokio::test(start_paused = true)]
 async fn sweeper_declares_a_silent_worker_dead_on_schedule() {
-    let registry = InMemoryRegistry::with_clock(config(), TokioClock::new());
+    let registry = Direct::with_clock(config(), TokioClock::new());
     let reports = Arc::new(Mutex::new(Vec::new()));
     let sink = reports.clone();
-    let sweeper = Sweeper::spawn(registry.clone(), move |r| {
+    let sweeper = Sweeper::spawn(InMemoryRegistry::from(registry.clone()), move |r| {
         sink.lock().unwrap().push(r.clone())
     });
 
@@ -66,8 +67,8 @@ async fn sweeper_declares_a_silent_worker_dead_on_schedule() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_stops_sweeping() {
-    let registry = InMemoryRegistry::with_clock(config(), TokioClock::new());
-    let sweeper = Sweeper::spawn(registry.clone(), |_| {});
+    let registry = Direct::with_clock(config(), TokioClock::new());
+    let sweeper = Sweeper::spawn(InMemoryRegistry::from(registry.clone()), |_| {});
     tokio::time::sleep(Duration::from_secs(11)).await;
     assert_eq!(registry.status().version, 2);
     sweeper.shutdown().await;
@@ -77,8 +78,11 @@ async fn shutdown_stops_sweeping() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_sweeper_stops_it_too() {
-    let registry = InMemoryRegistry::with_clock(config(), TokioClock::new());
-    drop(Sweeper::spawn(registry.clone(), |_| {}));
+    let registry = Direct::with_clock(config(), TokioClock::new());
+    drop(Sweeper::spawn(
+        InMemoryRegistry::from(registry.clone()),
+        |_| {},
+    ));
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(registry.status().version, 0);
 }
@@ -87,10 +91,10 @@ async fn dropping_the_sweeper_stops_it_too() {
 /// run to its end, no later sweep happens, and `abort` does not wait for the callback.
 #[tokio::test(start_paused = true)]
 async fn abort_abandons_a_callback_in_progress() {
-    let registry = InMemoryRegistry::with_clock(config(), TokioClock::new());
+    let registry = Direct::with_clock(config(), TokioClock::new());
     let stages = Arc::new(Mutex::new(Vec::new()));
     let log = stages.clone();
-    let sweeper = Sweeper::spawn_async(registry.clone(), move |_| {
+    let sweeper = Sweeper::spawn_async(InMemoryRegistry::from(registry.clone()), move |_| {
         let log = log.clone();
         async move {
             log.lock().unwrap().push("started");

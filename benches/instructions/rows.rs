@@ -43,7 +43,7 @@ pub struct Row {
 }
 
 pub const ROWS: &[Row] = &[
-    Row { name: "heartbeat_by_id", what: "InMemoryRegistry::heartbeat(id), 10k workers", calls: CALLS, run: heartbeat_by_id },
+    Row { name: "heartbeat_by_id", what: "Direct::heartbeat(id), 10k workers", calls: CALLS, run: heartbeat_by_id },
     Row { name: "heartbeat_handle", what: "WorkerHandle::heartbeat()", calls: CALLS, run: heartbeat_handle },
     Row { name: "admit_duplicate", what: "admit of an in-flight delivery (redelivery)", calls: CALLS, run: admit_duplicate },
     Row { name: "admit_fresh_complete_at_limit", what: "admit + complete of a fresh delivery at the default retained bound (every completion evicts)", calls: CALLS, run: admit_fresh_complete_at_limit },

@@ -8,7 +8,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Throughput};
 use rand::{Rng, SeedableRng};
 use worker_registry::{
-    Admission, Clock, DeliveryId, InMemoryRegistry, RegistryConfig, SystemClock, Target, WorkerId,
+    memory::Direct, Admission, Clock, DeliveryId, RegistryConfig, SystemClock, Target, WorkerId,
 };
 
 /// Live workers in every bench unless a bench says otherwise.
@@ -59,7 +59,7 @@ pub fn events(n: usize, salt: u32) -> Vec<DeliveryId> {
 /// A registry holding `n` live workers, one per target, each admitted for one delivery (so each
 /// holds one in-flight claim, as in a running router).
 pub struct Fixture<C: Clock = SystemClock> {
-    pub registry: InMemoryRegistry<C>,
+    pub registry: Direct<C>,
     pub targets: Vec<Target>,
     pub events: Vec<DeliveryId>,
     pub ids: Vec<WorkerId>,
@@ -67,12 +67,12 @@ pub struct Fixture<C: Clock = SystemClock> {
 
 impl Fixture<SystemClock> {
     pub fn new(n: usize) -> Self {
-        Self::with(InMemoryRegistry::new(config()), n)
+        Self::with(Direct::new(config()), n)
     }
 }
 
 impl<C: Clock> Fixture<C> {
-    pub fn with(registry: InMemoryRegistry<C>, n: usize) -> Self {
+    pub fn with(registry: Direct<C>, n: usize) -> Self {
         let targets = targets(n);
         let events = events(n, 0xfeed);
         let ids = targets

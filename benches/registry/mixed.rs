@@ -8,33 +8,33 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use rand::{Rng, SeedableRng};
-use worker_registry::{Admission, Clock, DeliveryId, InMemoryRegistry, Target, WorkerId};
+use worker_registry::{memory::Direct, Admission, Clock, DeliveryId, Target, WorkerId};
 
 use crate::common::{config, events, targets, timed, Fixture, Ring, WORKERS};
 use crate::naive::{populate, Admit, MutexRegistry, Router, RwLockRegistry};
 
-impl<C: Clock> Router for InMemoryRegistry<C> {
+impl<C: Clock> Router for Direct<C> {
     fn heartbeat(&self, id: WorkerId) -> bool {
-        InMemoryRegistry::heartbeat(self, id).is_ok()
+        Direct::heartbeat(self, id).is_ok()
     }
     fn admit(&self, target: &Target, event: &DeliveryId) -> Admit {
-        match InMemoryRegistry::admit(self, target, event) {
+        match Direct::admit(self, target, event) {
             Admission::Assigned(a) => Admit::Assigned(a.worker),
             Admission::Duplicate(_) => Admit::Duplicate,
             _ => Admit::Rejected,
         }
     }
     fn complete(&self, target: &Target, event: &DeliveryId) -> bool {
-        InMemoryRegistry::complete(self, target, event).is_ok()
+        Direct::complete(self, target, event).is_ok()
     }
     fn release(&self, target: &Target, event: &DeliveryId) {
-        let _ = InMemoryRegistry::release(self, target, event);
+        let _ = Direct::release(self, target, event);
     }
     fn sweep(&self) -> usize {
-        InMemoryRegistry::sweep(self).died.len()
+        Direct::sweep(self).died.len()
     }
     fn status(&self) -> usize {
-        InMemoryRegistry::status(self).workers.len()
+        Direct::status(self).workers.len()
     }
 }
 
@@ -136,7 +136,7 @@ pub fn bench(c: &mut Criterion) {
         g.throughput(criterion::Throughput::Elements(threads as u64));
         g.bench_function(crate::common::id("registry", threads), |b| {
             b.iter_custom(|iters| {
-                let f = Fixture::with(InMemoryRegistry::new(config()), WORKERS);
+                let f = Fixture::with(Direct::new(config()), WORKERS);
                 crate::common::run(threads, iters, |t| {
                     let (f, w) = (&f, world(t));
                     move |iters| drive(&f.registry, &f.ids, &w, t, iters)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use worker_registry::{Admission, Clock, DeliveryId, InMemoryRegistry, SystemClock, WorkerId};
+use worker_registry::{memory::Direct, Admission, Clock, DeliveryId, SystemClock, WorkerId};
 
 use crate::common::{
     both, config, events, id, run, targets, timed, Fixture, Ring, Stopwatch, WORKERS,
@@ -147,7 +147,7 @@ pub fn admit(c: &mut Criterion) {
         .claim_retention(worker_registry::DEFAULT_SWEEP_INTERVAL)
         .build()
         .unwrap();
-    let sf = Fixture::with(InMemoryRegistry::with_clock(cfg, clock.clone()), WORKERS);
+    let sf = Fixture::with(Direct::with_clock(cfg, clock.clone()), WORKERS);
     both(&mut g, "fresh_complete", |t| {
         let (f, ring, fresh, clock) = (&sf, &ring, &fresh[t], &clock);
         move |iters| {
@@ -330,7 +330,7 @@ pub fn sweep(c: &mut Criterion) {
         // are released, their targets unmapped), 1% new workers arrived since the last one, and the
         // dead of five sweeps ago are purged.
         let clock = SkipClock::default();
-        let f = Fixture::with(InMemoryRegistry::with_clock(config(), clock.clone()), n);
+        let f = Fixture::with(Direct::with_clock(config(), clock.clone()), n);
         let mut live: std::collections::VecDeque<WorkerId> = f.ids.iter().copied().collect();
         let mut next = n;
         let step = f.registry.config().heartbeat_timeout() + Duration::from_millis(1);

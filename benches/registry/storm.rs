@@ -14,7 +14,7 @@ use crate::naive::{populate, MutexRegistry, Router};
 pub fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("storm");
     let ring = Ring::new(WORKERS);
-    let f = Fixture::with(worker_registry::InMemoryRegistry::new(config()), WORKERS);
+    let f = Fixture::with(worker_registry::memory::Direct::new(config()), WORKERS);
     let m = MutexRegistry::new(1 << 20);
     let mi = populate(&m, &f.targets, &f.events);
     let clock = SystemClock::new();

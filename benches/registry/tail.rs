@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use hdrhistogram::Histogram;
-use worker_registry::{DeliveryId, InMemoryRegistry, DEFAULT_MAX_RETAINED_CLAIMS};
+use worker_registry::{memory::Direct, DeliveryId, DEFAULT_MAX_RETAINED_CLAIMS};
 
 use crate::common::{config, events, id, run, Fixture, Ring, THREADS, WORKERS};
 use crate::naive::{populate, MutexRegistry, Router};
@@ -122,7 +122,7 @@ fn measure<R: Router + ?Sized>(
 
 pub fn bench(c: &mut Criterion) {
     for threads in THREADS {
-        let f = Fixture::with(InMemoryRegistry::new(config()), WORKERS);
+        let f = Fixture::with(Direct::new(config()), WORKERS);
         fill(&f.registry, &f.targets);
         measure(c, "registry", threads, &f.registry, &f.targets);
         drop(f);

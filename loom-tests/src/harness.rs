@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use worker_registry::{
-    DeliveryId, InMemoryRegistry, ManualClock, RegistryConfig, RegistryConfigBuilder, Target,
+    memory::Direct, DeliveryId, ManualClock, RegistryConfig, RegistryConfigBuilder, Target,
     DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS,
 };
 
@@ -120,7 +120,7 @@ pub const MISSED: u32 = 2;
 
 /// A small registry on a manual clock: 2 s heartbeat timeout, no start-up grace, the
 /// mass-staleness brake off, and the given capacity.
-pub fn registry(max_workers: usize) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+pub fn registry(max_workers: usize) -> (Direct<ManualClock>, ManualClock) {
     build(config(max_workers).brake_fraction(1.0))
 }
 
@@ -128,13 +128,13 @@ pub fn registry(max_workers: usize) -> (InMemoryRegistry<ManualClock>, ManualClo
 pub fn registry_with(
     max_workers: usize,
     tweak: impl FnOnce(RegistryConfigBuilder) -> RegistryConfigBuilder,
-) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+) -> (Direct<ManualClock>, ManualClock) {
     build(tweak(config(max_workers).brake_fraction(1.0)))
 }
 
 /// As [`registry`], with the brake at its defaults (more than half of at least three live workers
 /// silent at once: suspect them, not kill them).
-pub fn braking_registry(max_workers: usize) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+pub fn braking_registry(max_workers: usize) -> (Direct<ManualClock>, ManualClock) {
     build(
         config(max_workers)
             .brake_fraction(DEFAULT_BRAKE_FRACTION)
@@ -151,10 +151,9 @@ fn config(max_workers: usize) -> RegistryConfigBuilder {
         .max_workers(max_workers)
 }
 
-fn build(config: RegistryConfigBuilder) -> (InMemoryRegistry<ManualClock>, ManualClock) {
+fn build(config: RegistryConfigBuilder) -> (Direct<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    let registry =
-        InMemoryRegistry::with_clock(config.build().expect("valid model config"), clock.clone());
+    let registry = Direct::with_clock(config.build().expect("valid model config"), clock.clone());
     (registry, clock)
 }
 

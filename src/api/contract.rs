@@ -182,9 +182,9 @@ pub trait WorkerRegistry: Send + Sync {
     /// let r = InMemoryRegistry::default();
     /// let t = Target::new("o/r", 1).unwrap();
     /// let d = DeliveryId::new("d-1").unwrap();
-    /// let Ok(Admission::Assigned(a)) = WorkerRegistry::admit(&r, &t, &d).await else { panic!() };
+    /// let Ok(Admission::Assigned(a)) = r.admit(&t, &d).await else { panic!() };
     /// assert!(a.new);
-    /// assert!(matches!(WorkerRegistry::admit(&r, &t, &d).await, Ok(Admission::Duplicate(_))));
+    /// assert!(matches!(r.admit(&t, &d).await, Ok(Admission::Duplicate(_))));
     /// # }
     /// ```
     fn admit(
@@ -209,8 +209,8 @@ pub trait WorkerRegistry: Send + Sync {
     ///
     /// let r = InMemoryRegistry::default();
     /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
-    /// assert_eq!(WorkerRegistry::claim(&r, &t, &d).await, Ok(ClaimOutcome::Claimed));
-    /// assert!(matches!(WorkerRegistry::claim(&r, &t, &d).await, Ok(ClaimOutcome::AlreadyClaimed(_))));
+    /// assert_eq!(r.claim(&t, &d).await, Ok(ClaimOutcome::Claimed));
+    /// assert!(matches!(r.claim(&t, &d).await, Ok(ClaimOutcome::AlreadyClaimed(_))));
     /// # }
     /// ```
     fn claim(
@@ -235,9 +235,9 @@ pub trait WorkerRegistry: Send + Sync {
     ///
     /// let r = InMemoryRegistry::default();
     /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
-    /// WorkerRegistry::claim(&r, &t, &d).await.unwrap();
-    /// WorkerRegistry::release(&r, &t, &d).await.unwrap();
-    /// assert_eq!(WorkerRegistry::claim(&r, &t, &d).await, Ok(ClaimOutcome::Claimed));
+    /// r.claim(&t, &d).await.unwrap();
+    /// r.release(&t, &d).await.unwrap();
+    /// assert_eq!(r.claim(&t, &d).await, Ok(ClaimOutcome::Claimed));
     /// # }
     /// ```
     fn release(
@@ -263,9 +263,9 @@ pub trait WorkerRegistry: Send + Sync {
     ///
     /// let r = InMemoryRegistry::default();
     /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
-    /// WorkerRegistry::admit(&r, &t, &d).await.unwrap();
-    /// WorkerRegistry::complete(&r, &t, &d).await.unwrap();
-    /// let Ok(Admission::Duplicate(dup)) = WorkerRegistry::admit(&r, &t, &d).await else { panic!() };
+    /// r.admit(&t, &d).await.unwrap();
+    /// r.complete(&t, &d).await.unwrap();
+    /// let Ok(Admission::Duplicate(dup)) = r.admit(&t, &d).await else { panic!() };
     /// assert_eq!(dup.state, ClaimState::Completed);
     /// # }
     /// ```
@@ -293,11 +293,11 @@ pub trait WorkerRegistry: Send + Sync {
     ///
     /// let r = InMemoryRegistry::default();
     /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
-    /// let Ok(Admission::Assigned(a)) = WorkerRegistry::admit(&r, &t, &d).await else { panic!() };
+    /// let Ok(Admission::Assigned(a)) = r.admit(&t, &d).await else { panic!() };
     /// let stranger = WorkerId::new(a.worker.get() + 1);
-    /// let err = WorkerRegistry::complete_by(&r, stranger, &t, &d).await.unwrap_err();
+    /// let err = r.complete_by(stranger, &t, &d).await.unwrap_err();
     /// assert!(matches!(err, RegistryError::NotHolder { .. }));
-    /// WorkerRegistry::complete_by(&r, a.worker, &t, &d).await.unwrap();
+    /// r.complete_by(a.worker, &t, &d).await.unwrap();
     /// # }
     /// ```
     fn complete_by(
@@ -322,12 +322,12 @@ pub trait WorkerRegistry: Send + Sync {
     ///
     /// let r = InMemoryRegistry::new(RegistryConfig::builder().max_workers(1).build().unwrap());
     /// let a = Target::new("o/a", 1).unwrap();
-    /// let Ok(AssignOutcome::Assigned(first)) = WorkerRegistry::assign(&r, &a).await else { panic!() };
-    /// let Ok(AssignOutcome::Assigned(again)) = WorkerRegistry::assign(&r, &a).await else { panic!() };
+    /// let Ok(AssignOutcome::Assigned(first)) = r.assign(&a).await else { panic!() };
+    /// let Ok(AssignOutcome::Assigned(again)) = r.assign(&a).await else { panic!() };
     /// assert_eq!(first.worker, again.worker);
     /// assert!(again.token > first.token);
     /// assert_eq!(
-    ///     WorkerRegistry::assign(&r, &Target::new("o/b", 1).unwrap()).await,
+    ///     r.assign(&Target::new("o/b", 1).unwrap()).await,
     ///     Ok(AssignOutcome::Rejected(Rejection::CapacityFull { limit: 1 }))
     /// );
     /// # }
@@ -357,8 +357,8 @@ pub trait WorkerRegistry: Send + Sync {
     /// use worker_registry::{HeartbeatAck, InMemoryRegistry, WorkerRegistry};
     ///
     /// let r = InMemoryRegistry::default();
-    /// let w = WorkerRegistry::register(&r).await.unwrap();
-    /// assert_eq!(WorkerRegistry::heartbeat(&r, w).await, Ok(HeartbeatAck::Active));
+    /// let w = r.register().await.unwrap();
+    /// assert_eq!(r.heartbeat(w).await, Ok(HeartbeatAck::Active));
     /// # }
     /// ```
     fn heartbeat(
@@ -377,8 +377,8 @@ pub trait WorkerRegistry: Send + Sync {
     /// use worker_registry::{InMemoryRegistry, Status, WorkerRegistry};
     ///
     /// let r = InMemoryRegistry::default();
-    /// let w = WorkerRegistry::register(&r).await.unwrap();
-    /// assert_eq!(WorkerRegistry::loop_started(&r, w).await, Ok(Status::Active));
+    /// let w = r.register().await.unwrap();
+    /// assert_eq!(r.loop_started(w).await, Ok(Status::Active));
     /// # }
     /// ```
     fn loop_started(
@@ -397,10 +397,10 @@ pub trait WorkerRegistry: Send + Sync {
     /// use worker_registry::{AssignOutcome, DeadReason, InMemoryRegistry, Status, Target, WorkerRegistry};
     ///
     /// let r = InMemoryRegistry::default();
-    /// let Ok(AssignOutcome::Assigned(a)) = WorkerRegistry::assign(&r, &Target::new("o/r", 1).unwrap()).await
+    /// let Ok(AssignOutcome::Assigned(a)) = r.assign(&Target::new("o/r", 1).unwrap()).await
     /// else { panic!() };
-    /// assert_eq!(WorkerRegistry::drain(&r, a.worker).await, Ok(Status::Draining));
-    /// assert_eq!(WorkerRegistry::loop_finished(&r, a.worker).await, Ok(Status::Dead(DeadReason::Exited)));
+    /// assert_eq!(r.drain(a.worker).await, Ok(Status::Draining));
+    /// assert_eq!(r.loop_finished(a.worker).await, Ok(Status::Dead(DeadReason::Exited)));
     /// # }
     /// ```
     fn loop_finished(
@@ -424,8 +424,8 @@ pub trait WorkerRegistry: Send + Sync {
     /// use worker_registry::{DeadReason, InMemoryRegistry, WorkerRegistry};
     ///
     /// let r = InMemoryRegistry::default();
-    /// let w = WorkerRegistry::register(&r).await.unwrap();
-    /// assert_eq!(WorkerRegistry::deregister(&r, w).await, Ok(DeadReason::Deregistered));
+    /// let w = r.register().await.unwrap();
+    /// assert_eq!(r.deregister(w).await, Ok(DeadReason::Deregistered));
     /// # }
     /// ```
     ///
@@ -465,9 +465,9 @@ pub trait WorkerRegistry: Send + Sync {
     /// use worker_registry::{AssignOutcome, InMemoryRegistry, Status, Target, WorkerRegistry};
     ///
     /// let r = InMemoryRegistry::default();
-    /// let Ok(AssignOutcome::Assigned(a)) = WorkerRegistry::assign(&r, &Target::new("o/r", 1).unwrap()).await
+    /// let Ok(AssignOutcome::Assigned(a)) = r.assign(&Target::new("o/r", 1).unwrap()).await
     /// else { panic!() };
-    /// let status = WorkerRegistry::drain_within(&r, a.worker, Duration::from_secs(60)).await;
+    /// let status = r.drain_within(a.worker, Duration::from_secs(60)).await;
     /// assert_eq!(status, Ok(Status::Draining));
     /// # }
     /// ```
@@ -503,8 +503,8 @@ pub trait WorkerRegistry: Send + Sync {
     /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
     ///
     /// let r = InMemoryRegistry::default();
-    /// WorkerRegistry::register(&r).await.unwrap();
-    /// let done = WorkerRegistry::drain_all_within(&r, Duration::from_secs(10)).await.unwrap();
+    /// r.register().await.unwrap();
+    /// let done = r.drain_all_within(Duration::from_secs(10)).await.unwrap();
     /// assert_eq!((done.draining, done.exited), (0, 1));
     /// # }
     /// ```
@@ -525,9 +525,9 @@ pub trait WorkerRegistry: Send + Sync {
     /// use worker_registry::{InMemoryRegistry, Status, WorkerId, WorkerRegistry};
     ///
     /// let r = InMemoryRegistry::default();
-    /// let w = WorkerRegistry::register(&r).await.unwrap();
-    /// assert_eq!(WorkerRegistry::worker(&r, w).await.unwrap().unwrap().status, Status::Active);
-    /// assert_eq!(WorkerRegistry::worker(&r, WorkerId::new(999_999)).await, Ok(None));
+    /// let w = r.register().await.unwrap();
+    /// assert_eq!(r.worker(w).await.unwrap().unwrap().status, Status::Active);
+    /// assert_eq!(r.worker(WorkerId::new(999_999)).await, Ok(None));
     /// # }
     /// ```
     fn worker(
@@ -550,7 +550,7 @@ pub trait WorkerRegistry: Send + Sync {
     /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
     ///
     /// let r = InMemoryRegistry::default();
-    /// assert_eq!(WorkerRegistry::status(&r).version, 0); // nothing swept yet
+    /// assert_eq!(r.status().version, 0); // nothing swept yet
     /// ```
     fn status(&self) -> Arc<StatusSnapshot>;
 
@@ -564,7 +564,7 @@ pub trait WorkerRegistry: Send + Sync {
     /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
     ///
     /// let r = InMemoryRegistry::default();
-    /// assert_eq!(WorkerRegistry::stats(&r).admitted_new, 0);
+    /// assert_eq!(r.stats().admitted_new, 0);
     /// ```
     fn stats(&self) -> Stats;
 
@@ -579,7 +579,7 @@ pub trait WorkerRegistry: Send + Sync {
     /// ```
     /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
     ///
-    /// assert!(WorkerRegistry::parks(&InMemoryRegistry::default()));
+    /// assert!(InMemoryRegistry::default().parks());
     /// ```
     fn parks(&self) -> bool {
         false
@@ -593,7 +593,7 @@ pub trait WorkerRegistry: Send + Sync {
     /// use worker_registry::{InMemoryRegistry, WorkerRegistry, DEFAULT_MAX_WORKERS};
     ///
     /// let r = InMemoryRegistry::default();
-    /// assert_eq!(WorkerRegistry::config(&r).max_workers(), DEFAULT_MAX_WORKERS);
+    /// assert_eq!(r.config().max_workers(), DEFAULT_MAX_WORKERS);
     /// ```
     fn config(&self) -> &RegistryConfig;
 }
@@ -674,13 +674,13 @@ pub trait Maintenance: Send + Sync {
     /// let config = RegistryConfig::builder().startup_grace(Duration::ZERO).build().unwrap();
     /// let r = InMemoryRegistry::with_clock(config, clock.clone());
     /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
-    /// WorkerRegistry::admit(&r, &t, &d).await.unwrap();
+    /// r.admit(&t, &d).await.unwrap();
     ///
     /// clock.advance(r.config().heartbeat_timeout() + Duration::from_millis(1));
-    /// let report = Maintenance::sweep(&r).await.unwrap();
+    /// let report = r.sweep().await.unwrap();
     /// assert_eq!(report.died.len(), 1);
     /// assert_eq!(report.released[0].delivery, d); // re-dispatch it, then:
-    /// Maintenance::acknowledge(&r, &report.released).await.unwrap();
+    /// r.acknowledge(&report.released).await.unwrap();
     /// # }
     /// ```
     fn sweep(&self) -> impl Future<Output = Result<SweepReport, RegistryError>> + Send;
@@ -717,8 +717,8 @@ pub trait Subscribe: Send + Sync {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let r = InMemoryRegistry::default();
-    /// let mut events = Subscribe::subscribe(&r);
-    /// let w = WorkerRegistry::register(&r).await.unwrap();
+    /// let mut events = r.subscribe();
+    /// let w = r.register().await.unwrap();
     /// assert_eq!(events.recv().await, Ok(Event::WorkerCreated { worker: w, target: None }));
     /// # }
     /// ```

@@ -17,9 +17,9 @@ use super::status::{DeadReason, Status};
 /// # Examples
 ///
 /// ```
-/// use worker_registry::{InMemoryRegistry, RegistryError, WorkerId};
+/// use worker_registry::{memory::Direct, RegistryError, WorkerId};
 ///
-/// let registry = InMemoryRegistry::default();
+/// let registry = Direct::default();
 /// let err = registry.heartbeat(WorkerId::new(99)).unwrap_err();
 /// assert_eq!(err, RegistryError::UnknownWorker { id: WorkerId::new(99) });
 /// assert!(!err.is_retryable());

@@ -425,9 +425,9 @@ mod fanout {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use worker_registry::{Event, InMemoryRegistry};
+    /// use worker_registry::{Event, memory::Direct};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let mut events = registry.subscribe();
     /// let w = registry.register().unwrap();
     /// assert_eq!(
@@ -465,9 +465,9 @@ mod fanout {
         /// # Examples
         ///
         /// ```
-        /// use worker_registry::{Event, InMemoryRegistry};
+        /// use worker_registry::{Event, memory::Direct};
         ///
-        /// let registry = InMemoryRegistry::default();
+        /// let registry = Direct::default();
         /// let mut events = registry.subscribe();
         /// assert_eq!(events.try_recv(), Ok(None));
         /// let w = registry.register().unwrap();

@@ -16,9 +16,9 @@ use super::status::{Activity, PoolStatus, Status, WorkerKind};
 /// # Examples
 ///
 /// ```
-/// use worker_registry::{DeliveryId, InMemoryRegistry, Target};
+/// use worker_registry::{DeliveryId, memory::Direct, Target};
 ///
-/// let registry = InMemoryRegistry::default();
+/// let registry = Direct::default();
 /// registry.admit(&Target::new("o/r", 1).unwrap(), &DeliveryId::new("d").unwrap());
 /// registry.sweep();
 /// let s = registry.status();

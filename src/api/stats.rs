@@ -85,9 +85,9 @@ impl SweepDurations {
 /// # Examples
 ///
 /// ```
-/// use worker_registry::{DeliveryId, InMemoryRegistry, Target};
+/// use worker_registry::{DeliveryId, memory::Direct, Target};
 ///
-/// let registry = InMemoryRegistry::default();
+/// let registry = Direct::default();
 /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
 /// registry.admit(&t, &d);
 /// registry.admit(&t, &d);

@@ -6,7 +6,7 @@
 //! | page | what it covers |
 //! |---|---|
 //! | [`design`] | the seam (one contract, many backends) and why three traits; the layout; the state machine; time; the brake and the stall rule |
-//! | [`in_memory`] | the in-memory backend's data structures, locking, memory orderings and memory per claim |
+//! | [`in_memory`] | the in-memory backend's two surfaces, data structures, locking, memory orderings and memory per claim |
 //! | [`redis`] | the Redis backend: keys, scripts, replicas, faults, measured cost |
 //! | [`postgres`] | the PostgreSQL backend: schema, functions, plans, measured cost, which backend suits which deployment |
 //! | [`correctness`] | the conformance suite, the loom models and their must-fail twins, stress and model-based tests |
@@ -18,6 +18,8 @@
 //! The pages are read, not called; the crate's front page has the quick start:
 //!
 //! ```
+//! use worker_registry::WorkerRegistry;
+//!
 //! let registry = worker_registry::InMemoryRegistry::default();
 //! assert_eq!(registry.status().capacity.used, 0);
 //! ```

@@ -3,7 +3,7 @@
 
 use super::record::WorkerRecord;
 use super::table::{pair_hash, DeliveryKey, InFlight};
-use super::InMemoryRegistry;
+use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{Admission, AlreadyClaimed, AssignOutcome, Assignment, Rejection};
@@ -11,7 +11,7 @@ use crate::clock::Clock;
 use crate::state::{self, Word};
 use crate::sync::{Arc, Op, Ordering};
 
-impl<C: Clock> InMemoryRegistry<C> {
+impl<C: Clock> Direct<C> {
     /// Places `target` on a worker (AC3): its existing worker while that one is active, otherwise a
     /// new worker if fewer than `max_workers` are alive.
     ///
@@ -22,9 +22,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{AssignOutcome, InMemoryRegistry, RegistryConfig, Rejection, Target};
+    /// use worker_registry::{AssignOutcome, memory::Direct, RegistryConfig, Rejection, Target};
     ///
-    /// let registry = InMemoryRegistry::new(RegistryConfig::builder().max_workers(1).build().unwrap());
+    /// let registry = Direct::new(RegistryConfig::builder().max_workers(1).build().unwrap());
     /// let a = Target::new("o/a", 1).unwrap();
     /// let AssignOutcome::Assigned(first) = registry.assign(&a) else { panic!() };
     /// let AssignOutcome::Assigned(again) = registry.assign(&a) else { panic!() };
@@ -57,9 +57,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target};
+    /// use worker_registry::{Admission, DeliveryId, memory::Direct, Target};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let t = Target::new("o/r", 1).unwrap();
     /// let Admission::Assigned(first) = registry.admit(&t, &DeliveryId::new("a").unwrap()) else { panic!() };
     /// let Admission::Assigned(second) = registry.admit(&t, &DeliveryId::new("b").unwrap()) else { panic!() };

@@ -3,7 +3,7 @@
 
 use super::record::WorkerRecord;
 use super::table::{pair_hash, DeliveryKey, Found, InFlight, Loc, PutOutcome, Shard};
-use super::InMemoryRegistry;
+use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{AlreadyClaimed, ClaimOutcome, ClaimState};
@@ -50,7 +50,7 @@ impl InFlight {
     }
 }
 
-impl<C: Clock> InMemoryRegistry<C> {
+impl<C: Clock> Direct<C> {
     /// Records that this (target, delivery) is being handled, unless it already is (AC2).
     ///
     /// A bare claim is bound to no worker; [`admit`](Self::admit) claims and assigns in one step and is
@@ -64,9 +64,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{ClaimOutcome, DeliveryId, InMemoryRegistry, Target};
+    /// use worker_registry::{ClaimOutcome, DeliveryId, memory::Direct, Target};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let (t, e) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
     /// assert_eq!(registry.claim(&t, &e), ClaimOutcome::Claimed);
     /// assert!(matches!(registry.claim(&t, &e), ClaimOutcome::AlreadyClaimed(_)));
@@ -112,9 +112,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{ClaimOutcome, DeliveryId, InMemoryRegistry, Target};
+    /// use worker_registry::{ClaimOutcome, DeliveryId, memory::Direct, Target};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let (t, e) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
     /// registry.claim(&t, &e);
     /// registry.release(&t, &e).unwrap();
@@ -164,9 +164,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{Admission, ClaimState, DeliveryId, InMemoryRegistry, Target};
+    /// use worker_registry::{Admission, ClaimState, DeliveryId, memory::Direct, Target};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let (t, e) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
     /// registry.admit(&t, &e);
     /// registry.complete(&t, &e).unwrap();
@@ -189,9 +189,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, RegistryError, Target, WorkerId};
+    /// use worker_registry::{Admission, DeliveryId, memory::Direct, RegistryError, Target, WorkerId};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let (t, e) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
     /// let Admission::Assigned(a) = registry.admit(&t, &e) else { panic!() };
     /// let stranger = WorkerId::new(a.worker.get() + 1);

@@ -1,6 +1,6 @@
-//! The contract traits for [`InMemoryRegistry`]: every method is the synchronous inherent method
-//! of the same name, answered with an already-completed future (`std::future::Ready`), so awaiting
-//! it costs nothing.
+//! The contract traits for [`InMemoryRegistry`]: every method is the [`Direct`](super::Direct) method of the
+//! same name, answered with an already-completed future (`std::future::Ready`), so awaiting it
+//! costs nothing.
 
 use std::future::{ready, Future};
 use std::sync::Arc;
@@ -24,28 +24,28 @@ impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
-        ready(Ok(InMemoryRegistry::admit(self, target, delivery)))
+        ready(Ok(self.direct().admit(target, delivery)))
     }
     fn claim(
         &self,
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<ClaimOutcome, RegistryError>> + Send {
-        ready(Ok(InMemoryRegistry::claim(self, target, delivery)))
+        ready(Ok(self.direct().claim(target, delivery)))
     }
     fn release(
         &self,
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(InMemoryRegistry::release(self, target, delivery))
+        ready(self.direct().release(target, delivery))
     }
     fn complete(
         &self,
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(InMemoryRegistry::complete(self, target, delivery))
+        ready(self.direct().complete(target, delivery))
     }
     fn complete_by(
         &self,
@@ -53,76 +53,74 @@ impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(InMemoryRegistry::complete_by(
-            self, worker, target, delivery,
-        ))
+        ready(self.direct().complete_by(worker, target, delivery))
     }
     fn assign(
         &self,
         target: &Target,
     ) -> impl Future<Output = Result<AssignOutcome, RegistryError>> + Send {
-        ready(Ok(InMemoryRegistry::assign(self, target)))
+        ready(Ok(self.direct().assign(target)))
     }
     fn heartbeat(
         &self,
         worker: WorkerId,
     ) -> impl Future<Output = Result<HeartbeatAck, RegistryError>> + Send {
-        ready(InMemoryRegistry::heartbeat(self, worker))
+        ready(self.direct().heartbeat(worker))
     }
     fn loop_started(
         &self,
         worker: WorkerId,
     ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        ready(InMemoryRegistry::loop_started(self, worker))
+        ready(self.direct().loop_started(worker))
     }
     fn loop_finished(
         &self,
         worker: WorkerId,
     ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        ready(InMemoryRegistry::loop_finished(self, worker))
+        ready(self.direct().loop_finished(worker))
     }
     fn register(&self) -> impl Future<Output = Result<WorkerId, RegistryError>> + Send {
-        ready(InMemoryRegistry::register(self).map(|h| h.id()))
+        ready(self.direct().register().map(|h| h.id()))
     }
     fn deregister(
         &self,
         worker: WorkerId,
     ) -> impl Future<Output = Result<DeadReason, RegistryError>> + Send {
-        ready(InMemoryRegistry::deregister(self, worker))
+        ready(self.direct().deregister(worker))
     }
     fn drain_within(
         &self,
         worker: WorkerId,
         deadline: Duration,
     ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        ready(InMemoryRegistry::drain_within(self, worker, deadline))
+        ready(self.direct().drain_within(worker, deadline))
     }
     fn drain(
         &self,
         worker: WorkerId,
     ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        ready(InMemoryRegistry::drain(self, worker))
+        ready(self.direct().drain(worker))
     }
     fn drain_all_within(
         &self,
         deadline: Duration,
     ) -> impl Future<Output = Result<DrainAll, RegistryError>> + Send {
-        ready(Ok(InMemoryRegistry::drain_all_within(self, deadline)))
+        ready(Ok(self.direct().drain_all_within(deadline)))
     }
     fn worker(
         &self,
         worker: WorkerId,
     ) -> impl Future<Output = Result<Option<WorkerInfo>, RegistryError>> + Send {
-        ready(Ok(InMemoryRegistry::worker(self, worker)))
+        ready(Ok(self.direct().worker(worker)))
     }
     fn status(&self) -> Arc<StatusSnapshot> {
-        InMemoryRegistry::status(self)
+        self.direct().status()
     }
     fn stats(&self) -> Stats {
-        InMemoryRegistry::stats(self)
+        self.direct().stats()
     }
     fn config(&self) -> &RegistryConfig {
-        InMemoryRegistry::config(self)
+        self.direct().config()
     }
     fn parks(&self) -> bool {
         true
@@ -131,7 +129,7 @@ impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
 
 impl<C: Clock> Maintenance for InMemoryRegistry<C> {
     fn sweep(&self) -> impl Future<Output = Result<SweepReport, RegistryError>> + Send {
-        ready(Ok(InMemoryRegistry::sweep(self)))
+        ready(Ok(self.direct().sweep()))
     }
     /// Nothing to do: the in-memory registry hands each released event over once, in the report
     /// of the sweep that released it.
@@ -146,6 +144,6 @@ impl<C: Clock> Maintenance for InMemoryRegistry<C> {
 #[cfg(feature = "tokio")]
 impl<C: Clock> crate::api::contract::Subscribe for InMemoryRegistry<C> {
     fn subscribe(&self) -> crate::Subscription {
-        InMemoryRegistry::subscribe(self)
+        self.direct().subscribe()
     }
 }

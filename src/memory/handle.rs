@@ -4,7 +4,7 @@
 use std::fmt;
 
 use super::record::{dead_error, WorkerRecord};
-use super::InMemoryRegistry;
+use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::HeartbeatAck;
@@ -19,9 +19,9 @@ use crate::sync::Arc;
 /// # Examples
 ///
 /// ```
-/// use worker_registry::{HeartbeatAck, InMemoryRegistry};
+/// use worker_registry::{HeartbeatAck, memory::Direct};
 ///
-/// let registry = InMemoryRegistry::default();
+/// let registry = Direct::default();
 /// let me = registry.register().unwrap();
 /// assert_eq!(me.heartbeat(), Ok(HeartbeatAck::Active));
 /// registry.drain(me.id()).unwrap(); // idle: exits at once
@@ -29,7 +29,7 @@ use crate::sync::Arc;
 /// ```
 pub struct WorkerHandle<C: Clock = SystemClock> {
     pub(super) rec: Arc<WorkerRecord>,
-    pub(super) registry: InMemoryRegistry<C>,
+    pub(super) registry: Direct<C>,
 }
 
 impl<C: Clock> Clone for WorkerHandle<C> {
@@ -60,12 +60,12 @@ impl<C: Clock> WorkerHandle<C> {
         self.rec.target.as_ref()
     }
 
-    /// Heartbeats (see [`InMemoryRegistry::heartbeat`]).
+    /// Heartbeats (see [`Direct::heartbeat`]).
     ///
     /// **Locking behaviour:** no lock: one clock read and one CAS.
     #[inline]
     pub fn heartbeat(&self) -> Result<HeartbeatAck, RegistryError> {
-        match InMemoryRegistry::<C>::beat_word(&self.rec, self.registry.now_ms()) {
+        match Direct::<C>::beat_word(&self.rec, self.registry.now_ms()) {
             Ok(ack) => {
                 self.registry.inner.counters.heartbeats.inc();
                 Ok(ack)
@@ -74,23 +74,23 @@ impl<C: Clock> WorkerHandle<C> {
         }
     }
 
-    /// See [`InMemoryRegistry::loop_started`].
+    /// See [`Direct::loop_started`].
     pub fn loop_started(&self) -> Result<Status, RegistryError> {
         self.registry.apply(&self.rec, state::loop_started)
     }
 
-    /// See [`InMemoryRegistry::loop_finished`].
+    /// See [`Direct::loop_finished`].
     pub fn loop_finished(&self) -> Result<Status, RegistryError> {
         self.registry.apply(&self.rec, state::loop_finished)
     }
 
-    /// Completes a claim this worker holds (see [`InMemoryRegistry::complete_by`]): refused with
+    /// Completes a claim this worker holds (see [`Direct::complete_by`]): refused with
     /// [`RegistryError::NotHolder`] if the claim now belongs to another worker.
     pub fn complete(&self, target: &Target, event: &DeliveryId) -> Result<(), RegistryError> {
         self.registry.complete_by(self.rec.id, target, event)
     }
 
-    /// See [`InMemoryRegistry::deregister`].
+    /// See [`Direct::deregister`].
     pub fn deregister(&self) -> Result<DeadReason, RegistryError> {
         match self.registry.apply(&self.rec, state::deregister)? {
             Status::Dead(reason) => Ok(reason),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::handle::WorkerHandle;
 use super::record::{dead_error, WorkerRecord};
-use super::InMemoryRegistry;
+use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::WorkerId;
 use crate::api::outcome::{DrainAll, HeartbeatAck};
@@ -15,7 +15,7 @@ use crate::clock::{millis, Clock};
 use crate::state::{self, IsDead, Word};
 use crate::sync::{Arc, Ordering};
 
-impl<C: Clock> InMemoryRegistry<C> {
+impl<C: Clock> Direct<C> {
     /// Bookkeeping after the CAS that killed `rec` (called exactly once, by that CAS's winner): free
     /// the capacity slot, unmap the target, count the death.
     pub(crate) fn on_death(&self, rec: &Arc<WorkerRecord>, reason: DeadReason, now: u64) {
@@ -45,9 +45,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{HeartbeatAck, InMemoryRegistry};
+    /// use worker_registry::{HeartbeatAck, memory::Direct};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let w = registry.register().unwrap();
     /// assert_eq!(registry.heartbeat(w.id()), Ok(HeartbeatAck::Active));
     /// ```
@@ -128,9 +128,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{AssignOutcome, DeadReason, InMemoryRegistry, Status, Target};
+    /// use worker_registry::{AssignOutcome, DeadReason, memory::Direct, Status, Target};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let AssignOutcome::Assigned(a) = registry.assign(&Target::new("o/r", 1).unwrap()) else { panic!() };
     /// assert_eq!(registry.drain(a.worker), Ok(Status::Draining));
     /// assert_eq!(registry.loop_finished(a.worker), Ok(Status::Dead(DeadReason::Exited)));
@@ -158,9 +158,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use worker_registry::{AssignOutcome, InMemoryRegistry, Status, Target};
+    /// use worker_registry::{AssignOutcome, memory::Direct, Status, Target};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let AssignOutcome::Assigned(a) = registry.assign(&Target::new("o/r", 1).unwrap()) else { panic!() };
     /// assert_eq!(registry.drain_within(a.worker, Duration::from_secs(5)), Ok(Status::Draining));
     /// assert!(registry.worker(a.worker).unwrap().drain_deadline.is_some());
@@ -221,9 +221,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{DeadReason, InMemoryRegistry};
+    /// use worker_registry::{DeadReason, memory::Direct};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let worker = registry.register().unwrap();
     /// worker.heartbeat().unwrap();
     /// assert_eq!(worker.deregister(), Ok(DeadReason::Deregistered));
@@ -265,9 +265,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{InMemoryRegistry, Status};
+    /// use worker_registry::{memory::Direct, Status};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let w = registry.register().unwrap();
     /// assert_eq!(registry.worker(w.id()).unwrap().status, Status::Active);
     /// ```

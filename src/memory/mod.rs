@@ -1,11 +1,42 @@
-//! [`InMemoryRegistry`]: the registry in one process's memory, with no global lock on any hot
-//! path. The contract it implements is documented on [`WorkerRegistry`](crate::WorkerRegistry);
-//! what is particular to this backend (its data structures, how each call locks, what it costs)
-//! is documented here and on its methods.
+//! The registry in one process's memory, with no global lock on any hot path, in two surfaces
+//! with distinct names:
+//!
+//! * [`InMemoryRegistry`] implements the contract traits ([`WorkerRegistry`](crate::WorkerRegistry),
+//!   [`Maintenance`](crate::Maintenance), [`Subscribe`](crate::Subscribe)) and has no inherent
+//!   method named like one of theirs: `registry.admit(..)` is the trait's, fallible and async, the
+//!   call that works unchanged on the Redis and PostgreSQL backends. Code against it.
+//! * [`Direct`], reached by [`InMemoryRegistry::direct`], holds the state and answers the same
+//!   calls synchronously and infallibly where nothing can fail (`direct.admit(..)` is an
+//!   [`Admission`](crate::Admission), in nanoseconds, with no future to poll), plus what only a
+//!   process-local registry can offer ([`WorkerHandle`], [`Direct::status_with`],
+//!   [`Direct::claim_count`]). It is for the code that is tied to this backend anyway: benches,
+//!   model checks, a single-process router's hot path that measured the difference.
+//!
+//! The trait's futures are already complete (`std::future::Ready` around the `Direct` call), so
+//! awaiting them costs nothing beyond the call; the split is about names, not speed. This is the
+//! shape of moka's `sync::Cache` and `future::Cache`: one name per surface, so neither's methods
+//! shadow the other's and each is documented once (the contract's semantics on the traits, this
+//! backend's locking and cost on `Direct`).
+//!
+//! # Examples
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use worker_registry::memory::{Direct, InMemoryRegistry};
+//! use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry};
+//!
+//! let registry = InMemoryRegistry::default();
+//! let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+//! let Ok(Admission::Assigned(a)) = registry.admit(&t, &d).await else { panic!() }; // any backend
+//! let direct: &Direct = registry.direct(); // this one, in place, on the same state
+//! assert!(direct.heartbeat(a.worker).is_ok());
+//! # }
+//! ```
 //!
 //! | file | holds |
 //! |---|---|
-//! | `mod.rs` | the registry, its shared state and its reads (`status`, `stats`) |
+//! | `mod.rs` | [`Direct`] and [`InMemoryRegistry`], their shared state and reads (`status`, `stats`) |
 //! | `claims.rs` | where a claim stands; `claim`, `release`, `complete` |
 //! | `table.rs` | the claims table: per-shard index, in-flight slab, retained ring in completion order |
 //! | `assignment.rs` | `assign`, `admit`, and worker creation under the capacity limit |
@@ -20,7 +51,7 @@
 //! | `counters.rs` | striped statistics counters |
 //! | `waiting.rs` | the waiting room: parked deliveries per target, per owner, in arrival order |
 //! | `parking.rs` | parking a refused admission, the per-owner cap, promotion and expiry |
-//! | `contract.rs` | the contract traits, implemented with already-completed futures |
+//! | `contract.rs` | the contract traits on [`InMemoryRegistry`], with already-completed futures |
 
 mod assignment;
 mod cell;
@@ -41,7 +72,7 @@ mod waiting;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-pub use handle::WorkerHandle;
+pub use self::handle::WorkerHandle;
 
 use self::counters::{Counters, Gauges};
 use self::events::EventHub;
@@ -78,7 +109,7 @@ use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, ShardMap, 
 /// * `status()` loads an `Arc` to an immutable snapshot published by the last sweep (ArcSwap): it
 ///   never waits for anything.
 ///
-/// Cloning a `InMemoryRegistry` is cheap and shares the same state (it is an `Arc` inside).
+/// Cloning an `InMemoryRegistry` is cheap and shares the same state (it is an `Arc` inside).
 ///
 /// # What survives a restart
 ///
@@ -90,6 +121,54 @@ use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, ShardMap, 
 /// as that process created fewer workers than milliseconds passed between the two starts and the
 /// wall clock did not step back. Ids reach [`WorkerId::MAX`] in the year 2583.
 ///
+/// # Two surfaces
+///
+/// This type is the contract's surface: it implements [`WorkerRegistry`](crate::WorkerRegistry),
+/// [`Maintenance`](crate::Maintenance) and [`Subscribe`](crate::Subscribe), with futures that are
+/// already complete, and has no inherent method of the same names, so `registry.admit(..)` means
+/// what it means on every backend. [`direct`](Self::direct) gives the same registry's synchronous
+/// surface, [`Direct`], for code tied to this backend (see [the module](self)).
+///
+/// **Locking behaviour:** as [`Direct`]'s methods, which each trait method calls.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use worker_registry::{Admission, DeliveryId, HeartbeatAck, InMemoryRegistry, Target, WorkerRegistry};
+///
+/// let registry = InMemoryRegistry::default();
+/// let target = Target::new("octo/repo", 42).unwrap();
+/// let delivery = DeliveryId::new("72d3162e-cc78-11e3-81ab-4c9367dc0958").unwrap();
+///
+/// let Ok(Admission::Assigned(a)) = registry.admit(&target, &delivery).await else { panic!() };
+/// assert!(a.new); // spawn a container for worker `a.worker`
+/// assert!(matches!(registry.admit(&target, &delivery).await, Ok(Admission::Duplicate(_))));
+///
+/// assert_eq!(registry.heartbeat(a.worker).await, Ok(HeartbeatAck::Active));
+/// registry.complete(&target, &delivery).await.unwrap();
+///
+/// // The same registry, synchronously:
+/// assert!(matches!(registry.direct().admit(&target, &delivery), Admission::Duplicate(_)));
+/// # }
+/// ```
+pub struct InMemoryRegistry<C: Clock = SystemClock> {
+    direct: Direct<C>,
+}
+
+/// The synchronous surface of the in-memory registry: the state, and every call answered in
+/// place, with no future (see [the module](self) for why it has a name of its own).
+///
+/// Each method that shares a name with a [`WorkerRegistry`](crate::WorkerRegistry) method has the
+/// semantics documented there; what is described here is how this backend answers it: which locks
+/// it takes, what it costs, and the result types, infallible where nothing can fail (`admit`
+/// returns an [`Admission`](crate::Admission), not a `Result`). Reach it from an
+/// [`InMemoryRegistry`] with [`InMemoryRegistry::direct`], or make one directly and wrap it
+/// later with [`InMemoryRegistry::from`]; both views share one state.
+///
+/// Cloning a `Direct` is cheap and shares the same state (it is an `Arc` inside).
+///
 /// **Locking behaviour:** each call locks at most one shard of each map it touches, one at a time,
 /// always in the order claims → targets → workers, and never calls out while holding one; `sweep()`
 /// also takes a mutex that only serialises sweeps. `status()` and [`WorkerHandle::heartbeat`] take no
@@ -98,9 +177,9 @@ use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, ShardMap, 
 /// # Examples
 ///
 /// ```
-/// use worker_registry::{Admission, DeliveryId, HeartbeatAck, InMemoryRegistry, Target};
+/// use worker_registry::{memory::Direct, Admission, DeliveryId, HeartbeatAck, Target};
 ///
-/// let registry = InMemoryRegistry::default();
+/// let registry = Direct::default();
 /// let target = Target::new("octo/repo", 42).unwrap();
 /// let delivery = DeliveryId::new("72d3162e-cc78-11e3-81ab-4c9367dc0958").unwrap();
 ///
@@ -111,11 +190,11 @@ use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, ShardMap, 
 /// assert_eq!(registry.heartbeat(a.worker), Ok(HeartbeatAck::Active));
 /// registry.complete(&target, &delivery).unwrap();
 /// ```
-pub struct InMemoryRegistry<C: Clock = SystemClock> {
+pub struct Direct<C: Clock = SystemClock> {
     pub(crate) inner: Arc<Inner<C>>,
 }
 
-impl<C: Clock> Clone for InMemoryRegistry<C> {
+impl<C: Clock> Clone for Direct<C> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -123,11 +202,28 @@ impl<C: Clock> Clone for InMemoryRegistry<C> {
     }
 }
 
+impl<C: Clock> Clone for InMemoryRegistry<C> {
+    fn clone(&self) -> Self {
+        Self {
+            direct: self.direct.clone(),
+        }
+    }
+}
+
+impl<C: Clock> fmt::Debug for Direct<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Direct")
+            .field("live_workers", &self.live_workers())
+            .field("max_workers", &self.inner.config.max_workers())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<C: Clock> fmt::Debug for InMemoryRegistry<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InMemoryRegistry")
-            .field("live_workers", &self.live_workers())
-            .field("max_workers", &self.inner.config.max_workers())
+            .field("live_workers", &self.direct.live_workers())
+            .field("max_workers", &self.direct.inner.config.max_workers())
             .finish_non_exhaustive()
     }
 }
@@ -192,7 +288,7 @@ impl InMemoryRegistry<SystemClock> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{InMemoryRegistry, RegistryConfig};
+    /// use worker_registry::{InMemoryRegistry, RegistryConfig, WorkerRegistry};
     ///
     /// let registry = InMemoryRegistry::new(RegistryConfig::builder().max_workers(4).build().unwrap());
     /// assert_eq!(registry.config().max_workers(), 4);
@@ -208,10 +304,104 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{ManualClock, InMemoryRegistry, RegistryConfig};
+    /// use worker_registry::{InMemoryRegistry, ManualClock, RegistryConfig, WorkerRegistry};
     ///
     /// let clock = ManualClock::new();
     /// let registry = InMemoryRegistry::with_clock(RegistryConfig::default(), clock.clone());
+    /// assert_eq!(registry.status().workers.len(), 0);
+    /// ```
+    pub fn with_clock(config: RegistryConfig, clock: C) -> Self {
+        Self {
+            direct: Direct::with_clock(config, clock),
+        }
+    }
+
+    /// The synchronous surface of this registry, sharing its state: the same calls answered in
+    /// place, for code tied to the in-memory backend (see [`Direct`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target};
+    ///
+    /// let registry = InMemoryRegistry::default();
+    /// let direct = registry.direct();
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+    /// assert!(matches!(direct.admit(&t, &d), Admission::Assigned(_)));
+    /// assert_eq!(direct.live_workers(), 1);
+    /// ```
+    #[inline]
+    pub fn direct(&self) -> &Direct<C> {
+        &self.direct
+    }
+
+    /// This registry's synchronous surface, by value (a clone of the shared state's handle).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{memory::Direct, InMemoryRegistry};
+    ///
+    /// let direct: Direct = InMemoryRegistry::default().into_direct();
+    /// assert_eq!(direct.live_workers(), 0);
+    /// ```
+    pub fn into_direct(self) -> Direct<C> {
+        self.direct
+    }
+}
+
+impl<C: Clock> From<Direct<C>> for InMemoryRegistry<C> {
+    /// The contract's surface over the same state.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{memory::Direct, InMemoryRegistry, WorkerRegistry};
+    ///
+    /// let direct = Direct::default();
+    /// direct.register().unwrap();
+    /// let registry = InMemoryRegistry::from(direct.clone());
+    /// assert_eq!(registry.stats().live_workers, 1);
+    /// ```
+    fn from(direct: Direct<C>) -> Self {
+        Self { direct }
+    }
+}
+
+impl Default for Direct<SystemClock> {
+    /// A registry with the default configuration and the system clock.
+    fn default() -> Self {
+        Self::new(RegistryConfig::default())
+    }
+}
+
+impl Direct<SystemClock> {
+    /// A registry on the system clock. The config is validated by its builder; see
+    /// [`RegistryConfig::builder`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{memory::Direct, RegistryConfig};
+    ///
+    /// let registry = Direct::new(RegistryConfig::builder().max_workers(4).build().unwrap());
+    /// assert_eq!(registry.config().max_workers(), 4);
+    /// ```
+    pub fn new(config: RegistryConfig) -> Self {
+        Self::with_clock(config, SystemClock::new())
+    }
+}
+
+impl<C: Clock> Direct<C> {
+    /// A registry on the given clock (tests pass a [`ManualClock`](crate::ManualClock)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{memory::Direct, ManualClock, RegistryConfig};
+    ///
+    /// let clock = ManualClock::new();
+    /// let registry = Direct::with_clock(RegistryConfig::default(), clock.clone());
     /// assert_eq!(registry.live_workers(), 0);
     /// ```
     pub fn with_clock(config: RegistryConfig, clock: C) -> Self {
@@ -314,9 +504,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{DeliveryId, InMemoryRegistry, Target};
+    /// use worker_registry::{DeliveryId, memory::Direct, Target};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// registry.admit(&Target::new("o/r", 1).unwrap(), &DeliveryId::new("d").unwrap());
     /// registry.sweep();
     /// let (used, limit) = registry.status_with(|s| (s.capacity.used, s.capacity.limit));
@@ -353,7 +543,7 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// assert_eq!(worker_registry::InMemoryRegistry::default().events_missed(), 0);
+    /// assert_eq!(worker_registry::memory::Direct::default().events_missed(), 0);
     /// ```
     pub fn events_missed(&self) -> u64 {
         #[cfg(feature = "tokio")]
@@ -377,9 +567,9 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{DeadReason, Event, InMemoryRegistry};
+    /// use worker_registry::{DeadReason, Event, memory::Direct};
     ///
-    /// let registry = InMemoryRegistry::default();
+    /// let registry = Direct::default();
     /// let mut events = registry.subscribe();
     /// let w = registry.register().unwrap();
     /// w.deregister().unwrap();

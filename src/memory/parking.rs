@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::waiting::{owner_of, Parked, Room};
-use super::InMemoryRegistry;
+use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target};
 use crate::api::outcome::{Admission, AlreadyClaimed, ClaimState, Rejection, Waiting};
@@ -13,7 +13,7 @@ use crate::api::waiting::{ExpireReason, ExpiredWaiting};
 use crate::clock::Clock;
 use crate::sync::{self, Op, Ordering};
 
-impl<C: Clock> InMemoryRegistry<C> {
+impl<C: Clock> Direct<C> {
     /// Parks a refused admission, or answers the refusal if the room (or the owner's share) is
     /// full. Only called with the waiting room on.
     ///

@@ -10,7 +10,7 @@ use super::record::WorkerRecord;
 use super::roster::Roster;
 use super::stall::{StallWatch, Stalls};
 use super::table::Verdict;
-use super::InMemoryRegistry;
+use super::Direct;
 use crate::api::ids::WorkerId;
 use crate::api::report::{ReleaseReason, ReleasedEvent, SweepReport};
 use crate::api::snapshot::{ClaimCounts, StatusSnapshot};
@@ -29,7 +29,7 @@ pub(crate) struct SweepState {
     pub(crate) roster: Roster,
 }
 
-impl<C: Clock> InMemoryRegistry<C> {
+impl<C: Clock> Direct<C> {
     /// Runs one maintenance pass (AC4) and publishes a new [`status`](Self::status) snapshot.
     ///
     /// * A live worker whose last heartbeat (or, before its first, its creation plus the start-up
@@ -61,11 +61,11 @@ impl<C: Clock> InMemoryRegistry<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use worker_registry::{AssignOutcome, ManualClock, InMemoryRegistry, RegistryConfig, Target};
+    /// use worker_registry::{AssignOutcome, ManualClock, memory::Direct, RegistryConfig, Target};
     ///
     /// let clock = ManualClock::new();
     /// let config = RegistryConfig::builder().startup_grace(Duration::ZERO).build().unwrap();
-    /// let registry = InMemoryRegistry::with_clock(config, clock.clone());
+    /// let registry = Direct::with_clock(config, clock.clone());
     /// let t = Target::new("o/r", 1).unwrap();
     /// let AssignOutcome::Assigned(a) = registry.assign(&t) else { panic!() };
     ///

@@ -43,7 +43,7 @@ use crate::config::RegistryConfig;
 ///         of.clone() // one process: a clone shares the state
 ///     }
 ///     async fn advance(&self, of: &Self::Registry, by: Duration) {
-///         of.clock().advance(by);
+///         of.direct().clock().advance(by);
 ///     }
 /// }
 ///
@@ -52,7 +52,7 @@ use crate::config::RegistryConfig;
 /// let fixture = OnManualClocks;
 /// let registry = fixture.registry(RegistryConfig::default()).await;
 /// fixture.advance(&registry, Duration::from_secs(5)).await;
-/// assert_eq!(registry.clock().now(), Duration::from_secs(5));
+/// assert_eq!(registry.direct().clock().now(), Duration::from_secs(5));
 /// # }
 /// ```
 pub trait Fixture: Send + Sync + 'static {

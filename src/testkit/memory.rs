@@ -24,7 +24,7 @@ use crate::memory::InMemoryRegistry;
 /// let fixture = MemoryFixture::new();
 /// let registry = fixture.registry(RegistryConfig::default()).await;
 /// fixture.advance(&registry, Duration::from_secs(1)).await;
-/// assert_eq!(registry.clock().now(), Duration::from_secs(1));
+/// assert_eq!(registry.direct().clock().now(), Duration::from_secs(1));
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
@@ -53,6 +53,6 @@ impl Fixture for MemoryFixture {
     }
 
     async fn advance(&self, of: &Self::Registry, by: Duration) {
-        of.clock().advance(by);
+        of.direct().clock().advance(by);
     }
 }

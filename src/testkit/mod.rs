@@ -52,7 +52,7 @@
 //!     async fn advance(&self, of: &MyRegistry, by: Duration) {
 //!         // Networked: add `by` to the registry's test-only time offset, stored server-side
 //!         // so that every replica's next call sees it.
-//!         of.clock().advance(by);
+//!         of.direct().clock().advance(by);
 //!     }
 //! }
 //!

@@ -84,7 +84,7 @@ impl ReferenceRegistry {
     }
 
     /// Claims in its claims map now: in flight, retained, and released or expired but not yet
-    /// swept (what [`InMemoryRegistry::claim_count`](crate::InMemoryRegistry::claim_count)
+    /// swept (what [`Direct::claim_count`](crate::memory::Direct::claim_count)
     /// counts, for the property test that compares the two).
     ///
     /// # Examples

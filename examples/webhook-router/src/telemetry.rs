@@ -437,9 +437,9 @@ pub fn admit_span() -> Span {
 /// # Examples
 ///
 /// ```
-/// use worker_registry::{InMemoryRegistry, RegistryConfig, Target, DeliveryId, Admission};
+/// use worker_registry::{memory::Direct, RegistryConfig, Target, DeliveryId, Admission};
 ///
-/// let r = InMemoryRegistry::new(RegistryConfig::default());
+/// let r = Direct::new(RegistryConfig::default());
 /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d1").unwrap());
 /// let Admission::Assigned(a) = r.admit(&t, &d) else { unreachable!() };
 /// let span = webhook_router::telemetry::admit_span();

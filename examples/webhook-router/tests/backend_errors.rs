@@ -206,7 +206,7 @@ async fn a_failed_admission_is_503_with_retry_after_and_accepts_nothing() {
     assert!(refused.retry_after.is_some_and(|s| s >= 1));
     // The delivery was not accepted: no claim, and once the backend is back its redelivery is
     // admitted as new rather than skipped as a duplicate.
-    assert_eq!(h.memory.claim_count(), 0);
+    assert_eq!(h.memory.direct().claim_count(), 0);
     set(&down, false);
     let again = h.deliver("pull_request", "b-1", &pr("o/r", 1)).await;
     assert_eq!(again.status, StatusCode::ACCEPTED);

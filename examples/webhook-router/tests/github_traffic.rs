@@ -171,7 +171,7 @@ async fn a_closed_pull_request_drains_its_worker_and_starts_none() {
         h.deliver("pull_request", "c-4", &labeled).await.body["outcome"],
         "ignored"
     );
-    assert_eq!(h.memory.live_workers(), 0);
+    assert_eq!(h.memory.direct().live_workers(), 0);
 }
 
 /// A configured policy is followed: here, labels start workers and closing is ignored.

@@ -262,7 +262,7 @@ async fn two_delivery_ids_are_refused() {
     let a = answer(res).await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST);
     assert!(a.body["error"].as_str().unwrap().contains("more than once"));
-    assert_eq!(h.memory.claim_count(), 0);
+    assert_eq!(h.memory.direct().claim_count(), 0);
 }
 
 /// Form-encoded deliveries are accepted up to the same 25 MiB as JSON (not axum's 2 MiB).

@@ -266,7 +266,7 @@ async fn malformed_deliveries_are_400_with_the_reason() {
             "{error:?} should mention {expected:?}"
         );
     }
-    assert_eq!(h.memory.claim_count(), 0);
+    assert_eq!(h.memory.direct().claim_count(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -630,7 +630,7 @@ async fn shutdown_refuses_deliveries_and_drains_every_worker() {
             &h.deliver("pull_request", id, &pr(repo, 1)).await,
         ));
     }
-    let registry = h.memory.clone();
+    let registry = h.memory.direct().clone();
     eventually(|| async {
         workers
             .iter()

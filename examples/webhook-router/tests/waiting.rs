@@ -60,7 +60,7 @@ async fn twelve_prs_on_two_slots_are_all_accepted_and_all_processed() {
         let payload = pr("o/r", n);
         eventually(|| async { completed(&h, &id, &payload).await.then_some(()) }).await;
     }
-    let s = h.memory.stats();
+    let s = h.memory.direct().stats();
     assert_eq!((s.parked, s.promoted, s.waiting_expired), (10, 10, 0));
     assert_eq!(s.claims_completed, 12, "0 lost");
     assert!(s.live_workers <= 2);
@@ -148,7 +148,7 @@ async fn a_quiet_owners_wait_is_bounded_by_its_share() {
     // Round-robin promotion (and the big owner's cap of 3 in 4 slots) gave the small owner its
     // share: its 5 PRs were done while most of the big owner's 50 still waited. (Measured: done
     // after 11 completions; with FIFO promotion and no cap, after all 55.)
-    let completed_so_far = h.memory.stats().claims_completed;
+    let completed_so_far = h.memory.direct().stats().claims_completed;
     assert!(
         completed_so_far <= 20,
         "the small owner finished after {completed_so_far} completions"
@@ -158,5 +158,5 @@ async fn a_quiet_owners_wait_is_bounded_by_its_share() {
         let payload = pr("big/r", n);
         eventually(|| async { completed(&h, &id, &payload).await.then_some(()) }).await;
     }
-    assert_eq!(h.memory.stats().claims_completed, 55, "0 lost");
+    assert_eq!(h.memory.direct().stats().claims_completed, 55, "0 lost");
 }

@@ -318,35 +318,23 @@ impl Client {
             if let Some(at) = self.not_before.take() {
                 tokio::time::sleep_until(at).await;
             }
-            let auth = self.auth.header().map_err(ApiError::Auth)?;
-            let sent = self
-                .http
-                .request(method.clone(), format!("{}{path}", self.base))
-                .header(AUTHORIZATION, auth)
-                .header("accept", "application/vnd.github+json")
-                .header("x-github-api-version", "2022-11-28")
-                .send()
-                .await;
-            let res = match sent {
+            // Every path that goes round the loop again is a retry: count it here.
+            let may_retry = attempt < MAX_RETRIES;
+            attempt += 1;
+            let res = match self.send(&method, path).await? {
                 Ok(res) => res,
-                Err(e) if attempt < MAX_RETRIES => {
+                Err(e) if may_retry => {
                     tracing::warn!(%call, "GitHub did not answer, retrying in {backoff_error:?}: {e}");
-                    self.waits.errors += 1;
-                    tokio::time::sleep(backoff_error).await;
-                    backoff_error *= 2;
-                    attempt += 1;
+                    self.back_off(&mut backoff_error).await;
                     continue;
                 }
                 Err(e) => return Err(ApiError::Transport(e.to_string())),
             };
             let status = res.status();
             let headers = res.headers().clone();
-            let exhausted = header_u64(&headers, "x-ratelimit-remaining") == Some(0);
-            let reset_wait = header_u64(&headers, "x-ratelimit-reset").map(until_epoch);
-            if exhausted {
-                if let Some(wait) = reset_wait {
-                    self.not_before = Some(tokio::time::Instant::now() + wait.min(MAX_WAIT));
-                }
+            let quota = Quota::read(&headers);
+            if let (true, Some(wait)) = (quota.exhausted, quota.reset_wait) {
+                self.not_before = Some(tokio::time::Instant::now() + wait.min(MAX_WAIT));
             }
             let body = res
                 .bytes()
@@ -357,35 +345,17 @@ impl Client {
                 return Ok((headers, body));
             }
             let shown = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-            let limited = status == StatusCode::TOO_MANY_REQUESTS
-                || (status == StatusCode::FORBIDDEN
-                    && (exhausted
-                        || headers.contains_key(RETRY_AFTER)
-                        || shown.contains("rate limit")));
-            if limited && attempt < MAX_RETRIES {
-                let wait = match header_u64(&headers, RETRY_AFTER.as_str()) {
-                    Some(s) => Duration::from_secs(s),
-                    None if exhausted => reset_wait.unwrap_or(backoff_secondary),
-                    None => {
-                        let w = backoff_secondary;
-                        backoff_secondary *= 2;
-                        w
-                    }
-                }
-                .min(MAX_WAIT);
+            if quota.limited(status, &headers, &shown) && may_retry {
+                let wait = quota.wait(&headers, &mut backoff_secondary);
                 tracing::warn!(%call, status = status.as_u16(), ?wait, "GitHub rate limit: waiting");
                 self.waits.rate_limited += 1;
                 self.not_before = None;
                 tokio::time::sleep(wait).await;
-                attempt += 1;
                 continue;
             }
-            if status.is_server_error() && attempt < MAX_RETRIES {
+            if status.is_server_error() && may_retry {
                 tracing::warn!(%call, status = status.as_u16(), "GitHub failed, retrying in {backoff_error:?}");
-                self.waits.errors += 1;
-                tokio::time::sleep(backoff_error).await;
-                backoff_error *= 2;
-                attempt += 1;
+                self.back_off(&mut backoff_error).await;
                 continue;
             }
             return Err(ApiError::Status {
@@ -394,6 +364,72 @@ impl Client {
                 body: shown,
             });
         }
+    }
+
+    /// Sends one request with the App's (or token's) authorisation and GitHub's API headers: the
+    /// outer error is one of authorisation (not retried), the inner one of transport.
+    async fn send(
+        &mut self,
+        method: &Method,
+        path: &str,
+    ) -> Result<Result<reqwest::Response, reqwest::Error>, ApiError> {
+        let auth = self.auth.header().map_err(ApiError::Auth)?;
+        Ok(self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base))
+            .header(AUTHORIZATION, auth)
+            .header("accept", "application/vnd.github+json")
+            .header("x-github-api-version", "2022-11-28")
+            .send()
+            .await)
+    }
+
+    /// Waits out an error (no answer, or a 5xx) and doubles the next wait.
+    async fn back_off(&mut self, backoff: &mut Duration) {
+        self.waits.errors += 1;
+        tokio::time::sleep(*backoff).await;
+        *backoff *= 2;
+    }
+}
+
+/// What an answer's rate-limit headers say about the primary quota.
+struct Quota {
+    /// `x-ratelimit-remaining` is 0.
+    exhausted: bool,
+    /// Until `x-ratelimit-reset`.
+    reset_wait: Option<Duration>,
+}
+
+impl Quota {
+    fn read(headers: &HeaderMap) -> Self {
+        Self {
+            exhausted: header_u64(headers, "x-ratelimit-remaining") == Some(0),
+            reset_wait: header_u64(headers, "x-ratelimit-reset").map(until_epoch),
+        }
+    }
+
+    /// Whether a failed answer is a rate limit (primary or secondary) rather than an error.
+    fn limited(&self, status: StatusCode, headers: &HeaderMap, shown: &str) -> bool {
+        status == StatusCode::TOO_MANY_REQUESTS
+            || (status == StatusCode::FORBIDDEN
+                && (self.exhausted
+                    || headers.contains_key(RETRY_AFTER)
+                    || shown.contains("rate limit")))
+    }
+
+    /// How long to wait before retrying a rate-limited call: `retry-after` if given, else the
+    /// primary quota's reset, else the secondary limit's doubling wait; at most [`MAX_WAIT`].
+    fn wait(&self, headers: &HeaderMap, backoff_secondary: &mut Duration) -> Duration {
+        match header_u64(headers, RETRY_AFTER.as_str()) {
+            Some(s) => Duration::from_secs(s),
+            None if self.exhausted => self.reset_wait.unwrap_or(*backoff_secondary),
+            None => {
+                let w = *backoff_secondary;
+                *backoff_secondary *= 2;
+                w
+            }
+        }
+        .min(MAX_WAIT)
     }
 }
 
