@@ -343,6 +343,7 @@ impl<C: Clock> InMemoryRegistry<C> {
             snapshot_age,
             // Relaxed: a gauge.
             waiting: inner.waiting.load(Ordering::Relaxed),
+            shard_duplicates: inner.claims.duplicates(),
         })
     }
 
