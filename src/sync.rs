@@ -8,7 +8,8 @@
 //! loom types, so the models in `loom-tests/` explore every interleaving of the *real*
 //! state-machine code rather than a copy of it:
 //!
-//! * atomics, `Arc` and `Mutex` are `loom::sync`'s;
+//! * atomics, `Arc`, `Mutex` and [`Lock`] (the non-poisoning mutex of the claims shards) are
+//!   `loom::sync`'s;
 //! * [`ShardMap`] gives every key a `loom::sync::Mutex` of its own (the layout DashMap has when a
 //!   model's few keys hash to distinct shards): every key access locks that key's shard and
 //!   iteration visits the keys one by one in hash order, like DashMap's per-shard `RwLock`s (never
@@ -267,6 +268,58 @@ pub(crate) enum Op<V> {
     Put(V),
     /// Empty the slot.
     Remove,
+}
+
+/// A mutex for data that stays consistent whatever a panicking holder left half done (every
+/// field it guards is valid on its own, as the claims shards' are), so it does not poison:
+/// `parking_lot`'s, whose lock and unlock are one inlined compare-and-swap each and which has no
+/// poison flag to check or set (`std`'s checks `thread::panicking` at both ends). Under loom it is
+/// `loom::sync::Mutex`, so the models explore every interleaving around it.
+#[cfg(not(worker_registry_loom))]
+pub(crate) struct Lock<T> {
+    inner: parking_lot::Mutex<T>,
+}
+
+/// The guard of a [`Lock`]: the lock is held until it is dropped.
+#[cfg(not(worker_registry_loom))]
+pub(crate) type LockGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
+#[cfg(not(worker_registry_loom))]
+impl<T> Lock<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            inner: parking_lot::Mutex::new(value),
+        }
+    }
+
+    /// Locks it, waiting if another thread holds it. The lock's acquire (and the unlock's
+    /// release) order everything done under it, as any mutex does.
+    #[inline]
+    pub(crate) fn lock(&self) -> LockGuard<'_, T> {
+        self.inner.lock()
+    }
+}
+
+#[cfg(worker_registry_loom)]
+pub(crate) struct Lock<T> {
+    inner: loom::sync::Mutex<T>,
+}
+
+#[cfg(worker_registry_loom)]
+pub(crate) type LockGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+#[cfg(worker_registry_loom)]
+impl<T> Lock<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            inner: loom::sync::Mutex::new(value),
+        }
+    }
+
+    /// Locks it; a model that panics under it has already failed, so poisoning is not handled.
+    pub(crate) fn lock(&self) -> LockGuard<'_, T> {
+        self.inner.lock().unwrap()
+    }
 }
 
 /// Locks the sweep mutex; a poisoned lock is still usable (the data it guards is scratch space).

@@ -2,7 +2,7 @@
 //! of workers under the capacity limit.
 
 use super::record::WorkerRecord;
-use super::table::{pair_hash, DeliveryKey, InFlight};
+use super::table::{pair_hash, DeliveryKey, InFlight, Loc, Shard};
 use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
@@ -78,43 +78,58 @@ impl<C: Clock> Direct<C> {
     #[inline]
     pub(super) fn admit_with(&self, target: &Target, event: &DeliveryId, defer: bool) -> Admission {
         let hash = pair_hash(target, event.key_hash());
-        let outcome = self.inner.claims.with(hash, |shard| {
+        self.inner.claims.with(hash, |shard| {
             // Read the clock only when needed: a redelivery of an in-flight delivery does not.
             let mut read: Option<u64> = None;
             let mut now = || *read.get_or_insert_with(|| self.now_ms());
             let loc = shard.find(hash, target, event);
             if let Some(dup) = loc.and_then(|l| self.duplicate_at(shard, l, &mut now)) {
+                shard.count_duplicate();
                 return Admission::Duplicate(dup);
             }
             let now = now();
-            match self.assign_at(target, now, true, defer) {
-                Ok((assignment, holder)) => {
-                    // The claim keeps the worker's own copy of the target: one shared allocation
-                    // for all of a worker's claims, whoever parsed the delivery.
-                    let kept = holder
-                        .as_ref()
-                        .and_then(|h| h.target.clone())
-                        .unwrap_or_else(|| target.clone());
-                    let claim = InFlight {
-                        hash,
-                        target: kept,
-                        delivery: DeliveryKey::of(event),
-                        holder,
-                        claimed_at: now,
-                        stuck: false,
-                    };
-                    self.put_claim(shard, hash, loc, claim);
-                    Admission::Assigned(assignment)
-                }
-                // A released or expired claim stays as it was (it blocks nothing, and the sweep
-                // still reports it); a vacant slot stays vacant.
-                Err(rejection) => Admission::Rejected(rejection),
+            self.admit_new(shard, hash, loc, target, event, now, defer)
+        })
+    }
+
+    /// The rest of `admit_with` for a delivery that is not a duplicate, still under the claims
+    /// shard's lock: assigns the target and records the claim where `loc` pointed (or anew).
+    /// Out of line, so that the duplicate path keeps a small frame.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn admit_new(
+        &self,
+        shard: &mut Shard,
+        hash: u64,
+        loc: Option<Loc>,
+        target: &Target,
+        event: &DeliveryId,
+        now: u64,
+        defer: bool,
+    ) -> Admission {
+        match self.assign_at(target, now, true, defer) {
+            Ok((assignment, holder)) => {
+                // The claim keeps the worker's own copy of the target: one shared allocation
+                // for all of a worker's claims, whoever parsed the delivery.
+                let kept = holder
+                    .as_ref()
+                    .and_then(|h| h.target.clone())
+                    .unwrap_or_else(|| target.clone());
+                let claim = InFlight {
+                    hash,
+                    target: kept,
+                    delivery: DeliveryKey::of(event),
+                    holder,
+                    claimed_at: now,
+                    stuck: false,
+                };
+                self.put_claim(shard, hash, loc, claim);
+                Admission::Assigned(assignment)
             }
-        });
-        if let Admission::Duplicate(_) = outcome {
-            self.inner.counters.duplicates.inc();
+            // A released or expired claim stays as it was (it blocks nothing, and the sweep
+            // still reports it); a vacant slot stays vacant.
+            Err(rejection) => Admission::Rejected(rejection),
         }
-        outcome
     }
 
     /// Whether (target, delivery) is in flight or retained: the duplicate check of `admit` alone.

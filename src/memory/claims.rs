@@ -10,6 +10,7 @@ use crate::api::outcome::{AlreadyClaimed, ClaimOutcome, ClaimState};
 use crate::api::report::ReleaseReason;
 use crate::api::status::Status;
 use crate::clock::Clock;
+use crate::state::Word;
 use crate::sync::{Arc, Ordering};
 
 /// Where an in-flight claim stands at a given time (a retained one is a duplicate until its
@@ -34,18 +35,35 @@ impl InFlight {
     /// As [`standing`](Self::standing), reading the time only if it matters (a bare claim).
     #[inline]
     pub(crate) fn standing_lazy(&self, now_ms: impl FnOnce() -> u64, unbound_ms: u64) -> Standing {
+        self.standing_seen(now_ms, unbound_ms).0
+    }
+
+    /// As [`standing_lazy`](Self::standing_lazy), also returning the holder's state word as it
+    /// was read for the decision (one load: the answer to a duplicate reads it from there).
+    #[inline]
+    pub(crate) fn standing_seen(
+        &self,
+        now_ms: impl FnOnce() -> u64,
+        unbound_ms: u64,
+    ) -> (Standing, Option<Word>) {
         if self.stuck {
-            return Standing::Released(ReleaseReason::Stuck);
+            return (Standing::Released(ReleaseReason::Stuck), None);
         }
         match &self.holder {
-            Some(rec) => match rec.state.load().status() {
-                Status::Dead(reason) => Standing::Released(ReleaseReason::WorkerDied(reason)),
-                _ => Standing::InFlight,
-            },
-            None if now_ms().saturating_sub(self.claimed_at) > unbound_ms => {
-                Standing::Released(ReleaseReason::Unbound)
+            Some(rec) => {
+                let w = rec.state.load();
+                match w.status() {
+                    Status::Dead(reason) => (
+                        Standing::Released(ReleaseReason::WorkerDied(reason)),
+                        Some(w),
+                    ),
+                    _ => (Standing::InFlight, Some(w)),
+                }
             }
-            None => Standing::InFlight,
+            None if now_ms().saturating_sub(self.claimed_at) > unbound_ms => {
+                (Standing::Released(ReleaseReason::Unbound), None)
+            }
+            None => (Standing::InFlight, None),
         }
     }
 }
@@ -289,15 +307,14 @@ impl<C: Clock> Direct<C> {
     ) -> Option<AlreadyClaimed> {
         let limits = &self.inner.limits;
         match shard.get(loc) {
-            Found::InFlight(c) => match c.standing_lazy(&mut *now, limits.timeout_ms) {
-                Standing::InFlight => Some(AlreadyClaimed {
+            Found::InFlight(c) => match c.standing_seen(&mut *now, limits.timeout_ms) {
+                // Unstarted: held by a live worker (a dead one is `Released`) that has never
+                // beaten, read from the word the decision was made on.
+                (Standing::InFlight, word) => Some(AlreadyClaimed {
                     holder: c.holder.as_ref().map(|h| h.id),
                     since: self.wall_at(c.claimed_at),
                     state: ClaimState::InFlight,
-                    unstarted: c.holder.as_ref().is_some_and(|h| {
-                        let w = h.state.load();
-                        !w.has_beaten() && !matches!(w.status(), Status::Dead(_))
-                    }),
+                    unstarted: word.is_some_and(|w| !w.has_beaten()),
                 }),
                 _ => None,
             },

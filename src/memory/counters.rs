@@ -11,6 +11,8 @@ use crate::sync::Counter;
 pub(crate) struct Counters {
     pub(crate) admitted_new: Counter,
     pub(crate) admitted_sticky: Counter,
+    /// Duplicates of bare claims and of parked deliveries (`admit`'s are counted per claims
+    /// shard, see `Gauges::shard_duplicates`).
     pub(crate) duplicates: Counter,
     pub(crate) rejected_capacity: Counter,
     pub(crate) rejected_draining: Counter,
@@ -39,6 +41,8 @@ pub(crate) struct Gauges {
     pub(crate) events_missed: u64,
     pub(crate) snapshot_age: Duration,
     pub(crate) waiting: usize,
+    /// Duplicates `admit` counted in the claims shards (the rest are in `Counters::duplicates`).
+    pub(crate) shard_duplicates: u64,
 }
 
 impl Counters {
@@ -80,7 +84,7 @@ impl Counters {
         Stats {
             admitted_new: self.admitted_new.get(),
             admitted_sticky: self.admitted_sticky.get(),
-            duplicates: self.duplicates.get(),
+            duplicates: self.duplicates.get().wrapping_add(g.shard_duplicates),
             rejected_capacity: self.rejected_capacity.get(),
             rejected_draining: self.rejected_draining.get(),
             heartbeats: self.heartbeats.get(),

@@ -533,6 +533,7 @@ impl<C: Clock> Direct<C> {
             snapshot_age,
             // Relaxed: a gauge.
             waiting: inner.waiting.load(Ordering::Relaxed),
+            shard_duplicates: inner.claims.duplicates(),
         })
     }
 

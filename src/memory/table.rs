@@ -29,7 +29,7 @@ use hashbrown::HashTable;
 
 use super::record::WorkerRecord;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
-use crate::sync::{self, Arc, AtomicUsize, Mutex, MutexGuard, Ordering, ShardRef, Shards};
+use crate::sync::{Arc, AtomicUsize, Lock, LockGuard, Ordering, ShardRef, Shards};
 
 /// A location in a shard: a slab slot (in flight) or, with this bit, a ring sequence number.
 const RETAINED: u32 = 1 << 31;
@@ -69,9 +69,15 @@ impl DeliveryKey {
     fn matches(&self, d: &DeliveryId) -> bool {
         match (self, d.uuid()) {
             (Self::Uuid(a), Some(b)) => a == b,
-            (Self::Text(a), None) => **a == *d.as_str(),
+            (Self::Text(a), None) => Self::text_matches(a, d),
             _ => false,
         }
+    }
+
+    /// A non-UUID id's text comparison, out of line (GitHub's ids are UUIDs).
+    #[inline(never)]
+    fn text_matches(a: &str, d: &DeliveryId) -> bool {
+        a == d.as_str()
     }
 
     /// The delivery id again (allocates its text: for reports, not for hot paths).
@@ -143,6 +149,9 @@ pub(crate) struct Shard {
     in_flight: usize,
     /// The ring's front may have changed since the shard's mark was last published.
     front_moved: bool,
+    /// Deliveries refused as duplicates of a claim in this shard (statistics): a plain count
+    /// under the shard's lock, on a cache line the call has already written.
+    duplicates: u64,
 }
 
 /// A location found by [`Shard::find`], valid until the shard changes.
@@ -159,7 +168,14 @@ impl Shard {
             retained: 0,
             in_flight: 0,
             front_moved: false,
+            duplicates: 0,
         }
+    }
+
+    /// Counts one delivery refused as a duplicate of a claim here.
+    #[inline]
+    pub(crate) fn count_duplicate(&mut self) {
+        self.duplicates = self.duplicates.wrapping_add(1);
     }
 
     fn ring_pos(&self, seq: u32) -> usize {
@@ -175,21 +191,30 @@ impl Shard {
         }
     }
 
-    /// Where the claim of this pair is, if there is one.
-    #[inline]
+    /// Where the claim of this pair is, if there is one. Out of line, with a small comparison
+    /// (a retained claim's is out of line again), so that the comparison is inlined into
+    /// hashbrown's probe loop: inlined into a caller's larger frame it was not.
+    #[inline(never)]
     pub(crate) fn find(&self, hash: u64, target: &Target, delivery: &DeliveryId) -> Option<Loc> {
-        let (slab, ring, head) = (&self.slab, &self.ring, self.head_seq);
         self.index
             .find(hash, |&loc| {
                 if loc & RETAINED == 0 {
-                    let e = &slab[loc as usize];
-                    e.delivery.matches(delivery) && e.target == *target
+                    self.slab
+                        .get(loc as usize)
+                        .is_some_and(|e| e.delivery.matches(delivery) && e.target == *target)
                 } else {
-                    let e = &ring[(loc.wrapping_sub(head) & SEQ_MASK) as usize];
-                    !e.dead && e.delivery.matches(delivery) && e.target == *target
+                    self.retained_is(loc, target, delivery)
                 }
             })
             .map(|&loc| Loc(loc))
+    }
+
+    /// Whether the retained claim at `loc` is a live claim of this pair.
+    #[inline(never)]
+    fn retained_is(&self, loc: u32, target: &Target, delivery: &DeliveryId) -> bool {
+        self.ring
+            .get(self.ring_pos(loc))
+            .is_some_and(|e| !e.dead && e.delivery.matches(delivery) && e.target == *target)
     }
 
     /// The claim at `loc`.
@@ -408,19 +433,19 @@ pub(crate) enum Verdict {
 /// retained claim as the shard's mark (`EMPTY` if none): a hint for eviction's choice of shard
 /// (any answer is correct: eviction pops whatever front it finds under the lock).
 pub(crate) struct Locked<'a> {
-    shards: &'a Shards<Mutex<Shard>>,
-    shard: &'a ShardRef<'a, Mutex<Shard>>,
+    shards: &'a Shards<Lock<Shard>>,
+    shard: &'a ShardRef<'a, Lock<Shard>>,
     /// Released after `drop` has published the mark (fields drop after `Drop::drop`).
-    guard: MutexGuard<'a, Shard>,
+    guard: LockGuard<'a, Shard>,
 }
 
 impl<'a> Locked<'a> {
     #[inline]
-    fn new(shards: &'a Shards<Mutex<Shard>>, shard: &'a ShardRef<'a, Mutex<Shard>>) -> Self {
+    fn new(shards: &'a Shards<Lock<Shard>>, shard: &'a ShardRef<'a, Lock<Shard>>) -> Self {
         Self {
             shards,
             shard,
-            guard: sync::lock(shard),
+            guard: shard.lock(),
         }
     }
 }
@@ -438,22 +463,32 @@ impl std::ops::DerefMut for Locked<'_> {
     }
 }
 
+impl Locked<'_> {
+    /// Publishes the shard's oldest completion time as its mark (out of line: most calls do not
+    /// move the front).
+    #[inline(never)]
+    fn publish_front(&mut self) {
+        self.guard.front_moved = false;
+        let front = self.guard.front_time();
+        self.shards.set_mark(self.shard, front);
+    }
+}
+
 impl Drop for Locked<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         // Only when the front moved: reading the front (the shard's oldest claim, rarely in
         // cache) on every unlock would cost a cache miss per call. Still under the lock: the
         // guard is a field, released once this returns.
-        if std::mem::take(&mut self.guard.front_moved) {
-            let front = self.guard.front_time();
-            self.shards.set_mark(self.shard, front);
+        if self.guard.front_moved {
+            self.publish_front();
         }
     }
 }
 
 /// The whole table.
 pub(crate) struct ClaimTable {
-    shards: Shards<Mutex<Shard>>,
+    shards: Shards<Lock<Shard>>,
     /// Live retained claims in every shard; gates eviction.
     retained: AtomicUsize,
 }
@@ -461,7 +496,7 @@ pub(crate) struct ClaimTable {
 impl ClaimTable {
     pub(crate) fn new(shards: usize) -> Self {
         Self {
-            shards: Shards::new(shards, || Mutex::new(Shard::new()), EMPTY),
+            shards: Shards::new(shards, || Lock::new(Shard::new()), EMPTY),
             retained: AtomicUsize::new(0),
         }
     }
@@ -537,6 +572,13 @@ impl ClaimTable {
         });
         self.sub_retained(expired);
         expired
+    }
+
+    /// Deliveries refused as duplicates, over every shard (each read under its lock).
+    pub(crate) fn duplicates(&self) -> u64 {
+        let mut n = 0u64;
+        self.each(|s| n = n.wrapping_add(s.duplicates));
+        n
     }
 
     /// In-flight claims (not stuck) and entries of any kind, over every shard.
