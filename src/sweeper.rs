@@ -25,7 +25,8 @@ use crate::api::report::{ReleasedEvent, SweepReport};
 /// events](SweepReport::released); when the callback returns, the sweeper
 /// [acknowledges](Maintenance::acknowledge) them, except those the callback hands back as
 /// [`Deferred`]. Ticks missed because the runtime was busy are not bunched up: the next sweep simply
-/// runs late (a sweep catches up on everything at once anyway).
+/// runs late (a sweep catches up on everything at once anyway). A sweep also runs at once when
+/// [`Maintenance::wake`] resolves (an exit promoted waiting deliveries, to hand over now).
 ///
 /// Nothing a sweep or a callback does stops the task: a sweep that fails (a networked backend is
 /// unreachable) is counted and retried at the next tick; a callback (or a backend) that panics is
@@ -322,56 +323,71 @@ impl Sweeper {
             loop {
                 tokio::select! {
                     _ = &mut stopped => break,
-                    _ = ticks.tick() => {
-                        let report = match caught(registry.sweep()).await {
-                            Ok(Ok(report)) => report,
-                            Ok(Err(e)) => {
-                                tracing::warn!("sweep failed, trying again at the next tick: {e}");
-                                SweeperMonitor::count(&state.0.errors);
-                                continue;
-                            }
-                            Err(panic) => {
-                                tracing::error!("sweep panicked (a backend bug), sweeping again at the next tick: {}", panic_message(&*panic));
-                                SweeperMonitor::count(&state.0.panics);
-                                continue;
-                            }
-                        };
-                        SweeperMonitor::count(&state.0.sweeps);
-                        let released = report.released.clone();
-                        // The synchronous part of the callback runs inside `caught` too.
-                        let outcome = caught(async { on_report(report).await.into() }).await;
-                        let to_ack: Vec<ReleasedEvent> = match outcome {
-                            Ok(deferred) => {
-                                let deferred: Deferred = deferred;
-                                let keep: HashSet<_> = deferred.0.iter().map(|e| (&e.target, &e.delivery)).collect();
-                                released
-                                    .into_iter()
-                                    .filter(|e| !keep.contains(&(&e.target, &e.delivery)))
-                                    .collect()
-                            }
-                            Err(panic) => {
-                                SweeperMonitor::count(&state.0.panics);
-                                let ids: Vec<String> = released.iter().map(ToString::to_string).collect();
-                                tracing::error!(
-                                    not_acknowledged = ?ids,
-                                    "sweep callback panicked: {}; its released events may not have been re-dispatched (not acknowledged); sweeping again at the next tick",
-                                    panic_message(&*panic),
-                                );
-                                Vec::new()
-                            }
-                        };
-                        if !to_ack.is_empty() {
-                            match caught(registry.acknowledge(&to_ack)).await {
-                                Ok(Ok(())) => {}
-                                Ok(Err(e)) => {
-                                    tracing::warn!("acknowledging {} released events failed: {e}", to_ack.len());
-                                    SweeperMonitor::count(&state.0.errors);
-                                }
-                                Err(panic) => {
-                                    tracing::error!("acknowledge panicked (a backend bug): {}", panic_message(&*panic));
-                                    SweeperMonitor::count(&state.0.panics);
-                                }
-                            }
+                    _ = ticks.tick() => {}
+                    // Deliveries promoted by an exit wait to be handed over: sweep now (the
+                    // next tick counts from here).
+                    _ = registry.wake() => ticks.reset(),
+                }
+                let report = match caught(registry.sweep()).await {
+                    Ok(Ok(report)) => report,
+                    Ok(Err(e)) => {
+                        tracing::warn!("sweep failed, trying again at the next tick: {e}");
+                        SweeperMonitor::count(&state.0.errors);
+                        continue;
+                    }
+                    Err(panic) => {
+                        tracing::error!(
+                            "sweep panicked (a backend bug), sweeping again at the next tick: {}",
+                            panic_message(&*panic)
+                        );
+                        SweeperMonitor::count(&state.0.panics);
+                        continue;
+                    }
+                };
+                SweeperMonitor::count(&state.0.sweeps);
+                let released = report.released.clone();
+                // The synchronous part of the callback runs inside `caught` too.
+                let outcome = caught(async { on_report(report).await.into() }).await;
+                let to_ack: Vec<ReleasedEvent> = match outcome {
+                    Ok(deferred) => {
+                        let deferred: Deferred = deferred;
+                        let keep: HashSet<_> = deferred
+                            .0
+                            .iter()
+                            .map(|e| (&e.target, &e.delivery))
+                            .collect();
+                        released
+                            .into_iter()
+                            .filter(|e| !keep.contains(&(&e.target, &e.delivery)))
+                            .collect()
+                    }
+                    Err(panic) => {
+                        SweeperMonitor::count(&state.0.panics);
+                        let ids: Vec<String> = released.iter().map(ToString::to_string).collect();
+                        tracing::error!(
+                            not_acknowledged = ?ids,
+                            "sweep callback panicked: {}; its released events may not have been re-dispatched (not acknowledged); sweeping again at the next tick",
+                            panic_message(&*panic),
+                        );
+                        Vec::new()
+                    }
+                };
+                if !to_ack.is_empty() {
+                    match caught(registry.acknowledge(&to_ack)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(
+                                "acknowledging {} released events failed: {e}",
+                                to_ack.len()
+                            );
+                            SweeperMonitor::count(&state.0.errors);
+                        }
+                        Err(panic) => {
+                            tracing::error!(
+                                "acknowledge panicked (a backend bug): {}",
+                                panic_message(&*panic)
+                            );
+                            SweeperMonitor::count(&state.0.panics);
                         }
                     }
                 }

@@ -696,6 +696,33 @@ pub trait Maintenance: Send + Sync {
         &self,
         released: &[ReleasedEvent],
     ) -> impl Future<Output = Result<(), RegistryError>> + Send;
+
+    /// Resolves when the next sweep has work that should not wait for its interval: deliveries
+    /// promoted out of the waiting room by a death or an exit (placed already, handed over in the
+    /// next report). The [`Sweeper`](crate::Sweeper) sweeps at once when it resolves. A backend
+    /// without such work never resolves it (the default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Maintenance, RegistryConfig, Target};
+    ///
+    /// let config = RegistryConfig::builder().max_workers(1).max_waiting(8).build().unwrap();
+    /// let r = InMemoryRegistry::new(config);
+    /// let holder = r.register().unwrap();
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+    /// assert!(matches!(r.admit(&t, &d), Admission::Waiting(_)));
+    /// holder.deregister().unwrap(); // the slot is the waiting delivery's at once
+    /// tokio::time::timeout(Duration::from_secs(5), Maintenance::wake(&r)).await.unwrap();
+    /// assert_eq!(Maintenance::sweep(&r).await.unwrap().released.len(), 1);
+    /// # }
+    /// ```
+    fn wake(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
 
 /// Lifecycle events (feature `tokio`): every handle's subscribers see every event of the registry,

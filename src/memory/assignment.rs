@@ -38,7 +38,10 @@ impl<C: Clock> InMemoryRegistry<C> {
         let now = self.now_ms();
         match self.assign_at(target, now, false, true) {
             Ok((a, _)) => AssignOutcome::Assigned(a),
-            Err(r) => AssignOutcome::Rejected(r),
+            Err(r) => {
+                self.count_rejection(&r);
+                AssignOutcome::Rejected(r)
+            }
         }
     }
 
@@ -67,9 +70,24 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// assert!(second.token > first.token);
     /// ```
     pub fn admit(&self, target: &Target, event: &DeliveryId) -> Admission {
-        match self.admit_with(target, event, true) {
+        let out = match self.admit_with(target, event, true) {
             Admission::Rejected(r) if self.inner.room.is_some() => self.park(target, event, r),
             other => other,
+        };
+        // Only a refusal answered counts as one: a parked admission is not a rejection.
+        if let Admission::Rejected(r) = &out {
+            self.count_rejection(r);
+        }
+        out
+    }
+
+    /// Counts a refusal answered to the caller.
+    #[cold]
+    fn count_rejection(&self, r: &Rejection) {
+        let c = &self.inner.counters;
+        match r {
+            Rejection::CapacityFull { .. } => c.rejected_capacity.inc(),
+            Rejection::TargetDraining { .. } => c.rejected_draining.inc(),
         }
     }
 
@@ -198,8 +216,8 @@ impl<C: Clock> InMemoryRegistry<C> {
         match &r {
             Ok((a, _)) if a.new => c.admitted_new.inc(),
             Ok(_) => c.admitted_sticky.inc(),
-            Err(Rejection::CapacityFull { .. }) => c.rejected_capacity.inc(),
-            Err(Rejection::TargetDraining { .. }) => c.rejected_draining.inc(),
+            // Refusals are counted where they are answered (`count_rejection`).
+            Err(_) => {}
         }
         r
     }

@@ -28,6 +28,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::record::WorkerRecord;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
+use crate::api::report::ReleasedEvent;
 use crate::sync::Arc;
 
 /// The repository owner a target counts against (the part of `owner/repo` before the slash).
@@ -86,6 +87,8 @@ pub(crate) struct Room {
     /// Targets waiting for capacity (queued or ready).
     pub(crate) contenders: usize,
     seq: u64,
+    /// Deliveries promoted outside a sweep (by a death), for the next sweep's report.
+    pub(crate) handover: Vec<ReleasedEvent>,
 }
 
 /// What [`Room::park`] did.
@@ -182,16 +185,30 @@ impl Room {
             }
         });
         for (id, t) in freed {
-            // Only if it still waits behind that worker (it may have left, and come back).
-            if let Some(q) = self
-                .targets
-                .get_mut(&t)
-                .filter(|q| q.place == Place::Blocked(id))
-            {
-                q.place = Place::Ready;
-                self.ready.push_back(t);
-                self.contenders += 1;
+            self.make_ready(id, t);
+        }
+    }
+
+    /// Moves the targets behind `worker` (dead now) to the front of the line.
+    pub(crate) fn unblock(&mut self, worker: WorkerId) {
+        if let Some((_, targets)) = self.blocked.remove(&worker) {
+            for t in targets {
+                self.make_ready(worker, t);
             }
+        }
+    }
+
+    /// `t`, blocked behind the dead `id`, is first in line now; only if it still waits behind
+    /// that worker (it may have left, and come back).
+    fn make_ready(&mut self, id: WorkerId, t: Target) {
+        if let Some(q) = self
+            .targets
+            .get_mut(&t)
+            .filter(|q| q.place == Place::Blocked(id))
+        {
+            q.place = Place::Ready;
+            self.ready.push_back(t);
+            self.contenders += 1;
         }
     }
 
@@ -279,12 +296,32 @@ impl Room {
     }
 
     /// Sets the last [`candidate`](Self::candidate) aside for this pass (its owner is at its
-    /// cap): it goes to the back of its line.
-    pub(crate) fn skip(&mut self) {
+    /// cap): it goes to the back of its line. Counted in `skips` (ready, ring) for
+    /// [`unskip`](Self::unskip).
+    pub(crate) fn skip(&mut self, skips: &mut (usize, usize)) {
         if let Some(t) = self.ready.pop_front() {
             self.ready.push_back(t);
+            skips.0 += 1;
         } else if let Some(owner) = self.ring.pop_front() {
             self.ring.push_back(owner);
+            skips.1 += 1;
+        }
+    }
+
+    /// Undoes the skips since the last target settled: a pass that ends without placing the
+    /// targets after them leaves the line as it was, so the owners set aside keep their turn
+    /// for the next room that appears (one exit at a time would otherwise serve the same owner
+    /// again and again while the others are at their cap).
+    pub(crate) fn unskip(&mut self, skips: &mut (usize, usize)) {
+        for _ in 0..std::mem::take(&mut skips.0) {
+            if let Some(t) = self.ready.pop_back() {
+                self.ready.push_front(t);
+            }
+        }
+        for _ in 0..std::mem::take(&mut skips.1) {
+            if let Some(owner) = self.ring.pop_back() {
+                self.ring.push_front(owner);
+            }
         }
     }
 
