@@ -142,7 +142,7 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// reason [`DeadReason::Exited`] (AC5), releasing its target and capacity slot.
     ///
     /// **Locking behaviour:** one workers-shard read lock and one CAS; on exit, one targets-shard
-    /// write lock.
+    /// write lock and, while deliveries wait, the waiting room's mutex (to promote into the slot).
     ///
     /// # Examples
     ///
@@ -269,7 +269,8 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// A clean exit: the worker is dead with reason [`DeadReason::Exited`] if it was draining,
     /// [`DeadReason::Deregistered`] if it was active. Its in-flight claims are released.
     ///
-    /// **Locking behaviour:** one workers-shard read lock, one CAS, one targets-shard write lock.
+    /// **Locking behaviour:** one workers-shard read lock, one CAS, one targets-shard write lock
+    /// and, while deliveries wait, the waiting room's mutex (to promote into the slot).
     pub fn deregister(&self, id: WorkerId) -> Result<DeadReason, RegistryError> {
         match self.apply(&self.record(id)?, state::deregister)? {
             Status::Dead(reason) => Ok(reason),

@@ -1,5 +1,6 @@
 //! The registry's side of the waiting room (`waiting.rs` holds the room itself): parking a
-//! refused admission, the per-owner cap on live workers, and the sweep's promotion and expiry.
+//! refused admission, the per-owner cap on live workers, promotion at a death, and the sweep's
+//! handover, promotion and expiry.
 
 use std::time::Duration;
 

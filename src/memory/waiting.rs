@@ -1,9 +1,11 @@
 //! The waiting room: deliveries parked because their target could not be placed (no capacity, or
-//! its worker draining), promoted by the sweep when room appears, dropped past `max_wait`.
+//! its worker draining), promoted when room appears (by the death or exit that frees it, and by
+//! the sweep), dropped past `max_wait`.
 //!
 //! Everything here is the slow path. The room is one mutex, taken only by an admission that was
-//! already refused (to park it) and by the sweep (to promote and expire); a duplicate, a sticky
-//! admit and a heartbeat never touch it. The one thing the hot paths read is
+//! already refused (to park it), by a worker's death while deliveries wait (to promote into its
+//! slot) and by the sweep (to hand over, promote and expire); a duplicate, a sticky admit and a
+//! heartbeat never touch it. The one thing the hot paths read is
 //! [`Inner::contenders`](super::Inner), an atomic count of targets waiting for capacity: while it
 //! is not zero, an admission that would create a worker parks instead, so arrivals do not
 //! overtake the deliveries already waiting for the slot that just freed.
@@ -14,15 +16,16 @@
 //! * `owners` + `ring`: targets waiting for capacity, in arrival order per repository owner, and
 //!   a round-robin ring of the owners that have some (promotion takes one target per owner in
 //!   turn);
-//! * `blocked`: targets waiting for their draining worker to exit, by that worker; the sweep
-//!   checks each blocking worker once (at most one per draining worker with waiters) and moves
-//!   the targets of the dead ones to `ready`, which promotion serves first (the dead worker's slot
-//!   is theirs);
+//! * `blocked`: targets waiting for their draining worker to exit, by that worker; its death
+//!   moves them to `ready` (in the order of the deaths), which promotion serves first (the dead
+//!   worker's slot is theirs); the sweep checks each blocking worker left once, for a death
+//!   that raced the parking behind it;
+//! * `handover`: deliveries a death promoted, for the next sweep's report;
 //! * `order`: every parked delivery in arrival order, for expiry from the front (entries promoted
 //!   since are skipped when they reach the front).
 //!
-//! Lock order: sweep mutex → room → claims shard → targets shard → workers shard. Parking takes
-//! the room with no map lock held.
+//! Lock order: sweep mutex → room → claims shard → targets shard → workers shard. Parking and a
+//! death take the room with no map lock held.
 
 use std::collections::{HashMap, VecDeque};
 
