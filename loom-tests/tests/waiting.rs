@@ -24,7 +24,7 @@
 //! (`arrival-does-not-overtake`).
 #![cfg(worker_registry_loom)]
 
-use loom_tests::{check, event, invariant, registry_with, spawn, target, EXHAUSTIVE};
+use loom_tests::{check, event, invariant, registry_with, spawn, target, BOUNDED, EXHAUSTIVE};
 use worker_registry::{
     Admission, ClaimState, DeliveryId, ReleaseReason, Status, SweepReport, Target,
 };
@@ -149,9 +149,11 @@ fn promotion_against_a_redelivery_concurrently() {
 
 #[test]
 fn promotion_against_the_draining_workers_exit_concurrently() {
+    // Bounded: the exit now promotes (room lock, placement, a worker's creation) while the sweep
+    // runs; exhaustive exploration took minutes.
     check(
         "promotion_against_the_draining_workers_exit_concurrently",
-        EXHAUSTIVE,
+        BOUNDED,
         promotion_against_exit,
     );
 }
