@@ -70,11 +70,22 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// assert!(second.token > first.token);
     /// ```
     pub fn admit(&self, target: &Target, event: &DeliveryId) -> Admission {
-        let out = match self.admit_with(target, event, true) {
-            Admission::Rejected(r) if self.inner.room.is_some() => self.park(target, event, r),
+        match self.admit_with(target, event, true) {
+            Admission::Rejected(r) => self.refused_admission(target, event, r),
             other => other,
+        }
+    }
+
+    /// A refused admission: parked if the room is on (and has space), else the refusal, counted
+    /// (only a refusal answered counts as one: a parked admission is not a rejection).
+    #[cold]
+    #[inline(never)]
+    fn refused_admission(&self, target: &Target, event: &DeliveryId, r: Rejection) -> Admission {
+        let out = if self.inner.room.is_some() {
+            self.park(target, event, r)
+        } else {
+            Admission::Rejected(r)
         };
-        // Only a refusal answered counts as one: a parked admission is not a rejection.
         if let Admission::Rejected(r) = &out {
             self.count_rejection(r);
         }
