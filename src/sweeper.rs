@@ -25,7 +25,8 @@ use crate::api::report::{ReleasedEvent, SweepReport};
 /// events](SweepReport::released); when the callback returns, the sweeper
 /// [acknowledges](Maintenance::acknowledge) them, except those the callback hands back as
 /// [`Deferred`]. Ticks missed because the runtime was busy are not bunched up: the next sweep simply
-/// runs late (a sweep catches up on everything at once anyway).
+/// runs late (a sweep catches up on everything at once anyway). A sweep also runs at once when
+/// [`Maintenance::wake`] resolves (an exit promoted waiting deliveries, to hand over now).
 ///
 /// Nothing a sweep or a callback does stops the task: a sweep that fails (a networked backend is
 /// unreachable) is counted and retried at the next tick; a callback (or a backend) that panics is
@@ -405,6 +406,12 @@ impl Sweeper {
                 tokio::select! {
                     _ = &mut stopped => break,
                     _ = ticks.tick() => tick(&registry, &mut on_report, &state).await,
+                    // Deliveries promoted by an exit wait to be handed over: sweep now (the
+                    // next tick counts from here).
+                    _ = registry.wake() => {
+                        ticks.reset();
+                        tick(&registry, &mut on_report, &state).await;
+                    }
                 }
             }
             guard.asked = true;

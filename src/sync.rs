@@ -322,6 +322,39 @@ impl<T> Lock<T> {
     }
 }
 
+/// A wake-up from a synchronous call (an exit that promoted waiting deliveries) to an async
+/// waiter (the sweeper, which hands them over). One pending wake-up is kept when nobody waits, so
+/// a wake-up during a sweep is not lost. A no-op without tokio, and under loom (the models call
+/// `sweep` themselves).
+pub(crate) struct Wake {
+    #[cfg(all(feature = "tokio", not(worker_registry_loom)))]
+    notify: tokio::sync::Notify,
+}
+
+impl Wake {
+    pub(crate) fn new() -> Self {
+        Self {
+            #[cfg(all(feature = "tokio", not(worker_registry_loom)))]
+            notify: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Wakes the waiter, or the next one to wait.
+    pub(crate) fn notify(&self) {
+        #[cfg(all(feature = "tokio", not(worker_registry_loom)))]
+        self.notify.notify_one();
+    }
+
+    /// Resolves at the next wake-up (never without tokio, or under loom).
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn wait(&self) {
+        #[cfg(not(worker_registry_loom))]
+        self.notify.notified().await;
+        #[cfg(worker_registry_loom)]
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Locks the sweep mutex; a poisoned lock is still usable (the data it guards is scratch space).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     #[cfg(not(worker_registry_loom))]

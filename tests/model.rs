@@ -50,13 +50,26 @@ const BRAKE_MIN: usize = 3;
 const MAX_IN_FLIGHT_MS: u64 = 150;
 const DRAIN_DEADLINE_MS: u64 = 250;
 
-fn config() -> RegistryConfig {
+/// Which waiting room a run has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// None (`max_waiting` 0): a refused admission is rejected.
+    Off,
+    /// Two slots for four targets, a room of 5 (3 per owner), deliveries dropped after 400 ms.
+    On,
+    /// Three slots, one live worker per owner, a room of 6 (4 per owner).
+    Capped,
+}
+
+/// How long a parked delivery may wait in the runs with a room: reached by a run.
+const MAX_WAIT_MS: u64 = 400;
+
+fn config(room: Room) -> RegistryConfig {
     let ms = Duration::from_millis;
-    RegistryConfig::builder()
+    let b = RegistryConfig::builder()
         .heartbeat_interval(ms(HEARTBEAT_MS))
         .missed_heartbeats(MISSED)
         .sweep_interval(ms(50))
-        .max_workers(MAX_WORKERS)
         .startup_grace(ms(STARTUP_GRACE_MS))
         .suspect_grace(ms(SUSPECT_GRACE_MS))
         .claim_retention(ms(CLAIM_RETENTION_MS))
@@ -67,13 +80,29 @@ fn config() -> RegistryConfig {
         .drain_deadline(ms(DRAIN_DEADLINE_MS))
         // Eviction order among claims completed in the same millisecond is unspecified, so the
         // test keeps eviction out of reach (the key space is TARGETS x EVENTS).
-        .max_retained_claims(1_000)
-        .build()
-        .unwrap()
+        .max_retained_claims(1_000);
+    let b = match room {
+        Room::Off => b.max_workers(MAX_WORKERS),
+        Room::On => b
+            .max_workers(2)
+            .max_waiting(5)
+            .max_waiting_per_owner(3)
+            .max_wait(ms(MAX_WAIT_MS)),
+        Room::Capped => b
+            .max_workers(3)
+            .max_waiting(6)
+            .max_waiting_per_owner(4)
+            .max_wait(ms(MAX_WAIT_MS))
+            .max_workers_per_owner(1),
+    };
+    b.build().unwrap()
 }
 
+/// Targets of two repository owners, alternating (what the per-owner bounds and the round-robin
+/// are about).
 fn target(t: usize) -> Target {
-    Target::new("octo/repo", t as u64 + 1).unwrap()
+    let owner = if t % 2 == 0 { "octo" } else { "acme" };
+    Target::new(&format!("{owner}/repo"), t as u64 + 1).unwrap()
 }
 
 fn event(e: usize) -> DeliveryId {
@@ -232,6 +261,7 @@ async fn apply<R: WorkerRegistry + Maintenance>(
 // ---- running a sequence ----------------------------------------------------------------------------
 
 struct Run {
+    max_workers: usize,
     clock: ManualClock,
     memory: InMemoryRegistry<ManualClock>,
     reference: ReferenceRegistry,
@@ -243,11 +273,12 @@ struct Run {
 type Res = Result<(), TestCaseError>;
 
 impl Run {
-    fn new() -> Self {
+    fn new(room: Room) -> Self {
         let clock = ManualClock::new();
         Self {
-            memory: InMemoryRegistry::with_clock(config(), clock.clone()),
-            reference: ReferenceRegistry::new(config()),
+            max_workers: config(room).max_workers(),
+            memory: InMemoryRegistry::with_clock(config(room), clock.clone()),
+            reference: ReferenceRegistry::new(config(room)),
             clock,
             known: Vec::new(),
             seen: HashSet::new(),
@@ -305,7 +336,12 @@ impl Run {
                 let report = report.map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(report.version, snapshot.version);
                 prop_assert_eq!(report.at, self.clock.now());
-                check_snapshot(&snapshot)?;
+                check_snapshot(&snapshot, self.max_workers)?;
+                for e in &report.released {
+                    if let Some(a) = e.assignment.filter(|a| a.new) {
+                        self.learn(a.worker)?;
+                    }
+                }
             }
             _ => {}
         }
@@ -329,13 +365,23 @@ impl Run {
             }
         }
         prop_assert!(per_target.values().all(|n| *n == 1), "{per_target:?}");
-        prop_assert!(live <= MAX_WORKERS);
+        prop_assert!(live <= self.max_workers);
         let (stats, sweeps) = comparable(WorkerRegistry::stats(mem));
         prop_assert_eq!((stats, sweeps), comparable(reference.stats()));
         prop_assert_eq!(sweeps, stats.sweeps);
-        prop_assert_eq!(mem.direct().live_workers(), live);
-        prop_assert_eq!(stats.live_workers, live);
+        prop_assert_eq!(mem.direct().live_workers(), stats.live_workers);
+        prop_assert!(stats.live_workers <= self.max_workers);
+        // A worker a promotion made is known once a sweep has handed it over.
+        prop_assert!(live <= stats.live_workers);
+        if stats.waiting == 0 && stats.promoted == 0 {
+            prop_assert_eq!(stats.live_workers, live);
+        }
         prop_assert_eq!(mem.direct().claim_count(), reference.claim_count());
+        // Each parking ends once: promoted, dropped, still waiting, or left to a redelivery.
+        prop_assert!(
+            stats.parked >= stats.promoted + stats.waiting_expired + stats.waiting as u64,
+            "{stats:?}"
+        );
         prop_assert_eq!(
             WorkerRegistry::status(mem).version,
             reference.status().version
@@ -345,7 +391,7 @@ impl Run {
 }
 
 /// The published snapshot's derived fields agree with its list.
-fn check_snapshot(s: &StatusSnapshot) -> Res {
+fn check_snapshot(s: &StatusSnapshot, max_workers: usize) -> Res {
     let live: Vec<_> = s.workers.iter().filter(|w| w.status.is_alive()).collect();
     let c = s.counts;
     prop_assert_eq!(c, StatusCounts::of(&s.workers));
@@ -367,13 +413,13 @@ fn check_snapshot(s: &StatusSnapshot) -> Res {
     );
     prop_assert_eq!(
         (s.capacity.used, s.capacity.limit),
-        (live.len(), MAX_WORKERS)
+        (live.len(), max_workers)
     );
     Ok(())
 }
 
-fn run(ops: &[Op]) -> Res {
-    let mut run = Run::new();
+fn run(ops: &[Op], room: Room) -> Res {
+    let mut run = Run::new(room);
     for (i, op) in ops.iter().enumerate() {
         run.step(op)
             .map_err(|e| TestCaseError::fail(format!("at op #{i} {op:?}: {e}")))?;
@@ -391,14 +437,36 @@ proptest! {
     /// Any sequence of operations: the in-memory registry and the reference agree after every one.
     #[test]
     fn registry_matches_the_reference_model(ops in proptest::collection::vec(op(), 1..150)) {
-        run(&ops)?;
+        run(&ops, Room::Off)?;
+    }
+
+    /// The same with the waiting room on (two slots for four targets): parking, its bounds,
+    /// promotion at an exit or a death and in the sweep, a draining target's successor, expiry.
+    #[test]
+    fn registry_matches_the_reference_model_with_the_waiting_room(
+        ops in proptest::collection::vec(op(), 1..150)
+    ) {
+        run(&ops, Room::On)?;
+    }
+
+    /// The same with one live worker per repository owner: promotion sets capped owners aside
+    /// and takes the others in turn.
+    #[test]
+    fn registry_matches_the_reference_model_with_owner_caps(
+        ops in proptest::collection::vec(op(), 1..150)
+    ) {
+        run(&ops, Room::Capped)?;
     }
 }
 
 // ---- fixed sequences (the shapes the random search found worth keeping) ---------------------------
 
 fn fixed(ops: &[Op]) -> Run {
-    let mut run = Run::new();
+    fixed_in(ops, Room::Off)
+}
+
+fn fixed_in(ops: &[Op], room: Room) -> Run {
+    let mut run = Run::new(room);
     for (i, op) in ops.iter().enumerate() {
         if let Err(e) = run.step(op) {
             panic!("at op #{i} {op:?}: {e}");
@@ -569,7 +637,7 @@ fn random_histories_reach_stuck_deliveries_and_drain_deadlines() {
             .new_tree(&mut runner)
             .unwrap()
             .current();
-        let mut run = Run::new();
+        let mut run = Run::new(Room::Off);
         for op in &ops {
             run.step(op).unwrap();
         }
@@ -584,4 +652,97 @@ fn random_histories_reach_stuck_deliveries_and_drain_deadlines() {
         timed_out >= 4,
         "{timed_out} of {runs} runs had a drain timeout"
     );
+}
+
+/// A full registry parks; an exit gives the slot to the waiting delivery at once (its redelivery
+/// is a duplicate in flight before any sweep), and the next sweep hands it over, once.
+#[test]
+fn an_exit_promotes_the_waiting_at_once() {
+    use Op::*;
+    let run = fixed_in(
+        &[
+            Admit(0, 0),
+            Admit(1, 0),
+            Admit(2, 0),
+            Admit(2, 0),
+            Admit(3, 0),
+            Inspect,
+            Deregister(W::Known(0)),
+            Admit(2, 0),
+            Inspect,
+        ],
+        Room::On,
+    );
+    let stats = WorkerRegistry::stats(&run.memory);
+    // The last sweep (run by `fixed_in`) handed target 2's delivery over; target 3 waits on.
+    assert_eq!(
+        (
+            stats.parked,
+            stats.promoted,
+            stats.waiting,
+            stats.rejected_capacity
+        ),
+        (2, 1, 1, 0),
+        "{stats:?}"
+    );
+}
+
+/// A draining target's deliveries wait behind its worker and go to the successor made at the
+/// old worker's exit, never while it lives.
+#[test]
+fn a_draining_targets_successor_is_made_at_the_exit() {
+    use Op::*;
+    let run = fixed_in(
+        &[
+            Admit(0, 0),
+            Drain(W::Known(0)),
+            Admit(0, 1),
+            Admit(0, 2),
+            Sweep,
+            Inspect,
+            LoopFinished(W::Known(0)),
+            Inspect,
+            Admit(0, 1),
+        ],
+        Room::On,
+    );
+    let stats = WorkerRegistry::stats(&run.memory);
+    assert_eq!(
+        (stats.parked, stats.promoted, stats.rejected_draining),
+        (2, 2, 0),
+        "{stats:?}"
+    );
+    assert_eq!(
+        run.known.len(),
+        2,
+        "the successor, learnt from the handover"
+    );
+}
+
+/// Random histories with the room reach parking, promotion and expiry (so the comparison
+/// covers them).
+#[test]
+fn random_histories_reach_parking_promotion_and_expiry() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    for room in [Room::On, Room::Capped] {
+        let mut runner = TestRunner::new(proptest_config(256));
+        let (mut parked, mut promoted, mut expired) = (0, 0, 0);
+        for _ in 0..64 {
+            let ops = proptest::collection::vec(op(), 1..150)
+                .new_tree(&mut runner)
+                .unwrap()
+                .current();
+            let mut run = Run::new(room);
+            for op in &ops {
+                run.step(op).unwrap();
+            }
+            let stats = WorkerRegistry::stats(&run.memory);
+            parked += u64::from(stats.parked > 0);
+            promoted += u64::from(stats.promoted > 0);
+            expired += u64::from(stats.waiting_expired > 0);
+        }
+        eprintln!("{room:?}: of 64 runs, {parked} parked, {promoted} promoted, {expired} expired");
+        assert!(parked >= 32 && promoted >= 24 && expired >= 16, "{room:?}");
+    }
 }

@@ -143,15 +143,17 @@ pub trait WorkerRegistry: Send + Sync {
     ///   target is parked behind them (arrivals do not overtake the waiting), or placed after all
     ///   if the room is full and capacity allows; an admission onto an existing active worker
     ///   (sticky) is not affected.
-    /// * **Promotion** happens in [`Maintenance::sweep`]: capacity freed by a death, an exit or the
-    ///   end of a drain goes to waiting targets, first to those whose draining worker has died
+    /// * **Promotion** happens when capacity is freed by a death, an exit or the end of a drain
+    ///   (at that call itself on a backend that can, as the in-memory one does; else, and in any
+    ///   case as a catch-up, in [`Maintenance::sweep`]): the room goes to waiting targets, first to those whose draining worker has died
     ///   since (the target's successor takes its slot), then one target per owner in turn
     ///   (round-robin across owners, each owner's targets in arrival order). A target is promoted
     ///   with all of its waiting deliveries, in arrival order, onto one worker. A draining target's
     ///   deliveries are promoted only once that worker is dead: never two live workers for one
     ///   target. A completion frees no slot (the worker lives on) and promotes nothing.
     /// * A promoted delivery is **placed** by the promotion (its claim is in flight on the
-    ///   worker, so a redelivery is a duplicate) and handed to exactly one sweep caller in
+    ///   worker, so a redelivery is a duplicate) and handed to exactly one sweep caller (of the
+    ///   next sweep, which [`Maintenance::wake`] asks for at once) in
     ///   [`SweepReport::released`] as a [`ReleasedEvent`] with
     ///   [`ReleaseReason::Promoted`](crate::ReleaseReason::Promoted) and its
     ///   [`assignment`](ReleasedEvent::assignment): the caller starts the worker if the
@@ -696,6 +698,33 @@ pub trait Maintenance: Send + Sync {
         &self,
         released: &[ReleasedEvent],
     ) -> impl Future<Output = Result<(), RegistryError>> + Send;
+
+    /// Resolves when the next sweep has work that should not wait for its interval: deliveries
+    /// promoted out of the waiting room by a death or an exit (placed already, handed over in the
+    /// next report). The [`Sweeper`](crate::Sweeper) sweeps at once when it resolves. A backend
+    /// without such work never resolves it (the default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Maintenance, RegistryConfig, Target};
+    ///
+    /// let config = RegistryConfig::builder().max_workers(1).max_waiting(8).build().unwrap();
+    /// let r = InMemoryRegistry::new(config);
+    /// let holder = r.register().unwrap();
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+    /// assert!(matches!(r.admit(&t, &d), Admission::Waiting(_)));
+    /// holder.deregister().unwrap(); // the slot is the waiting delivery's at once
+    /// tokio::time::timeout(Duration::from_secs(5), Maintenance::wake(&r)).await.unwrap();
+    /// assert_eq!(Maintenance::sweep(&r).await.unwrap().released.len(), 1);
+    /// # }
+    /// ```
+    fn wake(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
 
 /// Lifecycle events (feature `tokio`): every handle's subscribers see every event of the registry,

@@ -124,6 +124,8 @@ pub trait DynBackend: Send + Sync + 'static {
         &'a self,
         released: &'a [ReleasedEvent],
     ) -> BoxFuture<'a, Result<(), RegistryError>>;
+    /// See [`Maintenance::wake`].
+    fn wake<'a>(&'a self) -> BoxFuture<'a, ()>;
     /// See [`WorkerRegistry::status`].
     fn status(&self) -> Arc<StatusSnapshot>;
     /// See [`WorkerRegistry::stats`].
@@ -236,6 +238,9 @@ impl<T: Backend> DynBackend for T {
         released: &'a [ReleasedEvent],
     ) -> BoxFuture<'a, Result<(), RegistryError>> {
         Box::pin(<T as Maintenance>::acknowledge(self, released))
+    }
+    fn wake<'a>(&'a self) -> BoxFuture<'a, ()> {
+        Box::pin(<T as Maintenance>::wake(self))
     }
     fn status(&self) -> Arc<StatusSnapshot> {
         WorkerRegistry::status(self)
@@ -394,6 +399,10 @@ impl Maintenance for DynRegistry {
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         let backend = self.0.clone();
         async move { backend.acknowledge(released).await }
+    }
+    fn wake(&self) -> impl Future<Output = ()> + Send {
+        let backend = self.0.clone();
+        async move { backend.wake().await }
     }
 }
 

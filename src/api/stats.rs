@@ -104,9 +104,11 @@ pub struct Stats {
     /// Deliveries refused as duplicates (by `admit` or `claim`).
     pub duplicates: u64,
     /// Deliveries and assignments refused for capacity (a registration refused for capacity is
-    /// an error to its caller and is not counted here).
+    /// an error to its caller and is not counted here). A delivery parked in the waiting room is
+    /// not refused: it is counted in `parked`, not here.
     pub rejected_capacity: u64,
-    /// Deliveries or assignments refused because the target's worker is draining.
+    /// Deliveries or assignments refused because the target's worker is draining (a parked
+    /// delivery is counted in `parked` instead).
     pub rejected_draining: u64,
     /// Heartbeats accepted.
     pub heartbeats: u64,
@@ -143,7 +145,8 @@ pub struct Stats {
     /// Times this handle found that a shared backend's server lost the registry's data or went
     /// back in time ([`Event::DataLost`](crate::Event::DataLost)); always 0 in memory.
     pub data_losses: u64,
-    /// Deliveries parked in the waiting room (each also counted as rejected for its reason).
+    /// Deliveries parked in the waiting room (not counted as rejected: a parked delivery is
+    /// admitted later, or dropped and counted in `waiting_expired`).
     pub parked: u64,
     /// Parked deliveries promoted onto a worker and handed over.
     pub promoted: u64,

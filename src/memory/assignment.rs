@@ -38,7 +38,10 @@ impl<C: Clock> Direct<C> {
         let now = self.now_ms();
         match self.assign_at(target, now, false, true) {
             Ok((a, _)) => AssignOutcome::Assigned(a),
-            Err(r) => AssignOutcome::Rejected(r),
+            Err(r) => {
+                self.count_rejection(&r);
+                AssignOutcome::Rejected(r)
+            }
         }
     }
 
@@ -68,8 +71,34 @@ impl<C: Clock> Direct<C> {
     /// ```
     pub fn admit(&self, target: &Target, event: &DeliveryId) -> Admission {
         match self.admit_with(target, event, true) {
-            Admission::Rejected(r) if self.inner.room.is_some() => self.park(target, event, r),
+            Admission::Rejected(r) => self.refused_admission(target, event, r),
             other => other,
+        }
+    }
+
+    /// A refused admission: parked if the room is on (and has space), else the refusal, counted
+    /// (only a refusal answered counts as one: a parked admission is not a rejection).
+    #[cold]
+    #[inline(never)]
+    fn refused_admission(&self, target: &Target, event: &DeliveryId, r: Rejection) -> Admission {
+        let out = if self.inner.room.is_some() {
+            self.park(target, event, r)
+        } else {
+            Admission::Rejected(r)
+        };
+        if let Admission::Rejected(r) = &out {
+            self.count_rejection(r);
+        }
+        out
+    }
+
+    /// Counts a refusal answered to the caller.
+    #[cold]
+    fn count_rejection(&self, r: &Rejection) {
+        let c = &self.inner.counters;
+        match r {
+            Rejection::CapacityFull { .. } => c.rejected_capacity.inc(),
+            Rejection::TargetDraining { .. } => c.rejected_draining.inc(),
         }
     }
 
@@ -213,8 +242,8 @@ impl<C: Clock> Direct<C> {
         match &r {
             Ok((a, _)) if a.new => c.admitted_new.inc(),
             Ok(_) => c.admitted_sticky.inc(),
-            Err(Rejection::CapacityFull { .. }) => c.rejected_capacity.inc(),
-            Err(Rejection::TargetDraining { .. }) => c.rejected_draining.inc(),
+            // Refusals are counted where they are answered (`count_rejection`).
+            Err(_) => {}
         }
         r
     }

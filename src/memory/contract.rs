@@ -139,6 +139,11 @@ impl<C: Clock> Maintenance for InMemoryRegistry<C> {
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         ready(Ok(()))
     }
+    /// Resolves once a death or an exit promoted waiting deliveries since the last wake-up.
+    #[cfg(feature = "tokio")]
+    fn wake(&self) -> impl Future<Output = ()> + Send {
+        self.direct().inner.wake.wait()
+    }
 }
 
 #[cfg(feature = "tokio")]

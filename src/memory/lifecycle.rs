@@ -17,8 +17,15 @@ use crate::sync::{Arc, Ordering};
 
 impl<C: Clock> Direct<C> {
     /// Bookkeeping after the CAS that killed `rec` (called exactly once, by that CAS's winner): free
-    /// the capacity slot, unmap the target, count the death.
-    pub(crate) fn on_death(&self, rec: &Arc<WorkerRecord>, reason: DeadReason, now: u64) {
+    /// the capacity slot, unmap the target, count the death, let the waiting have the room (at
+    /// once with `promote`; a sweep passes `false` and promotes once at its end).
+    pub(crate) fn on_death(
+        &self,
+        rec: &Arc<WorkerRecord>,
+        reason: DeadReason,
+        now: u64,
+        promote: bool,
+    ) {
         rec.record_death(now);
         if rec.holds_claims() {
             // Its in-flight claims are released from now on: the next sweep must visit the claims
@@ -35,6 +42,8 @@ impl<C: Clock> Direct<C> {
         }
         self.inner.counters.death(reason).inc();
         self.inner.events.died(rec, reason);
+        // Room appeared: the waiting come first.
+        self.after_death(rec, promote);
     }
 
     /// Records a heartbeat (AC4). Tells a live worker whether it is active or draining; refuses a dead
@@ -99,12 +108,22 @@ impl<C: Clock> Direct<C> {
         rec: &Arc<WorkerRecord>,
         f: impl FnMut(Word) -> Result<Word, IsDead>,
     ) -> Result<Status, RegistryError> {
+        self.apply_in(rec, f, true)
+    }
+
+    /// [`apply`](Self::apply); a death promotes waiting deliveries at once only with `promote`.
+    pub(super) fn apply_in(
+        &self,
+        rec: &Arc<WorkerRecord>,
+        f: impl FnMut(Word) -> Result<Word, IsDead>,
+        promote: bool,
+    ) -> Result<Status, RegistryError> {
         let now = self.now_ms();
         match rec.state.transition(f) {
             Ok((old, new)) => {
                 self.inner.events.transition(rec, old, new);
                 if let (false, Status::Dead(reason)) = (old.is_dead(), new.status()) {
-                    self.on_death(rec, reason, now);
+                    self.on_death(rec, reason, now, promote);
                 }
                 Ok(new.status())
             }
@@ -123,7 +142,7 @@ impl<C: Clock> Direct<C> {
     /// reason [`DeadReason::Exited`] (AC5), releasing its target and capacity slot.
     ///
     /// **Locking behaviour:** one workers-shard read lock and one CAS; on exit, one targets-shard
-    /// write lock.
+    /// write lock and, while deliveries wait, the waiting room's mutex (to promote into the slot).
     ///
     /// # Examples
     ///
@@ -174,7 +193,18 @@ impl<C: Clock> Direct<C> {
         rec: &Arc<WorkerRecord>,
         deadline: Duration,
     ) -> Result<Status, RegistryError> {
-        let status = self.apply(rec, state::drain)?;
+        self.drain_record_in(rec, deadline, true)
+    }
+
+    /// [`drain_record`](Self::drain_record); an idle worker's exit promotes at once only with
+    /// `promote` (the sweep's drains promote at its end).
+    pub(super) fn drain_record_in(
+        &self,
+        rec: &Arc<WorkerRecord>,
+        deadline: Duration,
+        promote: bool,
+    ) -> Result<Status, RegistryError> {
+        let status = self.apply_in(rec, state::drain, promote)?;
         if status == Status::Draining {
             rec.set_drain_deadline(self.now_ms().saturating_add(millis(deadline)));
         }
@@ -239,7 +269,8 @@ impl<C: Clock> Direct<C> {
     /// A clean exit: the worker is dead with reason [`DeadReason::Exited`] if it was draining,
     /// [`DeadReason::Deregistered`] if it was active. Its in-flight claims are released.
     ///
-    /// **Locking behaviour:** one workers-shard read lock, one CAS, one targets-shard write lock.
+    /// **Locking behaviour:** one workers-shard read lock, one CAS, one targets-shard write lock
+    /// and, while deliveries wait, the waiting room's mutex (to promote into the slot).
     pub fn deregister(&self, id: WorkerId) -> Result<DeadReason, RegistryError> {
         match self.apply(&self.record(id)?, state::deregister)? {
             Status::Dead(reason) => Ok(reason),

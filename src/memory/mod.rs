@@ -272,6 +272,8 @@ pub(crate) struct Inner<C> {
     pub(crate) waiting: AtomicUsize,
     /// Live spawned workers per repository owner (only with `max_workers_per_owner`).
     pub(crate) owner_live: ShardMap<String, usize>,
+    /// Wakes the sweeper when a death promoted waiting deliveries (see `parking.rs`).
+    pub(crate) wake: sync::Wake,
 }
 
 impl Default for InMemoryRegistry<SystemClock> {
@@ -449,6 +451,7 @@ impl<C: Clock> Direct<C> {
                 contenders: AtomicUsize::new(0),
                 waiting: AtomicUsize::new(0),
                 owner_live: ShardMap::new(shards),
+                wake: sync::Wake::new(),
                 config,
                 clock,
             }),

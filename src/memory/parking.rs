@@ -1,8 +1,10 @@
 //! The registry's side of the waiting room (`waiting.rs` holds the room itself): parking a
-//! refused admission, the per-owner cap on live workers, and the sweep's promotion and expiry.
+//! refused admission, the per-owner cap on live workers, promotion at a death, and the sweep's
+//! handover, promotion and expiry.
 
 use std::time::Duration;
 
+use super::record::WorkerRecord;
 use super::waiting::{owner_of, Parked, Room};
 use super::Direct;
 use crate::api::error::RegistryError;
@@ -137,12 +139,8 @@ impl<C: Clock> Direct<C> {
                 .unwrap_or(false)
     }
 
-    /// The sweep's step: drop deliveries that waited past `max_wait`, then promote the oldest that
-    /// fit, each target whose draining worker died first, then one target per owner in turn.
-    ///
-    /// Bounded: each delivery parked is promoted or dropped once; a target that does not fit ends
-    /// the step (capacity is full) or is set aside (its worker drains, its owner is at its cap),
-    /// and at most one pass over the owners is spent on owners at their cap.
+    /// The sweep's step: hand over what deaths promoted since the last sweep, drop deliveries that
+    /// waited past `max_wait`, then promote the oldest that fit (see [`fill`](Self::fill)).
     ///
     /// **Locking behaviour:** called under the sweep mutex; takes the room's mutex, and under it
     /// what `admit` takes for each promoted delivery.
@@ -152,6 +150,7 @@ impl<C: Clock> Direct<C> {
         };
         let cfg = &self.inner.config;
         let mut room = sync::lock(room);
+        report.released.append(&mut room.handover);
         let limit = cfg.max_wait();
         let cutoff = now.checked_sub(crate::clock::millis(limit));
         if let Some(cutoff) = cutoff {
@@ -168,15 +167,69 @@ impl<C: Clock> Direct<C> {
             .counters
             .waiting_expired
             .add(report.expired_waiting.len() as u64);
+        // A safety net: every death unblocks its own waiters (`after_death`); one that raced a
+        // parking behind it is found here.
         room.unblock_dead();
-        let mut skipped = 0usize;
+        self.fill(&mut room, &mut report.released);
+        report.waiting = room.len;
+        self.publish_room(&room);
+    }
+
+    /// Promotion when room appears: called by the winner of the CAS that killed `rec` (an exit,
+    /// a deregistration, a death found by the sweep), once its slot is free and its target
+    /// unmapped. The targets parked behind `rec` move to the front of the line (so the order of
+    /// the deaths is the order of their successors), then, with `promote` (outside the sweep,
+    /// which promotes once at its end), the oldest waiting deliveries that fit are placed at once (see [`fill`](Self::fill)); they are handed
+    /// over in the next sweep's report (and the sweeper woken for it, see
+    /// [`Maintenance::wake`](crate::Maintenance::wake)).
+    ///
+    /// Bounded: one death frees one slot, so at most one new worker is made; the other steps are
+    /// the targets behind `rec` (one) and targets placed on a live worker of theirs, each waiting
+    /// delivery placed at most once.
+    ///
+    /// **Locking behaviour:** nothing unless deliveries wait; then the room's mutex, and under it
+    /// what `admit` takes for each promoted delivery. Never called with a map lock held.
+    pub(super) fn after_death(&self, rec: &WorkerRecord, promote: bool) {
+        let Some(room) = &self.inner.room else {
+            return;
+        };
+        // Relaxed: a hint. A delivery parked concurrently that this read misses is unblocked and
+        // promoted by the next sweep (`unblock_dead`, `fill`): later, never lost.
+        if self.inner.waiting.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut room = sync::lock(room);
+        room.unblock(rec.id);
+        if !promote {
+            return;
+        }
+        let mut handed = std::mem::take(&mut room.handover);
+        let before = handed.len();
+        self.fill(&mut room, &mut handed);
+        let promoted = handed.len() > before;
+        room.handover = handed;
+        self.publish_room(&room);
+        drop(room);
+        if promoted {
+            self.inner.wake.notify();
+        }
+    }
+
+    /// Promotes the oldest waiting deliveries that fit, into `out`: each target whose draining
+    /// worker died first, then one target per owner in turn.
+    ///
+    /// Bounded: each delivery parked is promoted or dropped once; a target that does not fit ends
+    /// the step (capacity is full) or is set aside (its worker drains, its owner is at its cap),
+    /// and at most one pass over the owners is spent on owners at their cap (set aside, and put
+    /// back in their place if nothing after them was placed).
+    fn fill(&self, room: &mut Room, out: &mut Vec<ReleasedEvent>) {
+        let mut skips = (0usize, 0usize);
         while let Some(target) = room.candidate() {
             if self.owner_full(&target) && !self.has_live_worker(&target) {
-                if skipped >= room.contenders {
+                if skips.0 + skips.1 >= room.contenders {
                     break;
                 }
-                skipped += 1;
-                room.skip();
+                room.skip(&mut skips);
                 continue;
             }
             let mut blocker = None;
@@ -186,9 +239,7 @@ impl<C: Clock> Direct<C> {
                     Admission::Assigned(a) => {
                         room.pop(&target);
                         self.inner.counters.promoted.inc();
-                        report
-                            .released
-                            .push(ReleasedEvent::promoted(target.clone(), item, a));
+                        out.push(ReleasedEvent::promoted(target.clone(), item, a));
                     }
                     // Its redelivery was placed meanwhile: nothing left to hand over.
                     Admission::Duplicate(_) => {
@@ -211,11 +262,10 @@ impl<C: Clock> Direct<C> {
             if full {
                 break;
             }
-            skipped = 0;
+            skips = (0, 0);
             room.settle(&target, blocker);
         }
-        report.waiting = room.len;
-        self.publish_room(&room);
+        room.unskip(&mut skips);
     }
 
     /// Whether `target` has a live worker (so placing it takes no new slot).

@@ -195,7 +195,7 @@ impl<C: Clock> Direct<C> {
         for (idx, rec) in &overdue {
             let result = match rec.state.transition(state::drain_timed_out) {
                 Ok((_, new)) => {
-                    self.on_death(rec, DeadReason::DrainTimedOut, now);
+                    self.on_death(rec, DeadReason::DrainTimedOut, now, false);
                     report.died.push((rec.id, DeadReason::DrainTimedOut));
                     if let Some(t) = &rec.target {
                         report.released_targets.push(t.clone());
@@ -299,7 +299,7 @@ impl<C: Clock> Direct<C> {
         };
         for rec in &stuck {
             let before = rec.state.load();
-            match self.drain_record(rec, cfg.drain_deadline()) {
+            match self.drain_record_in(rec, cfg.drain_deadline(), false) {
                 Ok(Status::Draining) if before.is_active() => report.drained_stuck.push(rec.id),
                 Ok(Status::Dead(reason)) if !before.is_dead() => {
                     report.died.push((rec.id, reason));
@@ -388,7 +388,7 @@ impl<C: Clock> Direct<C> {
             )
         }) {
             Ok((_, new)) => {
-                self.on_death(rec, DeadReason::MissedHeartbeats, now);
+                self.on_death(rec, DeadReason::MissedHeartbeats, now, false);
                 report.died.push((rec.id, DeadReason::MissedHeartbeats));
                 if let Some(t) = &rec.target {
                     report.released_targets.push(t.clone());

@@ -1,9 +1,11 @@
 //! The waiting room: deliveries parked because their target could not be placed (no capacity, or
-//! its worker draining), promoted by the sweep when room appears, dropped past `max_wait`.
+//! its worker draining), promoted when room appears (by the death or exit that frees it, and by
+//! the sweep), dropped past `max_wait`.
 //!
 //! Everything here is the slow path. The room is one mutex, taken only by an admission that was
-//! already refused (to park it) and by the sweep (to promote and expire); a duplicate, a sticky
-//! admit and a heartbeat never touch it. The one thing the hot paths read is
+//! already refused (to park it), by a worker's death while deliveries wait (to promote into its
+//! slot) and by the sweep (to hand over, promote and expire); a duplicate, a sticky admit and a
+//! heartbeat never touch it. The one thing the hot paths read is
 //! [`Inner::contenders`](super::Inner), an atomic count of targets waiting for capacity: while it
 //! is not zero, an admission that would create a worker parks instead, so arrivals do not
 //! overtake the deliveries already waiting for the slot that just freed.
@@ -14,20 +16,22 @@
 //! * `owners` + `ring`: targets waiting for capacity, in arrival order per repository owner, and
 //!   a round-robin ring of the owners that have some (promotion takes one target per owner in
 //!   turn);
-//! * `blocked`: targets waiting for their draining worker to exit, by that worker; the sweep
-//!   checks each blocking worker once (at most one per draining worker with waiters) and moves
-//!   the targets of the dead ones to `ready`, which promotion serves first (the dead worker's slot
-//!   is theirs);
+//! * `blocked`: targets waiting for their draining worker to exit, by that worker; its death
+//!   moves them to `ready` (in the order of the deaths), which promotion serves first (the dead
+//!   worker's slot is theirs); the sweep checks each blocking worker left once, for a death
+//!   that raced the parking behind it;
+//! * `handover`: deliveries a death promoted, for the next sweep's report;
 //! * `order`: every parked delivery in arrival order, for expiry from the front (entries promoted
 //!   since are skipped when they reach the front).
 //!
-//! Lock order: sweep mutex → room → claims shard → targets shard → workers shard. Parking takes
-//! the room with no map lock held.
+//! Lock order: sweep mutex → room → claims shard → targets shard → workers shard. Parking and a
+//! death take the room with no map lock held.
 
 use std::collections::{HashMap, VecDeque};
 
 use super::record::WorkerRecord;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
+use crate::api::report::ReleasedEvent;
 use crate::sync::Arc;
 
 /// The repository owner a target counts against (the part of `owner/repo` before the slash).
@@ -86,6 +90,8 @@ pub(crate) struct Room {
     /// Targets waiting for capacity (queued or ready).
     pub(crate) contenders: usize,
     seq: u64,
+    /// Deliveries promoted outside a sweep (by a death), for the next sweep's report.
+    pub(crate) handover: Vec<ReleasedEvent>,
 }
 
 /// What [`Room::park`] did.
@@ -182,16 +188,30 @@ impl Room {
             }
         });
         for (id, t) in freed {
-            // Only if it still waits behind that worker (it may have left, and come back).
-            if let Some(q) = self
-                .targets
-                .get_mut(&t)
-                .filter(|q| q.place == Place::Blocked(id))
-            {
-                q.place = Place::Ready;
-                self.ready.push_back(t);
-                self.contenders += 1;
+            self.make_ready(id, t);
+        }
+    }
+
+    /// Moves the targets behind `worker` (dead now) to the front of the line.
+    pub(crate) fn unblock(&mut self, worker: WorkerId) {
+        if let Some((_, targets)) = self.blocked.remove(&worker) {
+            for t in targets {
+                self.make_ready(worker, t);
             }
+        }
+    }
+
+    /// `t`, blocked behind the dead `id`, is first in line now; only if it still waits behind
+    /// that worker (it may have left, and come back).
+    fn make_ready(&mut self, id: WorkerId, t: Target) {
+        if let Some(q) = self
+            .targets
+            .get_mut(&t)
+            .filter(|q| q.place == Place::Blocked(id))
+        {
+            q.place = Place::Ready;
+            self.ready.push_back(t);
+            self.contenders += 1;
         }
     }
 
@@ -279,12 +299,32 @@ impl Room {
     }
 
     /// Sets the last [`candidate`](Self::candidate) aside for this pass (its owner is at its
-    /// cap): it goes to the back of its line.
-    pub(crate) fn skip(&mut self) {
+    /// cap): it goes to the back of its line. Counted in `skips` (ready, ring) for
+    /// [`unskip`](Self::unskip).
+    pub(crate) fn skip(&mut self, skips: &mut (usize, usize)) {
         if let Some(t) = self.ready.pop_front() {
             self.ready.push_back(t);
+            skips.0 += 1;
         } else if let Some(owner) = self.ring.pop_front() {
             self.ring.push_back(owner);
+            skips.1 += 1;
+        }
+    }
+
+    /// Undoes the skips since the last target settled: a pass that ends without placing the
+    /// targets after them leaves the line as it was, so the owners set aside keep their turn
+    /// for the next room that appears (one exit at a time would otherwise serve the same owner
+    /// again and again while the others are at their cap).
+    pub(crate) fn unskip(&mut self, skips: &mut (usize, usize)) {
+        for _ in 0..std::mem::take(&mut skips.0) {
+            if let Some(t) = self.ready.pop_back() {
+                self.ready.push_front(t);
+            }
+        }
+        for _ in 0..std::mem::take(&mut skips.1) {
+            if let Some(owner) = self.ring.pop_back() {
+                self.ring.push_front(owner);
+            }
         }
     }
 

@@ -176,7 +176,7 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
         family(
             e,
             "worker_registry_rejected",
-            "Deliveries and assignments refused, by reason.",
+            "Deliveries and assignments refused (a parked delivery is not), by reason.",
             "reason",
             &[
                 (
@@ -244,7 +244,7 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
         counter(
             e,
             "worker_registry_waiting_parked",
-            "Deliveries parked in the waiting room (each also counted in worker_registry_rejected).",
+            "Deliveries parked in the waiting room (not counted in worker_registry_rejected).",
             stats.parked,
         )?;
         counter(

@@ -220,6 +220,10 @@ impl WorkerRegistry for ReferenceRegistry {
     fn config(&self) -> &RegistryConfig {
         &self.shared.config
     }
+    /// The model parks (with `max_waiting` above 0), as the in-memory backend does.
+    fn parks(&self) -> bool {
+        true
+    }
 }
 
 impl Maintenance for ReferenceRegistry {

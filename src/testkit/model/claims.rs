@@ -64,12 +64,31 @@ impl Model {
     }
 
     pub(crate) fn admit(&mut self, target: &Target, delivery: &DeliveryId) -> Admission {
+        let out = match self.admit_unparked(target, delivery, true) {
+            Admission::Rejected(r) => self.park(target, delivery, r),
+            other => other,
+        };
+        // A parked admission is not a rejection.
+        if let Admission::Rejected(r) = &out {
+            self.count_rejection(r);
+        }
+        out
+    }
+
+    /// `admit` without the waiting room; with `defer`, no worker is created while targets wait
+    /// for capacity.
+    pub(super) fn admit_unparked(
+        &mut self,
+        target: &Target,
+        delivery: &DeliveryId,
+        defer: bool,
+    ) -> Admission {
         let key = (target.clone(), delivery.clone());
         if let Some(dup) = self.duplicate(&key) {
             self.counts.duplicates += 1;
             return Admission::Duplicate(dup);
         }
-        match self.place(target) {
+        match self.place(target, defer) {
             Ok(a) => {
                 self.put_claim(key, Some(a.worker));
                 Admission::Assigned(a)

@@ -17,6 +17,7 @@
 //! | `workers.rs` | creation under the limit, placement, heartbeats, loops, drain, exits |
 //! | `claims.rs` | duplicates, bare claims, release, completion |
 //! | `sweep.rs` | the maintenance pass |
+//! | `waiting.rs` | the waiting room: parking, promotion, expiry, the per-owner cap |
 //!
 //! The stall rule and stuck deliveries are modelled as the contract states them (durations judged
 //! on registry running time; a stuck delivery released, its worker drained). Worker ids count from
@@ -38,6 +39,7 @@ use crate::config::RegistryConfig;
 
 mod claims;
 mod sweep;
+mod waiting;
 mod workers;
 
 type Key = (Target, DeliveryId);
@@ -150,11 +152,16 @@ pub(crate) struct Model {
     last_sweep: Option<u64>,
     /// The stall rule: spans `[start, end]` (ms) during which the registry did not run.
     stalls: Vec<(u64, u64)>,
+    /// The waiting room (`max_waiting` above 0).
+    room: Option<waiting::Room>,
+    /// In a sweep: a death unblocks its waiters but promotes nothing until the sweep's end.
+    sweeping: bool,
 }
 
 impl Model {
     pub(crate) fn new(config: RegistryConfig) -> Self {
         let snapshot = Arc::new(StatusSnapshot::empty(config.max_workers(), wall(0)));
+        let room = (config.max_waiting() > 0).then(waiting::Room::default);
         Self {
             config,
             now: Duration::ZERO,
@@ -170,6 +177,8 @@ impl Model {
             events: EventSender::new(),
             last_sweep: None,
             stalls: Vec::new(),
+            room,
+            sweeping: false,
         }
     }
 
@@ -205,6 +214,7 @@ impl Model {
         let mut s = self.counts;
         s.live_workers = self.live;
         s.retained_claims = self.retained;
+        s.waiting = self.waiting();
         s.events_missed = self.events.missed();
         s.snapshot_age = self.now.saturating_sub(self.snapshot.taken_at_monotonic);
         s

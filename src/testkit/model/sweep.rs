@@ -31,6 +31,8 @@ impl Model {
             at: self.now,
             ..SweepReport::default()
         };
+        // Deaths during the pass free room that the pass's end promotes into.
+        self.sweeping = true;
 
         // The stall rule: a sweep more than two intervals after the previous one measures a
         // stall of everything after the first interval; drain deadlines that had not passed when
@@ -219,7 +221,11 @@ impl Model {
             .filter(|w| !w.purged)
             .map(|w| w.info(now))
             .collect();
-        self.snapshot = Arc::new(StatusSnapshot::new(
+        // The waiting room last, into the room this sweep made (the snapshot lists the workers
+        // as they were before it, as the in-memory backend's does).
+        self.sweeping = false;
+        self.promote(&mut report);
+        let mut snapshot = StatusSnapshot::new(
             self.version,
             wall(now),
             self.now,
@@ -227,10 +233,13 @@ impl Model {
             cfg.max_workers(),
             report.brake_engaged,
             counts,
-        ));
+        );
+        snapshot.waiting = report.waiting;
+        self.snapshot = Arc::new(snapshot);
         report.took = started.elapsed();
         self.counts.sweep_durations.observe(report.took);
         self.publish_released(&report);
+        self.publish_waiting(&report);
         report
     }
 
@@ -251,7 +260,11 @@ impl Model {
         for t in &report.released_targets {
             by_target.entry(t).or_default();
         }
-        for e in &report.released {
+        for e in report
+            .released
+            .iter()
+            .filter(|e| e.reason != ReleaseReason::Promoted)
+        {
             by_target
                 .entry(&e.target)
                 .or_default()

@@ -36,6 +36,12 @@ impl Model {
     /// Creates a worker if fewer than `max_workers` are alive.
     fn create(&mut self, target: Option<Target>, busy: bool) -> Result<WorkerId, RegistryError> {
         let limit = self.config.max_workers();
+        if target.as_ref().is_some_and(|t| self.owner_full(t)) {
+            let cap = self.config.max_workers_per_owner();
+            return Err(RegistryError::Rejected(Rejection::CapacityFull {
+                limit: cap,
+            }));
+        }
         if self.live >= limit {
             return Err(RegistryError::Rejected(Rejection::CapacityFull { limit }));
         }
@@ -101,6 +107,7 @@ impl Model {
             target,
             reason,
         });
+        self.after_death(id);
     }
 
     /// A transition of a live worker; `f` changes it and says whether it dies (and why).
@@ -124,8 +131,10 @@ impl Model {
         Ok(self.workers[&id].status)
     }
 
-    /// Places `target`: its active worker, not while it drains, else a new one if capacity allows.
-    pub(super) fn place(&mut self, target: &Target) -> Result<Assignment, Rejection> {
+    /// Places `target`: its active worker, not while it drains, else a new one if capacity allows
+    /// (and, with `defer`, no target waits for capacity: they come first). Counts admissions;
+    /// the caller counts a refusal it answers ([`count_rejection`](Self::count_rejection)).
+    pub(super) fn place(&mut self, target: &Target, defer: bool) -> Result<Assignment, Rejection> {
         let r = match self.targets.get(target).copied() {
             Some(id) => {
                 let w = self.worker_mut(id);
@@ -137,6 +146,9 @@ impl Model {
                     Err(Rejection::TargetDraining { worker: id })
                 }
             }
+            None if defer && self.contended() => Err(Rejection::CapacityFull {
+                limit: self.config.max_workers(),
+            }),
             None => match self.create(Some(target.clone()), true) {
                 Ok(id) => Ok(Assignment::new(id, token(id, 1), true)),
                 Err(_) => Err(Rejection::CapacityFull {
@@ -148,16 +160,26 @@ impl Model {
         match &r {
             Ok(a) if a.new => c.admitted_new += 1,
             Ok(_) => c.admitted_sticky += 1,
-            Err(Rejection::CapacityFull { .. }) => c.rejected_capacity += 1,
-            Err(_) => c.rejected_draining += 1,
+            Err(_) => {}
         }
         r
     }
 
+    /// Counts a refusal answered to the caller.
+    pub(super) fn count_rejection(&mut self, r: &Rejection) {
+        match r {
+            Rejection::CapacityFull { .. } => self.counts.rejected_capacity += 1,
+            _ => self.counts.rejected_draining += 1,
+        }
+    }
+
     pub(crate) fn assign(&mut self, target: &Target) -> AssignOutcome {
-        match self.place(target) {
+        match self.place(target, true) {
             Ok(a) => AssignOutcome::Assigned(a),
-            Err(r) => AssignOutcome::Rejected(r),
+            Err(r) => {
+                self.count_rejection(&r);
+                AssignOutcome::Rejected(r)
+            }
         }
     }
 
