@@ -710,16 +710,18 @@ pub trait Maintenance: Send + Sync {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
-    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Maintenance, RegistryConfig, Target};
+    /// use worker_registry::{
+    ///     Admission, DeliveryId, InMemoryRegistry, Maintenance, RegistryConfig, Target, WorkerRegistry,
+    /// };
     ///
     /// let config = RegistryConfig::builder().max_workers(1).max_waiting(8).build().unwrap();
     /// let r = InMemoryRegistry::new(config);
-    /// let holder = r.register().unwrap();
+    /// let holder = r.register().await.unwrap();
     /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
-    /// assert!(matches!(r.admit(&t, &d), Admission::Waiting(_)));
-    /// holder.deregister().unwrap(); // the slot is the waiting delivery's at once
-    /// tokio::time::timeout(Duration::from_secs(5), Maintenance::wake(&r)).await.unwrap();
-    /// assert_eq!(Maintenance::sweep(&r).await.unwrap().released.len(), 1);
+    /// assert!(matches!(r.admit(&t, &d).await.unwrap(), Admission::Waiting(_)));
+    /// r.deregister(holder).await.unwrap(); // the slot is the waiting delivery's at once
+    /// tokio::time::timeout(Duration::from_secs(5), r.wake()).await.unwrap();
+    /// assert_eq!(r.sweep().await.unwrap().released.len(), 1);
     /// # }
     /// ```
     fn wake(&self) -> impl Future<Output = ()> + Send {
