@@ -55,7 +55,7 @@
 //! at load as library-level locals, then one file per decision, each the body of one function
 //! `wr_<checksum>_<decision>` (flagged `no-writes`: `worker`, `changes`, `snap_page`): `admit`, `assign`, `claim`, `release`, `complete` (both `complete` and
 //! `complete_by`), `heartbeat`, `loop_started`, `loop_finished`, `register`, `deregister`, `drain`
-//! (`drain_within` and `drain_all_within`), `worker`, `sweep` (one bounded step), `publish` (one
+//! (`drain_within`, and each batch of `drain_all_within`'s `ZSCAN` walk), `worker`, `sweep` (one bounded step), `publish` (one
 //! bounded step of publishing the snapshot), `changes` and `snap_page` (what a handle reads to bring
 //! its copy up to date), `acknowledge`, `listen` (where the event numbering stands, for the
 //! listener), `identity` (what a sweep compares to find a data loss, and the forgetting of gone
@@ -121,11 +121,13 @@
 //! here is to one node (or a proxy in front of a cluster); a cluster client is not wired in
 //! (see [`docs::redis`](crate::docs::redis)).
 //!
-//! **Cost.** No function's work grows with the registry, with three exceptions kept on purpose,
+//! **Cost.** No function's work grows with the registry, with two exceptions kept on purpose,
 //! each rare: a sweep that has to drop a stall beyond the 64 kept, all still within reach of a
 //! judgement, re-judges every live worker and in-flight claim in its first step; a sweep that
-//! measures a stall reads the drain deadlines it moves out; `drain_all_within` reads every live
-//! worker (an operator's call). A sweep step is about [`SWEEP_STEP_BUDGET`] commands, a publish
+//! measures a stall reads the drain deadlines it moves out. `drain_all_within` walks `{n}:live`
+//! with `ZSCAN` (`COUNT` 128) and drains each batch with one `drain` call, so it is not one
+//! atomic step: a worker admitted or registered during the walk may be missed, as the in-memory
+//! backend's shard-by-shard collection misses one created behind it. A sweep step is about [`SWEEP_STEP_BUDGET`] commands, a publish
 //! step [`PUBLISH_STEP`] workers, a change-log answer [`CHANGES_PAGE`] entries, a rebuild page
 //! [`SNAP_PAGE`] lines, an acknowledgement 128 receipts, and a completion evicts at most 4. What
 //! a sweep costs in total is what is due: the candidates past their score, the queues' due
