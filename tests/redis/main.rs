@@ -21,6 +21,7 @@ mod lost_reply;
 #[path = "../support/proxy.rs"]
 mod proxy;
 mod replicas;
+mod rescan;
 mod scale;
 #[cfg(feature = "redis-tls")]
 mod tls;
