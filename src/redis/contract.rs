@@ -30,6 +30,10 @@ use crate::remote::vocab::{self, ReplyError};
 /// Receipts one `acknowledge` script call takes (three commands each).
 const ACK_CHUNK: usize = 128;
 
+/// The `COUNT` hint of one `ZSCAN` step of `drain_all_within`'s walk of `{n}:live`, and so
+/// about the number of workers one `drain` call takes.
+const DRAIN_ALL_SCAN: usize = 128;
+
 /// What a placement script answered (admit after its duplicate check, assign).
 enum Placed {
     Assigned(Assignment),
@@ -214,7 +218,7 @@ impl RedisRegistry {
         }
     }
 
-    /// Runs the drain script on `ids` (none: every live worker).
+    /// Runs the drain script on `ids`, one answer per id in order.
     async fn drain_ids(
         &self,
         ids: &[WorkerId],
@@ -229,38 +233,25 @@ impl RedisRegistry {
         let f = Fields::of(&v)?;
         let mut outcomes = f.array("outcomes")?;
         let mut reasons = f.array("reasons")?;
-        if !ids.is_empty() && outcomes.remaining() != ids.len() {
+        if outcomes.remaining() != ids.len() {
             return Err(codec::schema(ReplyError::invalid(
                 "outcomes",
                 format!("{} answers for {} workers", outcomes.remaining(), ids.len()),
             )));
         }
-        let mut out = Vec::with_capacity(outcomes.remaining());
-        let mut i = 0;
-        while outcomes.remaining() > 0 {
-            let id = ids.get(i).copied();
-            i += 1;
+        let mut out = Vec::with_capacity(ids.len());
+        for &id in ids {
             let word = outcomes.text()?;
             let reason = reasons.text()?;
-            // An answer naming a worker needs one asked about (drain-all's live workers answer
-            // only draining or exited): anything else is an impossible reply, not worker 0.
-            let id = || {
-                id.ok_or_else(|| {
-                    codec::schema(ReplyError::invalid(
-                        "outcomes",
-                        format!("{word:?} for no worker asked about"),
-                    ))
-                })
-            };
             out.push(match &*word {
                 vocab::DRAINING => Ok(Status::Draining),
                 vocab::EXITED => {
                     self.inner.counters.death(DeadReason::Exited);
                     Ok(Status::Dead(DeadReason::Exited))
                 }
-                vocab::UNKNOWN => Err(RegistryError::UnknownWorker { id: id()? }),
+                vocab::UNKNOWN => Err(RegistryError::UnknownWorker { id }),
                 vocab::REFUSED_DEAD => Err(RegistryError::WorkerDead {
-                    id: id()?,
+                    id,
                     reason: vocab::dead_reason(&reason).map_err(codec::schema)?,
                 }),
                 other => return Err(bad_outcome("drain", other)),
@@ -477,16 +468,51 @@ impl WorkerRegistry for RedisRegistry {
             .unwrap_or_else(|| Err(bad("drain answered nothing")))
     }
 
+    /// Walks `{n}:live` with `ZSCAN` (about [`DRAIN_ALL_SCAN`] ids a step) and drains each
+    /// batch with one `drain` call, so no call's work grows with the registry. Not one atomic
+    /// step: a worker admitted or registered during the walk may be missed (as the in-memory
+    /// backend misses one created after its shard visit), and one that died meanwhile is not
+    /// counted.
     async fn drain_all_within(&self, deadline: Duration) -> Result<DrainAll, RegistryError> {
         let mut out = DrainAll::default();
-        for r in self.drain_ids(&[], deadline).await? {
-            match r {
-                Ok(Status::Draining) => out.draining += 1,
-                Ok(Status::Dead(_)) => out.exited += 1,
-                _ => {}
+        // ZSCAN may return an id twice (the set was resized between steps): drain it once.
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut conn = self.inner.conn.clone();
+            let (next, page): (u64, Vec<String>) = ::redis::cmd("ZSCAN")
+                .arg(&self.inner.keys.live)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(DRAIN_ALL_SCAN)
+                .query_async(&mut conn)
+                .await
+                .map_err(error::backend)?;
+            // The page alternates member, score.
+            let mut ids = Vec::with_capacity(page.len() / 2);
+            for member in page.iter().step_by(2) {
+                let id = member
+                    .parse::<u64>()
+                    .map_err(|e| bad(format!("live member {member:?}: {e}")))?;
+                if seen.insert(id) {
+                    ids.push(WorkerId::new(id));
+                }
             }
+            if !ids.is_empty() {
+                for r in self.drain_ids(&ids, deadline).await? {
+                    match r {
+                        Ok(Status::Draining) => out.draining += 1,
+                        Ok(Status::Dead(_)) => out.exited += 1,
+                        // Died or purged since the scan saw it.
+                        _ => {}
+                    }
+                }
+            }
+            if next == 0 {
+                return Ok(out);
+            }
+            cursor = next;
         }
-        Ok(out)
     }
 
     async fn worker(&self, worker: WorkerId) -> Result<Option<WorkerInfo>, RegistryError> {

@@ -20,6 +20,8 @@ pub(crate) struct Keys {
     pub(crate) next_replica_id: String,
     /// The maintenance lease.
     pub(crate) lease: String,
+    /// The live workers (walked with `ZSCAN` by `drain_all_within`).
+    pub(crate) live: String,
 }
 
 impl Keys {
@@ -32,6 +34,7 @@ impl Keys {
             events: key("events"),
             next_replica_id: key("next_replica_id"),
             lease: key("sweep_lease"),
+            live: key("live"),
             prefix,
         }
     }
@@ -58,7 +61,7 @@ mod tests {
         assert_eq!(k.prefix, "{pool-a}:");
         assert_eq!(k.offset, "{pool-a}:test_offset_ms");
         assert_eq!(k.claim("o/r#1:d"), "{pool-a}:c:o/r#1:d");
-        for key in [&k.offset, &k.events, &k.next_replica_id, &k.lease] {
+        for key in [&k.offset, &k.events, &k.next_replica_id, &k.lease, &k.live] {
             assert!(key.starts_with("{pool-a}:"), "{key}");
         }
     }

@@ -47,6 +47,7 @@
 //! | `{n}:consumers` | zset | replica id → its last sweep (registry ms): consumers of the released stream silent for ten sweep intervals plus `release_ack_timeout` and holding no pending entry are deleted (`XGROUP DELCONSUMER`, 8 per sweep) |
 //! | `{n}:sweep_lease` | string | the maintenance lease: owner and expiry |
 //! | `{n}:last_sweep`, `{n}:stalls` | string, list | when the latest sweep of any replica ran, and the stall spans (`<start>:<end>`, at most 64) the stall rule still credits |
+//! | `{n}:rescan` | string | after a dropped stall: `<live cursor>\t<flight cursor>`, the scores the rescan walk has re-judged up to (`-inf` at the start, `done` past the end); deleted when both are done |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
 //!
 //! **The library** (`src/redis/scripts/`, assembled by `scripts.rs` into one `FUNCTION LOAD`):
@@ -55,7 +56,7 @@
 //! at load as library-level locals, then one file per decision, each the body of one function
 //! `wr_<checksum>_<decision>` (flagged `no-writes`: `worker`, `changes`, `snap_page`): `admit`, `assign`, `claim`, `release`, `complete` (both `complete` and
 //! `complete_by`), `heartbeat`, `loop_started`, `loop_finished`, `register`, `deregister`, `drain`
-//! (`drain_within` and `drain_all_within`), `worker`, `sweep` (one bounded step), `publish` (one
+//! (`drain_within`, and each batch of `drain_all_within`'s `ZSCAN` walk), `worker`, `sweep` (one bounded step), `publish` (one
 //! bounded step of publishing the snapshot), `changes` and `snap_page` (what a handle reads to bring
 //! its copy up to date), `acknowledge`, `listen` (where the event numbering stands, for the
 //! listener), `identity` (what a sweep compares to find a data loss, and the forgetting of gone
@@ -122,11 +123,16 @@
 //! registry lives in one slot, on one primary at a time; `MOVED`, `ASK` and failovers are the
 //! cluster client's (see [`docs::redis`](crate::docs::redis), "Connections").
 //!
-//! **Cost.** No function's work grows with the registry, with three exceptions kept on purpose,
-//! each rare: a sweep that has to drop a stall beyond the 64 kept, all still within reach of a
-//! judgement, re-judges every live worker and in-flight claim in its first step; a sweep that
-//! measures a stall reads the drain deadlines it moves out; `drain_all_within` reads every live
-//! worker (an operator's call). A sweep step is about [`SWEEP_STEP_BUDGET`] commands, a publish
+//! **Cost.** No function's work grows with the registry, with one exception kept on purpose,
+//! rare: a sweep that measures a stall reads the drain deadlines it moves out. A sweep that has
+//! to drop a stall beyond the 64 kept, all still within reach of a judgement, starts the rescan
+//! walk (`{n}:rescan`): its steps and the following sweeps' re-score a bounded chunk of `{n}:live`
+//! and then of `{n}:flight` per step, by a score cursor, down to the deadline the lost credit
+//! leaves, so that the candidates' range query finds them in a later step (a worker held in
+//! place by the brake may push one to the next sweep). `drain_all_within` walks `{n}:live`
+//! with `ZSCAN` (`COUNT` 128) and drains each batch with one `drain` call, so it is not one
+//! atomic step: a worker admitted or registered during the walk may be missed, as the in-memory
+//! backend's shard-by-shard collection misses one created behind it. A sweep step is about [`SWEEP_STEP_BUDGET`] commands, a publish
 //! step [`PUBLISH_STEP`] workers, a change-log answer [`CHANGES_PAGE`] entries, a rebuild page
 //! [`SNAP_PAGE`] lines, an acknowledgement 128 receipts, and a completion evicts at most 4. What
 //! a sweep costs in total is what is due: the candidates past their score, the queues' due

@@ -247,3 +247,33 @@ async fn a_replica_configured_otherwise_is_refused_naming_the_setting_and_both_v
     // Another handle with the same configuration is welcome (connect_replica uses it).
     first.connect_replica().await.unwrap();
 }
+
+#[tokio::test]
+async fn drain_all_walks_more_workers_than_one_scan_step_and_counts_each_once() {
+    let Some(url) = harness::shared("basics") else {
+        return;
+    };
+    let cfg = RegistryConfig::builder()
+        .max_workers(400)
+        .startup_grace(Duration::ZERO)
+        .build()
+        .unwrap();
+    let r = harness::registry(&url, "drain-all-walk", cfg).await;
+    // 300 live workers (the walk takes about 128 a step), every third one busy.
+    let mut busy = Vec::new();
+    for i in 0..300 {
+        let w = r.register().await.unwrap();
+        if i % 3 == 0 {
+            assert_eq!(r.loop_started(w).await, Ok(Status::Active));
+            busy.push(w);
+        }
+    }
+    let all = r.drain_all_within(Duration::from_secs(60)).await.unwrap();
+    assert_eq!((all.draining, all.exited), (100, 200));
+    // The idle ones are gone; the busy ones keep draining and are counted again, once each.
+    let again = r.drain_all_within(Duration::from_secs(60)).await.unwrap();
+    assert_eq!((again.draining, again.exited), (100, 0));
+    for w in busy {
+        assert_eq!(r.heartbeat(w).await, Ok(HeartbeatAck::Draining));
+    }
+}

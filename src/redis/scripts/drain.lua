@@ -1,17 +1,14 @@
 -- drain / drain_all: a busy active worker drains (until now + deadline, the earlier deadline
 -- kept); an idle one exits at once; a draining one keeps draining.
--- ARGV: prefix, replica id, deadline_ms, worker ids... (none: every live worker)
+-- ARGV: prefix, replica id, deadline_ms, worker ids... (drain_all_within walks `live` with
+--   ZSCAN and passes each batch here)
 -- Returns outcomes (per worker, in order: 'draining' | 'exited' (now) | 'unknown' |
 --   'refused_dead'), reasons (per worker: the dead reason of a 'refused_dead', else ''), live, now
 local deadline = tonumber(ARGV[2])
 
 local now = clock()
 local ids = {}
-if #ARGV > 2 then
-  for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
-else
-  ids = redis.call('ZRANGE', K.live, 0, -1)
-end
+for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
 
 -- Read phase: every worker's state, and what an exit would change.
 local plans = {}

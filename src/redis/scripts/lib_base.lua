@@ -44,6 +44,8 @@
 --   sweep_lease       string  "<owner>\t<expires at, registry ms>", with PX
 --   last_sweep        string  when the latest sweep of any replica ran (registry ms)
 --   stalls            list  "<start>:<end>" stall spans the stall rule still credits, oldest first
+--   rescan            string  "<live cursor>\t<flight cursor>": where the rescan walk after a
+--                     dropped stall stands (scores, `-inf` at the start, `done` past the end)
 --   epoch             string  the incarnation: set when there is none; moved on by the handle that
 --                           finds the data rewound (identity.lua)
 --   config            string  the deciding settings, stored by the first handle

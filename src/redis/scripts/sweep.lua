@@ -68,9 +68,8 @@ if prev then
     stall = { prev + interval, now }
     if #spans >= MAX_STALLS then
       -- Dropping the oldest stall can only take credit away, which may bring a deadline below
-      -- its score in `live` or `flight`: this sweep re-judges every live worker and in-flight
-      -- claim (work proportional to them, in a sweep that measured a stall, after MAX_STALLS
-      -- stalls all still within the horizon: rare by construction).
+      -- its score in `live` or `flight`: the rescan walk (below) starts again from the lowest
+      -- scores and re-scores, a bounded chunk per step, every live worker and in-flight claim.
       table.remove(spans, 1)
       rescan = true
     end
@@ -121,6 +120,8 @@ if stall then
 end
 local function write_stalls()
   redis.call('SET', K.last_sweep, I(last_sweep))
+  -- A dropped stall (re)starts the rescan walk: score cursors in `live` and `flight`.
+  if rescan then redis.call('SET', K.rescan, '-inf\t-inf') end
   if stalls_changed then
     redis.call('DEL', K.stalls)
     for _, sp in ipairs(spans) do redis.call('RPUSH', K.stalls, I(sp[1]) .. ':' .. I(sp[2])) end
@@ -189,15 +190,7 @@ if swept then
   local function act_cost(brake) if brake then return 5 end return 20 end
   local chunk = room(2)
   if mode == 'act' then chunk = room(act_cost(brake_in)) end
-  local cands
-  if rescan and first then
-    -- Dropping the oldest stall (after MAX_STALLS, all within reach) can only take credit away:
-    -- re-judge every live worker (work proportional to them, in this rare case only).
-    cands = redis.call('ZRANGE', K.live, 0, -1)
-    chunk = #cands + 1
-  else
-    cands = redis.call('ZRANGEBYSCORE', K.live, '-inf', '(' .. I(now), 'LIMIT', skip, chunk)
-  end
+  local cands = redis.call('ZRANGEBYSCORE', K.live, '-inf', '(' .. I(now), 'LIMIT', skip, chunk)
   local exhausted = #cands < chunk
   local stale, rescore, ghosts, overdue_c = {}, {}, {}, {}
   for _, id in ipairs(cands) do
@@ -303,17 +296,12 @@ if swept then
   local stuck, stuck_of, stuck_ids, flight_rescore, flight_ghosts = {}, {}, {}, {}, {}
   local stuck_exits = {}
   if rest then
-    local flight_c
-    if rescan and first then
-      flight_c = redis.call('ZRANGE', K.flight, 0, -1)
-    else
-      local lim = room(4)
-      flight_c = {}
-      if lim > 0 then
-        flight_c = redis.call('ZRANGEBYSCORE', K.flight, '-inf', '(' .. I(now), 'LIMIT', 0, lim)
-      end
-      if #flight_c == lim then more = true end
+    local lim = room(4)
+    local flight_c = {}
+    if lim > 0 then
+      flight_c = redis.call('ZRANGEBYSCORE', K.flight, '-inf', '(' .. I(now), 'LIMIT', 0, lim)
     end
+    if #flight_c == lim then more = true end
     spend(2 * #flight_c)
     for _, m in ipairs(flight_c) do
       local c = redis.call('HMGET', ckey(m), 'h', 'ca', 'dn', 'rel')
@@ -455,12 +443,83 @@ if swept then
     if #purge == lim then more = true end
   end
 
+  -- The rescan walk after a dropped stall: the next chunk of `live`, then of `flight`, above the
+  -- cursors in `rescan`, each entry re-scored down to its deadline as judged now if the lost
+  -- credit brought it below its score (one now below `now` is a candidate of the next step).
+  -- Re-scoring by sweeps only moves scores up, so a score cursor misses nothing but the ties
+  -- of a chunk's last score when the whole chunk is one score; judging an entry twice is
+  -- harmless. About 3 commands an entry; the cursors are written below, `rescan` deleted at the end.
+  local rescan_cursor, rescan_fix, flight_fix = nil, {}, {}
+  local rc = redis.call('GET', K.rescan)
+  if rescan then rc = '-inf\t-inf' end
+  if rest and rc then
+    local tab = string.find(rc, '\t', 1, true)
+    local cur = { string.sub(rc, 1, tab - 1), string.sub(rc, tab + 1) }
+    for which = 1, 2 do
+      local key = which == 1 and K.live or K.flight
+      local lim = room(3)
+      if cur[which] ~= 'done' then
+        if lim <= 0 then
+          more = true
+        else
+          local lo = cur[which] == '-inf' and '-inf' or '(' .. cur[which]
+          local got = redis.call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', 0, lim)
+          local n = #got / 2
+          local upto = n
+          if n == lim then
+            -- Leave the chunk's trailing ties to the next step (unless the chunk is all one score).
+            local last = got[2 * n]
+            while upto > 0 and got[2 * upto] == last do upto = upto - 1 end
+            if upto == 0 then upto = n end
+            cur[which] = got[2 * upto]
+            more = true
+          else
+            cur[which] = 'done'
+          end
+          for i = 1, upto do
+            local m, score = got[2 * i - 1], tonumber(got[2 * i])
+            local due
+            if which == 1 then
+              local f = worker_of(m)
+              if f[2] and not overdue_drain(m, f) then
+                local hb = tonumber(f[7])
+                local allowed = timeout
+                if f[5] ~= '1' then allowed = allowed + grace end
+                due = hb + allowed + since(hb)
+              end
+            else
+              local c = redis.call('HMGET', ckey(m), 'ca', 'dn', 'rel')
+              if c[1] and not c[2] and not c[3] then
+                due = tonumber(c[1]) + max_in_flight + since(tonumber(c[1]))
+              end
+            end
+            if due and due < score then
+              local fix = which == 1 and rescan_fix or flight_fix
+              fix[#fix + 1] = { due, m }
+              if due < now then more = true end
+            end
+          end
+          spend(3 * upto)
+        end
+      end
+    end
+    rescan_cursor = cur[1] .. '\t' .. cur[2]
+    if cur[1] == 'done' and cur[2] == 'done' then rescan_cursor = false end
+  end
+
   ---------------------------------------------------------------------------- write phase
   if need_group then
     redis.call('XGROUP', 'CREATE', K.released, 'dispatch', '0', 'MKSTREAM')
     need_group = false
   end
   write_stalls()
+  if rescan_cursor then
+    redis.call('SET', K.rescan, rescan_cursor)
+  elseif rescan_cursor == false then
+    redis.call('DEL', K.rescan)
+  end
+  for _, r in ipairs(rescan_fix) do redis.call('ZADD', K.live, r[1], r[2]) end
+  for _, r in ipairs(flight_fix) do redis.call('ZADD', K.flight, r[1], r[2]) end
   for _, r in ipairs(rescore) do redis.call('ZADD', K.live, r[1], r[2]) end
   for _, r in ipairs(flight_rescore) do redis.call('ZADD', K.flight, r[1], r[2]) end
   for _, m in ipairs(flight_ghosts) do redis.call('ZREM', K.flight, m) end
