@@ -619,8 +619,8 @@ pub trait WorkerRegistry: Send + Sync {
 /// [`claim_retention`](RegistryConfig::claim_retention) of its release (its claim is gone by then,
 /// so a redelivery is admitted as new anyway) is deleted by the sweeping replica, a bounded number
 /// per sweep, counted in [`Stats::released_expired`](crate::Stats::released_expired) and logged with
-/// `tracing::warn!` naming its target and delivery: never silently, and never offered again.
-/// (PostgreSQL does this today; on Redis the released stream still keeps such entries.) The
+/// `tracing::warn!` naming its target and delivery: never silently, and never offered again
+/// (Redis may drop it up to one sweep interval late). The
 /// in-memory backend hands each event over once, in the report of the sweep that released it,
 /// and keeps nothing to expire.
 pub trait Maintenance: Send + Sync {
