@@ -1354,3 +1354,50 @@ async fn a_replica_configured_otherwise_is_refused_naming_the_setting_and_both_v
         .unwrap();
     assert_eq!(again.config().max_workers(), 4);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_delivery_never_acknowledged_expires_after_claim_retention_counted_once() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .startup_grace(Duration::ZERO)
+        .release_ack_timeout(Duration::from_secs(60))
+        .claim_retention(Duration::from_secs(300))
+        .build()
+        .unwrap();
+    let a = open(&url, "outbox_expiry", config.clone()).await;
+    let Admission::Assigned(_) = a.admit(&t(1), &d("never-acked")).await.unwrap() else {
+        panic!()
+    };
+    a.advance_time_for_tests(config.heartbeat_timeout() + Duration::from_secs(1))
+        .await
+        .unwrap();
+    let r = a.sweep().await.unwrap();
+    assert_eq!(r.released.len(), 1, "released when its worker died");
+    // Not acknowledged: offered again after release_ack_timeout, not yet expired.
+    a.advance_time_for_tests(Duration::from_secs(61))
+        .await
+        .unwrap();
+    let r = a.sweep().await.unwrap();
+    assert_eq!(
+        r.released.len(),
+        1,
+        "offered again after release_ack_timeout"
+    );
+    assert_eq!(a.stats().released_expired, 0);
+    // claim_retention after its release: deleted, counted once, not offered again.
+    a.advance_time_for_tests(Duration::from_secs(240))
+        .await
+        .unwrap();
+    let r = a.sweep().await.unwrap();
+    assert!(r.released.is_empty(), "expired, not offered: {r:?}");
+    assert_eq!(a.stats().released_expired, 1);
+    for _ in 0..2 {
+        a.advance_time_for_tests(Duration::from_secs(61))
+            .await
+            .unwrap();
+        assert!(a.sweep().await.unwrap().released.is_empty());
+    }
+    assert_eq!(a.stats().released_expired, 1, "counted once");
+}

@@ -617,8 +617,14 @@ pub trait WorkerRegistry: Send + Sync {
 /// re-dispatch a harmless duplicate) and then calls [`acknowledge`](Self::acknowledge). A shared
 /// backend offers an event that was not acknowledged within
 /// [`release_ack_timeout`](RegistryConfig::release_ack_timeout) to another replica, so a replica
-/// that dies between the two loses nothing. The in-memory backend hands each event over once, in
-/// the report of the sweep that released it.
+/// that dies between the two loses nothing. An event nobody acknowledges within
+/// [`claim_retention`](RegistryConfig::claim_retention) of its release (its claim is gone by then,
+/// so a redelivery is admitted as new anyway) is deleted by the sweeping replica, a bounded number
+/// per sweep, counted in [`Stats::released_expired`](crate::Stats::released_expired) and logged with
+/// `tracing::warn!` naming its target and delivery: never silently, and never offered again
+/// (Redis may drop it up to one sweep interval late). The
+/// in-memory backend hands each event over once, in the report of the sweep that released it,
+/// and keeps nothing to expire.
 pub trait Maintenance: Send + Sync {
     /// Runs one maintenance pass (or, in a shared backend whose lease another replica holds, only
     /// collects this replica's share of released events and refreshes the snapshot; the report says

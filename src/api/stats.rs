@@ -134,6 +134,9 @@ pub struct Stats {
     pub claims_evicted: u64,
     /// Dead worker records purged after their retention.
     pub workers_purged: u64,
+    /// Released deliveries never acknowledged, dropped `claim_retention` after their release
+    /// (each also logged with `tracing::warn!`).
+    pub released_expired: u64,
     /// Sweeps run (that did the maintenance work).
     pub sweeps: u64,
     /// Sweeps in which the mass-staleness brake held back deaths.

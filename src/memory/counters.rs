@@ -99,6 +99,7 @@ impl Counters {
             claims_expired: self.claims_expired.get(),
             claims_evicted: self.claims_evicted.get(),
             workers_purged: self.workers_purged.get(),
+            released_expired: 0, // released deliveries are handed out once, nothing is kept
             sweeps: self.sweeps.get(),
             brake_engaged: self.brake_engaged.get(),
             suspected: self.suspected.get(),

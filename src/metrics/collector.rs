@@ -234,6 +234,12 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
             "Retained claims evicted early to stay under max_retained_claims.",
             stats.claims_evicted,
         )?;
+        counter(
+            e,
+            "worker_registry_released_expired",
+            "Released deliveries never acknowledged, dropped after claim_retention.",
+            stats.released_expired,
+        )?;
 
         gauge(
             e,

@@ -21,7 +21,7 @@
 //! | `worker_registry_claims_completed_total`, `_released_total`, `_stuck_total`, `_expired_total`, `_evicted_total` | counter | | stats |
 //! | `worker_registry_deaths_total` | counter | `reason` = missed_heartbeats, exited, deregistered, drain_timed_out | stats |
 //! | `worker_registry_heartbeats_total` | counter | `result` = accepted, refused | stats |
-//! | `worker_registry_sweeps_total`, `_suspected_total`, `_brake_engaged_total`, `_workers_purged_total` | counter | | stats |
+//! | `worker_registry_sweeps_total`, `_suspected_total`, `_brake_engaged_total`, `_workers_purged_total`, `_released_expired_total` | counter | | stats |
 //! | `worker_registry_brake_active` | gauge (0/1) | | snapshot |
 //! | `worker_registry_sweep_duration_seconds` | histogram | | sweeps |
 //! | `worker_registry_snapshot_version`, `_snapshot_age_seconds` | gauge | | snapshot |

@@ -1524,3 +1524,27 @@ BEGIN
                                                             p_batch, p_known));
 END
 $$;
+
+
+-- expire released: outbox rows nobody acknowledged within claim_retention of their release
+-- (their claim is gone by then: a redelivery is admitted as new anyway) are deleted, at most
+-- p_batch a step (the caller runs steps until one finds less); the caller counts and logs them.
+CREATE OR REPLACE FUNCTION wr_expire_released(p_reg bigint, p_now bigint, p_retention bigint,
+                                              p_batch integer) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows jsonb;
+    v_n integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM wr_released
+         WHERE id IN (SELECT id FROM wr_released
+                       WHERE registry = p_reg AND released_at_ms <= p_now - p_retention
+                       ORDER BY id LIMIT p_batch
+                       FOR UPDATE SKIP LOCKED)
+        RETURNING repo, number, delivery)
+    SELECT coalesce(jsonb_agg(jsonb_build_array(repo, number, delivery)), '[]'), count(*)
+      INTO v_rows, v_n FROM gone;
+    RETURN jsonb_build_object('expired', v_rows, 'more', v_n = p_batch);
+END
+$$;

@@ -42,6 +42,9 @@ const DEATHS: &str =
 const RELEASE: &str = "SELECT wr_sweep_release($1, $2, $3, $4, $5)::text AS body";
 const STUCK: &str = "SELECT wr_sweep_stuck($1, $2, $3, $4, $5, $6, $7)::text AS body";
 const RETAIN: &str = "SELECT wr_sweep_retain($1, $2, $3, $4, $5, $6, $7)::text AS body";
+const EXPIRE_RELEASED: &str = "SELECT wr_expire_released($1, $2, $3, $4)::text AS body";
+/// The most unacknowledged outbox rows one sweep expires (the rest in the next sweeps).
+pub(crate) const EXPIRE_RELEASED_BATCH: usize = 128;
 const STAMP: &str = "SELECT wr_sweep_stamp($1, $2, $3) AS n";
 const FINISH: &str = "SELECT wr_sweep_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
                       $12, $13, $14, $15, $16, $17, $18)::text AS body";
@@ -113,6 +116,12 @@ struct Done {
     collected: Collected,
 }
 
+/// What `wr_expire_released` deleted: (repo, number, delivery) per row.
+#[derive(Debug, Deserialize)]
+struct ExpireStep {
+    expired: Vec<(String, i64, String)>,
+}
+
 #[derive(Debug, Deserialize)]
 struct RetainStep {
     expired: u64,
@@ -139,6 +148,8 @@ pub(crate) struct Maintained {
     pub(crate) expired: u64,
     pub(crate) evicted: u64,
     pub(crate) purged: u64,
+    /// Outbox rows never acknowledged, deleted after `claim_retention` from their release.
+    pub(crate) released_expired: u64,
     in_flight: Option<i64>,
     retained: Option<i64>,
     /// Transactions the maintenance ran (begin and publish included).
@@ -234,6 +245,7 @@ impl PostgresRegistry {
         // publish versions what this sweep's deaths and drains changed (one step of it, more
         // steps and a second version only if that was not all).
         self.retention(begun.now, &mut m).await?;
+        self.expire_released(begun.now, &mut m).await?;
         self.releases(begun.now, &mut m).await?;
         self.stamp(&mut m).await?;
         if !self.deaths(begun, &mut m).await? {
@@ -377,6 +389,31 @@ impl PostgresRegistry {
     }
 
     /// The retention steps: expiry, eviction, purge.
+    /// One bounded step deleting outbox rows nobody acknowledged within `claim_retention` of
+    /// their release (at most [`EXPIRE_RELEASED_BATCH`]; the next sweep continues), each logged.
+    async fn expire_released(&self, now: i64, m: &mut Maintained) -> Result<(), RegistryError> {
+        let inner = &*self.inner;
+        let p = &inner.params;
+        let s: ExpireStep = self
+            .call(
+                EXPIRE_RELEASED,
+                &[&inner.id, &now, &p.retention, &count(EXPIRE_RELEASED_BATCH)],
+                |row| parse("expire released", row),
+            )
+            .await?;
+        m.steps += 1;
+        for (repo, number, delivery) in &s.expired {
+            tracing::warn!(
+                target_repo = %repo,
+                target_number = number,
+                delivery = %delivery,
+                "released delivery never acknowledged within claim_retention; expired"
+            );
+        }
+        m.released_expired += s.expired.len() as u64;
+        Ok(())
+    }
+
     async fn retention(&self, now: i64, m: &mut Maintained) -> Result<(), RegistryError> {
         let inner = &*self.inner;
         let p = &inner.params;

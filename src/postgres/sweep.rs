@@ -146,6 +146,7 @@ impl Maintenance for PostgresRegistry {
         c.claims_expired.add(m.expired);
         c.claims_evicted.add(m.evicted);
         c.workers_purged.add(m.purged);
+        c.released_expired.add(m.released_expired);
         c.observe_sweep(report.took);
         self.settle().await;
         Ok(report)

@@ -178,6 +178,7 @@ scripts! {
     worker => "worker.lua", read_only;
     sweep => "sweep.lua";
     acknowledge => "acknowledge.lua";
+    expire_released => "expire_released.lua";
     publish => "publish.lua";
     changes => "changes.lua", read_only;
     snap_page => "snap_page.lua", read_only;

@@ -33,6 +33,9 @@ pub const MAX_SWEEP_STEPS: usize = 4_096;
 /// The most released entries one step hands out.
 const STEP_HANDOUT: usize = 128;
 
+/// The most unacknowledged released entries one sweep expires (the rest in the next sweeps).
+const EXPIRE_RELEASED_BATCH: usize = 128;
+
 /// What the steps carry from one to the next.
 struct Cursor {
     at: u64,
@@ -56,6 +59,9 @@ impl RedisRegistry {
         };
         let (mut released, mut stuck, mut live, mut adj) = (0, 0, 0, 0);
         let mut handed = 0;
+        // Before the steps, so that an entry expired is not handed out by them (a no-op unless
+        // this replica holds the lease).
+        let released_expired = self.expire_released().await?;
         for step in 0..MAX_SWEEP_STEPS {
             let handout = STEP_HANDOUT.min(HANDOUT_BATCH.saturating_sub(handed));
             let mut inv = self.prepare(&SCRIPTS.sweep);
@@ -155,6 +161,7 @@ impl RedisRegistry {
             c.add(C::ClaimsExpired, report.expired_claims as u64);
             c.add(C::ClaimsEvicted, report.evicted_claims as u64);
             c.add(C::WorkersPurged, report.purged_workers as u64);
+            c.add(C::ReleasedExpired, released_expired);
             if report.brake_engaged {
                 c.inc(C::BrakeEngaged);
             }
@@ -165,5 +172,25 @@ impl RedisRegistry {
             c.observe_sweep(report.took);
         }
         Ok(report)
+    }
+
+    /// One bounded step (at most [`EXPIRE_RELEASED_BATCH`]) deleting released entries nobody
+    /// acknowledged within `claim_retention` of their release, each logged; how many.
+    async fn expire_released(&self) -> Result<u64, RegistryError> {
+        let mut inv = self.prepare(&SCRIPTS.expire_released);
+        inv.arg(self.inner.limits.retention_ms)
+            .arg(EXPIRE_RELEASED_BATCH);
+        let v = self.invoke(&inv).await?;
+        let pairs: Vec<String> = redis::from_redis_value(v).map_err(|e| bad(e.to_string()))?;
+        for p in pairs.chunks(2) {
+            if let [target, delivery] = p {
+                tracing::warn!(
+                    released_target = %target,
+                    delivery = %delivery,
+                    "released delivery never acknowledged within claim_retention; expired"
+                );
+            }
+        }
+        Ok((pairs.len() / 2) as u64)
     }
 }

@@ -59,6 +59,7 @@ counters!(
     claims_expired,
     claims_evicted,
     workers_purged,
+    released_expired,
     sweeps,
     brake_engaged,
     suspected,

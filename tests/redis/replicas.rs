@@ -416,3 +416,47 @@ async fn the_consumer_of_a_replica_that_is_gone_is_forgotten_once_it_holds_nothi
     assert!(!left.contains(&gone), "{left:?}");
     assert!(left.contains(&stays), "{left:?}");
 }
+
+#[tokio::test]
+async fn a_released_event_never_acknowledged_expires_after_claim_retention_counted_once() {
+    let Some(url) = harness::shared("replicas") else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(1))
+        .missed_heartbeats(2)
+        .sweep_interval(Duration::from_secs(1))
+        .startup_grace(Duration::ZERO)
+        .release_ack_timeout(Duration::from_secs(5))
+        .claim_retention(Duration::from_secs(60))
+        .brake_min_workers(100)
+        .build()
+        .unwrap();
+    let a = harness::registry(&url, "release-expiry", config).await;
+    let Admission::Assigned(_) = a.admit(&t(1), &d("never-acked")).await.unwrap() else {
+        panic!()
+    };
+    past_timeout(&a).await;
+    assert_eq!(a.sweep().await.unwrap().released.len(), 1);
+    // Not acknowledged: offered again after release_ack_timeout, not yet expired.
+    a.advance_time_for_tests(Duration::from_millis(5_001))
+        .await
+        .unwrap();
+    assert_eq!(a.sweep().await.unwrap().released.len(), 1);
+    assert_eq!(a.stats().released_expired, 0);
+    // claim_retention after its release (seen by the lease holder's next sweep, up to one
+    // sweep interval late): deleted, counted once, not offered again.
+    a.advance_time_for_tests(Duration::from_secs(61))
+        .await
+        .unwrap();
+    let r = a.sweep().await.unwrap();
+    assert!(r.released.is_empty(), "expired, not offered: {r:?}");
+    assert_eq!(a.stats().released_expired, 1);
+    for _ in 0..2 {
+        a.advance_time_for_tests(Duration::from_millis(5_001))
+            .await
+            .unwrap();
+        assert!(a.sweep().await.unwrap().released.is_empty());
+    }
+    assert_eq!(a.stats().released_expired, 1, "counted once");
+}

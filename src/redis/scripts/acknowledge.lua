@@ -7,5 +7,6 @@ for i = 2, #ARGV do
   acked = acked + redis.call('XACK', K.released, 'dispatch', ARGV[i])
   redis.call('XDEL', K.released, ARGV[i])
   redis.call('ZREM', K.deliveries, ARGV[i])
+  redis.call('ZREM', K.released_seen, ARGV[i])
 end
 return acked

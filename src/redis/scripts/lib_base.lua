@@ -35,6 +35,8 @@
 --   released_due      zset  released claim members the next sweep hands out (score 0)
 --   released          stream  released deliveries (consumer group `dispatch`)
 --   deliveries        zset  stream entry id -> when it was handed out (ms)
+--   released_seen     zset  stream entry id -> when expire_released first saw it (ms)
+--   released_cursor   string  the last stream entry id expire_released has seen
 --   events            channel  lifecycle events; event_seq their sequence number
 --   dirty             zset  workers written since the last publish (score 0; publish.lua drains it)
 --   snap              hash  worker id -> its line as last published (a rebuild pages it)
