@@ -17,12 +17,13 @@
 //! A call that fails because the backend cannot answer ([`RegistryError::is_retryable`]) is not a
 //! verdict: a heartbeat is simply tried again at the next tick, a completion a few times.
 
+use crate::mailbox::Mailbox;
 use crate::telemetry::{self, TraceParent, Traces};
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 use tokio::time::{interval, sleep, sleep_until, Instant, Interval, MissedTickBehavior};
 use tracing::Instrument;
 use worker_registry::{
@@ -93,8 +94,8 @@ pub struct Worker {
     pub registry: DynRegistry,
     /// Its id.
     pub id: WorkerId,
-    /// Its events.
-    pub jobs: mpsc::Receiver<Job>,
+    /// Its events: its mailbox, then the overflow behind it, in arrival order.
+    pub jobs: Mailbox,
     /// Notified to make it crash.
     pub crash: Arc<Notify>,
     /// Becomes `true` when it must stop at once (the shutdown deadline passed).
@@ -151,8 +152,8 @@ impl Worker {
                         // what made the worker busy, hence draining rather than exited at once) is
                         // run first; otherwise there is nothing left to do.
                         match self.jobs.try_recv() {
-                            Ok(job) => job,
-                            Err(_) => return self.finish().await,
+                            Some(job) => job,
+                            None => return self.finish().await,
                         }
                     }
                     Beat::Ack(_) | Beat::Unavailable => continue,
@@ -193,7 +194,7 @@ impl Worker {
                 if let Err(exit) = self.one_loop(job, &mut beat).instrument(span).await {
                     return exit;
                 }
-                next = self.jobs.try_recv().ok();
+                next = self.jobs.try_recv();
             }
             match self.registry.loop_finished(self.id).await {
                 Ok(Status::Dead(_)) => return Exit::Exited,
@@ -328,7 +329,7 @@ impl Worker {
     /// hand back the events that were not completed: `unfinished` and everything still queued.
     async fn stop_now(&mut self, mut unfinished: Vec<Job>) -> Exit {
         self.jobs.close();
-        while let Ok(job) = self.jobs.try_recv() {
+        while let Some(job) = self.jobs.try_recv() {
             unfinished.push(job);
         }
         match self.registry.deregister(self.id).await {

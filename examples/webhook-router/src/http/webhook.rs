@@ -259,6 +259,22 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
             a.new = Some(x.new);
             a.token = Some(x.token.get());
         }
+        Dispatch::Overflowed {
+            assignment: x,
+            position,
+        } => {
+            // The same shape as the registry's waiting answer: accepted, claimed, and processed
+            // in order once the worker's mailbox has room.
+            a.outcome = Outcome::Waiting;
+            a.worker = Some(x.worker.get());
+            a.new = Some(x.new);
+            a.token = Some(x.token.get());
+            a.position = Some(*position as u64);
+            a.reason = Some(format!(
+                "its worker {}'s mailbox is full: queued behind it, in order",
+                x.worker
+            ));
+        }
         Dispatch::Duplicate(dup) => {
             a.outcome = Outcome::Duplicate;
             a.worker = dup.holder.map(WorkerId::get);
@@ -302,7 +318,7 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
         Dispatch::Backlog { worker } => {
             a.outcome = Outcome::Capacity;
             a.worker = Some(worker.get());
-            a.reason = Some("the worker's queue is full".to_owned());
+            a.reason = Some("the worker's queue (its mailbox and overflow) is full".to_owned());
         }
         Dispatch::Closing => {
             a.outcome = Outcome::Closing;
