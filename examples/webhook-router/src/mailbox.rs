@@ -30,7 +30,21 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 
-use crate::worker::Job;
+use crate::telemetry::TraceParent;
+use worker_registry::{DeliveryId, FencingToken, Target};
+
+/// One event handed to a worker (`crate::worker` names it too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// The worker's target.
+    pub target: Target,
+    /// The delivery.
+    pub event: DeliveryId,
+    /// The fencing token of this assignment.
+    pub token: FencingToken,
+    /// The W3C `traceparent` of the span it was dispatched under (its loop's parent).
+    pub trace: TraceParent,
+}
 
 /// Events queued in overflows and overflowed in total, across a platform's workers (the
 /// `webhook_router_overflow_queued` gauge and `webhook_router_overflowed_total` counter).

@@ -18,7 +18,7 @@
 //! verdict: a heartbeat is simply tried again at the next tick, a completion a few times.
 
 use crate::mailbox::Mailbox;
-use crate::telemetry::{self, TraceParent, Traces};
+use crate::telemetry::{self, Traces};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,26 +27,15 @@ use tokio::sync::{watch, Notify};
 use tokio::time::{interval, sleep, sleep_until, Instant, Interval, MissedTickBehavior};
 use tracing::Instrument;
 use worker_registry::{
-    DeadReason, DeliveryId, DynRegistry, FencingToken, HeartbeatAck, RegistryError, Status, Target,
-    WorkerId, WorkerRegistry,
+    DeadReason, DynRegistry, HeartbeatAck, RegistryError, Status, WorkerId, WorkerRegistry,
 };
 
 /// How often a completion refused by an unavailable backend is tried (the claim is not lost if all
 /// fail: it stays in flight and the registry releases it after `max_in_flight`).
 const COMPLETE_ATTEMPTS: u32 = 3;
 
-/// One event handed to a worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Job {
-    /// The worker's target.
-    pub target: Target,
-    /// The delivery.
-    pub event: DeliveryId,
-    /// The fencing token of this assignment.
-    pub token: FencingToken,
-    /// The W3C `traceparent` of the span it was dispatched under (its loop's parent).
-    pub trace: TraceParent,
-}
+/// One event handed to a worker (it lives with the mailbox that carries it).
+pub use crate::mailbox::Job;
 
 /// How a worker task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,8 +30,13 @@ async fn state(h: &Harness, id: &str, payload: &Value) -> String {
 
 /// Sends `n` deliveries `{prefix}-0 ..` for PR `o/r#1`, back to back; their answers.
 async fn burst(h: &Harness, prefix: &str, n: usize) -> Vec<Answer> {
+    burst_from(h, prefix, 0, n).await
+}
+
+/// Sends deliveries `{prefix}-{from} .. {prefix}-{to - 1}` for PR `o/r#1`, back to back.
+async fn burst_from(h: &Harness, prefix: &str, from: usize, to: usize) -> Vec<Answer> {
     let mut answers = Vec::new();
-    for i in 0..n {
+    for i in from..to {
         answers.push(
             h.deliver("pull_request", &format!("{prefix}-{i}"), &pr("o/r", 1))
                 .await,
@@ -85,13 +90,15 @@ async fn ten_events_on_a_mailbox_of_one_are_all_accepted_and_processed_in_arriva
     );
     assert!(metrics.contains("webhook_router_overflow_queued "));
 
-    // Processed in arrival order: at every poll the completed ones are a prefix of the ten (each
-    // loop takes 400 ms, far longer than a poll).
+    // Processed in arrival order: at every poll the completed ones are a prefix of all sent (each
+    // loop takes 400 ms, far longer than a poll). Two more arrive once the first is done, while
+    // the overflow is being worked off: they queue behind it, not in the mailbox's free slot.
     let payload = pr("o/r", 1);
+    let mut sent = 10;
     let mut done = 0;
     for _ in 0..400 {
         let mut states = Vec::new();
-        for i in 0..10 {
+        for i in 0..sent {
             states.push(state(&h, &format!("e-{i}"), &payload).await);
         }
         let completed: Vec<bool> = states.iter().map(|s| s == "completed").collect();
@@ -105,15 +112,26 @@ async fn ten_events_on_a_mailbox_of_one_are_all_accepted_and_processed_in_arriva
             "{states:?}"
         );
         done = k;
-        if k == 10 {
+        if k >= 1 && sent == 10 {
+            for a in burst_from(&h, "e", 10, 12).await {
+                assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
+                assert_eq!(
+                    a.body["outcome"], "waiting",
+                    "behind the overflow: {}",
+                    a.body
+                );
+            }
+            sent = 12;
+        }
+        if k == 12 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(done, 10, "all ten processed");
+    assert_eq!(done, 12, "all processed");
     assert_eq!(overflow.queued(), 0);
     let s = h.memory.direct().stats();
-    assert_eq!(s.claims_completed, 10, "0 lost");
+    assert_eq!(s.claims_completed, 12, "0 lost");
 }
 
 #[tokio::test(start_paused = true)]

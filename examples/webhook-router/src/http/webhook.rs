@@ -19,7 +19,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
-use worker_registry::{ClaimState, Rejection, Target, WorkerId, WorkerRegistry};
+use worker_registry::{Assignment, ClaimState, Rejection, Target, WorkerId, WorkerRegistry};
 
 /// The whole handling of one `POST /webhook`.
 pub async fn handle(app: &App, request: Request) -> Reply {
@@ -260,21 +260,9 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
             a.token = Some(x.token.get());
         }
         Dispatch::Overflowed {
-            assignment: x,
+            assignment,
             position,
-        } => {
-            // The same shape as the registry's waiting answer: accepted, claimed, and processed
-            // in order once the worker's mailbox has room.
-            a.outcome = Outcome::Waiting;
-            a.worker = Some(x.worker.get());
-            a.new = Some(x.new);
-            a.token = Some(x.token.get());
-            a.position = Some(*position as u64);
-            a.reason = Some(format!(
-                "its worker {}'s mailbox is full: queued behind it, in order",
-                x.worker
-            ));
-        }
+        } => overflowed(a, assignment, *position),
         Dispatch::Duplicate(dup) => {
             a.outcome = Outcome::Duplicate;
             a.worker = dup.holder.map(WorkerId::get);
@@ -334,6 +322,20 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
             a.reason = Some(reason.clone());
         }
     }
+}
+
+/// A delivery queued behind its worker's full mailbox: the same shape as the registry's waiting
+/// answer (accepted, claimed, processed in order once the mailbox has room), with the worker.
+fn overflowed(a: &mut TargetAnswer, x: &Assignment, position: usize) {
+    a.outcome = Outcome::Waiting;
+    a.worker = Some(x.worker.get());
+    a.new = Some(x.new);
+    a.token = Some(x.token.get());
+    a.position = Some(position as u64);
+    a.reason = Some(format!(
+        "its worker {}'s mailbox is full: queued behind it, in order",
+        x.worker
+    ));
 }
 
 /// The outcome of a delivery from its pull requests': the first refusal (send it again), else
