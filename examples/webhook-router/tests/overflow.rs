@@ -237,3 +237,35 @@ async fn overflow_unfinished_at_shutdown_is_released_and_reported_by_id() {
     assert!(unfinished.len() >= 20, "{}", unfinished.len());
     assert!(completed >= 5, "{completed}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_drained_worker_finishes_its_overflow_before_it_exits() {
+    let h = start(Setup {
+        mailbox: 1,
+        overflow: 16,
+        work: Duration::from_millis(200),
+        ..Setup::default()
+    })
+    .await;
+    let answers = burst(&h, "d", 8).await;
+    assert!(answers.iter().all(|a| a.status == StatusCode::ACCEPTED));
+    let w = worker_of(&answers[0]);
+    assert!(h.server.app().containers().overflow_metrics().queued() >= 4);
+    assert_eq!(
+        h.post(&format!("/workers/{w}/drain")).await.status,
+        StatusCode::OK
+    );
+    // It runs everything it was handed, its overflow included, then exits: nothing is released
+    // for another worker to pick up.
+    h.until_status(w, "dead").await;
+    let payload = pr("o/r", 1);
+    for i in 0..8 {
+        assert_eq!(
+            state(&h, &format!("d-{i}"), &payload).await,
+            "completed",
+            "d-{i}"
+        );
+    }
+    assert_eq!(h.server.app().redispatched(), 0);
+    assert_eq!(h.memory.direct().stats().claims_completed, 8);
+}
