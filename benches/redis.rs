@@ -285,8 +285,16 @@ struct Row {
     call: Call,
     in_flight: usize,
     /// The server's own time per call for the row's command (`INFO commandstats`: the time of
-    /// EVALSHA and FCALL over their calls, the measured calls only).
+    /// EVALSHA and FCALL over their calls, the measured calls only). Wall-clock time inside the
+    /// command: on a loaded machine it includes the time the server waited for a core.
     server_us: f64,
+    /// The server's main-thread CPU time per call over the row (`INFO cpu`, user + system):
+    /// everything the server did for a call (reading, parsing, the function, the reply), and not
+    /// the time it waited for a core, so it holds on a loaded machine.
+    cpu_us: f64,
+    /// This process's CPU time per call over the row (`/proc/self/stat`, user + system, every
+    /// thread): the client's own cost, the kernel's share of its socket calls included.
+    client_cpu_us: f64,
     ops_per_s: f64,
     p50_us: f64,
     p99_us: f64,
@@ -304,13 +312,19 @@ fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
             // Warm up, then measure.
             rt.block_on(drive(f, call, n / 10, in_flight, false));
             rt.block_on(reset_stats(f));
+            let cpu_before = rt.block_on(main_thread_cpu(f));
+            let client_before = own_cpu();
             let (elapsed, hist) = rt.block_on(drive(f, call, n, in_flight, true));
+            let client = own_cpu() - client_before;
+            let cpu = rt.block_on(main_thread_cpu(f)) - cpu_before;
             let server_us = rt.block_on(script_usec_per_call(f));
             let hist = hist.unwrap();
             rows.push(Row {
                 call,
                 in_flight,
                 server_us,
+                cpu_us: cpu * 1e6 / n as f64,
+                client_cpu_us: client * 1e6 / n as f64,
                 ops_per_s: n as f64 / elapsed.as_secs_f64(),
                 p50_us: hist.value_at_quantile(0.50) as f64 / 1_000.0,
                 p99_us: hist.value_at_quantile(0.99) as f64 / 1_000.0,
@@ -318,6 +332,39 @@ fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// This process's CPU time so far (seconds, user + system, all threads; `/proc/self/stat`, in
+/// clock ticks of 10 ms: a row's tens of thousands of calls take seconds).
+fn own_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which is in parentheses): utime and stime are the
+    // 12th and 13th.
+    let rest = stat.rsplit(") ").next().unwrap_or("");
+    let ticks: f64 = rest
+        .split(' ')
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
+}
+
+/// The server's main-thread CPU time so far (seconds, user + system).
+async fn main_thread_cpu(f: &Fixture) -> f64 {
+    let mut conn = f.bare.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO cpu");
+    info.lines()
+        .filter_map(|l| {
+            l.strip_prefix("used_cpu_user_main_thread:")
+                .or_else(|| l.strip_prefix("used_cpu_sys_main_thread:"))
+        })
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum()
 }
 
 /// Zeroes the server's command statistics (`CONFIG RESETSTAT`).
@@ -364,9 +411,10 @@ async fn script_usec_per_call(f: &Fixture) -> f64 {
 fn print_table(rows: &[Row]) {
     println!();
     println!(
-        "| call | in flight | server µs/call | calls/s | vs bare FCALL | vs 1/server cost | p50 | p99 |"
+        "| call | in flight | server µs/call | server CPU µs/call | client CPU µs/call | calls/s | \
+         vs bare FCALL | vs 1/server cost | p50 | p99 |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let bare = rows
             .iter()
@@ -382,10 +430,12 @@ fn print_table(rows: &[Row]) {
             " (below 0.8)".to_owned()
         };
         println!(
-            "| {} | {} | {:.1} | {:.0} | {:.2}{mark} | {:.2} | {:.0} µs | {:.0} µs |",
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.2}{mark} | {:.2} | {:.0} µs | {:.0} µs |",
             r.call.name(),
             r.in_flight,
             r.server_us,
+            r.cpu_us,
+            r.client_cpu_us,
             r.ops_per_s,
             ratio,
             r.ops_per_s * r.server_us / 1e6,

@@ -44,7 +44,7 @@ impl RedisRegistry {
     /// A call of `function` with the arguments every function takes (the offset key, the
     /// prefix, this replica's id).
     pub(crate) fn prepare(&self, function: &Function) -> Call {
-        let mut inv = function.key(&self.inner.keys.offset);
+        let mut inv = function.key(&self.inner.keys.clock);
         inv.arg(&self.inner.keys.prefix).arg(&self.inner.replica);
         inv
     }
