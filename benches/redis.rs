@@ -298,6 +298,9 @@ struct Row {
     ops_per_s: f64,
     p50_us: f64,
     p99_us: f64,
+    /// The commands the row's functions ran, per call: (command, calls per row call, µs per
+    /// command), from `INFO commandstats` (which counts a function's own commands too).
+    inner: Vec<(String, f64, f64)>,
 }
 
 fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
@@ -318,6 +321,7 @@ fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
             let client = own_cpu() - client_before;
             let cpu = rt.block_on(main_thread_cpu(f)) - cpu_before;
             let server_us = rt.block_on(script_usec_per_call(f));
+            let inner = rt.block_on(inner_commands(f, n));
             let hist = hist.unwrap();
             rows.push(Row {
                 call,
@@ -328,6 +332,7 @@ fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
                 ops_per_s: n as f64 / elapsed.as_secs_f64(),
                 p50_us: hist.value_at_quantile(0.50) as f64 / 1_000.0,
                 p99_us: hist.value_at_quantile(0.99) as f64 / 1_000.0,
+                inner,
             });
         }
     }
@@ -365,6 +370,42 @@ async fn main_thread_cpu(f: &Fixture) -> f64 {
         })
         .filter_map(|v| v.trim().parse::<f64>().ok())
         .sum()
+}
+
+/// The commands run since the last reset other than the row's own calls and the bench's
+/// (`FCALL`, `EVALSHA`, `INFO`, `CONFIG`): each one's calls per row call and µs per command.
+async fn inner_commands(f: &Fixture, row_calls: usize) -> Vec<(String, f64, f64)> {
+    let mut conn = f.bare.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO commandstats");
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        if ["fcall", "evalsha", "info", "config"].contains(&name) {
+            continue;
+        }
+        let field = |key: &str| -> f64 {
+            rest.split(',')
+                .find_map(|kv| kv.strip_prefix(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        out.push((
+            name.to_uppercase(),
+            field("calls=") / row_calls as f64,
+            field("usec_per_call="),
+        ));
+    }
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
 }
 
 /// Zeroes the server's command statistics (`CONFIG RESETSTAT`).
@@ -445,6 +486,24 @@ fn print_table(rows: &[Row]) {
     }
 }
 
+/// Each row's commands per call, counted by the server (64 in flight; the 1-in-flight rows run
+/// the same functions).
+fn print_inner(rows: &[Row]) {
+    println!();
+    println!("| call | commands per call (server-counted) | each: calls per call, µs per command |");
+    println!("|---|---:|---|");
+    for r in rows.iter().filter(|r| r.in_flight == IN_FLIGHT) {
+        let total: f64 = r.inner.iter().map(|c| c.1).sum();
+        let each: Vec<String> = r
+            .inner
+            .iter()
+            .filter(|c| c.1 >= 0.01)
+            .map(|(name, per, us)| format!("{name} {per:.2} × {us:.2}"))
+            .collect();
+        println!("| {} | {total:.2} | {} |", r.call.name(), each.join(", "));
+    }
+}
+
 /// `redis-benchmark` on the same server: PING, and the same trivial script by SHA.
 fn redis_benchmark(url: &str, sha: &str) {
     let Some(rest) = url.strip_prefix("redis://") else {
@@ -517,5 +576,6 @@ fn main() {
         .unwrap_or(80_000);
     let rows = table(&rt, &f, calls);
     print_table(&rows);
+    print_inner(&rows);
     redis_benchmark(&url, f.script.get_hash());
 }
