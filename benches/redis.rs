@@ -490,7 +490,9 @@ fn print_table(rows: &[Row]) {
 /// the same functions).
 fn print_inner(rows: &[Row]) {
     println!();
-    println!("| call | commands per call (server-counted) | each: calls per call, µs per command |");
+    println!(
+        "| call | commands per call (server-counted) | each: calls per call, µs per command |"
+    );
     println!("|---|---:|---|");
     for r in rows.iter().filter(|r| r.in_flight == IN_FLIGHT) {
         let total: f64 = r.inner.iter().map(|c| c.1).sum();

@@ -22,16 +22,17 @@ use crate::api::error::RegistryError;
 use crate::api::report::SweepReport;
 
 /// About how many commands one sweep step runs on the server (kills cost more than one each;
-/// see `scripts/sweep.lua`). At roughly a microsecond per command, a step stays near a
-/// millisecond of server time.
-pub const SWEEP_STEP_BUDGET: usize = 200;
+/// see `scripts/sweep.lua`). At one to two microseconds per command, a step stays well under a
+/// millisecond of server time (the scale bench: 200 gave steps up to 2.9 ms; see
+/// `docs::redis`, "How long another client waits").
+pub const SWEEP_STEP_BUDGET: usize = 100;
 
 /// The most steps one sweep call runs (enough for a mass death of tens of thousands of workers);
 /// a call that runs out reports what it did and the next sweep continues.
 pub const MAX_SWEEP_STEPS: usize = 4_096;
 
 /// The most released entries one step hands out.
-const STEP_HANDOUT: usize = 128;
+const STEP_HANDOUT: usize = 64;
 
 /// The most unacknowledged released entries one sweep expires (the rest in the next sweeps).
 const EXPIRE_RELEASED_BATCH: usize = 128;
@@ -41,6 +42,10 @@ struct Cursor {
     at: u64,
     mode: String,
     skip: u64,
+    /// The walk of the live candidates: the last score read (`-inf` at the start of a mode) and
+    /// the candidates at that score left in place.
+    score: String,
+    ties: u64,
     brake: bool,
 }
 
@@ -63,6 +68,8 @@ impl RedisRegistry {
             at: 0,
             mode: "judge".to_owned(),
             skip: 0,
+            score: "-inf".to_owned(),
+            ties: 0,
             brake: false,
         };
         let mut totals = Totals::default();
@@ -99,6 +106,8 @@ impl RedisRegistry {
         inv.named("at", cur.at)
             .named("mode", &cur.mode)
             .named("skip", cur.skip)
+            .named("cursor", &cur.score)
+            .named("ties", cur.ties)
             .named("brake", u8::from(cur.brake))
             .named("timeout_ms", l.timeout_ms)
             .named("startup_grace_ms", l.startup_grace_ms)
@@ -188,6 +197,8 @@ fn merge_step(
     }
     cur.mode = f.text("mode")?.into_owned();
     cur.skip = f.uint("skip")?;
+    cur.score = f.text("cursor")?.into_owned();
+    cur.ties = f.uint("ties")?;
     cur.brake = f.int("brake")? == 1;
     report.brake_engaged |= f.int("engaged")? == 1;
     merge_workers(f, report)?;
@@ -251,7 +262,7 @@ mod tests {
     fn the_sweep_reads_every_argument_it_is_sent_by_name_and_no_other() {
         let lua = include_str!("scripts/sweep.lua");
         let sent = sent();
-        assert_eq!(sent.len(), 20);
+        assert_eq!(sent.len(), 22);
         for name in &sent {
             let read =
                 lua.contains(&format!("num('{name}')")) || lua.contains(&format!("arg('{name}')"));

@@ -16,12 +16,13 @@
 --
 -- ARGV: prefix, replica id, then name, value pairs (sweep.rs `step_args` sends them; `arg` and
 --   `num` below read them, and a missing or malformed one is an error naming it): at (0: first
---   step), mode ('judge'|'act'), skip, brake (act: 0/1), timeout_ms, startup_grace_ms,
+--   step), mode ('judge'|'act'), skip, cursor and ties (the walk of the candidates), brake (act:
+--   0/1), timeout_ms, startup_grace_ms,
 --   retention_ms, dead_retention_ms, suspect_grace_ms, brake_fraction, brake_min_workers,
 --   max_retained_claims, lease_ttl_ms, release_ack_timeout_ms, handout (entries this step may
 --   hand out), budget, sweep_interval_ms, max_in_flight_ms, drain_deadline_ms, stall_horizon_ms
 -- Returns (inside `finish`) a flat list of name, value pairs (see SweepStep in contract.rs):
---   swept, now, mode, skip, brake, engaged, more, died {id, reason...}, suspected {ids},
+--   swept, now, mode, skip, cursor, ties, brake, engaged, more, died {id, reason...}, suspected {ids},
 --   released_targets {targets}, expired, evicted, purged, released, collected {entry id, target,
 --   delivery, holder, reason...}, live, stall_ms, stuck, drained_stuck {ids}, in_flight_adj
 local me = ME
@@ -34,6 +35,9 @@ local function num(name)
   return tonumber(arg(name)) or error('worker-registry: sweep argument ' .. name .. ' is not a number')
 end
 local at, mode, skip, brake_in = num('at'), arg('mode'), num('skip'), arg('brake') == '1'
+-- Where this mode's walk of the candidates stands: the last score read (inclusive; `-inf` at the
+-- start) and how many candidates at exactly that score it left in place (read past by offset).
+local cur_score, ties = arg('cursor'), num('ties')
 local timeout, grace, retention = num('timeout_ms'), num('startup_grace_ms'), num('retention_ms')
 local dead_retention, suspect_grace = num('dead_retention_ms'), num('suspect_grace_ms')
 local brake_fraction, brake_min = num('brake_fraction'), num('brake_min_workers')
@@ -197,6 +201,7 @@ local function spend(units) budget = budget - units end
 local swept = lease_is_ours()
 local need_group = redis.call('EXISTS', K.released) == 0
 local brake_out, engaged, more, next_mode, next_skip = brake_in, false, false, mode, skip
+local next_cursor, next_ties = cur_score, ties
 local died, suspected, released_targets, drained_stuck = {}, {}, {}, {}
 local n_expired, n_evicted, n_purged, n_released, n_stuck, adj = 0, 0, 0, 0, 0, 0
 
@@ -213,7 +218,8 @@ if swept then
     end
     if next_ext then redis.call('LSET', K.drain_ext, 0, next_ext) else redis.call('LPOP', K.drain_ext) end
     redis.call('SET', K.sweep_lease, me .. '\t' .. I(now + lease_ttl), 'PX', lease_ttl)
-    return finish({ 'swept', 1, 'now', now, 'mode', mode, 'skip', skip, 'brake', brake_in and 1 or 0,
+    return finish({ 'swept', 1, 'now', now, 'mode', mode, 'skip', skip, 'cursor', cur_score,
+      'ties', ties, 'brake', brake_in and 1 or 0,
       'engaged', 0, 'more', 1, 'died', {}, 'suspected', {}, 'released_targets', {}, 'expired', 0,
       'evicted', 0, 'purged', 0, 'released', 0, 'collected', {}, 'handed', 0,
       'live', redis.call('ZCARD', K.live), 'stall_ms', (first and stall) and (stall[2] - stall[1]) or 0,
@@ -241,7 +247,14 @@ if swept then
   local function act_cost(brake) if brake then return 5 end return 20 end
   local chunk = room(2)
   if mode == 'act' then chunk = room(act_cost(brake_in)) end
-  local cands = redis.call('ZRANGEBYSCORE', K.live, '-inf', '(' .. I(now), 'LIMIT', skip, chunk)
+  -- Read from the cursor, not by an offset of every candidate left in place so far (an offset
+  -- walks them all again: a mass death's later steps would each pass thousands).
+  local got = redis.call('ZRANGEBYSCORE', K.live, cur_score, '(' .. I(now), 'WITHSCORES', 'LIMIT', ties, chunk)
+  local cands, cand_score = {}, {}
+  for i = 1, #got, 2 do
+    cands[#cands + 1] = got[i]
+    cand_score[got[i]] = got[i + 1]
+  end
   local exhausted = #cands < chunk
   local stale, rescore, ghosts, overdue_c = {}, {}, {}, {}
   for _, id in ipairs(cands) do
@@ -307,6 +320,26 @@ if swept then
     rest = exhausted
   end
   for _, kl in ipairs(kills) do killed[kl[1]] = true end
+
+  -- The cursor after this chunk: its last score, and the candidates at that score it leaves in
+  -- place (stale ones while the brake is undecided; suspects and held ones once acting); the rest
+  -- leave the range (re-scored past now, killed, removed).
+  if act or next_mode == mode then
+    local stays = {}
+    for _, id in ipairs(stale) do if not killed[id] then stays[id] = true end end
+    if not act then for _, id in ipairs(overdue_c) do stays[id] = true end end
+    if #cands > 0 then
+      local last = cand_score[cands[#cands]]
+      local n = 0
+      if last == cur_score then n = ties end
+      for _, id in ipairs(cands) do
+        if stays[id] and cand_score[id] == last then n = n + 1 end
+      end
+      next_cursor, next_ties = last, n
+    end
+  else
+    next_cursor, next_ties = '-inf', 0 -- judged: the act steps start again from the lowest
+  end
 
   -- Draining workers past their deadline die whatever the brake says (those among the
   -- candidates are above). (A deadline this sweep's stall moved out is not overdue: the walk
@@ -722,6 +755,7 @@ if handout > 0 then
 end
 
 return finish({ 'swept', swept and 1 or 0, 'now', now, 'mode', next_mode, 'skip', next_skip,
+  'cursor', next_cursor, 'ties', next_ties,
   'brake', brake_out and 1 or 0, 'engaged', engaged and 1 or 0, 'more', more and 1 or 0,
   'died', died, 'suspected', suspected, 'released_targets', released_targets,
   'expired', n_expired, 'evicted', n_evicted, 'purged', n_purged, 'released', n_released,
