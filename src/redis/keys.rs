@@ -73,7 +73,7 @@ mod tests {
         assert_eq!(k.offset, "{pool-a}:test_offset_ms");
         assert_eq!(k.claim("o/r#1:d"), "{pool-a}:c:o/r#1:d");
         assert_eq!(
-            k.clock,
+            &k.clock,
             if cfg!(feature = "testkit") {
                 &k.offset
             } else {
