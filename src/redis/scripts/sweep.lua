@@ -14,15 +14,16 @@
 -- expiry, eviction, purge), each from a sorted set by time or a set with a LIMIT taken from what
 -- is left of the step's budget; `more` = 1 if any of them may hold more.
 --
--- ARGV: prefix, replica id, then name, value pairs (sweep.rs `step_args` sends them; `arg` and
+-- ARGV: prefix, replica id, then name, value pairs (sweep.rs `step_call` sends them; `arg` and
 --   `num` below read them, and a missing or malformed one is an error naming it): at (0: first
 --   step), mode ('judge'|'act'), skip, cursor and ties (the walk of the candidates), brake (act:
---   0/1), timeout_ms, startup_grace_ms,
---   retention_ms, dead_retention_ms, suspect_grace_ms, brake_fraction, brake_min_workers,
---   max_retained_claims, lease_ttl_ms, release_ack_timeout_ms, handout (entries this step may
---   hand out), budget, sweep_interval_ms, max_in_flight_ms, drain_deadline_ms, stall_horizon_ms
+--   0/1), timeout_ms, startup_grace_ms, retention_ms, dead_retention_ms, suspect_grace_ms,
+--   brake_fraction, brake_min_workers, max_retained_claims, lease_ttl_ms,
+--   release_ack_timeout_ms, handout (entries this step may hand out), budget,
+--   sweep_interval_ms, max_in_flight_ms, drain_deadline_ms, stall_horizon_ms
 -- Returns (inside `finish`) a flat list of name, value pairs (see SweepStep in contract.rs):
---   swept, now, mode, skip, cursor, ties, brake, engaged, more, died {id, reason...}, suspected {ids},
+--   swept, now, mode, skip, cursor, ties, brake, engaged, more, died {id, reason...},
+--   suspected {ids},
 --   released_targets {targets}, expired, evicted, purged, released, collected {entry id, target,
 --   delivery, holder, reason...}, live, stall_ms, stuck, drained_stuck {ids}, in_flight_adj
 local me = ME
