@@ -285,11 +285,22 @@ struct Row {
     call: Call,
     in_flight: usize,
     /// The server's own time per call for the row's command (`INFO commandstats`: the time of
-    /// EVALSHA and FCALL over their calls, the measured calls only).
+    /// EVALSHA and FCALL over their calls, the measured calls only). Wall-clock time inside the
+    /// command: on a loaded machine it includes the time the server waited for a core.
     server_us: f64,
+    /// The server's main-thread CPU time per call over the row (`INFO cpu`, user + system):
+    /// everything the server did for a call (reading, parsing, the function, the reply), and not
+    /// the time it waited for a core, so it holds on a loaded machine.
+    cpu_us: f64,
+    /// This process's CPU time per call over the row (`/proc/self/stat`, user + system, every
+    /// thread): the client's own cost, the kernel's share of its socket calls included.
+    client_cpu_us: f64,
     ops_per_s: f64,
     p50_us: f64,
     p99_us: f64,
+    /// The commands the row's functions ran, per call: (command, calls per row call, µs per
+    /// command), from `INFO commandstats` (which counts a function's own commands too).
+    inner: Vec<(String, f64, f64)>,
 }
 
 fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
@@ -304,20 +315,97 @@ fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
             // Warm up, then measure.
             rt.block_on(drive(f, call, n / 10, in_flight, false));
             rt.block_on(reset_stats(f));
+            let cpu_before = rt.block_on(main_thread_cpu(f));
+            let client_before = own_cpu();
             let (elapsed, hist) = rt.block_on(drive(f, call, n, in_flight, true));
+            let client = own_cpu() - client_before;
+            let cpu = rt.block_on(main_thread_cpu(f)) - cpu_before;
             let server_us = rt.block_on(script_usec_per_call(f));
+            let inner = rt.block_on(inner_commands(f, n));
             let hist = hist.unwrap();
             rows.push(Row {
                 call,
                 in_flight,
                 server_us,
+                cpu_us: cpu * 1e6 / n as f64,
+                client_cpu_us: client * 1e6 / n as f64,
                 ops_per_s: n as f64 / elapsed.as_secs_f64(),
                 p50_us: hist.value_at_quantile(0.50) as f64 / 1_000.0,
                 p99_us: hist.value_at_quantile(0.99) as f64 / 1_000.0,
+                inner,
             });
         }
     }
     rows
+}
+
+/// This process's CPU time so far (seconds, user + system, all threads; `/proc/self/stat`, in
+/// clock ticks of 10 ms: a row's tens of thousands of calls take seconds).
+fn own_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which is in parentheses): utime and stime are the
+    // 12th and 13th.
+    let rest = stat.rsplit(") ").next().unwrap_or("");
+    let ticks: f64 = rest
+        .split(' ')
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
+}
+
+/// The server's main-thread CPU time so far (seconds, user + system).
+async fn main_thread_cpu(f: &Fixture) -> f64 {
+    let mut conn = f.bare.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO cpu");
+    info.lines()
+        .filter_map(|l| {
+            l.strip_prefix("used_cpu_user_main_thread:")
+                .or_else(|| l.strip_prefix("used_cpu_sys_main_thread:"))
+        })
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// The commands run since the last reset other than the row's own calls and the bench's
+/// (`FCALL`, `EVALSHA`, `INFO`, `CONFIG`): each one's calls per row call and µs per command.
+async fn inner_commands(f: &Fixture, row_calls: usize) -> Vec<(String, f64, f64)> {
+    let mut conn = f.bare.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO commandstats");
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        if ["fcall", "evalsha", "info", "config"].contains(&name) {
+            continue;
+        }
+        let field = |key: &str| -> f64 {
+            rest.split(',')
+                .find_map(|kv| kv.strip_prefix(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        out.push((
+            name.to_uppercase(),
+            field("calls=") / row_calls as f64,
+            field("usec_per_call="),
+        ));
+    }
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
 }
 
 /// Zeroes the server's command statistics (`CONFIG RESETSTAT`).
@@ -364,9 +452,10 @@ async fn script_usec_per_call(f: &Fixture) -> f64 {
 fn print_table(rows: &[Row]) {
     println!();
     println!(
-        "| call | in flight | server µs/call | calls/s | vs bare FCALL | vs 1/server cost | p50 | p99 |"
+        "| call | in flight | server µs/call | server CPU µs/call | client CPU µs/call | calls/s | \
+         vs bare FCALL | vs 1/server cost | p50 | p99 |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let bare = rows
             .iter()
@@ -382,16 +471,38 @@ fn print_table(rows: &[Row]) {
             " (below 0.8)".to_owned()
         };
         println!(
-            "| {} | {} | {:.1} | {:.0} | {:.2}{mark} | {:.2} | {:.0} µs | {:.0} µs |",
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.2}{mark} | {:.2} | {:.0} µs | {:.0} µs |",
             r.call.name(),
             r.in_flight,
             r.server_us,
+            r.cpu_us,
+            r.client_cpu_us,
             r.ops_per_s,
             ratio,
             r.ops_per_s * r.server_us / 1e6,
             r.p50_us,
             r.p99_us
         );
+    }
+}
+
+/// Each row's commands per call, counted by the server (64 in flight; the 1-in-flight rows run
+/// the same functions).
+fn print_inner(rows: &[Row]) {
+    println!();
+    println!(
+        "| call | commands per call (server-counted) | each: calls per call, µs per command |"
+    );
+    println!("|---|---:|---|");
+    for r in rows.iter().filter(|r| r.in_flight == IN_FLIGHT) {
+        let total: f64 = r.inner.iter().map(|c| c.1).sum();
+        let each: Vec<String> = r
+            .inner
+            .iter()
+            .filter(|c| c.1 >= 0.01)
+            .map(|(name, per, us)| format!("{name} {per:.2} × {us:.2}"))
+            .collect();
+        println!("| {} | {total:.2} | {} |", r.call.name(), each.join(", "));
     }
 }
 
@@ -467,5 +578,6 @@ fn main() {
         .unwrap_or(80_000);
     let rows = table(&rt, &f, calls);
     print_table(&rows);
+    print_inner(&rows);
     redis_benchmark(&url, f.script.get_hash());
 }

@@ -386,34 +386,10 @@ impl RedisRegistryBuilder {
             backend: error::BACKEND,
             error,
         })?;
-        let source = self.source()?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_number_of_retries(self.reconnect_retries)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
-        let unavailable = |e| ConnectError::Backend(error::backend(e));
-        let mut conn = Link::open(source, manager_config)
-            .await
-            .map_err(unavailable)?;
-        check_version(&mut conn).await?;
-        // This build's Function library (kept if the server has it; see `scripts.rs`).
-        super::scripts::ensure_loaded(&mut conn)
-            .await
-            .map_err(unavailable)?;
+        let mut conn = self.open().await?;
         let keys = Keys::new(&self.name);
         agree(&mut conn, &keys, &self.config).await?;
-        // The counter makes ids unique among live replicas; the server's clock (µs) keeps them
-        // unique across a data loss that resets the counter.
-        let (n, (secs, micros)): (u64, (u64, u64)) = ::redis::pipe()
-            .cmd("INCR")
-            .arg(&keys.next_replica_id)
-            .cmd("TIME")
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        let replica = format!("r{n}-{}", secs * 1_000_000 + micros);
+        let replica = replica_id(&mut conn, &keys).await?;
         // The registry's incarnation as this handle first sees it (set now if there is none).
         let seen = loss::identity(
             &mut conn,
@@ -425,21 +401,9 @@ impl RedisRegistryBuilder {
         )
         .await
         .map_err(ConnectError::Backend)?;
-        let config = self.config.clone();
         let events = Arc::new(events::Events::new(self.connect_timeout));
-        let listener = events::Listener::start(
-            events::Channel {
-                conn: conn.clone(),
-                channel: keys.events.clone(),
-                offset_key: keys.offset.clone(),
-                prefix: keys.prefix.clone(),
-                replica: replica.clone(),
-                connect_timeout: self.connect_timeout,
-            },
-            events.clone(),
-        )
-        .await
-        .map_err(ConnectError::Backend)?;
+        let listener = self.listen(&conn, &keys, &replica, &events).await?;
+        let config = self.config.clone();
         let registry = RedisRegistry {
             inner: Arc::new(Inner {
                 limits: Limits::of(&config),
@@ -465,6 +429,67 @@ impl RedisRegistryBuilder {
             .map_err(ConnectError::Backend)?;
         Ok(registry)
     }
+
+    /// Opens the connection to the primary, refuses a server older than Redis 7 and loads this
+    /// build's Function library unless the server has it (see `scripts.rs`).
+    async fn open(&self) -> Result<Link, ConnectError> {
+        let source = self.source()?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(self.reconnect_retries)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let mut conn = Link::open(source, manager_config)
+            .await
+            .map_err(unavailable)?;
+        check_version(&mut conn).await?;
+        super::scripts::ensure_loaded(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(conn)
+    }
+
+    /// Starts this handle's listener of lifecycle events.
+    async fn listen(
+        &self,
+        conn: &Link,
+        keys: &Keys,
+        replica: &str,
+        events: &Arc<events::Events>,
+    ) -> Result<events::Listener, ConnectError> {
+        events::Listener::start(
+            events::Channel {
+                conn: conn.clone(),
+                channel: keys.events.clone(),
+                offset_key: keys.clock.clone(),
+                prefix: keys.prefix.clone(),
+                replica: replica.to_owned(),
+                connect_timeout: self.connect_timeout,
+            },
+            events.clone(),
+        )
+        .await
+        .map_err(ConnectError::Backend)
+    }
+}
+
+/// A backend error while connecting.
+fn unavailable(e: ::redis::RedisError) -> ConnectError {
+    ConnectError::Backend(error::backend(e))
+}
+
+/// This handle's replica id, `r<n>-<server µs>`: the counter makes ids unique among live
+/// replicas; the server's clock keeps them unique across a data loss that resets the counter.
+async fn replica_id(conn: &mut Link, keys: &Keys) -> Result<String, ConnectError> {
+    let (n, (secs, micros)): (u64, (u64, u64)) = ::redis::pipe()
+        .cmd("INCR")
+        .arg(&keys.next_replica_id)
+        .cmd("TIME")
+        .query_async(conn)
+        .await
+        .map_err(unavailable)?;
+    Ok(format!("r{n}-{}", secs * 1_000_000 + micros))
 }
 
 /// Stores `config`'s deciding settings with the registry unless some are stored already

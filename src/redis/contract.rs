@@ -28,7 +28,7 @@ use crate::config::RegistryConfig;
 use crate::remote::vocab::{self, ReplyError};
 
 /// Receipts one `acknowledge` script call takes (three commands each).
-const ACK_CHUNK: usize = 128;
+const ACK_CHUNK: usize = 64;
 
 /// The `COUNT` hint of one `ZSCAN` step of `drain_all_within`'s walk of `{n}:live`, and so
 /// about the number of workers one `drain` call takes.
@@ -44,7 +44,7 @@ impl RedisRegistry {
     /// A call of `function` with the arguments every function takes (the offset key, the
     /// prefix, this replica's id).
     pub(crate) fn prepare(&self, function: &Function) -> Call {
-        let mut inv = function.key(&self.inner.keys.offset);
+        let mut inv = function.key(&self.inner.keys.clock);
         inv.arg(&self.inner.keys.prefix).arg(&self.inner.replica);
         inv
     }

@@ -12,8 +12,14 @@ pub(crate) use crate::api::connect::validate_name;
 pub(crate) struct Keys {
     /// `{name}:`, the prefix of every key (ARGV[1] of every script).
     pub(crate) prefix: String,
-    /// The test time offset (KEYS[1] of every script: every script reads it).
+    /// The test time offset (set by `advance_time_for_tests`).
     pub(crate) offset: String,
+    /// KEYS[1] of every function call: the test time offset in a build with the `testkit`
+    /// feature (every function that reads the clock adds it), else the bare prefix, which names
+    /// no key, so that a build that cannot set an offset pays no `GET` for it on every call
+    /// (`scripts/lib_base.lua`). Either way it carries the registry's hash tag, so a Cluster
+    /// routes the call to the registry's slot.
+    pub(crate) clock: String,
     /// The pub/sub channel of lifecycle events.
     pub(crate) events: String,
     /// The counter replica ids come from.
@@ -31,6 +37,11 @@ impl Keys {
         let key = |suffix: &str| format!("{prefix}{suffix}");
         Self {
             offset: key("test_offset_ms"),
+            clock: if cfg!(feature = "testkit") {
+                key("test_offset_ms")
+            } else {
+                prefix.clone()
+            },
             events: key("events"),
             next_replica_id: key("next_replica_id"),
             lease: key("sweep_lease"),
@@ -61,7 +72,23 @@ mod tests {
         assert_eq!(k.prefix, "{pool-a}:");
         assert_eq!(k.offset, "{pool-a}:test_offset_ms");
         assert_eq!(k.claim("o/r#1:d"), "{pool-a}:c:o/r#1:d");
-        for key in [&k.offset, &k.events, &k.next_replica_id, &k.lease, &k.live] {
+        assert_eq!(
+            &k.clock,
+            if cfg!(feature = "testkit") {
+                &k.offset
+            } else {
+                &k.prefix
+            },
+            "a build that can set the offset reads it"
+        );
+        for key in [
+            &k.offset,
+            &k.clock,
+            &k.events,
+            &k.next_replica_id,
+            &k.lease,
+            &k.live,
+        ] {
             assert!(key.starts_with("{pool-a}:"), "{key}");
         }
     }

@@ -38,7 +38,7 @@ pub(crate) async fn identity(
 ) -> Result<Identity, RegistryError> {
     let (incarnation, last_id, version): (String, u64, u64) = SCRIPTS
         .identity
-        .key(&keys.offset)
+        .key(&keys.clock)
         .arg(&keys.prefix)
         .arg(replica)
         .arg(fresh)

@@ -47,6 +47,7 @@
 //! | `{n}:consumers` | zset | replica id → its last sweep (registry ms): consumers of the released stream silent for ten sweep intervals plus `release_ack_timeout` and holding no pending entry are deleted (`XGROUP DELCONSUMER`, 8 per sweep) |
 //! | `{n}:sweep_lease` | string | the maintenance lease: owner and expiry |
 //! | `{n}:last_sweep`, `{n}:stalls` | string, list | when the latest sweep of any replica ran, and the stall spans (`<start>:<end>`, at most 64) the stall rule still credits |
+//! | `{n}:drain_ext` | list | stalls whose drain-deadline walk is not done, oldest first: `<from>:<to>:<len>:<cursor>:<skip>` (the walk's position in `{n}:drain`); popped when done |
 //! | `{n}:rescan` | string | after a dropped stall: `<live cursor>\t<flight cursor>`, the scores the rescan walk has re-judged up to (`-inf` at the start, `done` past the end); deleted when both are done |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
 //!
@@ -88,8 +89,9 @@
 //! steps; the sweep repeats steps until one answers that nothing more is due and merges their
 //! answers into one report, judged at the first step's time. The first step applies the stall
 //! rule (a sweep more than two intervals after the previous one,
-//! of any replica, records the stall in `{n}:stalls` and moves the drain deadlines that had not
-//! passed when it began out by its length). The one holding the lease (see `lease.rs`) then does
+//! of any replica, records the stall in `{n}:stalls` and queues it in `{n}:drain_ext`, whose walk
+//! moves the drain deadlines that had not passed when it began out by its length, a bounded
+//! chunk per step, before the steps judge anything else). The one holding the lease (see `lease.rs`) then does
 //! the maintenance, every duration judged on registry running time (the clock less the recorded
 //! stalls, as in `src/memory/stall.rs`): stale workers from one range query on `{n}:live`, the
 //! mass-staleness brake, drain deadlines, stuck deliveries from one range query on `{n}:flight`
@@ -123,8 +125,10 @@
 //! registry lives in one slot, on one primary at a time; `MOVED`, `ASK` and failovers are the
 //! cluster client's (see [`docs::redis`](crate::docs::redis), "Connections").
 //!
-//! **Cost.** No function's work grows with the registry, with one exception kept on purpose,
-//! rare: a sweep that measures a stall reads the drain deadlines it moves out. A sweep that has
+//! **Cost.** No function's work grows with the registry. A sweep that measures a stall walks
+//! `{n}:drain` down by a score cursor (`{n}:drain_ext`), moving about 50 drain deadlines a step,
+//! so the steps of that sweep judge every deadline after its extension; a drain (re)set after the
+//! stall was measured (the worker's `ds`) is left as it is. A sweep that has
 //! to drop a stall beyond the 64 kept, all still within reach of a judgement, starts the rescan
 //! walk (`{n}:rescan`): its steps and the following sweeps' re-score a bounded chunk of `{n}:live`
 //! and then of `{n}:flight` per step, by a score cursor, down to the deadline the lost credit
@@ -134,7 +138,7 @@
 //! atomic step: a worker admitted or registered during the walk may be missed, as the in-memory
 //! backend's shard-by-shard collection misses one created behind it. A sweep step is about [`SWEEP_STEP_BUDGET`] commands, a publish
 //! step [`PUBLISH_STEP`] workers, a change-log answer [`CHANGES_PAGE`] entries, a rebuild page
-//! [`SNAP_PAGE`] lines, an acknowledgement 128 receipts, and a completion evicts at most 4. What
+//! [`SNAP_PAGE`] lines, an acknowledgement 64 receipts, and a completion evicts at most 4. What
 //! a sweep costs in total is what is due: the candidates past their score, the queues' due
 //! entries, the workers written since the last publish (heartbeats included). A retained claim
 //! costs about 400 bytes of server memory (see the README); an in-flight one also has its entry

@@ -26,7 +26,7 @@ use crate::api::snapshot::ClaimCounts;
 use crate::remote::snapshot::Change;
 
 /// Workers one publish step moves into the change log.
-pub const PUBLISH_STEP: usize = 128;
+pub const PUBLISH_STEP: usize = 64;
 
 /// Versions the change log keeps (a handle further behind rebuilds).
 pub const CHANGE_LOG_VERSIONS: usize = 1_000;

@@ -59,6 +59,13 @@ impl Call {
         self
     }
 
+    /// Appends a named argument: `name`, then `value` (a function that takes its arguments by
+    /// name reads them into a table; see `scripts/sweep.lua`).
+    pub(crate) fn named<A: ToRedisArgs>(&mut self, name: &str, value: A) -> &mut Self {
+        self.cmd.arg(name).arg(value);
+        self
+    }
+
     /// Sends the call; if the server has no such function (a new server, `FUNCTION FLUSH`), loads
     /// the library and sends it once more.
     pub(crate) async fn invoke_async<T: FromRedisValue, C: ConnectionLike>(

@@ -11,13 +11,14 @@ local grace, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
 local max_in_flight = tonumber(ARGV[8])
 local member = target .. ':' .. delivery
 
--- Read phase.
-local now = clock()
+-- Read phase. A claim in flight on a worker is a duplicate whatever the time: answered before the
+-- clock is read (the common duplicate costs two calls).
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
+if in_flight_bound(c) then return finish(duplicate(c, 'in_flight')) end
+local now = clock()
 local st = standing(c, now, retention, timeout)
 if st == 'in_flight' or st == 'completed' then
-  return finish({ 'outcome', 'duplicate', 'holder', c[1] or '', 'since', c[2], 'state', st,
-    'unstarted', unstarted(c, st) })
+  return finish(duplicate(c, st))
 end
 local plan = plan_place(target, max_workers, now)
 if plan.kind ~= 'sticky' and plan.kind ~= 'new' then

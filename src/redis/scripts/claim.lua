@@ -4,13 +4,11 @@
 local member = ARGV[2] .. ':' .. ARGV[3]
 local timeout, retention = tonumber(ARGV[4]), tonumber(ARGV[5])
 
-local now = clock()
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
+if in_flight_bound(c) then return duplicate(c, 'in_flight') end
+local now = clock()
 local st = standing(c, now, retention, timeout)
-if st == 'in_flight' or st == 'completed' then
-  return { 'outcome', 'duplicate', 'holder', c[1] or '', 'since', c[2], 'state', st,
-    'unstarted', unstarted(c, st) }
-end
+if st == 'in_flight' or st == 'completed' then return duplicate(c, st) end
 
 if st ~= 'none' then forget_claim(member, c) end
 redis.call('HSET', ckey(member), 'ca', now)

@@ -35,12 +35,12 @@ for i, p in ipairs(plans) do
     out[i] = 'exited'
   else
     if w[1] == '0' then
-      redis.call('HSET', wkey(p.id), 's', 1, 'dd', at)
+      redis.call('HSET', wkey(p.id), 's', 1, 'dd', at, 'ds', now)
       redis.call('ZADD', K.drain, at, p.id)
       redis.call('ZADD', K.dirty, 0, p.id)
       emit({ 'D', p.id, w[4] or '' })
     elseif not w[5] or at < tonumber(w[5]) then
-      redis.call('HSET', wkey(p.id), 'dd', at)
+      redis.call('HSET', wkey(p.id), 'dd', at, 'ds', now)
       redis.call('ZADD', K.drain, at, p.id)
       redis.call('ZADD', K.dirty, 0, p.id)
     end

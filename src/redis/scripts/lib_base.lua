@@ -5,14 +5,17 @@
 -- own work.
 --
 -- Every function is called with one key and its arguments (FCALL <name> 1 <key> <args>): KEYS[1]
--- is the registry's test time offset key, `{name}:test_offset_ms`; ARGV[1] is the key prefix
+-- is the registry's test time offset key, `{name}:test_offset_ms`, from a build that can set it
+-- (feature `testkit`), or the bare prefix `{name}:` (no key: nothing is read) from one that
+-- cannot, so that a production call pays no `GET` for a test offset; ARGV[1] is the key prefix
 -- `{name}:`, ARGV[2] the calling replica's id (removed from ARGV by `begin`, so that a decision's
 -- own arguments start at ARGV[2]). Every other key is built from the prefix, so all of a
 -- registry's keys share the hash tag `{name}` and live on one Cluster slot.
 --
 -- Discipline: every decision reads (and so validates) everything first and writes afterwards, so
 -- that an error (a corrupted key of the wrong type, a bug) aborts it before its first write and
--- leaves no partial state. Time is the server's TIME plus the test offset, in integer ms.
+-- leaves no partial state. Time is the server's TIME plus the test offset, in integer ms, read only
+-- where a decision needs it (a duplicate of a claim in flight answers without it).
 --
 -- Replies are flat name/value lists ({'outcome', word, 'field', value, ...}; codec.rs `Fields`
 -- reads them by name). The outcome words are PostgreSQL's (src/remote/vocab.rs).
@@ -46,6 +49,8 @@
 --   sweep_lease       string  "<owner>\t<expires at, registry ms>", with PX
 --   last_sweep        string  when the latest sweep of any replica ran (registry ms)
 --   stalls            list  "<start>:<end>" stall spans the stall rule still credits, oldest first
+--   drain_ext         list  stalls whose drain-deadline extension is still being walked, oldest
+--                     first: "<from>:<to>:<len>:<cursor>:<skip>" (sweep.lua `extend_drains`)
 --   rescan            string  "<live cursor>\t<flight cursor>": where the rescan walk after a
 --                     dropped stall stands (scores, `-inf` at the start, `done` past the end)
 --   epoch             string  the incarnation: set when there is none; moved on by the handle that
@@ -54,12 +59,14 @@
 --   consumers         zset  replica id -> its last sweep (ms): gone replicas' stream consumers are
 --                           deleted (identity.lua)
 
--- The calling registry's prefix, its key table and this call's replica id: set by `begin` at the
--- start of every call (a function runs alone, to completion, so library-level state set at its
--- start is its own).
-local P, K, ME
+-- The calling registry's prefix, its key table, this call's replica id and its test offset key
+-- (false: the caller cannot set one): set by `begin` at the start of every call (a function runs
+-- alone, to completion, so library-level state set at its start is its own).
+local P, K, ME, OFFSET
 -- This call's own events (nil until it emits one).
 local EMITTED
+-- The registry's epoch if this call read it already (nil: not read; false: there is none).
+local EPOCH
 -- One key table per prefix (a registry), cached across calls: K.<suffix> is built once.
 local KS, NKS = {}, 0
 local function begin(keys, args)
@@ -79,8 +86,9 @@ local function begin(keys, args)
     })
     KS[P], NKS = K, NKS + 1
   end
-  K.offset = keys[1]
-  EMITTED = nil
+  -- Lua 5.1 interns every string: this is a pointer comparison.
+  OFFSET = keys[1] ~= P and keys[1]
+  EMITTED, EPOCH = nil, nil
 end
 
 local function wkey(id) return P .. 'w:' .. id end
@@ -100,8 +108,11 @@ local function I(n) return string.format('%d', n) end
 -- lagging replica) is not handed out again, as long as ids were not handed out faster than one
 -- per millisecond on average and the server's clock did not step back.
 local ID_EPOCH_MS = 1767225600000
+-- A new worker always emits its creation, so the epoch `finish` answers is read here too (one MGET).
 local function next_id(now)
-  local last = tonumber(redis.call('GET', K.next_worker_id) or '0') or 0
+  local v = redis.call('MGET', K.next_worker_id, K.epoch)
+  EPOCH = v[2]
+  local last = tonumber(v[1] or '0') or 0
   return math.max(last + 1, now - ID_EPOCH_MS)
 end
 
@@ -126,8 +137,9 @@ end
 
 local function clock()
   local t = redis.call('TIME')
-  local off = tonumber(redis.call('GET', K.offset) or '0') or 0
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + off
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if OFFSET then ms = ms + (tonumber(redis.call('GET', OFFSET) or '0') or 0) end
+  return ms
 end
 
 -- Publishes one lifecycle event: a registry-wide sequence number (a listener that sees a gap knows
@@ -147,5 +159,6 @@ end
 local NONE = {}
 local function finish(reply)
   if not EMITTED then return { NONE, reply, false } end
-  return { EMITTED, reply, redis.call('GET', K.epoch) }
+  if EPOCH == nil then EPOCH = redis.call('GET', K.epoch) end
+  return { EMITTED, reply, EPOCH }
 end

@@ -16,6 +16,12 @@ local function standing(c, now, retention_ms, unbound_ms)
   return 'in_flight'
 end
 
+-- Whether a claim (HMGET h ca dn rel) is in flight on a worker: `standing` answers 'in_flight'
+-- for it at any time, so a decision may answer its duplicate without reading the clock.
+local function in_flight_bound(c)
+  return c[1] and c[2] and not c[3] and not c[4]
+end
+
 -- 1 if a duplicate's claim is in flight on a live worker that has never heartbeated (the reply
 -- that told a router to start it may have been lost), else 0.
 local function unstarted(c, st)
@@ -23,6 +29,12 @@ local function unstarted(c, st)
   local w = redis.call('HMGET', wkey(c[1]), 's', 'bt')
   if w[1] and w[1] ~= '2' and w[2] ~= '1' then return 1 end
   return 0
+end
+
+-- A duplicate's reply: the claim's holder ('' for none), since, state and unstarted.
+local function duplicate(c, st)
+  return { 'outcome', 'duplicate', 'holder', c[1] or '', 'since', c[2], 'state', st,
+    'unstarted', unstarted(c, st) }
 end
 
 -- Release reason of a claim stuck in flight (its claim stays, as a tombstone, while its worker

@@ -2,7 +2,8 @@
 --
 -- A worker's hash: s status (0 active, 1 draining, 2 dead), b busy, x suspect, bt has beaten,
 -- r dead reason, hb last heartbeat (creation before the first), c created, n assignments (the
--- fencing token's low bits), t target (none for a registered worker), dd drain deadline, da died
+-- fencing token's low bits), t target (none for a registered worker), dd drain deadline, ds when
+-- dd was last set (the stall walk in sweep.lua leaves a drain set after the stall alone), da died
 -- at, ss suspect since. Its entry in `live` is a lower bound of its staleness deadline: a
 -- heartbeat only writes the hash, and the sweep re-scores a worker it finds beaten since.
 

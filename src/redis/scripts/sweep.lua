@@ -14,24 +14,38 @@
 -- expiry, eviction, purge), each from a sorted set by time or a set with a LIMIT taken from what
 -- is left of the step's budget; `more` = 1 if any of them may hold more.
 --
--- ARGV: prefix, replica id, at (0: first step), mode ('judge'|'act'), skip, brake (act: 0/1),
---       timeout_ms, startup_grace_ms, retention_ms, dead_retention_ms, suspect_grace_ms,
---       brake_fraction, brake_min_workers, max_retained_claims, lease_ttl_ms,
---       release_ack_timeout_ms, handout (entries this step may hand out), budget,
---       sweep_interval_ms, max_in_flight_ms, drain_deadline_ms, stall_horizon_ms
+-- ARGV: prefix, replica id, then name, value pairs (sweep.rs `step_call` sends them; `arg` and
+--   `num` below read them, and a missing or malformed one is an error naming it): at (0: first
+--   step), mode ('judge'|'act'), skip, cursor and ties (the walk of the candidates), brake (act:
+--   0/1), timeout_ms, startup_grace_ms, retention_ms, dead_retention_ms, suspect_grace_ms,
+--   brake_fraction, brake_min_workers, max_retained_claims, lease_ttl_ms,
+--   release_ack_timeout_ms, handout (entries this step may hand out), budget,
+--   sweep_interval_ms, max_in_flight_ms, drain_deadline_ms, stall_horizon_ms
 -- Returns (inside `finish`) a flat list of name, value pairs (see SweepStep in contract.rs):
---   swept, now, mode, skip, brake, engaged, more, died {id, reason...}, suspected {ids},
+--   swept, now, mode, skip, cursor, ties, brake, engaged, more, died {id, reason...},
+--   suspected {ids},
 --   released_targets {targets}, expired, evicted, purged, released, collected {entry id, target,
 --   delivery, holder, reason...}, live, stall_ms, stuck, drained_stuck {ids}, in_flight_adj
 local me = ME
-local at, mode, skip, brake_in = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
-local timeout, grace, retention = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local dead_retention, suspect_grace = tonumber(ARGV[9]), tonumber(ARGV[10])
-local brake_fraction, brake_min = tonumber(ARGV[11]), tonumber(ARGV[12])
-local max_retained, lease_ttl = tonumber(ARGV[13]), tonumber(ARGV[14])
-local ack_timeout, handout, budget = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
-local interval, max_in_flight = tonumber(ARGV[18]), tonumber(ARGV[19])
-local drain_deadline, horizon = tonumber(ARGV[20]), tonumber(ARGV[21])
+local named = {}
+for i = 2, #ARGV - 1, 2 do named[ARGV[i]] = ARGV[i + 1] end
+local function arg(name)
+  return named[name] or error('worker-registry: sweep argument ' .. name .. ' missing')
+end
+local function num(name)
+  return tonumber(arg(name)) or error('worker-registry: sweep argument ' .. name .. ' is not a number')
+end
+local at, mode, skip, brake_in = num('at'), arg('mode'), num('skip'), arg('brake') == '1'
+-- Where this mode's walk of the candidates stands: the last score read (inclusive; `-inf` at the
+-- start) and how many candidates at exactly that score it left in place (read past by offset).
+local cur_score, ties = arg('cursor'), num('ties')
+local timeout, grace, retention = num('timeout_ms'), num('startup_grace_ms'), num('retention_ms')
+local dead_retention, suspect_grace = num('dead_retention_ms'), num('suspect_grace_ms')
+local brake_fraction, brake_min = num('brake_fraction'), num('brake_min_workers')
+local max_retained, lease_ttl = num('max_retained_claims'), num('lease_ttl_ms')
+local ack_timeout, handout, budget = num('release_ack_timeout_ms'), num('handout'), num('budget')
+local interval, max_in_flight = num('sweep_interval_ms'), num('max_in_flight_ms')
+local drain_deadline, horizon = num('drain_deadline_ms'), num('stall_horizon_ms')
 
 local first = at == 0
 local now = at
@@ -112,12 +126,11 @@ local function ran(from)
 end
 
 -- A drain deadline that had not passed when the stall began moves out by the stall's length (its
--- loop could not report its end meanwhile). Read here; written with the stall by `write_stalls`.
-local extended = {}
-if stall then
-  local e = redis.call('ZRANGEBYSCORE', K.drain, '(' .. I(stall[1]), '+inf', 'WITHSCORES')
-  for i = 1, #e, 2 do extended[e[i]] = tonumber(e[i + 1]) + (stall[2] - stall[1]) end
-end
+-- loop could not report its end meanwhile). Any number of workers may drain, so this is a walk:
+-- the stall is queued in `drain_ext` and the lease holder's steps move a bounded chunk of
+-- deadlines each (`extend_drains`, below) before they judge anything else, so that a sweep judges
+-- every deadline after its extension, as in memory.
+local new_ext = stall and table.concat({ I(stall[1]), I(stall[2]), I(stall[2] - stall[1]), '+inf', '0' }, ':')
 local function write_stalls()
   redis.call('SET', K.last_sweep, I(last_sweep))
   -- A dropped stall (re)starts the rescan walk: score cursors in `live` and `flight`.
@@ -126,11 +139,36 @@ local function write_stalls()
     redis.call('DEL', K.stalls)
     for _, sp in ipairs(spans) do redis.call('RPUSH', K.stalls, I(sp[1]) .. ':' .. I(sp[2])) end
   end
-  for id, at in pairs(extended) do
-    redis.call('HSET', wkey(id), 'dd', I(at))
-    redis.call('ZADD', K.drain, at, id)
-    redis.call('ZADD', K.dirty, 0, id)
+  if new_ext then redis.call('RPUSH', K.drain_ext, new_ext) end
+end
+
+-- One chunk of the drain-deadline walk of the oldest queued stall, `head`:
+-- "<from>:<to>:<len>:<cursor>:<skip>". It walks `drain` down from `cursor` (inclusive; `+inf` at
+-- the start) to `from` (exclusive), `limit` entries past the first `skip` (those at `cursor` it
+-- left in place), and moves each deadline out by `len`, which lifts it above the rest of the walk,
+-- unless the worker's drain was (re)set after the stall was measured (its `ds` is past `to`): that
+-- one stays, and is counted in the next `skip` if it is at the next cursor. Reads only; returns
+-- the moves (deadline, id) and the head's next state (nil: the walk is done).
+local function extend_drains(head, limit)
+  local e = {}
+  for x in string.gmatch(head, '[^:]+') do e[#e + 1] = x end
+  if #e ~= 5 then error('worker-registry: bad drain_ext entry ' .. head) end
+  local to, len, cursor, skip = tonumber(e[2]), tonumber(e[3]), e[4], tonumber(e[5])
+  local got = redis.call('ZREVRANGEBYSCORE', K.drain, cursor, '(' .. e[1], 'WITHSCORES', 'LIMIT', skip, limit)
+  local moves, low, stay_low = {}, nil, 0
+  for i = 1, #got, 2 do
+    local id, score = got[i], got[i + 1]
+    local ds = tonumber(redis.call('HGET', wkey(id), 'ds') or '')
+    if score ~= low then low, stay_low = score, 0 end
+    if ds and ds > to then
+      stay_low = stay_low + 1
+    else
+      moves[#moves + 1] = { tonumber(score) + len, id }
+    end
   end
+  if #got < 2 * limit then return moves, nil end
+  if low == cursor then stay_low = stay_low + skip end
+  return moves, table.concat({ e[1], e[2], e[3], low, I(stay_low) }, ':')
 end
 
 -- The lease: free, ours, or lapsed (on the registry's time, or by the key's own expiry).
@@ -164,23 +202,43 @@ local function spend(units) budget = budget - units end
 local swept = lease_is_ours()
 local need_group = redis.call('EXISTS', K.released) == 0
 local brake_out, engaged, more, next_mode, next_skip = brake_in, false, false, mode, skip
+local next_cursor, next_ties = cur_score, ties
 local died, suspected, released_targets, drained_stuck = {}, {}, {}, {}
 local n_expired, n_evicted, n_purged, n_released, n_stuck, adj = 0, 0, 0, 0, 0, 0
 
 if swept then
+  -- The drain-deadline walk after a stall comes first; a step of it does nothing else.
+  local ext = redis.call('LINDEX', K.drain_ext, 0) or new_ext
+  if ext then
+    local moves, next_ext = extend_drains(ext, math.max(1, room(4)))
+    write_stalls()
+    for _, m in ipairs(moves) do
+      redis.call('HSET', wkey(m[2]), 'dd', I(m[1]))
+      redis.call('ZADD', K.drain, m[1], m[2])
+      redis.call('ZADD', K.dirty, 0, m[2])
+    end
+    if next_ext then redis.call('LSET', K.drain_ext, 0, next_ext) else redis.call('LPOP', K.drain_ext) end
+    redis.call('SET', K.sweep_lease, me .. '\t' .. I(now + lease_ttl), 'PX', lease_ttl)
+    return finish({ 'swept', 1, 'now', now, 'mode', mode, 'skip', skip, 'cursor', cur_score,
+      'ties', ties, 'brake', brake_in and 1 or 0,
+      'engaged', 0, 'more', 1, 'died', {}, 'suspected', {}, 'released_targets', {}, 'expired', 0,
+      'evicted', 0, 'purged', 0, 'released', 0, 'collected', {}, 'handed', 0,
+      'live', redis.call('ZCARD', K.live), 'stall_ms', (first and stall) and (stall[2] - stall[1]) or 0,
+      'stuck', 0, 'drained_stuck', {}, 'in_flight_adj', 0 })
+  end
+
   ---------------------------------------------------------------------------- read phase
   local W = {}
   local function worker_of(id)
     local f = W[id]
     if f == nil then
       f = read_worker(id)
-      if extended[id] and f[2] then f[10] = I(extended[id]) end
       W[id] = f
     end
     return f
   end
   local function overdue_drain(id, f)
-    return f[2] == '1' and not extended[id] and f[10] and f[10] ~= '' and tonumber(f[10]) < now
+    return f[2] == '1' and f[10] and f[10] ~= '' and tonumber(f[10]) < now
   end
 
   -- Live candidates: below `now` in `live` (a lower bound of each one's deadline: heartbeats do
@@ -190,7 +248,14 @@ if swept then
   local function act_cost(brake) if brake then return 5 end return 20 end
   local chunk = room(2)
   if mode == 'act' then chunk = room(act_cost(brake_in)) end
-  local cands = redis.call('ZRANGEBYSCORE', K.live, '-inf', '(' .. I(now), 'LIMIT', skip, chunk)
+  -- Read from the cursor, not by an offset of every candidate left in place so far (an offset
+  -- walks them all again: a mass death's later steps would each pass thousands).
+  local got = redis.call('ZRANGEBYSCORE', K.live, cur_score, '(' .. I(now), 'WITHSCORES', 'LIMIT', ties, chunk)
+  local cands, cand_score = {}, {}
+  for i = 1, #got, 2 do
+    cands[#cands + 1] = got[i]
+    cand_score[got[i]] = got[i + 1]
+  end
   local exhausted = #cands < chunk
   local stale, rescore, ghosts, overdue_c = {}, {}, {}, {}
   for _, id in ipairs(cands) do
@@ -257,9 +322,29 @@ if swept then
   end
   for _, kl in ipairs(kills) do killed[kl[1]] = true end
 
+  -- The cursor after this chunk: its last score, and the candidates at that score it leaves in
+  -- place (stale ones while the brake is undecided; suspects and held ones once acting); the rest
+  -- leave the range (re-scored past now, killed, removed).
+  if act or next_mode == mode then
+    local stays = {}
+    for _, id in ipairs(stale) do if not killed[id] then stays[id] = true end end
+    if not act then for _, id in ipairs(overdue_c) do stays[id] = true end end
+    if #cands > 0 then
+      local last = cand_score[cands[#cands]]
+      local n = 0
+      if last == cur_score then n = ties end
+      for _, id in ipairs(cands) do
+        if stays[id] and cand_score[id] == last then n = n + 1 end
+      end
+      next_cursor, next_ties = last, n
+    end
+  else
+    next_cursor, next_ties = '-inf', 0 -- judged: the act steps start again from the lowest
+  end
+
   -- Draining workers past their deadline die whatever the brake says (those among the
-  -- candidates are above). (A deadline this sweep's stall moved out is not overdue: it now lies
-  -- after now.)
+  -- candidates are above). (A deadline this sweep's stall moved out is not overdue: the walk
+  -- above moved it past now before this step.)
   local drain_ghosts = {}
   if rest then
     local lim = room(20) - #kills
@@ -267,7 +352,7 @@ if swept then
       local due = redis.call('ZRANGEBYSCORE', K.drain, '-inf', '(' .. I(now), 'LIMIT', 0, lim)
       if #due == lim then more = true end
       for _, id in ipairs(due) do
-        if not killed[id] and not extended[id] then
+        if not killed[id] then
           local f = worker_of(id)
           if f[2] == '1' then
             kills[#kills + 1] = { id, R_DRAIN_TIMED_OUT }
@@ -581,14 +666,14 @@ if swept then
       died[#died + 1] = R_EXITED
       if target and target ~= '' then released_targets[#released_targets + 1] = target end
     elseif f[2] == '0' then
-      redis.call('HSET', wkey(h), 's', 1, 'dd', until_)
+      redis.call('HSET', wkey(h), 's', 1, 'dd', until_, 'ds', now)
       redis.call('ZADD', K.drain, until_, h)
       redis.call('ZADD', K.dirty, 0, h)
       emit({ 'D', h, target or '' })
       drained_stuck[#drained_stuck + 1] = h
     elseif not f[10] or f[10] == '' or until_ < tonumber(f[10]) then
       -- Draining already: the earlier deadline is kept.
-      redis.call('HSET', wkey(h), 'dd', until_)
+      redis.call('HSET', wkey(h), 'dd', until_, 'ds', now)
       redis.call('ZADD', K.drain, until_, h)
       redis.call('ZADD', K.dirty, 0, h)
     end
@@ -671,6 +756,7 @@ if handout > 0 then
 end
 
 return finish({ 'swept', swept and 1 or 0, 'now', now, 'mode', next_mode, 'skip', next_skip,
+  'cursor', next_cursor, 'ties', next_ties,
   'brake', brake_out and 1 or 0, 'engaged', engaged and 1 or 0, 'more', more and 1 or 0,
   'died', died, 'suspected', suspected, 'released_targets', released_targets,
   'expired', n_expired, 'evicted', n_evicted, 'purged', n_purged, 'released', n_released,
