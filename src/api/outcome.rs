@@ -3,7 +3,7 @@
 //! [`Waiting`] among them).
 
 use std::fmt;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::ids::{FencingToken, WorkerId};
 
@@ -157,11 +157,14 @@ impl ClaimState {
 /// # Examples
 ///
 /// ```
-/// use std::time::SystemTime;
+/// use std::time::{Duration, SystemTime};
 /// use worker_registry::{AlreadyClaimed, ClaimState, WorkerId};
 ///
-/// let dup = AlreadyClaimed::new(Some(WorkerId::new(3)), SystemTime::UNIX_EPOCH, ClaimState::InFlight);
+/// let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+/// let dup = AlreadyClaimed::new(Some(WorkerId::new(3)), at, ClaimState::InFlight);
 /// assert_eq!(dup.holder, Some(WorkerId::new(3)));
+/// assert_eq!(dup.since(), at);
+/// assert_eq!(dup.since_unix_ms(), 1_700_000_000_123);
 /// assert_eq!(dup.needs_start(), None);
 /// assert_eq!(dup.with_unstarted(true).needs_start(), Some(WorkerId::new(3)));
 /// ```
@@ -170,8 +173,10 @@ impl ClaimState {
 pub struct AlreadyClaimed {
     /// The worker handling it (none for a bare claim not yet bound to a worker).
     pub holder: Option<WorkerId>,
-    /// When the first delivery was claimed (wall clock, display only).
-    pub since: SystemTime,
+    /// When the first delivery was claimed, in milliseconds since the Unix epoch (wall clock,
+    /// display only; read it with [`since`](Self::since)). Kept as a count, not a
+    /// `SystemTime`, so a duplicate's answer costs an addition, not a conversion.
+    since_ms: u64,
     /// In flight or completed.
     pub state: ClaimState,
     /// The claim is in flight on a live worker that has never heartbeated: the reply that told
@@ -182,17 +187,59 @@ pub struct AlreadyClaimed {
 
 impl AlreadyClaimed {
     /// A duplicate held by `holder` since `since`, in `state` (not [`unstarted`](Self::unstarted)).
+    /// `since` is kept to the millisecond (rounded down; a time before the Unix epoch is kept as
+    /// the epoch).
     ///
     /// # Examples
     ///
     /// See [`AlreadyClaimed`].
     pub fn new(holder: Option<WorkerId>, since: SystemTime, state: ClaimState) -> Self {
+        let since_ms = since
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Self::at_unix_ms(holder, since_ms, state)
+    }
+
+    /// As [`new`](Self::new), with `since` in milliseconds since the Unix epoch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use worker_registry::{AlreadyClaimed, ClaimState};
+    ///
+    /// let dup = AlreadyClaimed::at_unix_ms(None, 1_500, ClaimState::Completed);
+    /// assert_eq!(dup.since(), SystemTime::UNIX_EPOCH + Duration::from_millis(1_500));
+    /// ```
+    #[inline]
+    pub fn at_unix_ms(holder: Option<WorkerId>, since_ms: u64, state: ClaimState) -> Self {
         Self {
             holder,
-            since,
+            since_ms,
             state,
             unstarted: false,
         }
+    }
+
+    /// When the first delivery was claimed (wall clock, to the millisecond, display only; a
+    /// time the platform's `SystemTime` cannot hold reads as the epoch).
+    ///
+    /// # Examples
+    ///
+    /// See [`AlreadyClaimed`].
+    pub fn since(&self) -> SystemTime {
+        SystemTime::UNIX_EPOCH
+            .checked_add(Duration::from_millis(self.since_ms))
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    }
+
+    /// [`since`](Self::since) in milliseconds since the Unix epoch.
+    ///
+    /// # Examples
+    ///
+    /// See [`AlreadyClaimed`].
+    pub fn since_unix_ms(&self) -> u64 {
+        self.since_ms
     }
 
     /// The same duplicate with [`unstarted`](Self::unstarted) set to `unstarted`.

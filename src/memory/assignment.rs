@@ -107,18 +107,21 @@ impl<C: Clock> Direct<C> {
     #[inline]
     pub(super) fn admit_with(&self, target: &Target, event: &DeliveryId, defer: bool) -> Admission {
         let hash = pair_hash(target, event.key_hash());
-        self.inner.claims.with(hash, |shard| {
-            // Read the clock only when needed: a redelivery of an in-flight delivery does not.
-            let mut read: Option<u64> = None;
-            let mut now = || *read.get_or_insert_with(|| self.now_ms());
-            let loc = shard.find(hash, target, event);
-            if let Some(dup) = loc.and_then(|l| self.duplicate_at(shard, l, &mut now)) {
-                shard.count_duplicate();
-                return Admission::Duplicate(dup);
-            }
-            let now = now();
-            self.admit_new(shard, hash, loc, target, event, now, defer)
-        })
+        // The lock, the probe and a duplicate's answer in this one frame (no closure, no call).
+        let table = &self.inner.claims;
+        let place = table.shard(hash);
+        let mut shard = table.lock(&place);
+        // Read the clock only when needed: a redelivery of an in-flight delivery does not.
+        let mut read: Option<u64> = None;
+        let mut now = || *read.get_or_insert_with(|| self.now_ms());
+        let found = shard.lookup(hash, target, event);
+        if let Some(dup) = found.and_then(|(_, hit)| self.duplicate_of(hit, &mut now)) {
+            shard.count_duplicate();
+            return Admission::Duplicate(dup);
+        }
+        let loc = found.map(|(loc, _)| loc);
+        let now = now();
+        self.admit_new(&mut shard, hash, loc, target, event, now, defer)
     }
 
     /// The rest of `admit_with` for a delivery that is not a duplicate, still under the claims

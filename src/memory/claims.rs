@@ -2,7 +2,7 @@
 //! `release`, `complete`, `complete_by`). The storage is the claims table (`table.rs`).
 
 use super::record::WorkerRecord;
-use super::table::{pair_hash, DeliveryKey, Found, InFlight, Loc, PutOutcome, Shard};
+use super::table::{pair_hash, DeliveryKey, Found, Hit, InFlight, Loc, PutOutcome, Shard};
 use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
@@ -38,26 +38,28 @@ impl InFlight {
         self.standing_seen(now_ms, unbound_ms).0
     }
 
-    /// As [`standing_lazy`](Self::standing_lazy), also returning the holder's state word as it
-    /// was read for the decision (one load: the answer to a duplicate reads it from there).
+    /// As [`standing_lazy`](Self::standing_lazy), also returning the holder's id and its state
+    /// word as it was read for the decision (one load: the answer to a duplicate reads it from
+    /// there).
     #[inline]
     pub(crate) fn standing_seen(
         &self,
         now_ms: impl FnOnce() -> u64,
         unbound_ms: u64,
-    ) -> (Standing, Option<Word>) {
+    ) -> (Standing, Option<(WorkerId, Word)>) {
         if self.stuck {
             return (Standing::Released(ReleaseReason::Stuck), None);
         }
         match &self.holder {
             Some(rec) => {
+                let id = rec.id;
                 let w = rec.state.load();
                 match w.status() {
                     Status::Dead(reason) => (
                         Standing::Released(ReleaseReason::WorkerDied(reason)),
-                        Some(w),
+                        Some((id, w)),
                     ),
-                    _ => (Standing::InFlight, Some(w)),
+                    _ => (Standing::InFlight, Some((id, w))),
                 }
             }
             None if now_ms().saturating_sub(self.claimed_at) > unbound_ms => {
@@ -305,26 +307,39 @@ impl<C: Clock> Direct<C> {
         loc: Loc,
         now: &mut impl FnMut() -> u64,
     ) -> Option<AlreadyClaimed> {
+        self.duplicate_of(shard.hit(loc), now)
+    }
+
+    /// If the claim `hit` blocks a new delivery now, the answer to give (as
+    /// [`duplicate_at`](Self::duplicate_at), for a claim the probe handed out).
+    #[inline(always)]
+    pub(super) fn duplicate_of(
+        &self,
+        hit: Hit<'_>,
+        now: &mut impl FnMut() -> u64,
+    ) -> Option<AlreadyClaimed> {
         let limits = &self.inner.limits;
-        match shard.get(loc) {
-            Found::InFlight(c) => match c.standing_seen(&mut *now, limits.timeout_ms) {
+        match hit {
+            Hit::InFlight(c) => match c.standing_seen(&mut *now, limits.timeout_ms) {
                 // Unstarted: held by a live worker (a dead one is `Released`) that has never
                 // beaten, read from the word the decision was made on.
-                (Standing::InFlight, word) => Some(AlreadyClaimed {
-                    holder: c.holder.as_ref().map(|h| h.id),
-                    since: self.wall_at(c.claimed_at),
-                    state: ClaimState::InFlight,
-                    unstarted: word.is_some_and(|w| !w.has_beaten()),
-                }),
+                (Standing::InFlight, seen) => Some(
+                    AlreadyClaimed::at_unix_ms(
+                        seen.map(|(id, _)| id),
+                        self.wall_ms_at(c.claimed_at),
+                        ClaimState::InFlight,
+                    )
+                    .with_unstarted(seen.is_some_and(|(_, w)| !w.has_beaten())),
+                ),
                 _ => None,
             },
-            Found::Retained(c) => (now().saturating_sub(c.completed_at)
-                <= limits.claim_retention_ms)
-                .then(|| AlreadyClaimed {
-                    holder: c.holder(),
-                    since: self.wall_at(c.claimed_at()),
-                    state: ClaimState::Completed,
-                    unstarted: false,
+            Hit::Retained(c) => (now().saturating_sub(c.completed_at) <= limits.claim_retention_ms)
+                .then(|| {
+                    AlreadyClaimed::at_unix_ms(
+                        c.holder(),
+                        self.wall_ms_at(c.claimed_at()),
+                        ClaimState::Completed,
+                    )
                 }),
         }
     }

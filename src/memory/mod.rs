@@ -245,8 +245,10 @@ pub(crate) struct Inner<C> {
     pub(crate) config: RegistryConfig,
     pub(crate) limits: Limits,
     pub(crate) clock: C,
-    /// The wall-clock time at the monotonic clock's origin (for display).
+    /// The wall-clock time at the monotonic clock's origin (for display), a whole millisecond.
     pub(crate) wall_origin: SystemTime,
+    /// `wall_origin` in milliseconds since the Unix epoch.
+    pub(crate) wall_origin_ms: u64,
     pub(crate) workers: ShardMap<WorkerId, Arc<WorkerRecord>>,
     pub(crate) targets: ShardMap<Target, Arc<WorkerRecord>>,
     pub(crate) claims: ClaimTable,
@@ -420,10 +422,14 @@ impl<C: Clock> Direct<C> {
                 .max(ms(config.max_in_flight()))
                 .max(ms(config.suspect_grace())),
         };
-        let wall_origin = clock
+        // Whole milliseconds, so that `wall_at` and a duplicate's `since` (an addition to
+        // `wall_origin_ms`) name the same instant.
+        let wall_origin_ms = clock
             .wall()
             .checked_sub(clock.now())
-            .unwrap_or(SystemTime::UNIX_EPOCH);
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map_or(0, millis);
+        let wall_origin = SystemTime::UNIX_EPOCH + Duration::from_millis(wall_origin_ms);
         let shards = config.shards();
         let (roster, newborns) = Roster::new();
         let snapshot = StatusSnapshot::empty(config.max_workers(), clock.wall());
@@ -431,6 +437,7 @@ impl<C: Clock> Direct<C> {
             inner: Arc::new(Inner {
                 limits,
                 wall_origin,
+                wall_origin_ms,
                 workers: ShardMap::new(shards),
                 targets: ShardMap::new(shards),
                 claims: ClaimTable::new(shards),
@@ -475,6 +482,13 @@ impl<C: Clock> Direct<C> {
 
     pub(crate) fn wall_at(&self, ms: u64) -> SystemTime {
         self.inner.wall_origin + Duration::from_millis(ms)
+    }
+
+    /// [`wall_at`](Self::wall_at) in milliseconds since the Unix epoch (one addition: what a
+    /// duplicate's answer carries).
+    #[inline]
+    pub(crate) fn wall_ms_at(&self, ms: u64) -> u64 {
+        self.inner.wall_origin_ms.saturating_add(ms)
     }
 
     /// Live (non-dead) workers right now, as counted by the capacity counter.

@@ -135,6 +135,13 @@ pub(crate) enum Found<'a> {
     Retained(&'a Retained),
 }
 
+/// What a probe found, to read (see [`Shard::lookup`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Hit<'a> {
+    InFlight(&'a InFlight),
+    Retained(&'a Retained),
+}
+
 /// One shard's claims. Every method runs under the shard's mutex.
 pub(crate) struct Shard {
     index: HashTable<u32>,
@@ -203,18 +210,55 @@ impl Shard {
                         .get(loc as usize)
                         .is_some_and(|e| e.delivery.matches(delivery) && e.target == *target)
                 } else {
-                    self.retained_is(loc, target, delivery)
+                    self.retained_hit(loc, target, delivery).is_some()
                 }
             })
             .map(|&loc| Loc(loc))
     }
 
-    /// Whether the retained claim at `loc` is a live claim of this pair.
+    /// As [`find`](Self::find), also handing out the claim the probe compared (so the caller
+    /// reads it without locating it again), and inlined into the caller: the duplicate path
+    /// locks, probes and answers in one frame. The probe's comparison is [`find`](Self::find)'s.
+    #[inline(always)]
+    pub(crate) fn lookup(
+        &self,
+        hash: u64,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Option<(Loc, Hit<'_>)> {
+        let mut hit = None;
+        self.index.find(hash, |&loc| {
+            let found = if loc & RETAINED == 0 {
+                self.slab
+                    .get(loc as usize)
+                    .filter(|e| e.delivery.matches(delivery) && e.target == *target)
+                    .map(Hit::InFlight)
+            } else {
+                self.retained_hit(loc, target, delivery).map(Hit::Retained)
+            };
+            hit = found.map(|h| (Loc(loc), h));
+            hit.is_some()
+        });
+        hit
+    }
+
+    /// The retained claim at `loc`, if it is a live claim of this pair (out of line: the
+    /// in-flight comparison is the one inlined into the probe loop).
     #[inline(never)]
-    fn retained_is(&self, loc: u32, target: &Target, delivery: &DeliveryId) -> bool {
+    fn retained_hit(&self, loc: u32, target: &Target, delivery: &DeliveryId) -> Option<&Retained> {
         self.ring
             .get(self.ring_pos(loc))
-            .is_some_and(|e| !e.dead && e.delivery.matches(delivery) && e.target == *target)
+            .filter(|e| !e.dead && e.delivery.matches(delivery) && e.target == *target)
+    }
+
+    /// The claim at `loc`, to read.
+    #[inline]
+    pub(crate) fn hit(&self, loc: Loc) -> Hit<'_> {
+        if loc.0 & RETAINED == 0 {
+            Hit::InFlight(&self.slab[loc.0 as usize])
+        } else {
+            Hit::Retained(&self.ring[self.ring_pos(loc.0)])
+        }
     }
 
     /// The claim at `loc`.
@@ -507,6 +551,19 @@ impl ClaimTable {
         let shard = self.shards.of(hash);
         let mut locked = Locked::new(&self.shards, &shard);
         f(&mut locked)
+    }
+
+    /// The shard of a pair with this hash (lock it with [`lock`](Self::lock)): for a caller that
+    /// wants the lock, the probe and the answer in its own frame, without a closure.
+    #[inline(always)]
+    pub(crate) fn shard(&self, hash: u64) -> ShardRef<'_, Lock<Shard>> {
+        self.shards.of(hash)
+    }
+
+    /// Locks `shard` (from [`shard`](Self::shard)).
+    #[inline(always)]
+    pub(crate) fn lock<'a>(&'a self, shard: &'a ShardRef<'a, Lock<Shard>>) -> Locked<'a> {
+        Locked::new(&self.shards, shard)
     }
 
     /// Runs `f` on every shard in turn, each under its lock.

@@ -27,13 +27,17 @@ pub async fn ac2_a_redelivery_is_a_duplicate_naming_its_holder<F: Fixture>(fixtu
     assert_eq!(first.holder, Some(a.worker));
     assert_eq!(first.state, ClaimState::InFlight);
     let again = duplicate(r.admit(&target, &delivery).await);
-    assert_eq!(again.since, first.since, "both name the first claim's time");
+    assert_eq!(
+        again.since(),
+        first.since(),
+        "both name the first claim's time"
+    );
     let Ok(ClaimOutcome::AlreadyClaimed(c)) = r.claim(&target, &delivery).await else {
         panic!("claim() sees the same duplicate")
     };
     assert_eq!(
-        (c.holder, c.since, c.state),
-        (Some(a.worker), first.since, first.state)
+        (c.holder, c.since(), c.state),
+        (Some(a.worker), first.since(), first.state)
     );
 
     let other = assigned(r.admit(&t(10), &delivery).await);
