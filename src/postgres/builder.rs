@@ -430,6 +430,7 @@ impl PostgresRegistryBuilder {
             }),
         };
         registry.agree().await.map_err(ConnectError::Backend)?;
+        registry.open_room().await.map_err(ConnectError::Backend)?;
         let seen = registry.identity().await.map_err(ConnectError::Backend)?;
         registry.inner.loss.begin(&seen.incarnation, seen.last_id);
         registry

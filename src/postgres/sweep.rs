@@ -12,7 +12,9 @@ use super::rows::{self, col, OutboxRow};
 use super::PostgresRegistry;
 use crate::api::contract::Maintenance;
 use crate::api::error::RegistryError;
+use crate::api::ids::DeliveryId;
 use crate::api::report::{ReleasedEvent, SweepReport};
+use crate::api::waiting::{ExpireReason, ExpiredWaiting};
 
 const COLLECT: &str = "SELECT wr_sweep_collect($1, $2, $3, $4, $5)::text AS body";
 const ACKNOWLEDGE: &str = "SELECT wr_acknowledge($1, $2) AS n";
@@ -65,6 +67,13 @@ impl PostgresRegistry {
             .map(OutboxRow::event)
             .collect::<Result<Vec<_>, _>>()
             .map_err(Failure::into_registry)?;
+        // A promotion is counted by the replica that first hands it over (not on a re-offer).
+        let promoted = c
+            .events
+            .iter()
+            .filter(|e| e.first && e.is_promoted())
+            .count();
+        self.inner.counters.promoted.add(promoted as u64);
         c.snapshot
             .apply_to(&self.inner.snapshot)
             .map_err(Failure::into_registry)?;
@@ -105,6 +114,7 @@ impl Maintenance for PostgresRegistry {
             ..SweepReport::default()
         };
         report.version = inner.snapshot.version();
+        report.waiting = inner.snapshot.load().waiting;
         let Some(m) = m else {
             report.took = started.elapsed();
             return Ok(report);
@@ -130,6 +140,17 @@ impl Maintenance for PostgresRegistry {
         report.expired_claims = m.expired as usize;
         report.evicted_claims = m.evicted as usize;
         report.purged_workers = m.purged as usize;
+        let limit = inner.settings.config.max_wait();
+        for (repo, number, delivery, at) in &m.expired_waiting {
+            let delivery = DeliveryId::new(delivery)
+                .map_err(|e| decode(format!("delivery {delivery:?}: {e}")).into_registry())?;
+            report.expired_waiting.push(ExpiredWaiting::new(
+                rows::target(repo, *number).map_err(Failure::into_registry)?,
+                delivery,
+                Duration::from_millis(u64::try_from(begun.now.saturating_sub(*at)).unwrap_or(0)),
+                ExpireReason::WaitedTooLong { limit },
+            ));
+        }
         report.took = started.elapsed();
 
         let c = &inner.counters;
@@ -147,6 +168,7 @@ impl Maintenance for PostgresRegistry {
         c.claims_evicted.add(m.evicted);
         c.workers_purged.add(m.purged);
         c.released_expired.add(m.released_expired);
+        c.waiting_expired.add(report.expired_waiting.len() as u64);
         c.observe_sweep(report.took);
         self.settle().await;
         Ok(report)

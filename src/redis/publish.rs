@@ -149,6 +149,8 @@ impl RedisRegistry {
                                         taken_at_monotonic: Duration::from_millis(h.now),
                                         brake_engaged: h.brake,
                                         claims: h.claims,
+                                        // Redis does not park yet.
+                                        waiting: 0,
                                         upserts: lines
                                             .drain(..)
                                             .map(|l| codec::decode_worker(&l, h.now))
