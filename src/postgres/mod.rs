@@ -301,7 +301,7 @@ pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 ///     Admission::Assigned(a) if a.new => { /* start a container for a.worker */ }
 ///     Admission::Assigned(_) => { /* hand the delivery to the running worker */ }
 ///     Admission::Duplicate(_) => { /* a redelivery: skip it */ }
-///     Admission::Waiting(_) => { /* not produced: this backend does not park */ }
+///     Admission::Waiting(_) => { /* parked: handed over by a sweep once promoted */ }
 ///     Admission::Rejected(_) => { /* answer 503 */ }
 /// }
 /// # Ok(())
