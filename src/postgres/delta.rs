@@ -143,6 +143,7 @@ mod tests {
             brake_engaged: false,
             in_flight: 2,
             retained: 1,
+            waiting: 0,
             workers,
             purged,
         }

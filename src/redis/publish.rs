@@ -149,7 +149,6 @@ impl RedisRegistry {
                                         taken_at_monotonic: Duration::from_millis(h.now),
                                         brake_engaged: h.brake,
                                         claims: h.claims,
-                                        // Redis does not park yet.
                                         waiting: 0,
                                         upserts: lines
                                             .drain(..)
