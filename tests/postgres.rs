@@ -1564,8 +1564,8 @@ async fn a_promoted_delivery_handed_to_a_replica_that_dies_is_offered_to_another
     b.advance_time_for_tests(Duration::from_secs(61))
         .await
         .unwrap();
-    // (The promoted worker, never started, is dead by now too: its delivery is also released
-    // as a worker_died event. Either way it is not lost.)
+    // The promoted worker never heartbeated (A never started it) and lives (its start-up grace
+    // runs): the delivery is offered again, with the assignment saying to start it.
     let rb = b.sweep().await.unwrap();
     let again: Vec<_> = rb
         .released
@@ -1664,4 +1664,79 @@ async fn a_mass_death_promotes_the_waiting_in_bounded_steps_each_once() {
     let s = r.sweep().await.unwrap();
     assert_eq!(s.waiting, 0);
     assert_eq!(r.stats().promoted, N);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_delivery_offered_again_starts_no_second_worker_and_goes_with_a_dead_one() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .max_workers(1)
+        .max_waiting(8)
+        .heartbeat_interval(Duration::from_secs(1))
+        .missed_heartbeats(2)
+        .startup_grace(Duration::ZERO)
+        .sweep_interval(Duration::from_secs(1))
+        .release_ack_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let a = open(&url, "promoted-again", config).await;
+    let b = a.connect_replica().await.unwrap();
+    let Admission::Assigned(first) = a.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    let Admission::Waiting(_) = a.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    a.deregister(first.worker).await.unwrap();
+    let ra = a.sweep().await.unwrap();
+    let promoted: Vec<_> = ra
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .collect();
+    assert_eq!(promoted.len(), 1, "{ra:?}");
+    let assignment = promoted[0].assignment.unwrap();
+    assert!(assignment.new);
+    // A started the worker (it heartbeats), then died before acknowledging.
+    let w = assignment.worker;
+    assert_eq!(b.heartbeat(w).await, Ok(HeartbeatAck::Active));
+    drop(a);
+    let promoted_of = |r: &worker_registry::SweepReport| -> Vec<worker_registry::Assignment> {
+        r.released
+            .iter()
+            .filter(|e| e.reason == ReleaseReason::Promoted)
+            .filter_map(|e| e.assignment)
+            .collect()
+    };
+    // Past release_ack_timeout, the worker heartbeating: offered again, not to be started.
+    let mut again = Vec::new();
+    for _ in 0..11 {
+        b.advance_time_for_tests(Duration::from_secs(1))
+            .await
+            .unwrap();
+        b.heartbeat(w).await.unwrap();
+        again.extend(promoted_of(&b.sweep().await.unwrap()));
+    }
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].worker, w);
+    assert!(!again[0].new, "its worker runs: not started a second time");
+    // Not acknowledged again; its worker goes silent and dies before the next offer: the row is
+    // dropped, and the delivery comes back as its worker's release instead.
+    let mut released = Vec::new();
+    for _ in 0..12 {
+        b.advance_time_for_tests(Duration::from_secs(1))
+            .await
+            .unwrap();
+        let r = b.sweep().await.unwrap();
+        assert!(promoted_of(&r).is_empty(), "{r:?}");
+        released.extend(r.released);
+    }
+    assert!(
+        released
+            .iter()
+            .any(|e| e.delivery == d("b") && matches!(e.reason, ReleaseReason::WorkerDied(_))),
+        "{released:?}"
+    );
 }

@@ -1777,14 +1777,29 @@ DECLARE
     v_now bigint := wr_now(p_reg);
     v_events jsonb;
 BEGIN
+    -- A promoted delivery offered again (its first taker did not acknowledge it) says to start
+    -- its worker only if that worker never heartbeated (else it runs: the delivery goes to it);
+    -- if the worker died meanwhile, the row is done with: its claim was released with it, and
+    -- comes back as that release.
     WITH picked AS (
-        SELECT id, claimed_by IS NULL AS first FROM wr_released
-         WHERE registry = p_reg
-           AND (claimed_by IS NULL OR claimed_at_ms < v_now - p_ack_timeout)
-         ORDER BY id LIMIT p_batch FOR UPDATE SKIP LOCKED
+        SELECT r.id, r.claimed_by IS NULL AS first,
+               r.reason = 'promoted' AND r.claimed_by IS NOT NULL AS again,
+               coalesce(w.status = 'dead', true) AS gone, coalesce(w.beaten, false) AS beaten
+          FROM wr_released r
+          LEFT JOIN wr_workers w ON w.registry = r.registry AND w.id = r.holder
+         WHERE r.registry = p_reg
+           AND (r.claimed_by IS NULL OR r.claimed_at_ms < v_now - p_ack_timeout)
+         ORDER BY r.id LIMIT p_batch FOR UPDATE OF r SKIP LOCKED
+    ), dropped AS (
+        DELETE FROM wr_released o USING picked
+         WHERE o.id = picked.id AND picked.again AND picked.gone
+        RETURNING o.id
     ), claimed AS (
-        UPDATE wr_released o SET claimed_by = p_replica, claimed_at_ms = v_now
-          FROM picked WHERE o.id = picked.id
+        UPDATE wr_released o
+           SET claimed_by = p_replica, claimed_at_ms = v_now,
+               assign_new = CASE WHEN picked.again THEN o.assign_new AND NOT picked.beaten
+                                 ELSE o.assign_new END
+          FROM picked WHERE o.id = picked.id AND NOT (picked.again AND picked.gone)
         RETURNING o.id, o.repo, o.number, o.delivery, o.holder, o.reason, o.dead_reason,
                   o.assign_seq, o.assign_new, picked.first
     )
