@@ -81,6 +81,8 @@ ALTER TABLE wr_released
         CHECK (reason IN ('worker_died', 'stuck', 'unbound', 'promoted')),
     ADD COLUMN assign_seq bigint,
     ADD COLUMN assign_new boolean;
+-- Whether a worker's start is a promoted event's (a duplicate on it is then not "unstarted").
+CREATE INDEX wr_released_promoted ON wr_released (registry, holder) WHERE reason = 'promoted';
 
 -- The snapshot's waiting gauge.
 ALTER TABLE wr_snapshots ADD COLUMN waiting bigint NOT NULL DEFAULT 0;
