@@ -1740,3 +1740,40 @@ async fn a_promoted_delivery_offered_again_starts_no_second_worker_and_goes_with
         "{released:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivery_of_a_promoted_pair_before_its_handover_starts_nothing() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .max_workers(1)
+        .max_waiting(8)
+        .build()
+        .unwrap();
+    let a = open(&url, "promoted-dup", config).await;
+    let b = a.connect_replica().await.unwrap();
+    let Admission::Assigned(first) = a.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    let Admission::Waiting(_) = a.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    a.deregister(first.worker).await.unwrap();
+    // Promoted onto a worker nobody has started yet; the redelivery reaches another replica
+    // before any sweep hands the promotion over: a duplicate, and not one that asks for a start
+    // (the promoted event's taker starts it).
+    let Admission::Duplicate(dup) = b.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    assert!(dup.holder.is_some());
+    assert!(!dup.unstarted, "{dup:?}");
+    let r = a.sweep().await.unwrap();
+    let promoted: Vec<_> = r
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .collect();
+    assert_eq!(promoted.len(), 1);
+    assert!(promoted[0].assignment.unwrap().new);
+}
