@@ -318,13 +318,15 @@ BEGIN
     IF p_state <> 'in_flight' OR p_holder IS NULL THEN
         RETURN false;
     END IF;
+    IF NOT coalesce((SELECT NOT w.beaten AND w.status <> 'dead' FROM wr_workers w
+                      WHERE w.registry = p_reg AND w.id = p_holder), false) THEN
+        RETURN false;
+    END IF;
     -- A promoted worker's start is the promoted event's (its taker starts it, or it is offered
-    -- again): a duplicate says nothing about it.
-    RETURN coalesce((SELECT NOT w.beaten AND w.status <> 'dead' FROM wr_workers w
-                      WHERE w.registry = p_reg AND w.id = p_holder), false)
-           AND NOT EXISTS (SELECT 1 FROM wr_released o
-                            WHERE o.registry = p_reg AND o.holder = p_holder
-                              AND o.reason = 'promoted');
+    -- again): a duplicate says nothing about it. (Only for a worker that never heartbeated.)
+    RETURN NOT EXISTS (SELECT 1 FROM wr_released o
+                        WHERE o.registry = p_reg AND o.holder = p_holder
+                          AND o.reason = 'promoted');
 END
 $$;
 
