@@ -1,6 +1,8 @@
 //! The waiting room's races: the promotion an exit makes at once against a redelivery of the
 //! promoted delivery, against a sweep (while the draining worker its target waits behind exits),
-//! and against a new target arriving for the slot the exit freed.
+//! against a new target arriving for the slot the exit freed, and against the sweep's catch-up
+//! promotion for the same slot (two promotions for one slot: the worker's exit and the sweep's
+//! missed-heartbeat kill race to end it, while two targets wait).
 //!
 //! One invariant per check, so that a twin names the one that fired:
 //! * `promoted-redelivery-is-a-duplicate`: a redelivery racing the promotion of its delivery is a
@@ -11,22 +13,33 @@
 //! * `successor-only-after-exit`: a draining target's parked delivery is promoted only onto a new
 //!   worker, and only once the draining one is dead: never two live workers for one target;
 //! * `arrival-does-not-overtake`: a new target arriving while others wait for capacity does not
-//!   take the slot an exit freed for them; the slot goes to the oldest waiting target.
+//!   take the slot an exit freed for them; the slot goes to the oldest waiting target;
+//! * `live-within-cap`: however the two promotions interleave, the live workers never outnumber
+//!   the capacity, and no target has two live workers;
+//! * `slot-given-once`: one death frees one slot, given once: the oldest waiting delivery is
+//!   promoted exactly once, the other stays waiting (promoted, waiting or expired: exactly once
+//!   each, over the racing calls and a final sweep).
 //!
 //! Guards: parking re-checks the claims under the room's mutex (a promotion in between placed the
 //! pair); the winner of a death's CAS moves the targets behind that worker to the front of the
 //! line and promotes under the room's mutex (the sweep, as a safety net, unblocks those behind any
 //! worker dead by now); a new worker is not created while targets wait for capacity
-//! (`contenders`, lowered only once a waiting target is placed).
+//! (`contenders`, lowered only once a waiting target is placed); only the winner of the CAS that
+//! kills a worker frees its slot (`on_death`), and every promotion runs under the room's mutex.
 //! Twins: `twins/park-without-recheck.patch` (`promoted-redelivery-is-a-duplicate`),
 //! `twins/unblock-only-sweep-deaths.patch` (`promoted-once`: an exit outside the sweep never
 //! unblocks its target) and `twins/arrivals-overtake-the-waiting.patch`
-//! (`arrival-does-not-overtake`).
+//! (`arrival-does-not-overtake`) and `twins/stale-kill-of-the-dead.patch` (`live-within-cap`: the
+//! sweep books a worker that exited under it as its own kill, so the one death frees two slots).
 #![cfg(worker_registry_loom)]
 
-use loom_tests::{check, event, invariant, registry_with, spawn, target, BOUNDED, EXHAUSTIVE};
+use std::time::Duration;
+
+use loom_tests::{
+    check, event, invariant, registry_with, spawn, target, BOUNDED, EXHAUSTIVE, INTERVAL, MISSED,
+};
 use worker_registry::{
-    Admission, ClaimState, DeliveryId, ReleaseReason, Status, SweepReport, Target,
+    Admission, ClaimState, DeliveryId, ReleaseReason, Status, SweepReport, Target, WorkerId,
 };
 
 /// The promoted (target, delivery, worker) of a report.
@@ -111,6 +124,69 @@ fn promotion_against_exit() {
     );
 }
 
+fn two_promotions_for_one_slot() {
+    // Two slots: `busy` keeps one; `leaving` holds the other, goes silent and exits just as the
+    // sweep finds it stale. Two targets wait for the one slot that frees.
+    let (reg, clock) = registry_with(2, |c| c.max_waiting(4));
+    let (t_leaving, t_busy, t2, t3) = (target(1), target(4), target(2), target(3));
+    let worker_of = |t: &Target, n: u64| match reg.admit(t, &event(n)) {
+        Admission::Assigned(a) => a.worker,
+        other => panic!("{t} is assigned: {other:?}"),
+    };
+    let (leaving, busy) = (worker_of(&t_leaving, 1), worker_of(&t_busy, 4));
+    assert!(matches!(reg.admit(&t2, &event(2)), Admission::Waiting(_)));
+    assert!(matches!(reg.admit(&t3, &event(3)), Admission::Waiting(_)));
+    clock.advance(INTERVAL * MISSED + Duration::from_millis(1));
+    reg.heartbeat(busy).expect("busy stays alive");
+
+    // The exit's own promotion against the sweep's kill and its catch-up promotion.
+    let exit = {
+        let reg = reg.clone();
+        spawn(move || reg.deregister(leaving))
+    };
+    let report = reg.sweep();
+    let exited = exit.join().unwrap();
+    let last = reg.sweep();
+
+    let all: Vec<_> = promoted(&report)
+        .into_iter()
+        .chain(promoted(&last))
+        .collect();
+    let mut ids = vec![leaving, busy];
+    ids.extend(all.iter().map(|(_, _, w)| WorkerId::new(*w)));
+    ids.sort();
+    ids.dedup();
+    let live: Vec<(WorkerId, Option<Target>)> = ids
+        .iter()
+        .filter_map(|id| reg.worker(*id))
+        .filter(|w| w.status.is_alive())
+        .map(|w| (w.id, w.target))
+        .collect();
+    let mut targets: Vec<_> = live.iter().filter_map(|(_, t)| t.clone()).collect();
+    targets.sort();
+    let distinct = {
+        let mut d = targets.clone();
+        d.dedup();
+        d.len()
+    };
+    invariant!(
+        "live-within-cap",
+        live.len() <= 2 && distinct == targets.len(),
+        "live workers {live:?} (capacity 2); exit {exited:?}, died in the sweep {:?}",
+        report.died
+    );
+    let s = reg.stats();
+    invariant!(
+        "slot-given-once",
+        all.len() == 1
+            && all[0].0 == t2
+            && all[0].1 == event(2)
+            && s.parked == 2
+            && s.promoted + s.waiting as u64 + s.waiting_expired == 2,
+        "one slot freed, the oldest waiting promoted once: {all:?}, {s:?}"
+    );
+}
+
 fn arrival_against_promotion() {
     let (reg, _clock) = registry_with(1, |c| c.max_waiting(4));
     let holder = reg.register().expect("the one slot");
@@ -155,6 +231,16 @@ fn promotion_against_the_draining_workers_exit_concurrently() {
         "promotion_against_the_draining_workers_exit_concurrently",
         BOUNDED,
         promotion_against_exit,
+    );
+}
+
+#[test]
+fn two_promotions_for_one_slot_concurrently() {
+    // Bounded: an exit (with its promotion) against a whole sweep (kill, then promotion).
+    check(
+        "two_promotions_for_one_slot_concurrently",
+        BOUNDED,
+        two_promotions_for_one_slot,
     );
 }
 

@@ -59,7 +59,7 @@
 //!
 //! **The sweep** runs on every replica; only the holder of the registry's **maintenance lease**
 //! maintains. The lease is a row (`wr_leases`: holder, expiry on the registry's time, three
-//! `sweep_interval`s and at least [`MIN_LEASE_TTL`](maintain::MIN_LEASE_TTL)), as Oban's peers
+//! `sweep_interval`s and at least 100 ms, `maintain::MIN_LEASE_TTL`), as Oban's peers
 //! and River's leader election keep theirs: a sweep takes it if it is free, lapsed or its own
 //! (renewing it) with one conditional single-row `UPDATE`; any other replica's sweep finds the
 //! condition false, takes no lock, and only collects its share of the outbox and the snapshot.
@@ -68,15 +68,15 @@
 //! more than one step: `wr_sweep_begin` (the lease, the stall rule, the brake decided once for
 //! the sweep), `wr_sweep_retain` (retention, eviction, purge) and `wr_sweep_release` (bare claims
 //! past the timeout, claims of workers that died in other calls) in steps of
-//! [`MAINTENANCE_STEP`](maintain::MAINTENANCE_STEP) rows, `wr_sweep_deaths` in steps of
-//! [`DEATH_STEP`](maintain::DEATH_STEP) workers (silent ones by a cursor on (last heartbeat, id),
+//! 256 rows (`maintain::MAINTENANCE_STEP`), `wr_sweep_deaths` in steps of
+//! 32 workers (`maintain::DEATH_STEP`) (silent ones by a cursor on (last heartbeat, id),
 //! then overdue drains; each step moves its dead workers' deliveries to the outbox and claims them
 //! for the sweeping replica in the transaction that released them, so no other call sees them
 //! released and not yet handed out), then `wr_sweep_finish`: one step of stuck deliveries, the
 //! publish (a last step of versioning, the new version) and the holder's own outbox share and
 //! snapshot changes, in one transaction, so that the sweep answers one round trip after its last
 //! death step (more stuck or changed rows than a step: `wr_sweep_stuck`, `wr_sweep_stamp` and
-//! `wr_sweep_publish` again, in steps of [`MAINTENANCE_STEP`](maintain::MAINTENANCE_STEP)
+//! `wr_sweep_publish` again, in steps of 256
 //! rows; versioning of what other calls changed runs in such steps before the deaths). Each kind goes
 //! on until a step finds less than it could take, or the sweep's bound (the builder's `batch`,
 //! [`DEFAULT_BATCH`] rows of each kind) is reached: a mass death of 10 000 is worked off in one
@@ -123,7 +123,7 @@
 //! replica that sees version v therefore sees every row versioned v. Each replica's sweep asks
 //! `wr_snapshot_since(its version)` for the rows versioned after it (an index on
 //! `(registry, version)`) and the ids purged since (`wr_purged`, logged by the purge under the
-//! next version, trimmed after [`PURGE_LOG_VERSIONS`](maintain::PURGE_LOG_VERSIONS) versions),
+//! next version, trimmed after 1 000 versions, `maintain::PURGE_LOG_VERSIONS`),
 //! and hands them to the snapshot cache the Redis backend uses too (`remote::snapshot`: the rows
 //! replace their entries, purged ids are dropped, the rest age by the time between the two
 //! versions), which keeps the snapshot behind an `ArcSwap`, so
@@ -156,7 +156,7 @@
 //! so they never wait for one, and target rows after them only with `SKIP LOCKED`;
 //! `drain_all` locks all its workers in one statement before it changes any. Deadlocks are
 //! therefore not expected; if the server detects one anyway, the call is retried like a
-//! serialization failure, at most [`MAX_ATTEMPTS`](error::MAX_ATTEMPTS) times, then reported as
+//! serialization failure, at most 12 times (`error::MAX_ATTEMPTS`), then reported as
 //! a retryable backend error.
 
 //! **Errors**: a lost connection, a pool that cannot connect, a server shutting down, or a call

@@ -86,7 +86,7 @@ impl RedisRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See the [module documentation](self).
+    /// See the [module documentation](crate::redis).
     pub fn config(mut self, config: RegistryConfig) -> Self {
         self.config = config;
         self

@@ -468,7 +468,7 @@ impl WorkerRegistry for RedisRegistry {
             .unwrap_or_else(|| Err(bad("drain answered nothing")))
     }
 
-    /// Walks `{n}:live` with `ZSCAN` (about [`DRAIN_ALL_SCAN`] ids a step) and drains each
+    /// Walks `{n}:live` with `ZSCAN` (about 128 ids a step) and drains each
     /// batch with one `drain` call, so no call's work grows with the registry. Not one atomic
     /// step: a worker admitted or registered during the walk may be missed (as the in-memory
     /// backend misses one created after its shard visit), and one that died meanwhile is not

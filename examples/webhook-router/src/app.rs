@@ -46,8 +46,11 @@ pub struct Options {
     pub work: Duration,
     /// How long a simulated worker waits for another event before it leaves.
     pub idle: Duration,
-    /// Queued events per worker before 503 (1 ..= [`MAX_MAILBOX`](crate::limits::MAX_MAILBOX)).
+    /// Queued events per worker in its mailbox (1 ..= [`MAX_MAILBOX`](crate::limits::MAX_MAILBOX)).
     pub mailbox: usize,
+    /// Events per worker queued in order behind a full mailbox before 503
+    /// (0 ..= [`MAX_OVERFLOW`](crate::limits::MAX_OVERFLOW); 0: a full mailbox answers 503).
+    pub overflow: usize,
     /// Which events start, reach or drain a pull request's worker.
     pub policy: Arc<Policy>,
     /// How delivery bodies are read (size cap, time limit, memory budget).
@@ -68,6 +71,7 @@ impl fmt::Debug for Options {
             .field("work", &self.work)
             .field("idle", &self.idle)
             .field("mailbox", &self.mailbox)
+            .field("overflow", &self.overflow)
             .field("policy", &self.policy)
             .field("body", &self.body)
             .finish()
@@ -84,10 +88,11 @@ pub struct Platform {
 }
 
 impl Platform {
-    /// A platform of this router's own: one process, one replica.
-    pub fn local(mailbox: usize) -> Self {
+    /// A platform of this router's own: one process, one replica; mailboxes of `mailbox` events
+    /// with an overflow of `overflow` behind each.
+    pub fn local(mailbox: usize, overflow: usize) -> Self {
         Self {
-            containers: Arc::new(Containers::new(mailbox)),
+            containers: Arc::new(Containers::new(mailbox, overflow)),
             remote: None,
         }
     }
@@ -104,8 +109,9 @@ impl Platform {
         token: Option<String>,
         heartbeat: Duration,
         mailbox: usize,
+        overflow: usize,
     ) -> Result<Self, String> {
-        let mut platform = Self::local(mailbox);
+        let mut platform = Self::local(mailbox, overflow);
         if let Some(store) = Store::open(choice, name).await.map_err(|e| {
             format!("cannot open the router's records next to the {choice} registry: {e}")
         })? {
@@ -152,7 +158,7 @@ pub struct App {
 impl App {
     /// A router over `registry` (any backend), alone in its process.
     pub fn new(registry: DynRegistry, opts: Options) -> Self {
-        let platform = Platform::local(opts.mailbox);
+        let platform = Platform::local(opts.mailbox, opts.overflow);
         Self::with_platform(registry, opts, platform)
     }
 
@@ -167,6 +173,7 @@ impl App {
         let mut export = Metrics::new(&registry);
         let metrics = RouterMetrics::new(export.returned());
         metrics.register(&mut export);
+        metrics.register_overflow(&mut export, platform.containers.overflow_metrics());
         Self {
             inner: Arc::new(Inner {
                 export: Mutex::new(Some(export)),

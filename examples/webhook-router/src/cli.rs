@@ -7,7 +7,7 @@ use crate::app;
 use crate::backend::{validate_name, RegistryChoice, DEFAULT_REGISTRY_NAME};
 use crate::body::{BodyBudget, BodyLimits};
 use crate::github;
-use crate::limits::{DEFAULT_MAILBOX, MAX_MAILBOX};
+use crate::limits::{DEFAULT_MAILBOX, DEFAULT_OVERFLOW, MAX_MAILBOX, MAX_OVERFLOW};
 use crate::policy::Policy;
 use crate::server::{self, ServerLimits};
 
@@ -81,9 +81,13 @@ pub struct Args {
     /// How long a worker waits for another event before it exits, ms [default: 60000 / 200].
     #[arg(long, env = "WEBHOOK_ROUTER_IDLE_MS")]
     pub idle_ms: Option<u64>,
-    /// Events a worker may have queued before its target gets 503 (1 to 65536).
+    /// Events a worker may have queued in its mailbox (1 to 65536).
     #[arg(long, env = "WEBHOOK_ROUTER_MAILBOX", default_value_t = DEFAULT_MAILBOX)]
     pub mailbox: usize,
+    /// Events a worker may have queued behind its full mailbox, answered 202 waiting and sent to it
+    /// in arrival order, before its target gets 503 (0 to 65536; 0: a full mailbox is a 503).
+    #[arg(long, env = "WEBHOOK_ROUTER_OVERFLOW", default_value_t = DEFAULT_OVERFLOW)]
+    pub overflow: usize,
     /// GitHub webhook secret: deliveries must carry a valid X-Hub-Signature-256. Without one, unsigned
     /// deliveries are accepted, and only on a loopback bind. [default: none / a random one]
     #[arg(long, env = "WEBHOOK_ROUTER_WEBHOOK_SECRET", hide_env_values = true)]
@@ -343,6 +347,12 @@ fn router_options(
             a.mailbox
         ));
     }
+    if a.overflow > MAX_OVERFLOW {
+        return Err(format!(
+            "--overflow {} is out of range: 0 to {MAX_OVERFLOW}",
+            a.overflow
+        ));
+    }
     let mut policy = Policy::default();
     for rule in &a.routes {
         policy = policy.with_rule(rule)?;
@@ -370,6 +380,7 @@ fn router_options(
         work: pick(a, "--work-ms", a.work_ms, 2_000, 20)?,
         idle: pick(a, "--idle-ms", a.idle_ms, 60_000, 200)?,
         mailbox: a.mailbox,
+        overflow: a.overflow,
     })
 }
 
@@ -424,6 +435,8 @@ mod tests {
             ("--mailbox", "18446744073709551615", "--mailbox"),
             ("--mailbox", "0", "--mailbox"),
             ("--mailbox", "65537", "--mailbox"),
+            ("--overflow", "65537", "--overflow"),
+            ("--overflow", "18446744073709551615", "--overflow"),
             ("--heartbeat-ms", max.as_str(), "heartbeat_interval"),
             ("--work-ms", max.as_str(), "--work-ms"),
             ("--idle-ms", max.as_str(), "--idle-ms"),
@@ -434,6 +447,8 @@ mod tests {
             assert!(e.contains(says), "{flag} {value}: {e}");
         }
         assert!(parse(&["--mailbox", "65536"]).is_ok());
+        assert!(parse(&["--overflow", "0"]).is_ok());
+        assert!(parse(&["--overflow", "65536"]).is_ok());
     }
 
     /// Issue 13: a heartbeat timeout the clock cannot resolve is refused.

@@ -15,6 +15,9 @@
 //! grace, and the registry releases its events for re-dispatch; the parked mailbox is then
 //! dropped.
 //!
+//! Each mailbox is a [`crate::mailbox`]: a bounded channel with a bounded overflow behind it, so
+//! that an event handed to a busy worker waits in order instead of being refused.
+//!
 //! [`Ledger`] counts container starts per worker id and per delivery, and releases per delivery,
 //! for the simulator's audit.
 
@@ -24,10 +27,11 @@ use std::sync::Arc;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use worker_registry::{DeliveryId, ReleasedEvent, Target, WorkerId};
 
-use crate::limits::MAX_MAILBOX;
+use crate::limits::{MAX_MAILBOX, MAX_OVERFLOW};
+use crate::mailbox::{self, Mailbox, OverflowMetrics, Put};
 use crate::telemetry::Traces;
 use crate::worker::Job;
 
@@ -37,7 +41,7 @@ pub type ReplicaTag = u32;
 /// What a started container is given.
 pub struct Started {
     /// Its events (the mailbox's receiving end).
-    pub jobs: mpsc::Receiver<Job>,
+    pub jobs: Mailbox,
     /// Notified to make it crash.
     pub crash: Arc<Notify>,
 }
@@ -47,7 +51,12 @@ pub struct Started {
 pub enum Handed {
     /// In its mailbox.
     Queued,
-    /// Its mailbox is full.
+    /// Its mailbox is full: queued in its overflow, `position` deep (from 1), in arrival order.
+    Overflowed {
+        /// Its place in the overflow.
+        position: usize,
+    },
+    /// Its mailbox and its overflow are both full.
     Full,
     /// Its container has stopped (crashed, fenced, exited or killed with its replica).
     Stopped,
@@ -69,8 +78,8 @@ pub enum CrashOutcome {
 struct Slot {
     /// The replica that started the container; `None` while events wait for it (parked).
     owner: Option<ReplicaTag>,
-    jobs: mpsc::Sender<Job>,
-    parked: Option<mpsc::Receiver<Job>>,
+    jobs: mailbox::Sender,
+    parked: Option<Mailbox>,
     crash: Arc<Notify>,
 }
 
@@ -78,17 +87,22 @@ struct Slot {
 pub struct Containers {
     slots: DashMap<WorkerId, Slot>,
     mailbox: usize,
+    overflow: usize,
+    overflow_metrics: OverflowMetrics,
     next_replica: AtomicU32,
     ledger: Ledger,
     traces: Arc<Traces>,
 }
 
 impl Containers {
-    /// An empty platform whose mailboxes hold `mailbox` events (1 ..= [`MAX_MAILBOX`]).
-    pub fn new(mailbox: usize) -> Self {
+    /// An empty platform whose mailboxes hold `mailbox` events (1 ..= [`MAX_MAILBOX`]), each with
+    /// an overflow of `overflow` more (0 ..= [`MAX_OVERFLOW`]; 0: a full mailbox refuses).
+    pub fn new(mailbox: usize, overflow: usize) -> Self {
         Self {
             slots: DashMap::new(),
             mailbox: mailbox.clamp(1, MAX_MAILBOX),
+            overflow: overflow.min(MAX_OVERFLOW),
+            overflow_metrics: OverflowMetrics::default(),
             next_replica: AtomicU32::new(1),
             ledger: Ledger::default(),
             traces: Arc::default(),
@@ -99,6 +113,11 @@ impl Containers {
     pub fn join(&self) -> ReplicaTag {
         // Relaxed: only uniqueness matters, which the read-modify-write gives.
         self.next_replica.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The overflows' gauge and counter (for `/metrics` and the simulator's summary).
+    pub fn overflow_metrics(&self) -> &OverflowMetrics {
+        &self.overflow_metrics
     }
 
     /// The audit ledger.
@@ -112,8 +131,9 @@ impl Containers {
         &self.traces
     }
 
-    fn slot(&self, owner: Option<ReplicaTag>) -> (Slot, mpsc::Receiver<Job>) {
-        let (jobs, rx) = mpsc::channel(self.mailbox);
+    fn slot(&self, owner: Option<ReplicaTag>) -> (Slot, Mailbox) {
+        let (jobs, rx) =
+            mailbox::channel(self.mailbox, self.overflow, self.overflow_metrics.clone());
         (
             Slot {
                 owner,
@@ -170,8 +190,8 @@ impl Containers {
     /// container to come if `park`, else gives it back ([`Handed::Absent`]).
     ///
     /// **Locking behaviour:** reads the worker's map shard to find the mailbox (write-locks it to
-    /// park one), never while queueing; queueing never waits (a full queue answers
-    /// [`Handed::Full`]).
+    /// park one), never while queueing; queueing never waits: it takes the worker's overflow lock
+    /// for one queue operation (a full mailbox and overflow answer [`Handed::Full`]).
     pub fn hand(&self, worker: WorkerId, job: Job, park: bool) -> Handed {
         let found = self.slots.get(&worker).map(|s| s.jobs.clone());
         let jobs = match found {
@@ -190,16 +210,16 @@ impl Containers {
         };
         let key = (!job.trace.is_none()).then(|| (job.target.clone(), job.event.clone()));
         let trace = key.as_ref().map(|_| job.trace.clone());
-        match jobs.try_send(job) {
-            Ok(()) => {
-                if let (Some((target, delivery)), Some(trace)) = (key, trace) {
-                    self.traces.handed(&target, &delivery, &trace);
-                }
-                Handed::Queued
-            }
-            Err(mpsc::error::TrySendError::Full(_)) => Handed::Full,
-            Err(mpsc::error::TrySendError::Closed(_)) => Handed::Stopped,
+        let handed = match jobs.put(job) {
+            Put::Queued => Handed::Queued,
+            Put::Overflowed { position } => Handed::Overflowed { position },
+            Put::Full => return Handed::Full,
+            Put::Closed => return Handed::Stopped,
+        };
+        if let (Some((target, delivery)), Some(trace)) = (key, trace) {
+            self.traces.handed(&target, &delivery, &trace);
         }
+        handed
     }
 
     /// Tells `worker`'s container to crash.
@@ -393,7 +413,7 @@ mod tests {
 
     #[test]
     fn one_container_per_worker_and_parked_events_reach_it() {
-        let c = Containers::new(4);
+        let c = Containers::new(4, 0);
         let (a, b) = (c.join(), c.join());
         let w = WorkerId::new(7);
         let (t, d) = (
@@ -434,7 +454,7 @@ mod tests {
 
     #[test]
     fn full_mailboxes_and_closing_an_owners_containers() {
-        let c = Containers::new(1);
+        let c = Containers::new(1, 1);
         let a = c.join();
         let (t, d) = (
             Target::new("o/r", 1).unwrap(),
@@ -448,6 +468,11 @@ mod tests {
         ));
         assert!(matches!(
             c.hand(WorkerId::new(1), job(2), false),
+            Handed::Overflowed { position: 1 }
+        ));
+        assert_eq!(c.overflow_metrics().queued(), 1);
+        assert!(matches!(
+            c.hand(WorkerId::new(1), job(3), false),
             Handed::Full
         ));
         assert_eq!(c.close_owned_by(a), 2);

@@ -8,7 +8,9 @@
 //! answer never arrived (a timeout, a dropped connection), so its retry is a duplicate naming a
 //! worker that never started ([`AlreadyClaimed::needs_start`]). A retry at least one heartbeat
 //! interval after the claim starts it then, and hands it the delivery, unless a container for it
-//! is known here or to the owner records. Every event goes through the worker's bounded mailbox; a full one, or an owner that
+//! is known here or to the owner records. Every event goes through the worker's bounded mailbox;
+//! behind a full one it waits, still claimed, in the worker's bounded overflow (answered
+//! `202 waiting` with its position, see [`crate::mailbox`]). A full overflow too, or an owner that
 //! cannot be reached, releases the claim again and answers 503.
 
 use crate::app::App;
@@ -160,8 +162,9 @@ impl App {
         Some(Assignment::new(worker, info.token, true))
     }
 
-    /// What an admitted event's handover makes of it: assigned, or (a full queue, an owner out of
-    /// reach) its claim released again and a refusal.
+    /// What an admitted event's handover makes of it: assigned, overflowed (queued behind the
+    /// worker's full mailbox), or (a full mailbox and overflow, an owner out of reach) its claim
+    /// released again and a refusal.
     async fn settle(
         &self,
         target: &Target,
@@ -171,6 +174,10 @@ impl App {
     ) -> Dispatch {
         match handover {
             Handover::Queued => Dispatch::Assigned(a),
+            Handover::Overflowed { position } => Dispatch::Overflowed {
+                assignment: a,
+                position,
+            },
             Handover::Full => {
                 // Undo the claim so a redelivery is admitted later; count it as refused, not
                 // admitted, since that is what the router answers.
@@ -217,6 +224,7 @@ impl App {
         let park = self.inner.remote.is_none();
         match self.inner.containers.hand(id, job, park) {
             Handed::Queued => Handover::Queued,
+            Handed::Overflowed { position } => Handover::Overflowed { position },
             Handed::Full => Handover::Full,
             Handed::Stopped => Handover::Held,
             Handed::Absent(job) => match &self.inner.remote {
@@ -243,6 +251,7 @@ impl App {
                     return match containers.hand(worker, job, false) {
                         Handed::Absent(_) | Handed::Stopped => Handover::Held,
                         Handed::Queued => Handover::Queued,
+                        Handed::Overflowed { position } => Handover::Overflowed { position },
                         Handed::Full => Handover::Full,
                     };
                 }
@@ -251,6 +260,7 @@ impl App {
             }
             job = match containers.hand(worker, job, false) {
                 Handed::Queued => return Handover::Queued,
+                Handed::Overflowed { position } => return Handover::Overflowed { position },
                 Handed::Full => return Handover::Full,
                 Handed::Stopped => return Handover::Held,
                 Handed::Absent(job) => job,

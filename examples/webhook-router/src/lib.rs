@@ -20,7 +20,8 @@
 //!   and accounting for what was not finished.
 //! * [`app`]: the router's state ([`app::App`]) that those add to, built from
 //!   [`app::Options`] and a [`app::Platform`].
-//! * [`containers`]: the in-process container platform (worker id -> mailbox); [`remote`]:
+//! * [`containers`]: the in-process container platform (worker id -> [`mailbox`], a bounded
+//!   channel with a bounded overflow behind it); [`remote`]:
 //!   the owner records and forwarding to containers that other router processes run; [`store`]:
 //!   those records next to a shared registry; [`worker`]: the simulated worker container;
 //!   [`metrics`]: the router's own metrics; [`backend`]: `--registry`, the backend choice;
@@ -40,6 +41,7 @@ pub mod github;
 pub mod http;
 pub mod lifecycle;
 pub mod limits;
+pub mod mailbox;
 pub mod metrics;
 pub mod outcome;
 pub mod policy;

@@ -4,12 +4,13 @@
 
 use crate::app::App;
 use crate::containers::CrashOutcome;
+use crate::mailbox::Mailbox;
 use crate::outcome::{CrashError, Unfinished, UnfinishedWhy};
-use crate::worker::{self, Exit, Job};
+use crate::worker::{self, Exit};
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use worker_registry::{DeliveryId, Status, Target, WorkerId, WorkerRegistry};
 
 impl App {
@@ -36,7 +37,7 @@ impl App {
         }
     }
 
-    fn spawn_worker(&self, id: WorkerId, jobs: mpsc::Receiver<Job>, crash: Arc<Notify>) {
+    fn spawn_worker(&self, id: WorkerId, jobs: Mailbox, crash: Arc<Notify>) {
         let app = self.clone();
         let w = worker::Worker {
             registry: self.inner.registry.clone(),

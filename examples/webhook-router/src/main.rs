@@ -263,6 +263,7 @@ async fn platform(s: &cli::Settings, listener: &TcpListener) -> Result<Platform,
         s.options.admin_token.clone(),
         s.config.heartbeat_interval(),
         s.options.mailbox,
+        s.options.overflow,
     )
     .await
 }

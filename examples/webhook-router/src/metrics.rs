@@ -7,17 +7,22 @@
 //! | `webhook_router_worker_exits_total` | counter | `how` = exited, fenced, crashed, stopped |
 //! | `webhook_router_redispatched_total` | counter | |
 //! | `webhook_router_shutdown_unfinished_total` | counter | |
+//! | `webhook_router_overflow_queued` | gauge | deliveries queued now behind full mailboxes (this process's containers) |
+//! | `webhook_router_overflowed_total` | counter | deliveries ever queued behind a full mailbox |
 //! | `webhook_router_reconcile_total` | counter | `what` = passes, pages, redelivered, known, ignored, permanent, gave_up, errors, rate_limited (see [`crate::reconcile`]) |
 //!
 //! Every label value is present from the start, at zero. The registry's
 //! `worker_registry_admitted_total`, `_duplicates_total` and `_rejected_total` add up to
 //! `webhook_router_admissions_total` by outcome: a delivery the router gave back because its
-//! worker's queue was full is counted as rejected for capacity, as the router answered it.
+//! worker's queue was full is counted as rejected for capacity, as the router answered it. A
+//! delivery queued behind a full mailbox (answered `202 waiting`) was admitted: it counts as
+//! `assigned` in the admissions and as `waiting` in the deliveries.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use worker_registry::metrics::{Metrics, Returned};
 
+use crate::mailbox::OverflowMetrics;
 use crate::outcome::{Dispatch, Source};
 use crate::worker::Exit;
 
@@ -132,6 +137,22 @@ impl RouterMetrics {
     /// The reconciler's count `what` now.
     pub fn reconciled(&self, what: &'static str) -> u64 {
         self.reconcile.get_or_create(&vec![("what", what)]).get()
+    }
+
+    /// Adds the overflows' gauge and counter (the platform's, shared by the replicas of a
+    /// process) to `metrics`.
+    pub fn register_overflow(&self, metrics: &mut Metrics, overflow: &OverflowMetrics) {
+        let p = metrics.prometheus_mut();
+        p.register(
+            "webhook_router_overflow_queued",
+            "Deliveries queued in order behind a worker's full mailbox now",
+            overflow.queued.clone(),
+        );
+        p.register(
+            "webhook_router_overflowed",
+            "Deliveries queued behind a worker's full mailbox, answered 202 waiting",
+            overflow.total.clone(),
+        );
     }
 
     /// Adds the router's metrics to `metrics`.

@@ -36,6 +36,15 @@ impl Source {
 pub enum Dispatch {
     /// Placed on a worker, which has it queued.
     Assigned(Assignment),
+    /// Placed on a worker whose mailbox is full: queued in order in the overflow behind it (see
+    /// [`crate::mailbox`]), `position` deep. Admitted and claimed like [`Assigned`](Self::Assigned)
+    /// (counted as `assigned`); answered `202 waiting` with the position.
+    Overflowed {
+        /// The assignment.
+        assignment: Assignment,
+        /// Its place in the worker's overflow when it was queued (from 1).
+        position: usize,
+    },
     /// A redelivery of something in flight or recently completed.
     Duplicate(AlreadyClaimed),
     /// The registry refused it (no claim is left behind).
@@ -43,7 +52,7 @@ pub enum Dispatch {
     /// The registry parked it: it is claimed, and a sweep hands it to the re-dispatch path when
     /// room appears (see [`crate::redispatch`]).
     Waiting(Waiting),
-    /// The worker's mailbox is full; the claim was released again.
+    /// The worker's mailbox and the overflow behind it are full; the claim was released again.
     Backlog {
         /// The worker.
         worker: WorkerId,
@@ -63,11 +72,13 @@ pub enum Dispatch {
 }
 
 impl Dispatch {
-    /// The outcome as the router answers it (and counts it): `assigned`, `duplicate`, `capacity`
-    /// (no capacity, or the worker's queue is full), `draining`, `closing` or `unavailable`.
+    /// The outcome as the registry decided it and the router counts it: `assigned` (an
+    /// overflowed delivery included: the registry admitted it), `duplicate`, `waiting`, `capacity`
+    /// (no capacity, or the worker's mailbox and overflow are full), `draining`, `closing` or
+    /// `unavailable`.
     pub fn outcome(&self) -> &'static str {
         match self {
-            Self::Assigned(_) => "assigned",
+            Self::Assigned(_) | Self::Overflowed { .. } => "assigned",
             Self::Duplicate(_) => "duplicate",
             Self::Waiting(_) => "waiting",
             Self::Rejected(Rejection::CapacityFull { .. }) | Self::Backlog { .. } => "capacity",

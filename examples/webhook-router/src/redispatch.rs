@@ -120,14 +120,17 @@ impl App {
                 }
             };
             match d {
-                Dispatch::Assigned(a) if event.reason == ReleaseReason::Promoted => {
+                // Queued behind a full mailbox is placed too: the worker holds it in order.
+                Dispatch::Assigned(a) | Dispatch::Overflowed { assignment: a, .. }
+                    if event.reason == ReleaseReason::Promoted =>
+                {
                     // Counted by the registry (promoted) and the admissions metric (promotion).
                     tracing::info!(target = %event.target, delivery = %event.delivery, worker = %a.worker, "promoted delivery dispatched");
                     if !fresh.contains(&key(&event)) {
                         placed.late.push(event);
                     }
                 }
-                Dispatch::Assigned(a) => {
+                Dispatch::Assigned(a) | Dispatch::Overflowed { assignment: a, .. } => {
                     tracing::info!(target = %event.target, delivery = %event.delivery, worker = %a.worker, "released event re-dispatched");
                     // Relaxed: a statistic.
                     self.inner.redispatched.fetch_add(1, Ordering::Relaxed);

@@ -11,7 +11,8 @@
 //! | the owner | handover | answer |
 //! |---|---|---|
 //! | queued it (202) | [`Handover::Queued`] | 202 assigned |
-//! | has a full queue for it (429) | [`Handover::Full`] | the claim is released, 503 capacity |
+//! | queued it behind its full mailbox (202, `overflowed` with a position) | [`Handover::Overflowed`] | 202 waiting, with the position |
+//! | has a full mailbox and overflow for it (429) | [`Handover::Full`] | the claim is released, 503 capacity |
 //! | has no running container for it (410, 404) | [`Handover::Held`] | 202: the worker has no container anywhere, so it never heartbeats again; the sweep declares it dead and the registry releases its events for re-dispatch |
 //! | refuses the connection (its process is gone) | [`Handover::Held`] | 202, the same: its containers died with it |
 //! | no owner recorded within [`MAX_OWNER_WAIT`] (or the lookup failed), another failure, a timeout | [`Handover::Unreachable`] | the claim is released, 503 unavailable (if the release fails too, 202: the claim stays with the worker, which releases it when it dies or exits) |
@@ -48,7 +49,12 @@ pub const MAX_OWNER_WAIT: Duration = Duration::from_secs(1);
 pub enum Handover {
     /// In the container's queue.
     Queued,
-    /// The container's queue is full.
+    /// Behind the container's full queue, in its overflow, `position` deep (from 1).
+    Overflowed {
+        /// Its place in the overflow.
+        position: usize,
+    },
+    /// The container's queue and its overflow are full.
     Full,
     /// Not delivered, and left with the worker in the registry: its container is gone, so it will
     /// be declared dead and the event released for re-dispatch.
@@ -88,9 +94,13 @@ pub struct ForwardedJob {
 pub struct ForwardAnswer {
     /// The worker.
     pub worker: u64,
-    /// `queued`, `full`, `stopped` (its container here has stopped) or `unknown` (no container
-    /// here).
+    /// `queued`, `overflowed` (behind its full mailbox, see `position`), `full` (mailbox and
+    /// overflow), `stopped` (its container here has stopped) or `unknown` (no container here).
     pub result: String,
+    /// Overflowed: its place in the worker's overflow (from 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub position: Option<u64>,
 }
 
 struct Inner {
@@ -228,7 +238,15 @@ impl Remote {
         }
         match req.send().await {
             Ok(res) => match res.status().as_u16() {
-                202 => Handover::Queued,
+                202 => match res.json::<ForwardAnswer>().await {
+                    Ok(ForwardAnswer {
+                        position: Some(p), ..
+                    }) => Handover::Overflowed {
+                        position: usize::try_from(p).unwrap_or(usize::MAX),
+                    },
+                    // Queued (an answer that cannot be read still says 202: it was taken).
+                    _ => Handover::Queued,
+                },
                 429 => Handover::Full,
                 404 | 410 => Handover::Held,
                 status => {

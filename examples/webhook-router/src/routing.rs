@@ -127,7 +127,9 @@ impl App {
             }
         }
         match self.dispatch(target, delivery, Source::Webhook).await {
-            Dispatch::Assigned(a) => {
+            // Queued behind a full mailbox is queued too: a draining worker runs everything it
+            // was handed (its overflow included) before it exits.
+            Dispatch::Assigned(a) | Dispatch::Overflowed { assignment: a, .. } => {
                 match self.inner.registry.drain(a.worker).await {
                     Ok(status) => {
                         tracing::info!(%target, worker = %a.worker, %status, "pull request closed: worker drained")

@@ -402,7 +402,7 @@ pub fn dispatch_span(target: &Target, delivery: &DeliveryId, source: Source) -> 
 pub fn record_dispatch(span: &Span, d: &Dispatch) {
     span.record("outcome", d.outcome());
     let worker = match d {
-        Dispatch::Assigned(a) => {
+        Dispatch::Assigned(a) | Dispatch::Overflowed { assignment: a, .. } => {
             span.record("token", tracing::field::display(a.token));
             Some(a.worker)
         }

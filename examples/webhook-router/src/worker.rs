@@ -17,35 +17,25 @@
 //! A call that fails because the backend cannot answer ([`RegistryError::is_retryable`]) is not a
 //! verdict: a heartbeat is simply tried again at the next tick, a completion a few times.
 
-use crate::telemetry::{self, TraceParent, Traces};
+use crate::mailbox::Mailbox;
+use crate::telemetry::{self, Traces};
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 use tokio::time::{interval, sleep, sleep_until, Instant, Interval, MissedTickBehavior};
 use tracing::Instrument;
 use worker_registry::{
-    DeadReason, DeliveryId, DynRegistry, FencingToken, HeartbeatAck, RegistryError, Status, Target,
-    WorkerId, WorkerRegistry,
+    DeadReason, DynRegistry, HeartbeatAck, RegistryError, Status, WorkerId, WorkerRegistry,
 };
 
 /// How often a completion refused by an unavailable backend is tried (the claim is not lost if all
 /// fail: it stays in flight and the registry releases it after `max_in_flight`).
 const COMPLETE_ATTEMPTS: u32 = 3;
 
-/// One event handed to a worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Job {
-    /// The worker's target.
-    pub target: Target,
-    /// The delivery.
-    pub event: DeliveryId,
-    /// The fencing token of this assignment.
-    pub token: FencingToken,
-    /// The W3C `traceparent` of the span it was dispatched under (its loop's parent).
-    pub trace: TraceParent,
-}
+/// One event handed to a worker (it lives with the mailbox that carries it).
+pub use crate::mailbox::Job;
 
 /// How a worker task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,8 +83,8 @@ pub struct Worker {
     pub registry: DynRegistry,
     /// Its id.
     pub id: WorkerId,
-    /// Its events.
-    pub jobs: mpsc::Receiver<Job>,
+    /// Its events: its mailbox, then the overflow behind it, in arrival order.
+    pub jobs: Mailbox,
     /// Notified to make it crash.
     pub crash: Arc<Notify>,
     /// Becomes `true` when it must stop at once (the shutdown deadline passed).
@@ -151,8 +141,8 @@ impl Worker {
                         // what made the worker busy, hence draining rather than exited at once) is
                         // run first; otherwise there is nothing left to do.
                         match self.jobs.try_recv() {
-                            Ok(job) => job,
-                            Err(_) => return self.finish().await,
+                            Some(job) => job,
+                            None => return self.finish().await,
                         }
                     }
                     Beat::Ack(_) | Beat::Unavailable => continue,
@@ -193,7 +183,7 @@ impl Worker {
                 if let Err(exit) = self.one_loop(job, &mut beat).instrument(span).await {
                     return exit;
                 }
-                next = self.jobs.try_recv().ok();
+                next = self.jobs.try_recv();
             }
             match self.registry.loop_finished(self.id).await {
                 Ok(Status::Dead(_)) => return Exit::Exited,
@@ -328,7 +318,7 @@ impl Worker {
     /// hand back the events that were not completed: `unfinished` and everything still queued.
     async fn stop_now(&mut self, mut unfinished: Vec<Job>) -> Exit {
         self.jobs.close();
-        while let Ok(job) = self.jobs.try_recv() {
+        while let Some(job) = self.jobs.try_recv() {
             unfinished.push(job);
         }
         match self.registry.deregister(self.id).await {

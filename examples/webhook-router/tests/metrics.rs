@@ -226,6 +226,8 @@ async fn admission_counters_add_up_to_the_answers() {
     let h = start(Setup {
         capacity: 2,
         mailbox: 1,
+        // No overflow: a full mailbox is refused, which is what this test counts.
+        overflow: 0,
         work: Duration::from_secs(60),
         ..Setup::default()
     })

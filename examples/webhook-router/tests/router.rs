@@ -375,15 +375,16 @@ async fn crash_then_dead_then_target_reassigned_and_event_redispatched() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn full_mailbox_is_503_and_releases_the_claim() {
+async fn full_mailbox_and_overflow_is_503_and_releases_the_claim() {
     let h = start(Setup {
         work: Duration::from_secs(60),
         mailbox: 1,
+        overflow: 1,
         ..Setup::default()
     })
     .await;
     let mut refused = None;
-    for i in 0..4 {
+    for i in 0..5 {
         let a = h
             .deliver("pull_request", &format!("q-{i}"), &pr("o/r", 1))
             .await;
@@ -393,7 +394,7 @@ async fn full_mailbox_is_503_and_releases_the_claim() {
         }
         assert_eq!(a.status, StatusCode::ACCEPTED);
     }
-    let (i, a) = refused.expect("a mailbox of 1 overflows within 4 deliveries");
+    let (i, a) = refused.expect("a mailbox of 1 and an overflow of 1 are full within 5 deliveries");
     assert_eq!(a.body["outcome"], "capacity");
     assert!(a.body["reason"].as_str().unwrap().contains("queue"));
     // The claim was released: the redelivery is not a duplicate.

@@ -18,10 +18,13 @@ pub enum Outcome {
     Drained,
     /// Nothing to do: no pull request, no worker to reach or drain, or the policy ignores it (202).
     Ignored,
-    /// No room now (no capacity, or the pull request's worker draining): the delivery waits in the
-    /// registry's waiting room and is processed when room appears (202, with its position).
+    /// No room now: the delivery waits, claimed, and is processed when room appears (202, with
+    /// its position). No capacity, or the pull request's worker draining: in the registry's
+    /// waiting room. The worker's mailbox full: in order in the overflow behind it (`worker`
+    /// and `token` say which worker has it).
     Waiting,
-    /// No capacity for a new worker, or the worker's queue is full (503, no claim left behind).
+    /// No capacity for a new worker (and no room to wait), or the worker's mailbox and its
+    /// overflow are full (503, no claim left behind).
     Capacity,
     /// The pull request's worker is draining; it gets no new event (503).
     Draining,
@@ -98,7 +101,8 @@ pub struct TargetAnswer {
     /// Why (ignored, refused, waiting).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Waiting: how many deliveries waited, this one included, when it was parked.
+    /// Waiting: how many deliveries waited, this one included, when it was parked (in the
+    /// registry's waiting room, or in the worker's overflow when `worker` and `token` are set).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub position: Option<u64>,

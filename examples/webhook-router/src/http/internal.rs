@@ -30,12 +30,12 @@ use worker_registry::{DeliveryId, FencingToken, Target, WorkerId};
     request_body(content = ForwardedJob, content_type = "application/json"),
     security(("bearer" = [])),
     responses(
-        (status = 202, description = "Queued", body = ForwardAnswer),
+        (status = 202, description = "Queued, or (`overflowed`, with its `position`) queued behind the container's full mailbox", body = ForwardAnswer),
         (status = 400, description = "A bad id or body", body = ErrorAnswer),
         (status = 401, description = "Bearer token missing or wrong (when one is configured)", body = ErrorAnswer),
         (status = 404, description = "No container of this replica has that id", body = ForwardAnswer),
         (status = 410, description = "Its container here has stopped", body = ForwardAnswer),
-        (status = 429, description = "Its queue is full", body = ForwardAnswer),
+        (status = 429, description = "Its mailbox and the overflow behind it are full", body = ForwardAnswer),
     ),
 )]
 pub(crate) async fn internal_jobs(
@@ -70,8 +70,13 @@ pub(crate) async fn internal_jobs(
             .and_then(TraceParent::parse)
             .unwrap_or_default(),
     };
+    let mut position = None;
     let (status, result) = match app.containers().hand(id, job, false) {
         Handed::Queued => (StatusCode::ACCEPTED, "queued"),
+        Handed::Overflowed { position: p } => {
+            position = Some(p as u64);
+            (StatusCode::ACCEPTED, "overflowed")
+        }
         Handed::Full => (StatusCode::TOO_MANY_REQUESTS, "full"),
         Handed::Stopped => (StatusCode::GONE, "stopped"),
         Handed::Absent(_) => (StatusCode::NOT_FOUND, "unknown"),
@@ -81,6 +86,7 @@ pub(crate) async fn internal_jobs(
         Json(ForwardAnswer {
             worker: id.get(),
             result: result.to_owned(),
+            position,
         }),
     )
         .into_response()

@@ -19,7 +19,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
-use worker_registry::{ClaimState, Rejection, Target, WorkerId, WorkerRegistry};
+use worker_registry::{Assignment, ClaimState, Rejection, Target, WorkerId, WorkerRegistry};
 
 /// The whole handling of one `POST /webhook`.
 pub async fn handle(app: &App, request: Request) -> Reply {
@@ -259,6 +259,10 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
             a.new = Some(x.new);
             a.token = Some(x.token.get());
         }
+        Dispatch::Overflowed {
+            assignment,
+            position,
+        } => overflowed(a, assignment, *position),
         Dispatch::Duplicate(dup) => {
             a.outcome = Outcome::Duplicate;
             a.worker = dup.holder.map(WorkerId::get);
@@ -302,7 +306,7 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
         Dispatch::Backlog { worker } => {
             a.outcome = Outcome::Capacity;
             a.worker = Some(worker.get());
-            a.reason = Some("the worker's queue is full".to_owned());
+            a.reason = Some("the worker's queue (its mailbox and overflow) is full".to_owned());
         }
         Dispatch::Closing => {
             a.outcome = Outcome::Closing;
@@ -318,6 +322,20 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
             a.reason = Some(reason.clone());
         }
     }
+}
+
+/// A delivery queued behind its worker's full mailbox: the same shape as the registry's waiting
+/// answer (accepted, claimed, processed in order once the mailbox has room), with the worker.
+fn overflowed(a: &mut TargetAnswer, x: &Assignment, position: usize) {
+    a.outcome = Outcome::Waiting;
+    a.worker = Some(x.worker.get());
+    a.new = Some(x.new);
+    a.token = Some(x.token.get());
+    a.position = Some(position as u64);
+    a.reason = Some(format!(
+        "its worker {}'s mailbox is full: queued behind it, in order",
+        x.worker
+    ));
 }
 
 /// The outcome of a delivery from its pull requests': the first refusal (send it again), else

@@ -11,7 +11,7 @@ use super::{Config, DEFAULT_PER_PAGE, DEFAULT_SETTLE, GITHUB_LOG_RETENTION};
 /// Redelivery of failed deliveries from GitHub's hook logs (off unless an App or a hook is named).
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReconcileArgs {
-    /// GitHub's REST API: https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise
+    /// GitHub's REST API: <https://api.github.com>, or <https://HOST/api/v3> for GitHub Enterprise
     /// Server.
     #[arg(
         long,

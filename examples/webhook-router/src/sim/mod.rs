@@ -192,7 +192,7 @@ pub async fn start(
     bind: SocketAddr,
     n: usize,
 ) -> Result<(Vec<Server>, Probe), String> {
-    let containers = Arc::new(Containers::new(options.mailbox));
+    let containers = Arc::new(Containers::new(options.mailbox, options.overflow));
     let mut servers = Vec::with_capacity(n);
     for i in 0..n {
         let registry = choice

@@ -44,6 +44,9 @@ pub(super) struct Counts {
     /// Released events re-dispatched, by every replica.
     redispatched: u64,
     ledger: Audit,
+    /// Deliveries queued behind a full mailbox, in total; and still queued.
+    overflowed: u64,
+    overflow_queued: u64,
 }
 
 impl Counts {
@@ -61,6 +64,9 @@ impl Counts {
             totals,
             redispatched: sim.apps.iter().map(App::redispatched).sum(),
             ledger: sim.app().containers().ledger().audit(),
+            // One platform per process, shared by its replicas.
+            overflowed: sim.app().containers().overflow_metrics().overflowed(),
+            overflow_queued: sim.app().containers().overflow_metrics().queued(),
         }
     }
 }
@@ -272,6 +278,13 @@ fn recovery(out: &mut String, f: &Findings<'_>) {
         totals.waiting_expired,
         totals.waiting,
         if f.sim.app().registry().parks() { "" } else { " (this backend does not park)" },
+    );
+    let _ = writeln!(
+        out,
+        "overflow   {} deliveries queued in order behind a worker's full mailbox (--overflow {}), {} still queued",
+        f.counts.overflowed,
+        f.sim.app().options().overflow,
+        f.counts.overflow_queued,
     );
 }
 

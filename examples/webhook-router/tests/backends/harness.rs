@@ -123,6 +123,7 @@ pub fn options(work: Duration, idle: Duration, mailbox: usize) -> Options {
         work,
         idle,
         mailbox,
+        overflow: webhook_router::limits::DEFAULT_OVERFLOW,
         policy: Arc::new(Policy::default()),
         body: BodyLimits {
             max: github::MAX_PAYLOAD_BYTES,
@@ -155,6 +156,7 @@ pub async fn replica(
         options.admin_token.clone(),
         config.heartbeat_interval(),
         options.mailbox,
+        options.overflow,
     )
     .await
     .unwrap();

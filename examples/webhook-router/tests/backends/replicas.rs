@@ -218,6 +218,55 @@ async fn forwarding_between_replicas_on_postgres() {
     forwarding(Kind::Postgres).await;
 }
 
+/// A forwarded event for a busy worker whose mailbox is full waits in the owner's overflow: the
+/// forwarding replica answers `202 waiting` with the position the owner gave; once the overflow is
+/// full too it answers 503 with `Retry-After`, and the claim is released. Redis only (the
+/// forwarding path is the same on every shared backend).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_event_behind_a_full_mailbox_waits_in_the_owners_overflow() {
+    let Some(choice) = shared(Kind::Redis) else {
+        return;
+    };
+    let name = unique("ovf");
+    let config = patient_config(8);
+    let mut options = options(Duration::from_secs(60), Duration::from_secs(3600), 1);
+    options.overflow = 2;
+    let a = replica(&choice, &name, &config, &options).await;
+    let b = replica(&choice, &name, &config, &options).await;
+    let (ba, bb) = (base(&a), base(&b));
+    let http = client();
+    let first = deliver(&http, &ba, "o-0", &pr("o/r", 1)).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
+    let w = first.worker();
+    let mut positions = Vec::new();
+    let mut refused = None;
+    for i in 1..=5 {
+        let id = format!("o-{i}");
+        let got = deliver(&http, &bb, &id, &pr("o/r", 1)).await;
+        if got.status == StatusCode::SERVICE_UNAVAILABLE {
+            refused = Some((id, got));
+            break;
+        }
+        assert_eq!(got.status, StatusCode::ACCEPTED, "{}", got.body);
+        assert_eq!(got.worker(), w, "{}", got.body);
+        if got.body["outcome"] == "waiting" {
+            positions.push(got.body["position"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(positions, vec![1, 2], "the owner's overflow positions");
+    let (id, got) = refused.expect("a full overflow is a 503");
+    assert_eq!(got.body["outcome"], "capacity", "{}", got.body);
+    assert!(got.retry_after.is_some(), "Retry-After");
+    let again = deliver(&http, &bb, &id, &pr("o/r", 1)).await;
+    assert_ne!(
+        again.body["outcome"], "duplicate",
+        "no claim left: {}",
+        again.body
+    );
+    a.shutdown(Duration::from_secs(1)).await;
+    b.shutdown(Duration::from_secs(1)).await;
+}
+
 /// With AOF on, claims survive a restart of every replica (and of the server): three replicas
 /// accept deliveries, some completed and some in flight, then all three are killed and Redis is
 /// restarted; three new replicas answer the completed ones as duplicates, and re-dispatch the ones

@@ -25,6 +25,8 @@ pub struct Setup {
     pub token: Option<&'static str>,
     pub work: Duration,
     pub mailbox: usize,
+    /// Events queued behind a worker's full mailbox before 503 (`--overflow`; 0: off).
+    pub overflow: usize,
     pub policy: policy::Policy,
     pub body_timeout: Duration,
     pub body_budget: usize,
@@ -45,6 +47,7 @@ impl Default for Setup {
             token: None,
             work: Duration::from_millis(10),
             mailbox: 8,
+            overflow: webhook_router::limits::DEFAULT_OVERFLOW,
             policy: policy::Policy::default(),
             body_timeout: body::DEFAULT_BODY_TIMEOUT,
             body_budget: body::DEFAULT_BODY_BUDGET,
@@ -95,6 +98,7 @@ pub async fn start_with(
         work: setup.work,
         idle: setup.idle,
         mailbox: setup.mailbox,
+        overflow: setup.overflow,
         policy: Arc::new(setup.policy.clone()),
         body: body::BodyLimits {
             max: github::MAX_PAYLOAD_BYTES,
