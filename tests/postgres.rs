@@ -25,7 +25,8 @@ use tokio::task::JoinSet;
 use worker_registry::postgres::PostgresRegistry;
 use worker_registry::{
     Admission, ConnectError, DeadReason, DeliveryId, Event, HeartbeatAck, Maintenance,
-    RegistryConfig, RegistryError, Rejection, Status, Subscribe, Target, WorkerRegistry,
+    RegistryConfig, RegistryError, Rejection, ReleaseReason, Status, Subscribe, Target,
+    WorkerRegistry,
 };
 
 async fn open(url: &str, test: &str, config: RegistryConfig) -> PostgresRegistry {
@@ -356,7 +357,7 @@ async fn a_replica_killed_mid_transaction_leaves_nothing_behind() {
         .query_one(
             "SELECT o_outcome, o_new, o_worker FROM wr_admit(
                     (SELECT id FROM wr_registries WHERE name = $1),
-                    'octo/repo', 1, 'half', 64, 1000000, 1000000)",
+                    'octo/repo', 1, 'half', 64, 1000000, 1000000, 0, 0, 0)",
             &[&name],
         )
         .await
@@ -522,7 +523,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 7);
+    assert_eq!(n, 8);
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await
@@ -932,7 +933,7 @@ async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept(
         .unwrap();
     assert_eq!(
         PostgresRegistry::migrate(&db_url).await.unwrap(),
-        [4, 5, 6, 7]
+        [4, 5, 6, 7, 8]
     );
     assert_eq!(retained_in_db(&client, "kept").await, (7, 7));
     assert_eq!(retained_in_db(&client, "empty").await, (0, 0));
@@ -1400,4 +1401,379 @@ async fn a_released_delivery_never_acknowledged_expires_after_claim_retention_co
         assert!(a.sweep().await.unwrap().released.is_empty());
     }
     assert_eq!(a.stats().released_expired, 1, "counted once");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The waiting room across connections and replicas (the contract's cases run in the
+// conformance suite; these check what two handles on one database can get wrong).
+// ---------------------------------------------------------------------------------------------
+
+fn of(owner: &str, n: u64) -> Target {
+    Target::new(&format!("{owner}/repo"), n).unwrap()
+}
+
+/// Live workers of one owner's targets, as the database's rows count them.
+async fn owner_live_in_db(url: &str, name: &str, owner: &str) -> i64 {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .query_one(
+            "SELECT count(*) FROM wr_workers w JOIN wr_registries r ON w.registry = r.id
+              WHERE r.name = $1 AND w.status <> 'dead' AND w.repo LIKE $2 || '/%'",
+            &[&name, &owner],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_cap_holds_while_two_handles_race_to_create_and_kill_its_workers() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    const CAP: usize = 3;
+    let config = RegistryConfig::builder()
+        .max_workers(20)
+        .max_workers_per_owner(CAP)
+        .max_waiting(512)
+        .build()
+        .unwrap();
+    let first = open(&url, "race-owner-cap", config).await;
+    let name = first.name().to_owned();
+    let handles = [first.clone(), first.connect_replica().await.unwrap()];
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (stop, url, name) = (stop.clone(), url.clone(), name.clone());
+        tokio::spawn(async move {
+            let mut samples = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let live = owner_live_in_db(&url, &name, "big").await;
+                assert!(live <= CAP as i64, "{live} live workers of one owner");
+                samples += 1;
+            }
+            samples
+        })
+    };
+    let (assigned, parked) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut tasks = JoinSet::new();
+    for i in 0..16u64 {
+        let r = handles[i as usize % 2].clone();
+        let (assigned, parked) = (assigned.clone(), parked.clone());
+        tasks.spawn(async move {
+            for round in 0..4u64 {
+                let target = of("big", 1 + i * 100 + round);
+                match r.admit(&target, &d("x")).await.unwrap() {
+                    Admission::Assigned(a) => {
+                        assigned.fetch_add(1, Ordering::Relaxed);
+                        if round % 2 == 0 {
+                            // Its slot is given back at once, racing the other handle's admits.
+                            r.deregister(a.worker).await.unwrap();
+                        }
+                    }
+                    Admission::Waiting(w) => {
+                        // Its owner at the cap, or (arrivals do not overtake the waiting)
+                        // others of it waiting for a slot.
+                        assert!(
+                            matches!(w.reason, Rejection::CapacityFull { limit } if limit == CAP || limit == 20),
+                            "{w:?}"
+                        );
+                        parked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(sampler.await.unwrap() > 0);
+    assert!(assigned.load(Ordering::Relaxed) >= CAP);
+    assert!(parked.load(Ordering::Relaxed) > 0, "some had to wait");
+    // Sweeps promote the rest as slots free; the cap holds there too.
+    for _ in 0..4 {
+        let s = handles[0].sweep().await.unwrap();
+        handles[0].acknowledge(&s.released).await.unwrap();
+    }
+    assert!(owner_live_in_db(&url, &name, "big").await <= CAP as i64);
+    // The counter row agrees with the rows.
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let counted: Option<i32> = client
+        .query_opt(
+            "SELECT l.live FROM wr_owner_live l JOIN wr_registries r ON l.registry = r.id
+              WHERE r.name = $1 AND l.owner = 'big'",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .map(|row| row.get(0));
+    assert_eq!(
+        i64::from(counted.unwrap_or(0)),
+        owner_live_in_db(&url, &name, "big").await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_delivery_handed_to_a_replica_that_dies_is_offered_to_another() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .max_workers(1)
+        .max_waiting(8)
+        .release_ack_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let a = open(&url, "promoted-crash", config).await;
+    let b = a.connect_replica().await.unwrap();
+    let Admission::Assigned(first) = a.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    let Admission::Waiting(w) = b.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(w.position, 1);
+    // The exit promotes in its own transaction; A's sweep is handed the delivery.
+    a.deregister(first.worker).await.unwrap();
+    let ra = a.sweep().await.unwrap();
+    let promoted: Vec<_> = ra
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .cloned()
+        .collect();
+    assert_eq!(promoted.len(), 1, "{ra:?}");
+    let assignment = promoted[0].assignment.expect("its assignment");
+    assert!(assignment.new);
+    assert_eq!(promoted[0].target, t(2));
+    assert!(
+        b.sweep().await.unwrap().released.is_empty(),
+        "A's, while fresh"
+    );
+
+    // A dies before it acknowledged (or started the worker).
+    drop(a);
+    b.advance_time_for_tests(Duration::from_secs(61))
+        .await
+        .unwrap();
+    // The promoted worker never heartbeated (A never started it) and lives (its start-up grace
+    // runs): the delivery is offered again, with the assignment saying to start it.
+    let rb = b.sweep().await.unwrap();
+    let again: Vec<_> = rb
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .collect();
+    assert_eq!(
+        again.len(),
+        1,
+        "offered again after release_ack_timeout: {rb:?}"
+    );
+    assert_eq!(again[0].assignment, Some(assignment));
+    assert_eq!(again[0].delivery, d("b"));
+    b.acknowledge(&rb.released).await.unwrap();
+    assert_eq!(
+        b.stats().promoted,
+        0,
+        "counted once, by the replica that first took it"
+    );
+    b.advance_time_for_tests(Duration::from_secs(61))
+        .await
+        .unwrap();
+    let rest = b.sweep().await.unwrap();
+    assert!(
+        rest.released
+            .iter()
+            .all(|e| e.reason != ReleaseReason::Promoted),
+        "acknowledged: gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mass_death_promotes_the_waiting_in_bounded_steps_each_once() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    const N: u64 = 40;
+    // No brake; the new (promoted) workers have a long start-up grace, the old ones heartbeat
+    // and then go silent.
+    let config = RegistryConfig::builder()
+        .max_workers(N as usize)
+        .max_waiting(64)
+        .brake_fraction(1.0)
+        .startup_grace(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let r = PostgresRegistry::builder(&url)
+        .name(pg_cluster::unique_name("mass-promote"))
+        .config(config.clone())
+        .batch(16)
+        .connect()
+        .await
+        .unwrap();
+    for i in 0..N {
+        let Admission::Assigned(a) = r.admit(&t(i + 1), &d(&format!("old{i}"))).await.unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(r.heartbeat(a.worker).await, Ok(HeartbeatAck::Active));
+    }
+    let mut want = HashSet::new();
+    for i in 0..N {
+        let delivery = format!("new{i}");
+        let Admission::Waiting(_) = r.admit(&t(1000 + i), &d(&delivery)).await.unwrap() else {
+            panic!()
+        };
+        want.insert(delivery);
+    }
+    r.advance_time_for_tests(config.heartbeat_timeout() + Duration::from_secs(1))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut sweeps = 0;
+    while got.len() < N as usize {
+        let s = r.sweep().await.unwrap();
+        sweeps += 1;
+        assert!(sweeps <= 20, "worked off in bounded sweeps");
+        let promoted: Vec<String> = s
+            .released
+            .iter()
+            .filter(|e| e.reason == ReleaseReason::Promoted)
+            .map(|e| e.delivery.as_str().to_owned())
+            .collect();
+        assert!(
+            promoted.len() <= 16,
+            "one sweep's bound: {}",
+            promoted.len()
+        );
+        got.extend(promoted);
+        r.acknowledge(&s.released).await.unwrap();
+    }
+    assert!(sweeps > 1, "more than one sweep's bound");
+    assert_eq!(got.len(), N as usize, "each promoted once");
+    assert_eq!(got.into_iter().collect::<HashSet<_>>(), want);
+    assert_eq!(live_in_db(&url, r.name()).await, (N as i64, N as i32));
+    let s = r.sweep().await.unwrap();
+    assert_eq!(s.waiting, 0);
+    assert_eq!(r.stats().promoted, N);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_delivery_offered_again_starts_no_second_worker_and_goes_with_a_dead_one() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .max_workers(1)
+        .max_waiting(8)
+        .heartbeat_interval(Duration::from_secs(1))
+        .missed_heartbeats(2)
+        .startup_grace(Duration::ZERO)
+        .sweep_interval(Duration::from_secs(1))
+        .release_ack_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let a = open(&url, "promoted-again", config).await;
+    let b = a.connect_replica().await.unwrap();
+    let Admission::Assigned(first) = a.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    let Admission::Waiting(_) = a.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    a.deregister(first.worker).await.unwrap();
+    let ra = a.sweep().await.unwrap();
+    let promoted: Vec<_> = ra
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .collect();
+    assert_eq!(promoted.len(), 1, "{ra:?}");
+    let assignment = promoted[0].assignment.unwrap();
+    assert!(assignment.new);
+    // A started the worker (it heartbeats), then died before acknowledging.
+    let w = assignment.worker;
+    assert_eq!(b.heartbeat(w).await, Ok(HeartbeatAck::Active));
+    drop(a);
+    let promoted_of = |r: &worker_registry::SweepReport| -> Vec<worker_registry::Assignment> {
+        r.released
+            .iter()
+            .filter(|e| e.reason == ReleaseReason::Promoted)
+            .filter_map(|e| e.assignment)
+            .collect()
+    };
+    // Past release_ack_timeout, the worker heartbeating: offered again, not to be started.
+    let mut again = Vec::new();
+    for _ in 0..11 {
+        b.advance_time_for_tests(Duration::from_secs(1))
+            .await
+            .unwrap();
+        b.heartbeat(w).await.unwrap();
+        again.extend(promoted_of(&b.sweep().await.unwrap()));
+    }
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].worker, w);
+    assert!(!again[0].new, "its worker runs: not started a second time");
+    // Not acknowledged again; its worker goes silent and dies before the next offer: the row is
+    // dropped, and the delivery comes back as its worker's release instead.
+    let mut released = Vec::new();
+    for _ in 0..12 {
+        b.advance_time_for_tests(Duration::from_secs(1))
+            .await
+            .unwrap();
+        let r = b.sweep().await.unwrap();
+        assert!(promoted_of(&r).is_empty(), "{r:?}");
+        released.extend(r.released);
+    }
+    assert!(
+        released
+            .iter()
+            .any(|e| e.delivery == d("b") && matches!(e.reason, ReleaseReason::WorkerDied(_))),
+        "{released:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivery_of_a_promoted_pair_before_its_handover_starts_nothing() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .max_workers(1)
+        .max_waiting(8)
+        .build()
+        .unwrap();
+    let a = open(&url, "promoted-dup", config).await;
+    let b = a.connect_replica().await.unwrap();
+    let Admission::Assigned(first) = a.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    let Admission::Waiting(_) = a.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    a.deregister(first.worker).await.unwrap();
+    // Promoted onto a worker nobody has started yet; the redelivery reaches another replica
+    // before any sweep hands the promotion over: a duplicate, and not one that asks for a start
+    // (the promoted event's taker starts it).
+    let Admission::Duplicate(dup) = b.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    assert!(dup.holder.is_some());
+    assert!(!dup.unstarted, "{dup:?}");
+    let r = a.sweep().await.unwrap();
+    let promoted: Vec<_> = r
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .collect();
+    assert_eq!(promoted.len(), 1);
+    assert!(promoted[0].assignment.unwrap().new);
 }

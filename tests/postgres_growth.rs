@@ -2,8 +2,9 @@
 //! deliveries completed and some left in flight, the workers dying unheard, their deliveries
 //! released to the outbox and acknowledged, a replica that comes, sweeps and goes) leave the
 //! registry's rows in every table where the first round left them, once the retentions have
-//! passed (the dead purged, the retained claims expired, the outbox empty); only the purge log,
-//! kept for its last 1 000 versions, grows within that window.
+//! passed (the dead purged, the retained claims expired, the outbox empty, the waiting room
+//! empty: each parked delivery promoted or dropped past `max_wait`); only the purge log, kept for
+//! its last 1 000 versions, grows within that window.
 
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
@@ -14,11 +15,11 @@ use std::time::Duration;
 use tokio_postgres::NoTls;
 use worker_registry::postgres::PostgresRegistry;
 use worker_registry::{
-    DeliveryId, Maintenance, RegistryConfig, SweepReport, Target, WorkerRegistry,
+    Admission, DeliveryId, Maintenance, RegistryConfig, SweepReport, Target, WorkerRegistry,
 };
 
 /// The tables that hold a registry's rows.
-const TABLES: [&str; 10] = [
+const TABLES: [&str; 14] = [
     "wr_capacity",
     "wr_workers",
     "wr_targets",
@@ -29,6 +30,10 @@ const TABLES: [&str; 10] = [
     "wr_retained",
     "wr_leases",
     "wr_purged",
+    "wr_waiting",
+    "wr_room",
+    "wr_owner_waiting",
+    "wr_owner_live",
 ];
 
 /// The registry's rows per table.
@@ -74,6 +79,7 @@ async fn pass(r: &PostgresRegistry, total: Duration) {
             && report.expired_claims == 0
             && report.evicted_claims == 0
             && report.purged_workers == 0
+            && report.expired_waiting.is_empty()
         {
             return;
         }
@@ -96,6 +102,12 @@ async fn rounds_of_the_same_traffic_leave_the_same_rows_behind() {
         .release_ack_timeout(Duration::from_secs(2))
         // The workers all go silent at once: no mass-death brake holding them.
         .brake_min_workers(1_000)
+        // Half of each round's targets wait (4 slots, at most 3 per owner); each is promoted
+        // as a slot frees, or dropped past max_wait.
+        .max_workers(4)
+        .max_workers_per_owner(3)
+        .max_waiting(16)
+        .max_wait(Duration::from_secs(2))
         .build()
         .unwrap();
     let name = pg_cluster::unique_name("growth");
@@ -109,10 +121,11 @@ async fn rounds_of_the_same_traffic_leave_the_same_rows_behind() {
     let mut first = None;
     for round in 0..3u64 {
         for i in 0..8 {
-            let t = Target::new("octo/repo", round * 100 + i + 1).unwrap();
+            let owner = if i % 3 == 0 { "other" } else { "octo" };
+            let t = Target::new(&format!("{owner}/repo"), round * 100 + i + 1).unwrap();
             let d = DeliveryId::new(&format!("d{round}-{i}")).unwrap();
-            r.admit(&t, &d).await.unwrap();
-            if i % 2 == 0 {
+            let placed = matches!(r.admit(&t, &d).await.unwrap(), Admission::Assigned(_));
+            if placed && i % 2 == 0 {
                 r.complete(&t, &d).await.unwrap();
             }
         }
@@ -133,8 +146,20 @@ async fn rounds_of_the_same_traffic_leave_the_same_rows_behind() {
             Some(first) => assert_eq!(&now, first, "round {round} left more behind"),
         }
     }
+    // The waiting room was used, and each parked delivery was promoted or dropped once.
+    let s = r.stats();
+    assert!(s.parked > 0, "{s:?}");
+    assert_eq!(s.promoted + s.waiting_expired, s.parked, "{s:?}");
     let first = first.unwrap();
-    for table in ["wr_workers", "wr_targets", "wr_claims", "wr_released"] {
+    for table in [
+        "wr_workers",
+        "wr_targets",
+        "wr_claims",
+        "wr_released",
+        "wr_waiting",
+        "wr_owner_waiting",
+        "wr_owner_live",
+    ] {
         assert_eq!(first[table], 0, "{table}: {first:?}");
     }
 }

@@ -293,6 +293,40 @@ impl PostgresRegistryBuilder {
     ///
     /// See [`PostgresRegistryBuilder`].
     pub async fn connect(self) -> Result<PostgresRegistry, ConnectError> {
+        let (pg, listen_pg, tls) = self.session()?;
+        let pool = self.pool(&pg, &tls)?;
+        let id = self.open_registry(&pool).await?;
+        let events = Arc::new(EventSender::new());
+        let listener = self.feed(listen_pg, id, &events, &pool, &tls).await?;
+        let params = Params::new(&self.config, self.batch);
+        let registry = PostgresRegistry {
+            inner: Arc::new(Inner {
+                snapshot: SnapshotCache::new(StatusSnapshot::empty(
+                    self.config.max_workers(),
+                    SystemTime::now(),
+                )),
+                pool,
+                settings: self,
+                id,
+                replica: replica_id(),
+                params,
+                counters: Counters::default(),
+                events,
+                listener,
+                loss: LossWatch::new(String::new(), 0),
+                tls,
+            }),
+        };
+        registry.settle_in().await.map_err(ConnectError::Backend)?;
+        Ok(registry)
+    }
+
+    /// The session's configuration (the connect timeout, the application name, and outside a
+    /// transaction pooler the per-call lock and statement timeouts), the listener's (none
+    /// behind a transaction pooler without `listen_url`: it polls), and the TLS connector.
+    fn session(
+        &self,
+    ) -> Result<(tokio_postgres::Config, Option<tokio_postgres::Config>, Tls), ConnectError> {
         let (mut pg, tls) = parse(&self.url, self.tls_roots.as_deref())?;
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(self.connect_timeout);
@@ -322,6 +356,11 @@ impl PostgresRegistryBuilder {
             };
             pg.options(&options);
         }
+        Ok((pg, listen_pg, tls))
+    }
+
+    /// The connection pool, with this builder's size and timeouts.
+    fn pool(&self, pg: &tokio_postgres::Config, tls: &Tls) -> Result<Pool, ConnectError> {
         let manager = Manager::from_config(
             pg.clone(),
             tls.clone(),
@@ -329,7 +368,7 @@ impl PostgresRegistryBuilder {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let pool = Pool::builder(manager)
+        Pool::builder(manager)
             .max_size(self.pool_size)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(self.call_timeout))
@@ -340,13 +379,16 @@ impl PostgresRegistryBuilder {
             .map_err(|e| ConnectError::InvalidUrl {
                 backend: BACKEND,
                 reason: e.to_string(),
-            })?;
+            })
+    }
 
-        let timeout = self.call_timeout;
+    /// Applies the migrations (unless turned off) and opens the registry's rows: its id. Behind
+    /// a transaction pooler, warns if the role runs calls without lock or statement timeouts.
+    async fn open_registry(&self, pool: &Pool) -> Result<i64, ConnectError> {
         let migrate = self.migrate;
         let name = self.name.clone();
         let unnamed = self.transaction_pooler;
-        let (id, limits) = retrying(timeout, || async {
+        let (id, limits) = retrying(self.call_timeout, || async {
             let mut client = pool.get().await?;
             if migrate {
                 migrate::apply(&mut client).await?;
@@ -371,9 +413,21 @@ impl PostgresRegistryBuilder {
         if self.transaction_pooler {
             warn_unlimited(&limits);
         }
+        Ok(id)
+    }
 
-        let events = Arc::new(EventSender::new());
-        let listener = match (self.listen, listen_pg) {
+    /// The handle's event feed: a listener on its own connection, or (behind a transaction
+    /// pooler without `listen_url`) the event log polled through the pool; none with
+    /// `listen(false)`.
+    async fn feed(
+        &self,
+        listen_pg: Option<tokio_postgres::Config>,
+        id: i64,
+        events: &Arc<EventSender>,
+        pool: &Pool,
+        tls: &Tls,
+    ) -> Result<Option<Feed>, ConnectError> {
+        Ok(match (self.listen, listen_pg) {
             (false, _) => None,
             (true, Some(listen_pg)) => Some(Feed::Listen(
                 listen::Listener::start(
@@ -409,34 +463,19 @@ impl PostgresRegistryBuilder {
                     .map_err(|f| ConnectError::Backend(f.into_registry()))?,
                 ))
             }
-        };
-        let params = Params::new(&self.config, self.batch);
-        let registry = PostgresRegistry {
-            inner: Arc::new(Inner {
-                snapshot: SnapshotCache::new(StatusSnapshot::empty(
-                    self.config.max_workers(),
-                    SystemTime::now(),
-                )),
-                pool,
-                settings: self,
-                id,
-                replica: replica_id(),
-                params,
-                counters: Counters::default(),
-                events,
-                listener,
-                loss: LossWatch::new(String::new(), 0),
-                tls,
-            }),
-        };
-        registry.agree().await.map_err(ConnectError::Backend)?;
-        let seen = registry.identity().await.map_err(ConnectError::Backend)?;
-        registry.inner.loss.begin(&seen.incarnation, seen.last_id);
-        registry
-            .refresh_snapshot()
-            .await
-            .map_err(ConnectError::Backend)?;
-        Ok(registry)
+        })
+    }
+}
+
+impl PostgresRegistry {
+    /// The new handle's first calls: the configuration agreement, the waiting room's settings,
+    /// the identity the data-loss watch starts from, and the snapshot.
+    async fn settle_in(&self) -> Result<(), RegistryError> {
+        self.agree().await?;
+        self.open_room().await?;
+        let seen = self.identity().await?;
+        self.inner.loss.begin(&seen.incarnation, seen.last_id);
+        self.refresh_snapshot().await
     }
 }
 

@@ -34,6 +34,9 @@ pub(crate) struct SnapshotDelta {
     pub(crate) in_flight: i64,
     #[serde(default)]
     pub(crate) retained: i64,
+    /// Deliveries waiting in the waiting room.
+    #[serde(default)]
+    pub(crate) waiting: i64,
     /// The rows versioned after the version asked about (or all of them, if `full`).
     #[serde(default)]
     pub(crate) workers: Vec<WorkerRow>,
@@ -81,6 +84,7 @@ impl SnapshotDelta {
                 in_flight: usize::try_from(self.in_flight).unwrap_or(0),
                 retained: usize::try_from(self.retained).unwrap_or(0),
             },
+            waiting: usize::try_from(self.waiting).unwrap_or(0),
             upserts,
             removals,
         };
@@ -139,6 +143,7 @@ mod tests {
             brake_engaged: false,
             in_flight: 2,
             retained: 1,
+            waiting: 0,
             workers,
             purged,
         }

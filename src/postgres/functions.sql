@@ -43,6 +43,7 @@ BEGIN
     INSERT INTO wr_retained (registry, stripe)
     SELECT v_id, s FROM generate_series(-1, 15) AS s ON CONFLICT DO NOTHING;
     INSERT INTO wr_leases (registry) VALUES (v_id) ON CONFLICT DO NOTHING;
+    INSERT INTO wr_room (registry) VALUES (v_id) ON CONFLICT DO NOTHING;
     RETURN v_id;
 END
 $$;
@@ -52,6 +53,8 @@ $$;
 --   created <worker> <target|->          draining <worker> <target|->
 --   suspect <worker> <target|->          died <worker> <target|-> <reason>
 --   stuck <worker> <target> <delivery>   released <target> <delivery>...
+--   promoted <worker> <target> <delivery>
+--   waiting_expired <target> <delivery> <limit ms>
 -- where <target> is repo#number.
 -- For a registry a polling handle opened (wr_registries.poll_events, migration 0007), each
 -- event is also a row of wr_events, on the server's clock.
@@ -115,6 +118,10 @@ LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE wr_capacity SET live = live - 1 WHERE registry = p_reg;
     PERFORM wr_kill_row(p_reg, p_id, p_reason, p_now, p_keep_busy);
+    -- The freed slot goes to the waiting room at once (one target; nothing when nothing waits),
+    -- never waiting for a lock: this transaction holds the capacity row already, so a target
+    -- an admit holds is left to the sweep's catch-up.
+    PERFORM wr_promote(p_reg, p_now, true, 1);
 END
 $$;
 
@@ -140,19 +147,31 @@ BEGIN
        AND (release_reason IS NULL OR release_reason = 'stuck');
     PERFORM wr_notify(p_reg, 'died ' || p_id || ' ' || wr_target_text(w.repo, w.number) || ' '
                              || p_reason);
+    IF w.repo IS NOT NULL THEN
+        -- Its owner's live-worker slot (a row only while max_workers_per_owner is on), under the
+        -- capacity row every caller of this function holds (so these rows never deadlock).
+        PERFORM wr_owner_leave(p_reg, wr_owner(w.repo));
+    END IF;
+    -- The targets parked behind it (if it drained) are first in line now, in the order of the
+    -- deaths (one index probe; the rows of one target).
+    UPDATE wr_waiting SET place = 'ready', blocker = NULL, turn = nextval('wr_turns')
+     WHERE registry = p_reg AND blocker = p_id AND place = 'blocked';
     RETURN w;
 END
 $$;
 
 -- Reserves a capacity slot and an id and creates a worker; NULL if max_workers are alive (or the
--- ids are exhausted: o_exhausted).
+-- ids are exhausted: o_exhausted; or, with p_owner_cap above 0, the target's owner has that many
+-- live workers: o_owner_full). The owner's row (wr_owner_live) is taken after the capacity row,
+-- as a death gives both back.
 CREATE OR REPLACE FUNCTION wr_create_worker(
-    p_reg bigint, p_repo text, p_number bigint, p_now bigint, p_max bigint,
-    OUT o_id bigint, OUT o_exhausted boolean
+    p_reg bigint, p_repo text, p_number bigint, p_now bigint, p_max bigint, p_owner_cap bigint,
+    OUT o_id bigint, OUT o_exhausted boolean, OUT o_owner_full boolean
 )
 LANGUAGE plpgsql AS $$
 BEGIN
     o_exhausted := false;
+    o_owner_full := false;
     -- Ids count milliseconds from 2026-01-01 (1767225600000 ms since the Unix epoch), as the
     -- in-memory backend's do: the id is past both the last one handed out and the registry's
     -- clock, so an id handed out before the counter was lost or rewound (a failover to an
@@ -173,6 +192,19 @@ BEGIN
         o_exhausted := true;
         RETURN;
     END IF;
+    IF p_owner_cap > 0 AND p_repo IS NOT NULL THEN
+        -- One conditional upsert: the cap holds for creations racing on any handle.
+        INSERT INTO wr_owner_live AS l (registry, owner, live)
+        VALUES (p_reg, wr_owner(p_repo), 1)
+        ON CONFLICT (registry, owner) DO UPDATE SET live = l.live + 1
+         WHERE l.live < p_owner_cap;
+        IF NOT FOUND THEN
+            UPDATE wr_capacity SET live = live - 1 WHERE registry = p_reg;
+            o_id := NULL;
+            o_owner_full := true;
+            RETURN;
+        END IF;
+    END IF;
     INSERT INTO wr_workers (registry, id, repo, number, busy, last_beat_ms, started_ms, assignments)
     VALUES (p_reg, o_id, p_repo, p_number, p_repo IS NOT NULL, p_now, p_now,
             CASE WHEN p_repo IS NULL THEN 0 ELSE 1 END);
@@ -181,10 +213,14 @@ END
 $$;
 
 -- Places a target: its worker while that one is active (busy, one more assignment), 'draining'
--- while it drains, otherwise a new worker if capacity allows, else 'capacity'. Holds the
--- target's row lock from the first statement to the end of the transaction.
+-- while it drains, otherwise a new worker if capacity allows, else 'capacity' ('owner_full' if
+-- its owner is at p_owner_cap). With p_yield (the waiting room is on), a new worker is not made
+-- while any target waits for capacity ('yielded': arrivals do not overtake the waiting; one
+-- probe of wr_waiting_contenders, on this branch only). Holds the target's row lock from the
+-- first statement to the end of the transaction.
 CREATE OR REPLACE FUNCTION wr_place(
     p_reg bigint, p_repo text, p_number bigint, p_now bigint, p_max bigint,
+    p_owner_cap bigint, p_yield boolean,
     OUT o_outcome text, OUT o_worker bigint, OUT o_seq bigint, OUT o_new boolean
 )
 LANGUAGE plpgsql AS $$
@@ -193,6 +229,7 @@ DECLARE
     v_found boolean := false;
     v_status text;
     v_exhausted boolean;
+    v_owner_full boolean;
 BEGIN
     o_new := false;
     -- Lock the target's row, creating it if it does not exist. An insert that conflicts with a
@@ -234,12 +271,19 @@ BEGIN
         END IF;
     END IF;
 
-    -- No worker, or a dead one: a new worker, if capacity allows.
-    SELECT c.o_id, c.o_exhausted INTO o_worker, v_exhausted
-      FROM wr_create_worker(p_reg, p_repo, p_number, p_now, p_max) c;
+    -- No worker, or a dead one: a new worker, if capacity allows (and nothing waits for it).
+    IF p_yield AND EXISTS (SELECT 1 FROM wr_waiting
+                            WHERE registry = p_reg AND place <> 'blocked') THEN
+        DELETE FROM wr_targets WHERE registry = p_reg AND repo = p_repo AND number = p_number;
+        o_outcome := 'yielded';
+        o_worker := NULL;
+        RETURN;
+    END IF;
+    SELECT c.o_id, c.o_exhausted, c.o_owner_full INTO o_worker, v_exhausted, v_owner_full
+      FROM wr_create_worker(p_reg, p_repo, p_number, p_now, p_max, p_owner_cap) c;
     IF o_worker IS NULL THEN
         DELETE FROM wr_targets WHERE registry = p_reg AND repo = p_repo AND number = p_number;
-        o_outcome := 'capacity';
+        o_outcome := CASE WHEN v_owner_full THEN 'owner_full' ELSE 'capacity' END;
         RETURN;
     END IF;
     UPDATE wr_targets SET worker = o_worker
@@ -250,7 +294,8 @@ BEGIN
 END
 $$;
 
--- assign: wr_place on the registry's time.
+-- assign: wr_place on the registry's time (the per-owner cap as the room row says; no
+-- parking: an assignment carries no delivery).
 CREATE OR REPLACE FUNCTION wr_assign(
     p_reg bigint, p_repo text, p_number bigint, p_max bigint,
     OUT o_outcome text, OUT o_worker bigint, OUT o_seq bigint, OUT o_new boolean
@@ -258,7 +303,9 @@ CREATE OR REPLACE FUNCTION wr_assign(
 LANGUAGE plpgsql AS $$
 BEGIN
     SELECT p.o_outcome, p.o_worker, p.o_seq, p.o_new INTO o_outcome, o_worker, o_seq, o_new
-      FROM wr_place(p_reg, p_repo, p_number, wr_now(p_reg), p_max) p;
+      FROM wr_place(p_reg, p_repo, p_number, wr_now(p_reg), p_max,
+                    coalesce((SELECT m.owner_cap FROM wr_room m WHERE m.registry = p_reg), 0),
+                    false) p;
 END
 $$;
 
@@ -271,26 +318,40 @@ BEGIN
     IF p_state <> 'in_flight' OR p_holder IS NULL THEN
         RETURN false;
     END IF;
-    RETURN coalesce((SELECT NOT w.beaten AND w.status <> 'dead' FROM wr_workers w
-                      WHERE w.registry = p_reg AND w.id = p_holder), false);
+    IF NOT coalesce((SELECT NOT w.beaten AND w.status <> 'dead' FROM wr_workers w
+                      WHERE w.registry = p_reg AND w.id = p_holder), false) THEN
+        RETURN false;
+    END IF;
+    -- A promoted worker's start is the promoted event's (its taker starts it, or it is offered
+    -- again): a duplicate says nothing about it. (Only for a worker that never heartbeated.)
+    RETURN NOT EXISTS (SELECT 1 FROM wr_released o
+                        WHERE o.registry = p_reg AND o.holder = p_holder
+                          AND o.reason = 'promoted');
 END
 $$;
 
 -- admit: the duplicate check, the placement and the claim, in one transaction.
---   'duplicate' with the holder, since, state and o_unstarted of the claim that blocks the pair;
+--   'duplicate' with the holder, since, state and o_unstarted of the claim that blocks the pair
+--              (state 'waiting', no holder, since its parking: the pair is parked);
 --   'assigned' with the worker, token sequence and whether it is new;
---   'capacity' / 'draining' (no claim left behind).
+--   'waiting' with o_position and why it was refused (o_reason: 'capacity', 'owner_full' or
+--             'draining' with o_worker), when the waiting room is on (p_max_waiting > 0);
+--   'capacity' / 'owner_full' / 'draining' (no claim left behind).
+-- With the room off and no owner cap, the work is what it was before the room existed.
 CREATE OR REPLACE FUNCTION wr_admit(
     p_reg bigint, p_repo text, p_number bigint, p_delivery text,
     p_max bigint, p_retention bigint, p_unbound bigint,
+    p_owner_cap bigint, p_max_waiting bigint, p_per_owner bigint,
     OUT o_outcome text, OUT o_worker bigint, OUT o_seq bigint, OUT o_new boolean,
-    OUT o_since bigint, OUT o_state text, OUT o_unstarted boolean
+    OUT o_since bigint, OUT o_state text, OUT o_unstarted boolean,
+    OUT o_position bigint, OUT o_reason text
 )
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint;
     c record;
     v_put boolean;
+    v_park record;
 BEGIN
     -- A redelivery (the common case of a repeated pair) is this one statement: the registry's
     -- time (wr_now, inlined) and one primary-key lookup of the claim, no lock, no write.
@@ -318,7 +379,34 @@ BEGIN
     END IF;
 
     SELECT p.o_outcome, p.o_worker, p.o_seq, p.o_new INTO o_outcome, o_worker, o_seq, o_new
-      FROM wr_place(p_reg, p_repo, p_number, v_now, p_max) p;
+      FROM wr_place(p_reg, p_repo, p_number, v_now, p_max, p_owner_cap, p_max_waiting > 0) p;
+    IF o_outcome <> 'assigned' AND p_max_waiting > 0 THEN
+        -- The refusal branch with the room on: parked, a waiting duplicate, or (the room full)
+        -- the refusal; refused only because others wait for capacity, placed after all if
+        -- capacity allows (as in memory).
+        SELECT * INTO v_park FROM wr_park(p_reg, p_repo, p_number, p_delivery, v_now,
+                                     CASE WHEN o_outcome = 'draining' THEN o_worker END,
+                                     p_max_waiting, p_per_owner);
+        IF v_park.o_outcome = 'waiting' THEN
+            o_reason := CASE WHEN o_outcome = 'yielded' THEN 'capacity' ELSE o_outcome END;
+            o_outcome := 'waiting';
+            o_position := v_park.o_position;
+            o_seq := NULL;
+            RETURN;
+        ELSIF v_park.o_outcome = 'duplicate' THEN
+            o_outcome := 'duplicate';
+            o_worker := NULL;
+            o_seq := NULL;
+            o_since := v_park.o_since;
+            o_state := 'waiting';
+            o_unstarted := false;
+            RETURN;
+        ELSIF o_outcome = 'yielded' THEN
+            SELECT p.o_outcome, p.o_worker, p.o_seq, p.o_new
+              INTO o_outcome, o_worker, o_seq, o_new
+              FROM wr_place(p_reg, p_repo, p_number, v_now, p_max, p_owner_cap, false) p;
+        END IF;
+    END IF;
     IF o_outcome <> 'assigned' THEN
         RETURN;
     END IF;
@@ -340,6 +428,397 @@ BEGIN
         RAISE EXCEPTION 'delivery % on % was admitted concurrently', p_delivery,
             p_repo || '#' || p_number USING ERRCODE = 'serialization_failure';
     END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- The waiting room (migration 0008; the design in `docs::postgres`). Lock order, the same as
+-- the rest: target -> capacity row -> owner's live row -> waiting rows -> claims / outbox ->
+-- owner's waiting row -> room row. A death (worker -> capacity row -> ...) promotes into the
+-- slot it freed, taking the target's row and any other worker's row with SKIP LOCKED only, so
+-- it never waits for an admit that waits for the capacity row it holds; what it skips the
+-- sweep's catch-up promotes, each step its own transaction.
+-- ---------------------------------------------------------------------------------------------
+
+-- The repository owner a target counts against: the part of the repository before the slash.
+CREATE OR REPLACE FUNCTION wr_owner(p_repo text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN strpos(p_repo, '/') > 0 THEN split_part(p_repo, '/', 1) ELSE p_repo END
+$$;
+
+-- Gives back one of the owner's live-worker slots (nothing if the cap is off: no row).
+CREATE OR REPLACE FUNCTION wr_owner_leave(p_reg bigint, p_owner text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_live integer;
+BEGIN
+    UPDATE wr_owner_live SET live = live - 1
+     WHERE registry = p_reg AND owner = p_owner AND live > 0
+    RETURNING live INTO v_live;
+    IF v_live = 0 THEN
+        DELETE FROM wr_owner_live WHERE registry = p_reg AND owner = p_owner AND live = 0;
+    END IF;
+END
+$$;
+
+-- The room's settings, as this handle's configuration says (every connect writes them: the
+-- call that frees a slot promotes with them).
+CREATE OR REPLACE FUNCTION wr_room_open(
+    p_reg bigint, p_max bigint, p_owner_cap bigint, p_retention bigint, p_unbound bigint
+) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO wr_room AS m (registry, max_workers, owner_cap, retention, unbound)
+    VALUES (p_reg, p_max, p_owner_cap, p_retention, p_unbound)
+    ON CONFLICT (registry) DO UPDATE
+       SET max_workers = excluded.max_workers, owner_cap = excluded.owner_cap,
+           retention = excluded.retention, unbound = excluded.unbound
+     WHERE (m.max_workers, m.owner_cap, m.retention, m.unbound)
+           IS DISTINCT FROM (excluded.max_workers, excluded.owner_cap, excluded.retention,
+                             excluded.unbound);
+END
+$$;
+
+-- Parks a refused delivery (the caller holds its target's row): 'waiting' with its position
+-- (the deliveries waiting, itself included), 'duplicate' (the pair waits already, since
+-- o_since), or 'full' (the room, or the owner's share of it). It joins its target's queue if the
+-- target waits already; else it waits behind p_blocker (the target's draining worker, share-
+-- locked so that its death, which moves the rows behind it, is not missed; dead already: first
+-- in line), else for capacity in its owner's queue (its owner goes to the back of the
+-- round-robin if it had no target queued). Both bounds are conditional updates of one row each.
+CREATE OR REPLACE FUNCTION wr_park(
+    p_reg bigint, p_repo text, p_number bigint, p_delivery text, p_now bigint,
+    p_blocker bigint, p_max_waiting bigint, p_per_owner bigint,
+    OUT o_outcome text, OUT o_position bigint, OUT o_since bigint
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_owner text := wr_owner(p_repo);
+    v_place text;
+    v_blocker bigint;
+    v_turn bigint;
+    v_status text;
+    v_first boolean;
+BEGIN
+    SELECT parked_at_ms INTO o_since FROM wr_waiting
+     WHERE registry = p_reg AND repo = p_repo AND number = p_number AND delivery = p_delivery;
+    IF FOUND THEN
+        o_outcome := 'duplicate';
+        RETURN;
+    END IF;
+    SELECT place, blocker, turn INTO v_place, v_blocker, v_turn FROM wr_waiting
+     WHERE registry = p_reg AND repo = p_repo AND number = p_number ORDER BY seq LIMIT 1;
+    IF NOT FOUND THEN
+        IF p_blocker IS NOT NULL THEN
+            SELECT status INTO v_status FROM wr_workers
+             WHERE registry = p_reg AND id = p_blocker FOR SHARE;
+            IF v_status IS DISTINCT FROM 'dead' THEN
+                v_place := 'blocked';
+                v_blocker := p_blocker;
+            ELSE
+                v_place := 'ready';
+                v_turn := nextval('wr_turns');
+            END IF;
+        ELSE
+            v_place := 'queued';
+        END IF;
+    END IF;
+    v_first := v_place = 'queued' AND NOT EXISTS (
+        SELECT 1 FROM wr_waiting
+         WHERE registry = p_reg AND owner = v_owner AND place = 'queued');
+    INSERT INTO wr_owner_waiting AS o (registry, owner, waiting, turn)
+    VALUES (p_reg, v_owner, 1, nextval('wr_turns'))
+    ON CONFLICT (registry, owner) DO UPDATE
+       SET waiting = o.waiting + 1,
+           turn = CASE WHEN v_first THEN excluded.turn ELSE o.turn END
+     WHERE o.waiting < p_per_owner;
+    IF NOT FOUND THEN
+        o_outcome := 'full';
+        RETURN;
+    END IF;
+    UPDATE wr_room SET waiting = waiting + 1
+     WHERE registry = p_reg AND waiting < p_max_waiting
+    RETURNING waiting INTO o_position;
+    IF NOT FOUND THEN
+        PERFORM wr_owner_unpark(p_reg, v_owner, 1);
+        o_outcome := 'full';
+        RETURN;
+    END IF;
+    INSERT INTO wr_waiting (registry, repo, number, delivery, owner, parked_at_ms, place,
+                            blocker, turn)
+    VALUES (p_reg, p_repo, p_number, p_delivery, v_owner, p_now, v_place, v_blocker, v_turn);
+    IF v_place <> 'blocked' THEN
+        -- The placement's refusal deleted the target's row: a waiting target keeps one, which
+        -- its promotion locks without waiting.
+        INSERT INTO wr_targets (registry, repo, number, worker)
+        VALUES (p_reg, p_repo, p_number, NULL) ON CONFLICT DO NOTHING;
+    END IF;
+    o_outcome := 'waiting';
+END
+$$;
+
+-- p_n of the owner's waiting deliveries left (promoted, expired, or not parked after all).
+CREATE OR REPLACE FUNCTION wr_owner_unpark(p_reg bigint, p_owner text, p_n integer)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE wr_owner_waiting SET waiting = greatest(waiting - p_n, 0)
+     WHERE registry = p_reg AND owner = p_owner;
+    DELETE FROM wr_owner_waiting WHERE registry = p_reg AND owner = p_owner AND waiting = 0;
+END
+$$;
+
+-- Marks a waiting target as waiting behind its draining worker p_worker (found by a promotion
+-- that was refused 'draining'); false if that worker's row is locked and p_nowait (the caller
+-- leaves the target to the sweep). Dead by now: first in line instead.
+CREATE OR REPLACE FUNCTION wr_block(
+    p_reg bigint, p_repo text, p_number bigint, p_worker bigint, p_nowait boolean
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_status text;
+BEGIN
+    IF p_nowait THEN
+        SELECT status INTO v_status FROM wr_workers
+         WHERE registry = p_reg AND id = p_worker FOR SHARE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    ELSE
+        SELECT status INTO v_status FROM wr_workers
+         WHERE registry = p_reg AND id = p_worker FOR SHARE;
+    END IF;
+    IF v_status IS DISTINCT FROM 'dead' THEN
+        UPDATE wr_waiting SET place = 'blocked', blocker = p_worker, turn = NULL
+         WHERE registry = p_reg AND repo = p_repo AND number = p_number;
+    ELSE
+        UPDATE wr_waiting SET place = 'ready', blocker = NULL, turn = nextval('wr_turns')
+         WHERE registry = p_reg AND repo = p_repo AND number = p_number;
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- Promotion: at most p_targets waiting targets placed, each with all of its waiting deliveries
+-- in arrival order, onto one worker: first the targets whose draining worker died (in the order
+-- of the deaths), then one target per owner in turn (the owner with the lowest turn among those
+-- with a target queued and below the per-owner cap; serving it moves its turn to the back), each
+-- owner's targets in arrival order. Stops when capacity is full, when nothing fits, or (with
+-- p_nowait, inside a call that holds the capacity row) at a target or worker row another
+-- transaction holds. Each promoted delivery is claimed on its worker, announced ('promoted'),
+-- and put in the outbox (reason 'promoted', with its assignment) for one sweep caller to take,
+-- acknowledged like a released event and offered again after release_ack_timeout. A target
+-- that turns out to drain waits behind its worker. Bounded: p_targets targets, each with at
+-- most max_waiting_per_owner deliveries; the candidate queries read the room's indexes, at
+-- most one row per owner waiting.
+CREATE OR REPLACE FUNCTION wr_promote(p_reg bigint, p_now bigint, p_nowait boolean,
+                                      p_targets integer)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    m wr_room%ROWTYPE;
+    v_repo text;
+    v_number bigint;
+    v_place text;
+    v_owner text;
+    v_done integer := 0;
+    v_promoted integer := 0;
+    v_left integer;
+    v_stop text := 'none';
+    v_live bigint;
+    v_put boolean;
+    v_state text;
+    q record;
+    p record;
+    k wr_claims%ROWTYPE;
+BEGIN
+    SELECT * INTO m FROM wr_room WHERE registry = p_reg;
+    IF NOT FOUND OR m.waiting = 0 THEN
+        RETURN jsonb_build_object('promoted', 0, 'more', false);
+    END IF;
+    WHILE v_done < p_targets LOOP
+        SELECT live INTO v_live FROM wr_capacity WHERE registry = p_reg;
+        IF v_live >= m.max_workers THEN
+            v_stop := 'full';
+            EXIT;
+        END IF;
+        v_repo := NULL;
+        SELECT w.repo, w.number, w.place, w.owner INTO v_repo, v_number, v_place, v_owner
+          FROM wr_waiting w
+         WHERE w.registry = p_reg AND w.place = 'ready'
+           AND (m.owner_cap = 0 OR coalesce((SELECT l.live FROM wr_owner_live l
+                                              WHERE l.registry = p_reg AND l.owner = w.owner),
+                                             0) < m.owner_cap)
+         ORDER BY w.turn, w.seq LIMIT 1;
+        IF v_repo IS NULL THEN
+            SELECT c.repo, c.number, c.place, o.owner INTO v_repo, v_number, v_place, v_owner
+              FROM wr_owner_waiting o
+             CROSS JOIN LATERAL (
+                SELECT w.repo, w.number, w.place FROM wr_waiting w
+                 WHERE w.registry = p_reg AND w.owner = o.owner AND w.place = 'queued'
+                 ORDER BY w.seq LIMIT 1) c
+             WHERE o.registry = p_reg
+               AND (m.owner_cap = 0 OR coalesce((SELECT l.live FROM wr_owner_live l
+                                                  WHERE l.registry = p_reg
+                                                    AND l.owner = o.owner), 0) < m.owner_cap)
+             ORDER BY o.turn LIMIT 1;
+        END IF;
+        IF v_repo IS NULL THEN
+            v_stop := 'none';
+            EXIT;
+        END IF;
+        -- The target's row first, as an admit takes it; without waiting if this transaction
+        -- holds the capacity row (an admit holding the target may be waiting for it).
+        IF p_nowait THEN
+            PERFORM 1 FROM wr_targets
+             WHERE registry = p_reg AND repo = v_repo AND number = v_number
+               FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                v_stop := 'busy';
+                EXIT;
+            END IF;
+        END IF;
+        v_left := 0;
+        FOR q IN SELECT w.seq, w.delivery FROM wr_waiting w
+                  WHERE w.registry = p_reg AND w.repo = v_repo AND w.number = v_number
+                  ORDER BY w.seq FOR UPDATE SKIP LOCKED LOOP
+            -- A pair claimed meanwhile (a bare claim) is left to that claim.
+            SELECT * INTO k FROM wr_claims
+             WHERE registry = p_reg AND repo = v_repo AND number = v_number
+               AND delivery = q.delivery;
+            v_state := CASE WHEN FOUND THEN
+                           wr_standing(k.completed_at_ms, k.release_reason, k.holder,
+                                       k.claimed_at_ms, p_now, m.retention, m.unbound)
+                       END;
+            IF v_state IN ('in_flight', 'completed') THEN
+                DELETE FROM wr_waiting WHERE registry = p_reg AND seq = q.seq;
+                v_left := v_left + 1;
+                CONTINUE;
+            END IF;
+            SELECT * INTO p FROM wr_place(p_reg, v_repo, v_number, p_now, m.max_workers,
+                                          m.owner_cap, false);
+            IF p.o_outcome = 'draining' THEN
+                IF NOT wr_block(p_reg, v_repo, v_number, p.o_worker, p_nowait) THEN
+                    v_stop := 'busy';
+                END IF;
+                EXIT;
+            ELSIF p.o_outcome <> 'assigned' THEN
+                -- Full after all (an owner at its cap, a slot taken meanwhile): the target
+                -- keeps waiting, and its row.
+                INSERT INTO wr_targets (registry, repo, number, worker)
+                VALUES (p_reg, v_repo, v_number, NULL) ON CONFLICT DO NOTHING;
+                v_stop := 'full';
+                EXIT;
+            END IF;
+            IF v_state IS NULL THEN
+                INSERT INTO wr_claims (registry, repo, number, delivery, holder, claimed_at_ms)
+                VALUES (p_reg, v_repo, v_number, q.delivery, p.o_worker, p_now)
+                ON CONFLICT DO NOTHING;
+                v_put := FOUND;
+            ELSE
+                v_put := wr_replace_claim(p_reg, v_repo, v_number, q.delivery, p.o_worker,
+                                          p_now, m.retention, m.unbound);
+            END IF;
+            DELETE FROM wr_waiting WHERE registry = p_reg AND seq = q.seq;
+            v_left := v_left + 1;
+            IF v_put THEN
+                INSERT INTO wr_released (registry, repo, number, delivery, holder, reason,
+                                         released_at_ms, assign_seq, assign_new)
+                VALUES (p_reg, v_repo, v_number, q.delivery, p.o_worker, 'promoted', p_now,
+                        p.o_seq, p.o_new);
+                PERFORM wr_notify(p_reg, 'promoted ' || p.o_worker || ' '
+                                         || wr_target_text(v_repo, v_number) || ' '
+                                         || q.delivery);
+                v_promoted := v_promoted + 1;
+            END IF;
+        END LOOP;
+        IF v_left > 0 THEN
+            IF v_place = 'queued' THEN
+                -- Served: to the back of the round-robin.
+                UPDATE wr_owner_waiting SET turn = nextval('wr_turns')
+                 WHERE registry = p_reg AND owner = v_owner;
+            END IF;
+            PERFORM wr_owner_unpark(p_reg, v_owner, v_left);
+            UPDATE wr_room SET waiting = greatest(waiting - v_left, 0) WHERE registry = p_reg;
+            m.waiting := m.waiting - v_left;
+        END IF;
+        v_done := v_done + 1;
+        IF v_stop <> 'none' OR m.waiting <= 0 THEN
+            EXIT;
+        END IF;
+    END LOOP;
+    RETURN jsonb_build_object('promoted', v_promoted,
+                              'more', v_stop = 'none' AND v_done >= p_targets);
+END
+$$;
+
+-- One step of expiry (the lease holder's): at most p_step deliveries parked at or before
+-- p_now - p_max_wait, oldest first, SKIP LOCKED (a row a promotion holds is its), dropped,
+-- announced ('waiting_expired <target> <delivery> <limit ms>'), the owners' and the room's
+-- counts moved (owners in name order), and the rows of targets left with nothing waiting and
+-- no worker deleted. Returns them, and whether the step was full.
+CREATE OR REPLACE FUNCTION wr_sweep_expire_waiting(
+    p_reg bigint, p_replica text, p_now bigint, p_max_wait bigint, p_step integer
+) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows jsonb;
+    v_n integer;
+    r record;
+BEGIN
+    IF NOT wr_holds_lease(p_reg, p_replica) THEN
+        RETURN jsonb_build_object('expired', '[]'::jsonb, 'more', false);
+    END IF;
+    WITH gone AS (
+        DELETE FROM wr_waiting
+         WHERE (registry, seq) IN (
+            SELECT registry, seq FROM wr_waiting
+             WHERE registry = p_reg AND parked_at_ms <= p_now - p_max_wait
+             ORDER BY parked_at_ms, seq LIMIT p_step FOR UPDATE SKIP LOCKED)
+        RETURNING seq, repo, number, delivery, owner, parked_at_ms)
+    SELECT coalesce(jsonb_agg(jsonb_build_array(repo, number, delivery, parked_at_ms, owner)
+                              ORDER BY seq), '[]'), count(*)
+      INTO v_rows, v_n FROM gone;
+    IF v_n = 0 THEN
+        RETURN jsonb_build_object('expired', v_rows, 'more', false);
+    END IF;
+    FOR r IN SELECT x->>4 AS owner, count(*)::integer AS n
+               FROM jsonb_array_elements(v_rows) x GROUP BY 1 ORDER BY (x->>4) COLLATE "C" LOOP
+        PERFORM wr_owner_unpark(p_reg, r.owner, r.n);
+    END LOOP;
+    UPDATE wr_room SET waiting = greatest(waiting - v_n, 0) WHERE registry = p_reg;
+    FOR r IN SELECT x->>0 AS repo, (x->>1)::bigint AS number, x->>2 AS delivery
+               FROM jsonb_array_elements(v_rows) x LOOP
+        PERFORM wr_notify(p_reg, 'waiting_expired ' || wr_target_text(r.repo, r.number) || ' '
+                                 || r.delivery || ' ' || p_max_wait);
+    END LOOP;
+    DELETE FROM wr_targets
+     WHERE (registry, repo, number) IN (
+        SELECT t.registry, t.repo, t.number FROM wr_targets t
+          JOIN (SELECT DISTINCT x->>0 AS repo, (x->>1)::bigint AS number
+                  FROM jsonb_array_elements(v_rows) x) u
+            ON t.registry = p_reg AND t.repo = u.repo AND t.number = u.number
+         WHERE t.worker IS NULL
+           AND NOT EXISTS (SELECT 1 FROM wr_waiting q
+                            WHERE q.registry = p_reg AND q.repo = t.repo
+                              AND q.number = t.number)
+           FOR UPDATE OF t SKIP LOCKED);
+    RETURN jsonb_build_object('expired', v_rows, 'more', v_n >= p_step);
+END
+$$;
+
+-- One step of the catch-up promotion (the lease holder's): wr_promote of at most p_targets
+-- targets, in a transaction of its own that takes the target's row first (waiting for it, as
+-- an admit would).
+CREATE OR REPLACE FUNCTION wr_sweep_promote(
+    p_reg bigint, p_replica text, p_now bigint, p_targets integer
+) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT wr_holds_lease(p_reg, p_replica) THEN
+        RETURN jsonb_build_object('promoted', 0, 'more', false);
+    END IF;
+    RETURN wr_promote(p_reg, p_now, false, p_targets);
 END
 $$;
 
@@ -613,7 +1092,7 @@ DECLARE
     v_exhausted boolean;
 BEGIN
     SELECT c.o_id, c.o_exhausted INTO o_id, v_exhausted
-      FROM wr_create_worker(p_reg, NULL, NULL, wr_now(p_reg), p_max) c;
+      FROM wr_create_worker(p_reg, NULL, NULL, wr_now(p_reg), p_max, 0) c;
     IF o_id IS NULL THEN
         o_refused := CASE WHEN v_exhausted THEN 'exhausted' ELSE 'capacity' END;
     END IF;
@@ -917,6 +1396,10 @@ BEGIN
          WHERE NOT EXISTS (
             SELECT 1 FROM wr_workers x
              WHERE x.registry = t.registry AND x.id = t.worker AND x.status <> 'dead')
+           -- A waiting target keeps its row (its promotion locks it without waiting).
+           AND NOT EXISTS (
+            SELECT 1 FROM wr_waiting q
+             WHERE q.registry = t.registry AND q.repo = t.repo AND q.number = t.number)
            FOR UPDATE OF t SKIP LOCKED);
 END
 $$;
@@ -1212,11 +1695,15 @@ DECLARE
     v_stamped integer;
     v_floor bigint;
     v_payload text;
+    v_waiting bigint;
     r record;
 BEGIN
     IF NOT wr_holds_lease(p_reg, p_replica) THEN
         RETURN jsonb_build_object('version', NULL, 'stamped', 0);
     END IF;
+    -- The waiting gauge: the room's count (one row, read without a lock).
+    SELECT coalesce((SELECT m.waiting FROM wr_room m WHERE m.registry = p_reg), 0)
+      INTO v_waiting;
     -- The last versioning step (at most p_step rows) and the version, under the snapshot row's
     -- exclusive lock.
     SELECT * INTO s FROM wr_snapshots WHERE registry = p_reg FOR UPDATE;
@@ -1233,6 +1720,7 @@ BEGIN
     IF v_stamped = 0 AND s.brake_engaged = p_brake
        AND s.in_flight = coalesce(p_in_flight, s.in_flight)
        AND s.retained = coalesce(p_retained, s.retained)
+       AND s.waiting = v_waiting
        AND NOT EXISTS (SELECT 1 FROM wr_workers
                         WHERE registry = p_reg AND version = v_version)
        AND NOT EXISTS (SELECT 1 FROM wr_purged
@@ -1244,7 +1732,7 @@ BEGIN
         UPDATE wr_snapshots
            SET version = v_version, taken_at_ms = p_now, brake_engaged = p_brake,
                in_flight = coalesce(p_in_flight, in_flight),
-               retained = coalesce(p_retained, retained)
+               retained = coalesce(p_retained, retained), waiting = v_waiting
          WHERE registry = p_reg;
     END IF;
 
@@ -1296,15 +1784,31 @@ DECLARE
     v_now bigint := wr_now(p_reg);
     v_events jsonb;
 BEGIN
+    -- A promoted delivery offered again (its first taker did not acknowledge it) says to start
+    -- its worker only if that worker never heartbeated (else it runs: the delivery goes to it);
+    -- if the worker died meanwhile, the row is done with: its claim was released with it, and
+    -- comes back as that release.
     WITH picked AS (
-        SELECT id FROM wr_released
-         WHERE registry = p_reg
-           AND (claimed_by IS NULL OR claimed_at_ms < v_now - p_ack_timeout)
-         ORDER BY id LIMIT p_batch FOR UPDATE SKIP LOCKED
+        SELECT r.id, r.claimed_by IS NULL AS first,
+               r.reason = 'promoted' AND r.claimed_by IS NOT NULL AS again,
+               coalesce(w.status = 'dead', true) AS gone, coalesce(w.beaten, false) AS beaten
+          FROM wr_released r
+          LEFT JOIN wr_workers w ON w.registry = r.registry AND w.id = r.holder
+         WHERE r.registry = p_reg
+           AND (r.claimed_by IS NULL OR r.claimed_at_ms < v_now - p_ack_timeout)
+         ORDER BY r.id LIMIT p_batch FOR UPDATE OF r SKIP LOCKED
+    ), dropped AS (
+        DELETE FROM wr_released o USING picked
+         WHERE o.id = picked.id AND picked.again AND picked.gone
+        RETURNING o.id
     ), claimed AS (
-        UPDATE wr_released o SET claimed_by = p_replica, claimed_at_ms = v_now
-          FROM picked WHERE o.id = picked.id
-        RETURNING o.id, o.repo, o.number, o.delivery, o.holder, o.reason, o.dead_reason
+        UPDATE wr_released o
+           SET claimed_by = p_replica, claimed_at_ms = v_now,
+               assign_new = CASE WHEN picked.again THEN o.assign_new AND NOT picked.beaten
+                                 ELSE o.assign_new END
+          FROM picked WHERE o.id = picked.id AND NOT (picked.again AND picked.gone)
+        RETURNING o.id, o.repo, o.number, o.delivery, o.holder, o.reason, o.dead_reason,
+                  o.assign_seq, o.assign_new, picked.first
     )
     SELECT coalesce(jsonb_agg(to_jsonb(claimed) ORDER BY claimed.id), '[]') INTO v_events
       FROM claimed;
@@ -1334,7 +1838,7 @@ BEGIN
     RETURN jsonb_build_object(
         'now', wr_now(p_reg), 'changed', true, 'full', v_full,
         'version', s.version, 'taken_at_ms', s.taken_at_ms, 'brake_engaged', s.brake_engaged,
-        'in_flight', s.in_flight, 'retained', s.retained,
+        'in_flight', s.in_flight, 'retained', s.retained, 'waiting', s.waiting,
         'workers', (SELECT coalesce(jsonb_agg(to_jsonb(x) - 'registry' ORDER BY x.id), '[]')
                       FROM wr_workers x
                      WHERE x.registry = p_reg

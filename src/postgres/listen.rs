@@ -194,6 +194,18 @@ pub(crate) fn decode(payload: &str) -> Option<Event> {
             target: target(words.next()?)?,
             delivery: DeliveryId::new(words.next()?).ok()?,
         },
+        "promoted" => Event::DeliveryPromoted {
+            worker: worker(words.next()?)?,
+            target: target(words.next()?)?,
+            delivery: DeliveryId::new(words.next()?).ok()?,
+        },
+        "waiting_expired" => Event::WaitingExpired {
+            target: target(words.next()?)?,
+            delivery: DeliveryId::new(words.next()?).ok()?,
+            reason: crate::ExpireReason::WaitedTooLong {
+                limit: std::time::Duration::from_millis(words.next()?.parse().ok()?),
+            },
+        },
         "released" => Event::TargetReleased {
             target: target(words.next()?)?,
             deliveries: words
@@ -275,6 +287,24 @@ mod tests {
             Some(Event::TargetReleased {
                 target: t.clone(),
                 deliveries: vec![]
+            })
+        );
+        assert_eq!(
+            decode("promoted 9 o/r#3 d-1"),
+            Some(Event::DeliveryPromoted {
+                worker: w,
+                target: t.clone(),
+                delivery: DeliveryId::new("d-1").unwrap()
+            })
+        );
+        assert_eq!(
+            decode("waiting_expired o/r#3 d-1 20000"),
+            Some(Event::WaitingExpired {
+                target: t.clone(),
+                delivery: DeliveryId::new("d-1").unwrap(),
+                reason: crate::ExpireReason::WaitedTooLong {
+                    limit: std::time::Duration::from_secs(20)
+                }
             })
         );
         assert_eq!(

@@ -46,6 +46,8 @@ const EXPIRE_RELEASED: &str = "SELECT wr_expire_released($1, $2, $3, $4)::text A
 /// The most unacknowledged outbox rows one sweep expires (the rest in the next sweeps).
 pub(crate) const EXPIRE_RELEASED_BATCH: usize = 128;
 const STAMP: &str = "SELECT wr_sweep_stamp($1, $2, $3) AS n";
+const EXPIRE_WAITING: &str = "SELECT wr_sweep_expire_waiting($1, $2, $3, $4, $5)::text AS body";
+const PROMOTE: &str = "SELECT wr_sweep_promote($1, $2, $3, 1)::text AS body";
 const FINISH: &str = "SELECT wr_sweep_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
                       $12, $13, $14, $15, $16, $17, $18)::text AS body";
 const PUBLISH: &str = "SELECT wr_sweep_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
@@ -122,6 +124,20 @@ struct ExpireStep {
     expired: Vec<(String, i64, String)>,
 }
 
+/// What `wr_sweep_expire_waiting` dropped: (repo, number, delivery, parked at, owner) per row.
+#[derive(Debug, Deserialize)]
+struct ExpireWaitingStep {
+    expired: Vec<(String, i64, String, i64, String)>,
+    more: bool,
+}
+
+/// What one `wr_sweep_promote` step did.
+#[derive(Debug, Deserialize)]
+struct PromoteStep {
+    promoted: u64,
+    more: bool,
+}
+
 #[derive(Debug, Deserialize)]
 struct RetainStep {
     expired: u64,
@@ -161,6 +177,11 @@ pub(crate) struct Maintained {
     /// The registry's time, when the last step collected this replica's outbox share and
     /// applied the snapshot's changes already (their events are in `events`).
     pub(crate) collected: Option<i64>,
+    /// Deliveries dropped from the waiting room past `max_wait`: (repo, number, delivery,
+    /// parked at).
+    pub(crate) expired_waiting: Vec<(String, i64, String, i64)>,
+    /// Deliveries the catch-up promotion placed (handed over by the collect).
+    pub(crate) promoted: u64,
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(
@@ -252,6 +273,9 @@ impl PostgresRegistry {
             self.publish(begun, &mut m).await?;
             return Ok(m);
         }
+        // The waiting room after the deaths (whose slots it may take), before the collect that
+        // hands its promotions over.
+        self.waiting_room(begun.now, &mut m).await?;
         // One round trip after the last death step: a stuck step, the publish, the collect.
         let (more_stuck, more_rows) = self.finish(begun, &mut m).await?;
         if more_stuck || more_rows {
@@ -328,6 +352,54 @@ impl PostgresRegistry {
         m.died = silent;
         m.died.extend(overdue);
         Ok(true)
+    }
+
+    /// The waiting room's steps, when it is on: expiry past `max_wait` (steps of
+    /// [`MAINTENANCE_STEP`]), then the catch-up promotion, one target per transaction (each
+    /// takes its target's row first, as an admit does), until nothing fits or the sweep's bound
+    /// is reached.
+    async fn waiting_room(&self, now: i64, m: &mut Maintained) -> Result<(), RegistryError> {
+        let inner = &*self.inner;
+        let p = &inner.params;
+        if p.max_waiting == 0 {
+            return Ok(());
+        }
+        let mut left = p.batch_rows;
+        while left > 0 {
+            let step = MAINTENANCE_STEP.min(left);
+            let s: ExpireWaitingStep = self
+                .call(
+                    EXPIRE_WAITING,
+                    &[&inner.id, &inner.replica, &now, &p.max_wait, &count(step)],
+                    |row| parse("sweep expire waiting", row),
+                )
+                .await?;
+            m.steps += 1;
+            m.expired_waiting.extend(
+                s.expired
+                    .into_iter()
+                    .map(|(repo, number, delivery, at, _)| (repo, number, delivery, at)),
+            );
+            left -= step;
+            if !s.more {
+                break;
+            }
+        }
+        let mut left = p.batch_rows;
+        while left > 0 {
+            let s: PromoteStep = self
+                .call(PROMOTE, &[&inner.id, &inner.replica, &now], |row| {
+                    parse("sweep promote", row)
+                })
+                .await?;
+            m.steps += 1;
+            m.promoted += s.promoted;
+            left -= 1;
+            if !s.more {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// The release steps: bare claims past the timeout, dead workers' claims to the outbox.

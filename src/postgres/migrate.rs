@@ -52,6 +52,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "event_log",
         sql: include_str!("migrations/0007_event_log.sql"),
     },
+    Migration {
+        version: 8,
+        name: "waiting_room",
+        sql: include_str!("migrations/0008_waiting_room.sql"),
+    },
 ];
 
 /// The current functions, applied after the migrations whenever [`functions_checksum`] changes.

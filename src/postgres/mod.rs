@@ -212,6 +212,7 @@ mod maintain;
 mod migrate;
 mod ops;
 mod poll;
+mod room;
 mod rows;
 mod sweep;
 #[cfg(feature = "postgres-tls")]
@@ -300,7 +301,7 @@ pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 ///     Admission::Assigned(a) if a.new => { /* start a container for a.worker */ }
 ///     Admission::Assigned(_) => { /* hand the delivery to the running worker */ }
 ///     Admission::Duplicate(_) => { /* a redelivery: skip it */ }
-///     Admission::Waiting(_) => { /* not produced: this backend does not park */ }
+///     Admission::Waiting(_) => { /* parked: handed over by a sweep once promoted */ }
 ///     Admission::Rejected(_) => { /* answer 503 */ }
 /// }
 /// # Ok(())
@@ -334,6 +335,12 @@ struct Params {
     /// The longest any judgement of the sweep waits (memory's `stall_horizon_ms`): stalls
     /// further back than this much running time cannot matter any more.
     stall_horizon: i64,
+    /// The waiting room's bounds (`max_waiting` 0: off) and its expiry.
+    max_waiting: i64,
+    per_owner: i64,
+    max_wait: i64,
+    /// `max_workers_per_owner` (0: off).
+    owner_cap: i64,
 }
 
 impl Params {
@@ -359,6 +366,10 @@ impl Params {
             stall_horizon: rows::ms(c.heartbeat_timeout().saturating_add(c.startup_grace()))
                 .max(rows::ms(c.max_in_flight()))
                 .max(rows::ms(c.suspect_grace())),
+            max_waiting: count(c.max_waiting()),
+            per_owner: count(c.max_waiting_per_owner()),
+            max_wait: rows::ms(c.max_wait()),
+            owner_cap: count(c.max_workers_per_owner()),
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{
     Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
-    HeartbeatAck, Rejection,
+    HeartbeatAck, Rejection, Waiting,
 };
 use crate::api::report::ReleaseReason;
 use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
@@ -23,8 +23,12 @@ use crate::api::status::{DeadReason, Status};
 use crate::config::RegistryConfig;
 use crate::remote::vocab;
 
-const ADMIT: &str = "SELECT o_outcome, o_worker, o_seq, o_new, o_since, o_state, o_unstarted \
-                     FROM wr_admit($1, $2, $3, $4, $5, $6, $7)";
+const ADMIT: &str = "SELECT o_outcome, o_worker, o_seq, o_new, o_since, o_state, o_unstarted, \
+                     o_position, o_reason FROM wr_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+/// `wr_place`'s refusal when the target's owner holds `max_workers_per_owner` live workers.
+const OWNER_FULL: &str = "owner_full";
+/// The claim state of a parked pair.
+const WAITING: &str = "waiting";
 const ASSIGN: &str = "SELECT o_outcome, o_worker, o_seq, o_new FROM wr_assign($1, $2, $3, $4)";
 const CLAIM: &str = "SELECT o_outcome, o_worker, o_since, o_state, o_unstarted \
                      FROM wr_claim($1, $2, $3, $4, $5, $6)";
@@ -77,6 +81,7 @@ impl PostgresRegistry {
         let state = match col::<String>(row, "o_state")?.as_str() {
             vocab::IN_FLIGHT => ClaimState::InFlight,
             vocab::COMPLETED => ClaimState::Completed,
+            WAITING => ClaimState::Waiting,
             other => return Err(decode(format!("claim state {other:?}"))),
         };
         let unstarted = col::<Option<bool>>(row, "o_unstarted")?.unwrap_or(false);
@@ -85,7 +90,15 @@ impl PostgresRegistry {
 
     fn placement(&self, row: &Row) -> Result<Result<Assignment, Rejection>, Failure> {
         let outcome: String = col(row, "o_outcome")?;
-        match outcome.as_str() {
+        self.placed(row, &outcome)
+    }
+
+    /// The placement `outcome` names (the row's worker, token and novelty if assigned).
+    fn placed(&self, row: &Row, outcome: &str) -> Result<Result<Assignment, Rejection>, Failure> {
+        match outcome {
+            OWNER_FULL => Ok(Err(Rejection::CapacityFull {
+                limit: self.config_ref().max_workers_per_owner(),
+            })),
             vocab::ASSIGNED => {
                 let worker = rows::worker_id(col(row, "o_worker")?)?;
                 let token = rows::token(worker, col(row, "o_seq")?)?;
@@ -131,10 +144,25 @@ impl WorkerRegistry for PostgresRegistry {
                     &p.max_workers,
                     &p.retention,
                     &p.timeout,
+                    &p.owner_cap,
+                    &p.max_waiting,
+                    &p.per_owner,
                 ],
                 |row| {
-                    if col::<String>(row, "o_outcome")? == "duplicate" {
+                    let outcome = col::<String>(row, "o_outcome")?;
+                    if outcome == vocab::DUPLICATE {
                         return Ok(Admission::Duplicate(Self::duplicate(row)?));
+                    }
+                    if outcome == WAITING {
+                        let reason: String = col(row, "o_reason")?;
+                        let Err(reason) = self.placed(row, &reason)? else {
+                            return Err(decode(format!("parked with reason {reason:?}")));
+                        };
+                        let position: i64 = col(row, "o_position")?;
+                        return Ok(Admission::Waiting(Waiting::new(
+                            usize::try_from(position).unwrap_or(0),
+                            reason,
+                        )));
                     }
                     Ok(match self.placement(row)? {
                         Ok(a) => Admission::Assigned(a),
@@ -152,8 +180,8 @@ impl WorkerRegistry for PostgresRegistry {
                 }
             }
             Admission::Rejected(r) => self.count_placement(&Err(*r)),
-            // Not produced: PostgreSQL does not park (see `WorkerRegistry::parks`).
-            Admission::Waiting(_) => {}
+            // Parked: not a rejection (see `Stats::parked`).
+            Admission::Waiting(_) => self.inner.counters.parked.inc(),
         }
         Ok(admission)
     }
@@ -399,13 +427,14 @@ impl WorkerRegistry for PostgresRegistry {
         s.events_missed = inner.events.missed();
         s.data_losses = inner.loss.losses();
         s.snapshot_age = inner.snapshot.age();
+        s.waiting = snapshot.waiting;
         s
     }
 
-    /// Not yet: this backend behaves as a waiting room of size 0 (every admission that cannot be
-    /// placed is rejected, whatever `max_waiting` says; see [`WorkerRegistry::parks`]).
+    /// This backend parks (see [`WorkerRegistry::parks`], and `docs::postgres`, "The waiting
+    /// room").
     fn parks(&self) -> bool {
-        false
+        true
     }
     fn config(&self) -> &RegistryConfig {
         self.config_ref()

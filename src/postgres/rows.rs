@@ -10,6 +10,7 @@ use tokio_postgres::Row;
 
 use super::error::{decode, Failure};
 use crate::api::ids::{DeliveryId, FencingToken, Target, WorkerId};
+use crate::api::outcome::Assignment;
 use crate::api::report::{Receipt, ReleaseReason, ReleasedEvent};
 use crate::api::snapshot::WorkerInfo;
 use crate::api::status::{Activity, DeadReason, Status, WorkerKind};
@@ -183,11 +184,27 @@ pub(crate) struct OutboxRow {
     holder: Option<i64>,
     reason: String,
     dead_reason: Option<String>,
+    /// A promoted delivery's assignment: its token's sequence, and whether its worker is new.
+    #[serde(default)]
+    assign_seq: Option<i64>,
+    #[serde(default)]
+    assign_new: Option<bool>,
+    /// Whether this collect is the first to hand the row out (not a re-offer).
+    #[serde(default)]
+    pub(crate) first: bool,
 }
 
 impl OutboxRow {
+    /// Whether this row is a promoted delivery (not a release).
+    pub(crate) fn is_promoted(&self) -> bool {
+        self.reason == "promoted"
+    }
+
     /// The contract's event for this row, its receipt the row id.
     pub(crate) fn event(&self) -> Result<ReleasedEvent, Failure> {
+        if self.is_promoted() {
+            return self.promoted();
+        }
         let reason = match self.reason.as_str() {
             "worker_died" => ReleaseReason::WorkerDied(dead_reason(self.dead_reason.as_deref())?),
             "stuck" => ReleaseReason::Stuck,
@@ -203,6 +220,28 @@ impl OutboxRow {
             reason,
         )
         .with_receipt(Receipt::new(self.id.to_string())))
+    }
+
+    /// A promoted delivery's event: placed on its holder, with the promotion's assignment.
+    fn promoted(&self) -> Result<ReleasedEvent, Failure> {
+        let worker = worker_id(
+            self.holder
+                .ok_or_else(|| decode("promoted delivery without a holder"))?,
+        )?;
+        let seq = self
+            .assign_seq
+            .ok_or_else(|| decode("promoted delivery without its assignment"))?;
+        let assignment = Assignment::new(
+            worker,
+            token(worker, seq)?,
+            self.assign_new.unwrap_or(false),
+        );
+        let delivery = DeliveryId::new(&self.delivery)
+            .map_err(|e| decode(format!("delivery {:?}: {e}", self.delivery)))?;
+        Ok(
+            ReleasedEvent::promoted(target(&self.repo, self.number)?, delivery, assignment)
+                .with_receipt(Receipt::new(self.id.to_string())),
+        )
     }
 }
 

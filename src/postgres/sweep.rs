@@ -8,11 +8,15 @@ use serde::Deserialize;
 
 use super::delta::{Collected, SnapshotDelta};
 use super::error::{decode, Failure};
+use super::maintain::Maintained;
 use super::rows::{self, col, OutboxRow};
 use super::PostgresRegistry;
-use crate::api::contract::Maintenance;
+use crate::api::contract::{Maintenance, Subscribe};
 use crate::api::error::RegistryError;
+use crate::api::events::{Event, RecvError};
+use crate::api::ids::DeliveryId;
 use crate::api::report::{ReleasedEvent, SweepReport};
+use crate::api::waiting::{ExpireReason, ExpiredWaiting};
 
 const COLLECT: &str = "SELECT wr_sweep_collect($1, $2, $3, $4, $5)::text AS body";
 const ACKNOWLEDGE: &str = "SELECT wr_acknowledge($1, $2) AS n";
@@ -65,10 +69,65 @@ impl PostgresRegistry {
             .map(OutboxRow::event)
             .collect::<Result<Vec<_>, _>>()
             .map_err(Failure::into_registry)?;
+        // A promotion is counted by the replica that first hands it over (not on a re-offer).
+        let promoted = c
+            .events
+            .iter()
+            .filter(|e| e.first && e.is_promoted())
+            .count();
+        self.inner.counters.promoted.add(promoted as u64);
         c.snapshot
             .apply_to(&self.inner.snapshot)
             .map_err(Failure::into_registry)?;
         Ok((c.now, events))
+    }
+}
+
+impl PostgresRegistry {
+    /// The deliveries the maintenance dropped from the waiting room, as the report lists them
+    /// (how long each waited by the sweep's instant `now`).
+    fn expired_waiting(
+        &self,
+        now: i64,
+        m: &Maintained,
+    ) -> Result<Vec<ExpiredWaiting>, RegistryError> {
+        let limit = self.config_ref().max_wait();
+        m.expired_waiting
+            .iter()
+            .map(|(repo, number, delivery, at)| {
+                let delivery = DeliveryId::new(delivery)
+                    .map_err(|e| decode(format!("delivery {delivery:?}: {e}")).into_registry())?;
+                Ok(ExpiredWaiting::new(
+                    rows::target(repo, *number).map_err(Failure::into_registry)?,
+                    delivery,
+                    Duration::from_millis(u64::try_from(now.saturating_sub(*at)).unwrap_or(0)),
+                    ExpireReason::WaitedTooLong { limit },
+                ))
+            })
+            .collect()
+    }
+}
+
+impl PostgresRegistry {
+    /// Counts what the lease holder's sweep did.
+    fn count_sweep(&self, report: &SweepReport, m: &Maintained) {
+        let c = &self.inner.counters;
+        c.sweeps.inc();
+        for (_, reason) in &report.died {
+            c.death(*reason).inc();
+        }
+        c.suspected.add(report.suspected.len() as u64);
+        if report.brake_engaged {
+            c.brake_engaged.inc();
+        }
+        c.claims_released.add(m.released_count);
+        c.claims_stuck.add(m.stuck_count);
+        c.claims_expired.add(m.expired);
+        c.claims_evicted.add(m.evicted);
+        c.workers_purged.add(m.purged);
+        c.released_expired.add(m.released_expired);
+        c.waiting_expired.add(report.expired_waiting.len() as u64);
+        c.observe_sweep(report.took);
     }
 }
 
@@ -105,6 +164,7 @@ impl Maintenance for PostgresRegistry {
             ..SweepReport::default()
         };
         report.version = inner.snapshot.version();
+        report.waiting = inner.snapshot.load().waiting;
         let Some(m) = m else {
             report.took = started.elapsed();
             return Ok(report);
@@ -130,26 +190,31 @@ impl Maintenance for PostgresRegistry {
         report.expired_claims = m.expired as usize;
         report.evicted_claims = m.evicted as usize;
         report.purged_workers = m.purged as usize;
+        report.expired_waiting = self.expired_waiting(begun.now, &m)?;
         report.took = started.elapsed();
 
-        let c = &inner.counters;
-        c.sweeps.inc();
-        for (_, reason) in &report.died {
-            c.death(*reason).inc();
-        }
-        c.suspected.add(report.suspected.len() as u64);
-        if report.brake_engaged {
-            c.brake_engaged.inc();
-        }
-        c.claims_released.add(m.released_count);
-        c.claims_stuck.add(m.stuck_count);
-        c.claims_expired.add(m.expired);
-        c.claims_evicted.add(m.evicted);
-        c.workers_purged.add(m.purged);
-        c.released_expired.add(m.released_expired);
-        c.observe_sweep(report.took);
+        self.count_sweep(&report, &m);
         self.settle().await;
         Ok(report)
+    }
+
+    /// Resolves when this handle's event stream announces a promotion (any replica's: the
+    /// delivery waits in the outbox for the next sweep of whichever replica collects first);
+    /// never with the waiting room off.
+    fn wake(&self) -> impl std::future::Future<Output = ()> + Send {
+        let mut events = (self.inner.params.max_waiting > 0).then(|| self.subscribe());
+        async move {
+            let Some(events) = events.as_mut() else {
+                return std::future::pending().await;
+            };
+            loop {
+                match events.recv().await {
+                    Ok(Event::DeliveryPromoted { .. }) | Err(RecvError::Lagged { .. }) => return,
+                    Ok(_) => {}
+                    Err(RecvError::Closed) => return std::future::pending().await,
+                }
+            }
+        }
     }
 
     async fn acknowledge(&self, released: &[ReleasedEvent]) -> Result<(), RegistryError> {

@@ -35,6 +35,8 @@ pub(crate) struct Change {
     pub(crate) brake_engaged: bool,
     /// The claim counts of that version.
     pub(crate) claims: ClaimCounts,
+    /// Deliveries waiting in the waiting room at that version.
+    pub(crate) waiting: usize,
     /// Workers written since, as of `taken_at_monotonic` (new ones and changed ones).
     pub(crate) upserts: Vec<WorkerInfo>,
     /// Workers no longer in the snapshot (purged).
@@ -71,7 +73,7 @@ pub(crate) fn apply(base: &StatusSnapshot, change: Change) -> StatusSnapshot {
         .collect();
     added.sort_by_key(|w| w.id);
     workers.extend(added);
-    StatusSnapshot::new(
+    let mut snapshot = StatusSnapshot::new(
         change.version,
         change.taken_at,
         change.taken_at_monotonic,
@@ -79,7 +81,9 @@ pub(crate) fn apply(base: &StatusSnapshot, change: Change) -> StatusSnapshot {
         base.capacity.limit,
         change.brake_engaged,
         change.claims,
-    )
+    );
+    snapshot.waiting = change.waiting;
+    snapshot
 }
 
 /// The cached snapshot and how old it was when fetched.
@@ -170,6 +174,7 @@ impl SnapshotCache {
                 taken_at_monotonic,
                 brake_engaged: cur.brake_engaged,
                 claims: cur.claims,
+                waiting: cur.waiting,
                 upserts: Vec::new(),
                 removals: Vec::new(),
             },
@@ -257,6 +262,7 @@ mod tests {
             taken_at_monotonic: Duration::from_millis(at_ms),
             brake_engaged: false,
             claims: ClaimCounts::default(),
+            waiting: 0,
             upserts,
             removals: removals.into_iter().map(WorkerId::new).collect(),
         }
