@@ -80,6 +80,14 @@ impl RedisRegistry {
         while events.remaining() > 0 {
             own.push(codec::decode_event(&events.text()?)?);
         }
+        // This replica's promotions (at a death of its call, or in its sweep's waiting step).
+        let promoted = own
+            .iter()
+            .filter(|(_, e)| matches!(e, crate::Event::DeliveryPromoted { .. }))
+            .count();
+        if promoted > 0 {
+            self.inner.counters.add(C::Promoted, promoted as u64);
+        }
         self.inner.events.settle(epoch.as_deref(), own).await;
         Ok(reply)
     }
@@ -262,6 +270,32 @@ impl RedisRegistry {
     }
 }
 
+impl RedisRegistry {
+    /// Decodes an admission's outcome (`duplicate`, or a placement) and waits for a new
+    /// worker's replication when asked to.
+    pub(super) async fn decode_admission(
+        &self,
+        word: &str,
+        f: &Fields<'_>,
+    ) -> Result<Admission, RegistryError> {
+        if word == vocab::DUPLICATE {
+            return Ok(Admission::Duplicate(self.duplicate(f)?));
+        }
+        let placed = self
+            .placed(word, f)?
+            .ok_or_else(|| bad_outcome("admit", word))?;
+        if let Placed::Assigned(a) = &placed {
+            if a.new {
+                self.wait_created(a.worker).await;
+            }
+        }
+        Ok(match placed {
+            Placed::Assigned(a) => Admission::Assigned(a),
+            Placed::Rejected(rej) => Admission::Rejected(rej),
+        })
+    }
+}
+
 impl WorkerRegistry for RedisRegistry {
     async fn admit(
         &self,
@@ -269,6 +303,9 @@ impl WorkerRegistry for RedisRegistry {
         delivery: &DeliveryId,
     ) -> Result<Admission, RegistryError> {
         let l = &self.inner.limits;
+        if let Some(room) = &l.room {
+            return self.admit_waiting(room, target, delivery).await;
+        }
         let mut inv = self.prepare(&SCRIPTS.admit);
         inv.arg(target.to_string())
             .arg(delivery.as_str())
@@ -279,21 +316,7 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.max_in_flight_ms);
         let v = self.invoke_emitting(&inv).await?;
         let (word, f) = codec::outcome(&v)?;
-        if word == vocab::DUPLICATE {
-            return Ok(Admission::Duplicate(self.duplicate(&f)?));
-        }
-        let placed = self
-            .placed(&word, &f)?
-            .ok_or_else(|| bad_outcome("admit", &word))?;
-        if let Placed::Assigned(a) = &placed {
-            if a.new {
-                self.wait_created(a.worker).await;
-            }
-        }
-        Ok(match placed {
-            Placed::Assigned(a) => Admission::Assigned(a),
-            Placed::Rejected(rej) => Admission::Rejected(rej),
-        })
+        self.decode_admission(&word, &f).await
     }
 
     async fn claim(
@@ -545,10 +568,9 @@ impl WorkerRegistry for RedisRegistry {
         s
     }
 
-    /// Not yet: this backend behaves as a waiting room of size 0 (every admission that cannot be
-    /// placed is rejected, whatever `max_waiting` says; see [`WorkerRegistry::parks`]).
+    /// This backend parks (see `docs::redis`, "The waiting room").
     fn parks(&self) -> bool {
-        false
+        true
     }
     fn config(&self) -> &RegistryConfig {
         &self.inner.config

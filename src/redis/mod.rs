@@ -183,6 +183,7 @@ mod publish;
 mod scripts;
 mod stream;
 mod sweep;
+mod waiting;
 
 use std::fmt;
 use std::sync::Arc;
@@ -260,6 +261,16 @@ pub(crate) struct Limits {
     /// is forgotten, once it holds no pending entry: ten sweep intervals plus the
     /// acknowledgement timeout (a live replica sweeps every interval).
     pub(crate) forget_consumer_ms: u64,
+    /// The waiting room (`docs::redis`, "The waiting room"): on if either bound of it is set.
+    pub(crate) room: Option<RoomLimits>,
+}
+
+/// The waiting room's settings, as the scripts take them.
+pub(crate) struct RoomLimits {
+    pub(crate) max_waiting: u64,
+    pub(crate) max_waiting_per_owner: u64,
+    pub(crate) max_workers_per_owner: u64,
+    pub(crate) max_wait_ms: u64,
 }
 
 impl Limits {
@@ -286,6 +297,12 @@ impl Limits {
             forget_consumer_ms: millis(c.sweep_interval())
                 .saturating_mul(10)
                 .saturating_add(millis(c.release_ack_timeout())),
+            room: (c.max_waiting() > 0 || c.max_workers_per_owner() > 0).then(|| RoomLimits {
+                max_waiting: c.max_waiting() as u64,
+                max_waiting_per_owner: c.max_waiting_per_owner() as u64,
+                max_workers_per_owner: c.max_workers_per_owner() as u64,
+                max_wait_ms: millis(c.max_wait()),
+            }),
         }
     }
 }

@@ -62,6 +62,11 @@ impl RedisRegistry {
         // Before the steps, so that an entry expired is not handed out by them (a no-op unless
         // this replica holds the lease).
         let released_expired = self.expire_released().await?;
+        // The waiting room's expiry and catch-up promotion, before the steps hand out.
+        if let Some(room) = &l.room {
+            self.waiting_steps(room, &mut report).await?;
+        }
+        let mut promoted_seen = i.counters.get(C::Promoted);
         for step in 0..MAX_SWEEP_STEPS {
             let handout = STEP_HANDOUT.min(HANDOUT_BATCH.saturating_sub(handed));
             let mut inv = self.prepare(&SCRIPTS.sweep);
@@ -138,8 +143,12 @@ impl RedisRegistry {
             }
             let more = f.int("more")? == 1;
             let more_handout = handout > 0 && f.uint("handed")? as usize == handout;
+            // Deliveries this step's deaths promoted are handed out by one more step.
+            let promoted = i.counters.get(C::Promoted);
+            let more_promoted = promoted > promoted_seen;
+            promoted_seen = promoted;
             // A replica without the lease only takes its share of released events.
-            if !((swept && more) || more_handout) {
+            if !((swept && more) || more_handout || more_promoted) {
                 break;
             }
         }
@@ -147,6 +156,9 @@ impl RedisRegistry {
             self.publish(cur.at, report.brake_engaged, adj).await?;
         }
         self.refresh_snapshot().await?;
+        if l.room.is_some() {
+            self.waiting_now(&mut report).await?;
+        }
         report.version = i.snapshot.version();
 
         let c = &i.counters;

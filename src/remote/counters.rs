@@ -63,6 +63,9 @@ counters!(
     sweeps,
     brake_engaged,
     suspected,
+    parked,
+    promoted,
+    waiting_expired,
 );
 
 impl Counters {

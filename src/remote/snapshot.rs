@@ -71,7 +71,7 @@ pub(crate) fn apply(base: &StatusSnapshot, change: Change) -> StatusSnapshot {
         .collect();
     added.sort_by_key(|w| w.id);
     workers.extend(added);
-    StatusSnapshot::new(
+    let mut s = StatusSnapshot::new(
         change.version,
         change.taken_at,
         change.taken_at_monotonic,
@@ -79,7 +79,11 @@ pub(crate) fn apply(base: &StatusSnapshot, change: Change) -> StatusSnapshot {
         base.capacity.limit,
         change.brake_engaged,
         change.claims,
-    )
+    );
+    // The waiting room's size is not in the change: kept until the backend sets it
+    // (`SnapshotCache::set_waiting`).
+    s.waiting = base.waiting;
+    s
 }
 
 /// The cached snapshot and how old it was when fetched.
@@ -186,6 +190,23 @@ impl SnapshotCache {
             } else {
                 c.clone()
             }
+        });
+    }
+
+    /// Sets the waiting room's size in the cached snapshot (the same version: the room is not
+    /// part of the published snapshot; a sweep reads it and sets it here).
+    pub(crate) fn set_waiting(&self, waiting: usize) {
+        self.cell.rcu(|c| {
+            if c.snapshot.waiting == waiting {
+                return c.clone();
+            }
+            let mut s = (*c.snapshot).clone();
+            s.waiting = waiting;
+            Arc::new(Cached {
+                snapshot: Arc::new(s),
+                fetched: c.fetched,
+                age_at_fetch: c.age_at_fetch,
+            })
         });
     }
 
