@@ -201,8 +201,11 @@ end
 
 -- The death of worker k.id (do_kill's hook): its owner's live count goes down, the targets waiting
 -- behind it are ready (first in line, in the order of the deaths), and the decision's `finish`
--- promotes into the freed slot (`waiting_settle`), after the decision's own writes.
-local WAIT_PENDING
+-- promotes into the freed slots (`waiting_settle`), after the decision's own writes (a sweep
+-- step or a drain kills several workers from what it read first: nothing is placed on a worker
+-- before its death is written). WAIT_PENDING is the prefix of the call whose deaths freed
+-- WAIT_FREED slots.
+local WAIT_PENDING, WAIT_FREED = nil, 0
 waiting_on_kill = function(k, now)
   local cfg = room_cfg()
   if not cfg then return end
@@ -218,17 +221,17 @@ waiting_on_kill = function(k, now)
     end
   end
   if #behind > 0 then redis.call('DEL', wbkey(k.id)) end
-  WAIT_PENDING = P
+  if WAIT_PENDING ~= P then WAIT_PENDING, WAIT_FREED = P, 0 end
+  WAIT_FREED = WAIT_FREED + 1
 end
 
--- Called by `finish`: a death of this call freed a slot; one target is promoted into it (with its
--- deliveries: max_waiting_per_owner bounds them). A sweep's catch-up step promotes the rest.
+-- Called by `finish`: the deaths of this call freed slots; one target is promoted into each (with
+-- its deliveries: max_waiting_per_owner bounds them). A sweep's catch-up step promotes the rest.
 waiting_settle = function()
-  if WAIT_PENDING ~= P then
-    WAIT_PENDING = nil
-    return
-  end
-  WAIT_PENDING = nil
+  if not WAIT_PENDING then return end
+  local mine, freed = WAIT_PENDING == P, WAIT_FREED
+  WAIT_PENDING, WAIT_FREED = nil, 0
+  if not mine then return end -- left by a call that failed before its finish
   local cfg = room_cfg()
-  if cfg and cfg.mx > 0 and contenders() then fill(cfg, clock(), 1) end
+  if cfg and cfg.mx > 0 and contenders() then fill(cfg, clock(), freed) end
 end
