@@ -319,6 +319,42 @@ pub async fn promotion_is_round_robin_and_the_owner_cap_holds<F: Fixture>(fixtur
     assert!(live <= 4);
 }
 
+/// One slot at a time: a busy owner that parked three targets first and a quiet one that parked
+/// one after them are served in turn (busy, quiet, busy, busy), not in arrival order alone.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn one_slot_at_a_time_serves_the_owners_in_turn<F: Fixture>(fixture: &F) {
+    let r = registry(fixture, config().max_workers(1).max_waiting(8)).await;
+    if !r.parks() {
+        return;
+    }
+    let mut holder = assigned(r.admit(&t(1), &d("a")).await).worker;
+    for n in 1..=3 {
+        waiting(r.admit(&of("busy", n), &d(&format!("b{n}"))).await);
+    }
+    waiting(r.admit(&of("quiet", 1), &d("q1")).await);
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        r.deregister(holder).await.unwrap();
+        let report = sweep(&r).await;
+        let got = promoted(&report.released);
+        assert_eq!(got.len(), 1, "one slot, one target: {report:?}");
+        order.push(got[0].0.clone());
+        holder = report.released[report.released.len() - 1]
+            .assignment
+            .expect("assignment")
+            .worker;
+        r.acknowledge(&report.released).await.unwrap();
+    }
+    assert_eq!(
+        order,
+        vec![of("busy", 1), of("quiet", 1), of("busy", 2), of("busy", 3)],
+        "round-robin across owners"
+    );
+}
+
 /// Live workers per owner in `r`'s snapshot (after a sweep).
 fn live_per_owner<R: WorkerRegistry>(r: &R) -> std::collections::BTreeMap<String, usize> {
     let mut out = std::collections::BTreeMap::new();
