@@ -242,6 +242,9 @@ async fn rounds_through_the_waiting_room_leave_the_same_keys_behind() {
         assert_eq!(s.waiting, 0);
         let mut now = footprint(&server.url(), &name).await;
         assert!(now.remove("changes").unwrap_or(0) < 10_000);
+        // A stall span (at most 64 are kept) is measured when a loaded machine leaves more than
+        // two sweep intervals of real time between two sweeps: not what this test counts.
+        now.remove("stalls");
         match &first {
             None => first = Some(now),
             Some(first) => assert_eq!(&now, first, "round {round} left more behind"),
