@@ -377,11 +377,17 @@ impl WorkerRegistry for RedisRegistry {
 
     async fn assign(&self, target: &Target) -> Result<AssignOutcome, RegistryError> {
         let l = &self.inner.limits;
-        let mut inv = self.prepare(&SCRIPTS.assign);
+        let mut inv = match &l.room {
+            None => self.prepare(&SCRIPTS.assign),
+            Some(_) => self.prepare(&SCRIPTS.assign_waiting),
+        };
         inv.arg(target.to_string())
             .arg(l.max_workers)
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms);
+        if let Some(room) = &l.room {
+            inv.arg(room.max_workers_per_owner).arg(room.max_waiting);
+        }
         let v = self.invoke_emitting(&inv).await?;
         let (word, f) = codec::outcome(&v)?;
         let placed = self

@@ -169,6 +169,7 @@ scripts! {
     admit => "admit.lua";
     admit_waiting => "admit_waiting.lua";
     assign => "assign.lua";
+    assign_waiting => "assign_waiting.lua";
     claim => "claim.lua";
     release => "release.lua";
     complete => "complete.lua";

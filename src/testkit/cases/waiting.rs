@@ -437,6 +437,13 @@ pub async fn the_owner_cap_holds_under_races_between_replicas<F: Fixture>(fixtur
         promoted(&sweep(&r).await.released).is_empty(),
         "both at their cap"
     );
+    assert_eq!(
+        r.assign(&of("busy", 999)).await,
+        Ok(crate::AssignOutcome::Rejected(Rejection::CapacityFull {
+            limit: 8
+        })),
+        "an assignment is held to the cap too"
+    );
 
     // Two replicas free one slot of each owner at once; every handle sweeps. Each owner gets its
     // slot back from its own waiting targets, and never more.
