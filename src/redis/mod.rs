@@ -49,6 +49,7 @@
 //! | `{n}:last_sweep`, `{n}:stalls` | string, list | when the latest sweep of any replica ran, and the stall spans (`<start>:<end>`, at most 64) the stall rule still credits |
 //! | `{n}:rescan` | string | after a dropped stall: `<live cursor>\t<flight cursor>`, the scores the rescan walk has re-judged up to (`-inf` at the start, `done` past the end); deleted when both are done |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
+//! | `{n}:worder`, `{n}:wd:<target>`, `{n}:wt`, `{n}:wo:<owner>`, `{n}:wring`, `{n}:wready`, `{n}:wb:<id>`, `{n}:wpo`, `{n}:olive`, `{n}:room`, `{n}:wseq` | zsets, hashes, sets, string | the waiting room and the per-owner cap (`lib_waiting.lua`; see `docs::redis`, "The waiting room") |
 //!
 //! **The library** (`src/redis/scripts/`, assembled by `scripts.rs` into one `FUNCTION LOAD`):
 //! `lib_base.lua` (key names, the clock, events, the reply words), `lib_claims.lua` (claim
