@@ -58,6 +58,16 @@ impl RedisRegistry {
     /// returns the reply once this handle's subscribers have had the events, in order, as the
     /// in-memory registry's would (see `events.rs`).
     pub(crate) async fn invoke_emitting(&self, inv: &Call) -> Result<Value, RegistryError> {
+        let (v, promoted) = self.invoke_sweeping(inv).await?;
+        if promoted {
+            self.inner.wake.notify();
+        }
+        Ok(v)
+    }
+
+    /// [`invoke_emitting`](Self::invoke_emitting) for the sweep's own steps (which hand out what
+    /// they promote themselves): also whether the call promoted waiting deliveries.
+    pub(crate) async fn invoke_sweeping(&self, inv: &Call) -> Result<(Value, bool), RegistryError> {
         let v = self.invoke(inv).await?;
         let Value::Array(mut parts) = v else {
             return Err(bad(format!("expected {{events, reply, epoch}}, got {v:?}")));
@@ -89,7 +99,7 @@ impl RedisRegistry {
             self.inner.counters.add(C::Promoted, promoted as u64);
         }
         self.inner.events.settle(epoch.as_deref(), own).await;
-        Ok(reply)
+        Ok((reply, promoted > 0))
     }
 
     fn count_placed(&self, p: &Placed) {
@@ -604,6 +614,12 @@ impl Maintenance for RedisRegistry {
             self.invoke(&inv).await?;
         }
         Ok(())
+    }
+
+    /// Resolves when a call of this handle promoted waiting deliveries at a death (handed over
+    /// by the next sweep); see `docs::redis`, "The waiting room".
+    fn wake(&self) -> impl std::future::Future<Output = ()> + Send {
+        self.inner.wake.wait()
     }
 }
 

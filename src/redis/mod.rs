@@ -318,6 +318,9 @@ pub(crate) struct Inner {
     pub(crate) snapshot: SnapshotCache,
     /// Serialises this handle's snapshot refreshes (each applies changes to the version it read).
     pub(crate) refresh: tokio::sync::Mutex<()>,
+    /// Woken when a call of this handle (not its sweep) promoted waiting deliveries: its sweeper
+    /// hands them over at once ([`Maintenance::wake`](crate::Maintenance::wake)).
+    pub(crate) wake: crate::sync::Wake,
     pub(crate) counters: Counters,
     /// What this handle saw of the registry's identity (data-loss detection, `loss.rs`).
     pub(crate) loss: LossWatch,

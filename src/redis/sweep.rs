@@ -90,7 +90,7 @@ impl RedisRegistry {
                 .arg(l.max_in_flight_ms)
                 .arg(l.drain_deadline_ms)
                 .arg(l.stall_horizon_ms);
-            let v = self.invoke_emitting(&inv).await?;
+            let (v, _) = self.invoke_sweeping(&inv).await?;
             let f = Fields::of(&v)?;
             let swept = f.int("swept")? == 1;
             let now = f.uint("now")?;

@@ -95,7 +95,7 @@ impl RedisRegistry {
                 .arg(room.max_waiting_per_owner)
                 .arg(room.max_wait_ms)
                 .arg(WAITING_STEP);
-            let v = self.invoke_emitting(&inv).await?;
+            let (v, _) = self.invoke_sweeping(&inv).await?;
             let f = Fields::of(&v)?;
             let mut expired = f.array("expired")?;
             let before = report.expired_waiting.len();
@@ -104,7 +104,7 @@ impl RedisRegistry {
                 let target = t
                     .parse()
                     .map_err(|e| codec::bad(format!("target {t:?}: {e}")))?;
-                let delivery = DeliveryId::new(&*expired.text()?)
+                let delivery = DeliveryId::new(&expired.text()?)
                     .map_err(|e| codec::bad(format!("waiting delivery: {e}")))?;
                 let waited = Duration::from_millis(expired.uint()?);
                 report.expired_waiting.push(ExpiredWaiting::new(
