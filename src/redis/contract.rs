@@ -87,19 +87,26 @@ impl RedisRegistry {
         let reply = parts.pop().unwrap_or(Value::Nil);
         let mut events = Reply::of(&parts[0])?;
         let mut own = Vec::with_capacity(events.remaining());
+        let mut promoted = false;
         while events.remaining() > 0 {
-            own.push(codec::decode_event(&events.text()?)?);
-        }
-        // This replica's promotions (at a death of its call, or in its sweep's waiting step).
-        let promoted = own
-            .iter()
-            .filter(|(_, e)| matches!(e, crate::Event::DeliveryPromoted { .. }))
-            .count();
-        if promoted > 0 {
-            self.inner.counters.add(C::Promoted, promoted as u64);
+            let text = events.text()?;
+            let event = codec::decode_event(&text)?;
+            if let crate::Event::DeliveryPromoted { .. } = event.1 {
+                // This replica's promotion (at a death of its call, or in its sweep's waiting
+                // step), counted as the admission it is (the event's last field: a new worker).
+                promoted = true;
+                let c = &self.inner.counters;
+                c.inc(C::Promoted);
+                c.inc(if text.ends_with("\t1") {
+                    C::AdmittedNew
+                } else {
+                    C::AdmittedSticky
+                });
+            }
+            own.push(event);
         }
         self.inner.events.settle(epoch.as_deref(), own).await;
-        Ok((reply, promoted > 0))
+        Ok((reply, promoted))
     }
 
     fn count_placed(&self, p: &Placed) {

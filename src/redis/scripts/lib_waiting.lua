@@ -140,8 +140,16 @@ end
 -- has no live worker) | 'blocked' (its worker drains: it waits behind it now) | 'full'.
 local function promote_target(cfg, t, place, now)
   local ds = redis.call('ZRANGE', wdkey(t), 0, -1) -- at most max_waiting_per_owner
-  for _, d in ipairs(ds) do
+  for _, d in ipairs(ds) do repeat -- (`break` below: on to the next delivery)
     local member = t .. ':' .. d
+    -- A pair claimed meanwhile (a bare claim) is that claim's now: it leaves the room, as a
+    -- redelivery placed meanwhile does in memory, whether or not there is room.
+    local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
+    local st = standing(c, now, cfg.re, cfg.to)
+    if st == 'in_flight' or st == 'completed' then
+      room_drop(t, d)
+      break
+    end
     local plan = plan_place(t, cfg.mw, now)
     if plan.kind == 'new' and owner_full(cfg, owner_of(t)) then return 'skip' end
     if plan.kind == 'draining' then
@@ -154,23 +162,18 @@ local function promote_target(cfg, t, place, now)
       if plan.stale_mapping then redis.call('HDEL', K.targets, t) end
       return 'full'
     end
-    local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
-    local st = standing(c, now, cfg.re, cfg.to)
-    if st ~= 'in_flight' and st ~= 'completed' then
-      if st ~= 'none' then forget_claim(member, c) end
-      local id, n, new = do_place(plan, t, now, now + cfg.to + cfg.gr)
-      if new == 1 then owner_count(cfg, t, id) end
-      redis.call('HSET', ckey(member), 'h', id, 'ca', now)
-      redis.call('ZADD', wckey(id), now, member)
-      redis.call('ZADD', K.flight, now + cfg.mf, member)
-      ensure_group()
-      redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', id,
-        'r', RR_PROMOTED .. ':' .. I(n) .. ':' .. new)
-      emit({ 'P', id, t, d })
-    end
-    -- (A pair claimed meanwhile, by a bare claim, is that claim's now: it leaves the room.)
+    if st ~= 'none' then forget_claim(member, c) end
+    local id, n, new = do_place(plan, t, now, now + cfg.to + cfg.gr)
+    if new == 1 then owner_count(cfg, t, id) end
+    redis.call('HSET', ckey(member), 'h', id, 'ca', now)
+    redis.call('ZADD', wckey(id), now, member)
+    redis.call('ZADD', K.flight, now + cfg.mf, member)
+    ensure_group()
+    redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', id,
+      'r', RR_PROMOTED .. ':' .. I(n) .. ':' .. new)
+    emit({ 'P', id, t, d, new })
     room_drop(t, d)
-  end
+  until true end
   leave_line(t, place, true)
   redis.call('HDEL', K.wt, t)
   return 'done'
