@@ -574,7 +574,7 @@ pub trait WorkerRegistry: Send + Sync {
     /// does not behaves as a waiting room of size 0 whatever
     /// [`max_waiting`](RegistryConfig::max_waiting) says: every admission that cannot be placed is
     /// [`Admission::Rejected`], nothing is parked, promoted or dropped, and the per-owner cap is
-    /// not enforced. The in-memory and PostgreSQL backends park; the Redis backend does not yet.
+    /// not enforced. The in-memory, Redis and PostgreSQL backends all park.
     ///
     /// # Examples
     ///

@@ -84,7 +84,7 @@ impl SnapshotDelta {
                 in_flight: usize::try_from(self.in_flight).unwrap_or(0),
                 retained: usize::try_from(self.retained).unwrap_or(0),
             },
-            waiting: usize::try_from(self.waiting).unwrap_or(0),
+            waiting: Some(usize::try_from(self.waiting).unwrap_or(0)),
             upserts,
             removals,
         };

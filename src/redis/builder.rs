@@ -412,6 +412,7 @@ impl RedisRegistryBuilder {
                     SystemTime::now(),
                 )),
                 refresh: tokio::sync::Mutex::new(()),
+                wake: crate::sync::Wake::new(),
                 config,
                 keys,
                 conn,

@@ -398,13 +398,26 @@ pub(crate) fn decode_event(text: &str) -> Result<(u64, Event), RegistryError> {
                 .map(|d| delivery(d))
                 .collect::<Result<_, _>>()?,
         },
+        "P" => Event::DeliveryPromoted {
+            worker: worker_id(field(2))?,
+            target: target(field(3))?,
+            delivery: delivery(field(4))?,
+        },
+        "E" => Event::WaitingExpired {
+            target: target(field(2))?,
+            delivery: delivery(field(3))?,
+            reason: crate::ExpireReason::WaitedTooLong {
+                limit: Duration::from_millis(parse_u64(field(4), "max_wait")?),
+            },
+        },
         other => return Err(bad(format!("event kind {other:?}"))),
     };
     Ok((seq, event))
 }
 
 /// Decodes the released entries a sweep handed out: groups of (entry id, target, delivery,
-/// holder, reason).
+/// holder, reason). A promoted delivery's reason is `7:<assignments>:<new>` (its assignment, on
+/// the holder: see `scripts/lib_waiting.lua`); any other is a release reason code.
 pub(crate) fn decode_released(mut r: Reply<'_>) -> Result<Vec<ReleasedEvent>, RegistryError> {
     let mut out = Vec::with_capacity(r.remaining() / 5);
     while r.remaining() > 0 {
@@ -412,10 +425,29 @@ pub(crate) fn decode_released(mut r: Reply<'_>) -> Result<Vec<ReleasedEvent>, Re
         let t = target(&r.text()?)?;
         let d = delivery(&r.text()?)?;
         let holder = opt_worker_id(&r.text()?)?;
-        let reason = release_reason(r.int()?)?;
-        out.push(ReleasedEvent::new(t, d, holder, reason).with_receipt(Receipt::new(id)));
+        let reason = r.text()?;
+        let event = match reason.strip_prefix("7:") {
+            Some(rest) => {
+                let worker = holder.ok_or_else(|| bad("a promoted entry without its worker"))?;
+                ReleasedEvent::promoted(t, d, promoted_assignment(worker, rest)?)
+            }
+            None => {
+                ReleasedEvent::new(t, d, holder, release_reason(parse_int(&reason, "reason")?)?)
+            }
+        };
+        out.push(event.with_receipt(Receipt::new(id)));
     }
     Ok(out)
+}
+
+/// A promoted entry's assignment on `worker` from `<assignments>:<new>`.
+fn promoted_assignment(worker: WorkerId, text: &str) -> Result<crate::Assignment, RegistryError> {
+    let (n, new) = text
+        .split_once(':')
+        .ok_or_else(|| bad(format!("promoted reason {text:?}")))?;
+    let token = FencingToken::new(worker, parse_u64(n, "promoted assignments")?)
+        .map_err(|_| bad(format!("promoted assignments {n:?}")))?;
+    Ok(crate::Assignment::new(worker, token, new == "1"))
 }
 
 #[cfg(test)]

@@ -58,6 +58,16 @@ impl RedisRegistry {
     /// returns the reply once this handle's subscribers have had the events, in order, as the
     /// in-memory registry's would (see `events.rs`).
     pub(crate) async fn invoke_emitting(&self, inv: &Call) -> Result<Value, RegistryError> {
+        let (v, promoted) = self.invoke_sweeping(inv).await?;
+        if promoted {
+            self.inner.wake.notify();
+        }
+        Ok(v)
+    }
+
+    /// [`invoke_emitting`](Self::invoke_emitting) for the sweep's own steps (which hand out what
+    /// they promote themselves): also whether the call promoted waiting deliveries.
+    pub(crate) async fn invoke_sweeping(&self, inv: &Call) -> Result<(Value, bool), RegistryError> {
         let v = self.invoke(inv).await?;
         let Value::Array(mut parts) = v else {
             return Err(bad(format!("expected {{events, reply, epoch}}, got {v:?}")));
@@ -77,11 +87,26 @@ impl RedisRegistry {
         let reply = parts.pop().unwrap_or(Value::Nil);
         let mut events = Reply::of(&parts[0])?;
         let mut own = Vec::with_capacity(events.remaining());
+        let mut promoted = false;
         while events.remaining() > 0 {
-            own.push(codec::decode_event(&events.text()?)?);
+            let text = events.text()?;
+            let event = codec::decode_event(&text)?;
+            if let crate::Event::DeliveryPromoted { .. } = event.1 {
+                // This replica's promotion (at a death of its call, or in its sweep's waiting
+                // step), counted as the admission it is (the event's last field: a new worker).
+                promoted = true;
+                let c = &self.inner.counters;
+                c.inc(C::Promoted);
+                c.inc(if text.ends_with("\t1") {
+                    C::AdmittedNew
+                } else {
+                    C::AdmittedSticky
+                });
+            }
+            own.push(event);
         }
         self.inner.events.settle(epoch.as_deref(), own).await;
-        Ok(reply)
+        Ok((reply, promoted))
     }
 
     fn count_placed(&self, p: &Placed) {
@@ -262,6 +287,32 @@ impl RedisRegistry {
     }
 }
 
+impl RedisRegistry {
+    /// Decodes an admission's outcome (`duplicate`, or a placement) and waits for a new
+    /// worker's replication when asked to.
+    pub(super) async fn decode_admission(
+        &self,
+        word: &str,
+        f: &Fields<'_>,
+    ) -> Result<Admission, RegistryError> {
+        if word == vocab::DUPLICATE {
+            return Ok(Admission::Duplicate(self.duplicate(f)?));
+        }
+        let placed = self
+            .placed(word, f)?
+            .ok_or_else(|| bad_outcome("admit", word))?;
+        if let Placed::Assigned(a) = &placed {
+            if a.new {
+                self.wait_created(a.worker).await;
+            }
+        }
+        Ok(match placed {
+            Placed::Assigned(a) => Admission::Assigned(a),
+            Placed::Rejected(rej) => Admission::Rejected(rej),
+        })
+    }
+}
+
 impl WorkerRegistry for RedisRegistry {
     async fn admit(
         &self,
@@ -269,6 +320,9 @@ impl WorkerRegistry for RedisRegistry {
         delivery: &DeliveryId,
     ) -> Result<Admission, RegistryError> {
         let l = &self.inner.limits;
+        if let Some(room) = &l.room {
+            return self.admit_waiting(room, target, delivery).await;
+        }
         let mut inv = self.prepare(&SCRIPTS.admit);
         inv.arg(target.to_string())
             .arg(delivery.as_str())
@@ -279,21 +333,7 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.max_in_flight_ms);
         let v = self.invoke_emitting(&inv).await?;
         let (word, f) = codec::outcome(&v)?;
-        if word == vocab::DUPLICATE {
-            return Ok(Admission::Duplicate(self.duplicate(&f)?));
-        }
-        let placed = self
-            .placed(&word, &f)?
-            .ok_or_else(|| bad_outcome("admit", &word))?;
-        if let Placed::Assigned(a) = &placed {
-            if a.new {
-                self.wait_created(a.worker).await;
-            }
-        }
-        Ok(match placed {
-            Placed::Assigned(a) => Admission::Assigned(a),
-            Placed::Rejected(rej) => Admission::Rejected(rej),
-        })
+        self.decode_admission(&word, &f).await
     }
 
     async fn claim(
@@ -354,11 +394,17 @@ impl WorkerRegistry for RedisRegistry {
 
     async fn assign(&self, target: &Target) -> Result<AssignOutcome, RegistryError> {
         let l = &self.inner.limits;
-        let mut inv = self.prepare(&SCRIPTS.assign);
+        let mut inv = match &l.room {
+            None => self.prepare(&SCRIPTS.assign),
+            Some(_) => self.prepare(&SCRIPTS.assign_waiting),
+        };
         inv.arg(target.to_string())
             .arg(l.max_workers)
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms);
+        if let Some(room) = &l.room {
+            inv.arg(room.max_workers_per_owner).arg(room.max_waiting);
+        }
         let v = self.invoke_emitting(&inv).await?;
         let (word, f) = codec::outcome(&v)?;
         let placed = self
@@ -545,10 +591,9 @@ impl WorkerRegistry for RedisRegistry {
         s
     }
 
-    /// Not yet: this backend behaves as a waiting room of size 0 (every admission that cannot be
-    /// placed is rejected, whatever `max_waiting` says; see [`WorkerRegistry::parks`]).
+    /// This backend parks (see `docs::redis`, "The waiting room").
     fn parks(&self) -> bool {
-        false
+        true
     }
     fn config(&self) -> &RegistryConfig {
         &self.inner.config
@@ -576,6 +621,12 @@ impl Maintenance for RedisRegistry {
             self.invoke(&inv).await?;
         }
         Ok(())
+    }
+
+    /// Resolves when a call of this handle promoted waiting deliveries at a death (handed over
+    /// by the next sweep); see `docs::redis`, "The waiting room".
+    fn wake(&self) -> impl std::future::Future<Output = ()> + Send {
+        self.inner.wake.wait()
     }
 }
 

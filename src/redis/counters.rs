@@ -33,6 +33,9 @@ pub(crate) enum C {
     Sweeps,
     BrakeEngaged,
     Suspected,
+    Parked,
+    Promoted,
+    WaitingExpired,
 }
 
 /// A gauge observed at a registry time: the later observation wins.
@@ -61,6 +64,7 @@ pub(crate) struct Counters {
     shared: Shared,
     live: Gauge,
     retained: Gauge,
+    waiting: Gauge,
 }
 
 impl Counters {
@@ -69,6 +73,7 @@ impl Counters {
             shared: Shared::default(),
             live: Gauge::default(),
             retained: Gauge::default(),
+            waiting: Gauge::default(),
         }
     }
 
@@ -96,11 +101,19 @@ impl Counters {
             C::Sweeps => &s.sweeps,
             C::BrakeEngaged => &s.brake_engaged,
             C::Suspected => &s.suspected,
+            C::Parked => &s.parked,
+            C::Promoted => &s.promoted,
+            C::WaitingExpired => &s.waiting_expired,
         }
     }
 
     pub(crate) fn add(&self, c: C, n: u64) {
         self.counter(c).add(n);
+    }
+
+    /// The count of `c` so far.
+    pub(crate) fn get(&self, c: C) -> u64 {
+        self.counter(c).get()
     }
 
     pub(crate) fn inc(&self, c: C) {
@@ -125,15 +138,20 @@ impl Counters {
         self.live.observe(at_ms, live);
     }
 
+    /// Deliveries waiting as seen at registry time `at_ms` (a parking, a sweep's waiting step).
+    pub(crate) fn observe_waiting(&self, at_ms: u64, waiting: u64) {
+        self.waiting.observe(at_ms, waiting);
+    }
+
     /// Retained claims as seen at registry time `at_ms`.
     pub(crate) fn observe_retained(&self, at_ms: u64, retained: u64) {
         self.retained.observe(at_ms, retained);
     }
 
     pub(crate) fn read(&self, events_missed: u64, snapshot_age: Duration) -> Stats {
-        // Redis does not park (see `WorkerRegistry::parks`): the waiting room stays empty, and
         // `data_losses` is set by the caller, from the handle's loss watch.
         let mut s = self.shared.read();
+        s.waiting = usize::try_from(self.waiting.get()).unwrap_or(usize::MAX);
         s.events_missed = events_missed;
         s.live_workers = usize::try_from(self.live.get()).unwrap_or(usize::MAX);
         s.retained_claims = usize::try_from(self.retained.get()).unwrap_or(usize::MAX);

@@ -50,6 +50,7 @@
 //! | `{n}:drain_ext` | list | stalls whose drain-deadline walk is not done, oldest first: `<from>:<to>:<len>:<cursor>:<skip>` (the walk's position in `{n}:drain`); popped when done |
 //! | `{n}:rescan` | string | after a dropped stall: `<live cursor>\t<flight cursor>`, the scores the rescan walk has re-judged up to (`-inf` at the start, `done` past the end); deleted when both are done |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
+//! | `{n}:worder`, `{n}:wd:<target>`, `{n}:wt`, `{n}:wo:<owner>`, `{n}:wring`, `{n}:wready`, `{n}:wb:<id>`, `{n}:wpo`, `{n}:olive`, `{n}:room`, `{n}:wseq` | zsets, hashes, sets, string | the waiting room and the per-owner cap (`lib_waiting.lua`; see `docs::redis`, "The waiting room") |
 //!
 //! **The library** (`src/redis/scripts/`, assembled by `scripts.rs` into one `FUNCTION LOAD`):
 //! `lib_base.lua` (key names, the clock, events, the reply words), `lib_claims.lua` (claim
@@ -187,6 +188,7 @@ mod publish;
 mod scripts;
 mod stream;
 mod sweep;
+mod waiting;
 
 use std::fmt;
 use std::sync::Arc;
@@ -264,6 +266,16 @@ pub(crate) struct Limits {
     /// is forgotten, once it holds no pending entry: ten sweep intervals plus the
     /// acknowledgement timeout (a live replica sweeps every interval).
     pub(crate) forget_consumer_ms: u64,
+    /// The waiting room (`docs::redis`, "The waiting room"): on if either bound of it is set.
+    pub(crate) room: Option<RoomLimits>,
+}
+
+/// The waiting room's settings, as the scripts take them.
+pub(crate) struct RoomLimits {
+    pub(crate) max_waiting: u64,
+    pub(crate) max_waiting_per_owner: u64,
+    pub(crate) max_workers_per_owner: u64,
+    pub(crate) max_wait_ms: u64,
 }
 
 impl Limits {
@@ -290,6 +302,12 @@ impl Limits {
             forget_consumer_ms: millis(c.sweep_interval())
                 .saturating_mul(10)
                 .saturating_add(millis(c.release_ack_timeout())),
+            room: (c.max_waiting() > 0 || c.max_workers_per_owner() > 0).then(|| RoomLimits {
+                max_waiting: c.max_waiting() as u64,
+                max_waiting_per_owner: c.max_waiting_per_owner() as u64,
+                max_workers_per_owner: c.max_workers_per_owner() as u64,
+                max_wait_ms: millis(c.max_wait()),
+            }),
         }
     }
 }
@@ -304,6 +322,9 @@ pub(crate) struct Inner {
     pub(crate) snapshot: SnapshotCache,
     /// Serialises this handle's snapshot refreshes (each applies changes to the version it read).
     pub(crate) refresh: tokio::sync::Mutex<()>,
+    /// Woken when a call of this handle (not its sweep) promoted waiting deliveries: its sweeper
+    /// hands them over at once ([`Maintenance::wake`](crate::Maintenance::wake)).
+    pub(crate) wake: crate::sync::Wake,
     pub(crate) counters: Counters,
     /// What this handle saw of the registry's identity (data-loss detection, `loss.rs`).
     pub(crate) loss: LossWatch,

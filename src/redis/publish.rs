@@ -149,7 +149,7 @@ impl RedisRegistry {
                                         taken_at_monotonic: Duration::from_millis(h.now),
                                         brake_engaged: h.brake,
                                         claims: h.claims,
-                                        waiting: 0,
+                                        waiting: None,
                                         upserts: lines
                                             .drain(..)
                                             .map(|l| codec::decode_worker(&l, h.now))

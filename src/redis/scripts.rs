@@ -26,6 +26,8 @@ const BASE: &str = include_str!("scripts/lib_base.lua");
 const CLAIMS: &str = include_str!("scripts/lib_claims.lua");
 /// Worker placement, death bookkeeping and encoding.
 const WORKERS: &str = include_str!("scripts/lib_workers.lua");
+/// The waiting room: parking, promotion, a death's hook.
+const WAITING: &str = include_str!("scripts/lib_waiting.lua");
 
 /// One function of the library, by its full name (`wr_<checksum>_<decision>`).
 pub(crate) struct Function {
@@ -128,7 +130,7 @@ pub(crate) struct Library {
 /// Assembles the library from the shared files and `(decision, body, read_only)` triples.
 fn assemble(decisions: &[(&str, &str, bool)]) -> Library {
     let mut body = String::new();
-    for part in [BASE, CLAIMS, WORKERS] {
+    for part in [BASE, CLAIMS, WORKERS, WAITING] {
         body.push_str(part);
         body.push('\n');
     }
@@ -172,7 +174,9 @@ macro_rules! scripts {
 
 scripts! {
     admit => "admit.lua";
+    admit_waiting => "admit_waiting.lua";
     assign => "assign.lua";
+    assign_waiting => "assign_waiting.lua";
     claim => "claim.lua";
     release => "release.lua";
     complete => "complete.lua";
@@ -186,6 +190,7 @@ scripts! {
     sweep => "sweep.lua";
     acknowledge => "acknowledge.lua";
     expire_released => "expire_released.lua";
+    waiting => "waiting.lua";
     publish => "publish.lua";
     changes => "changes.lua", read_only;
     snap_page => "snap_page.lua", read_only;
@@ -204,7 +209,7 @@ mod tests {
             assert!(!body.contains("KEYS["), "{name} uses KEYS directly");
             assert!(!body.contains("'TIME'"), "{name} reads TIME itself");
         }
-        for lib in [CLAIMS, WORKERS] {
+        for lib in [CLAIMS, WORKERS, WAITING] {
             assert!(!lib.contains("KEYS["), "a helper uses KEYS directly");
             assert!(!lib.contains("'TIME'"), "a helper reads TIME itself");
         }
@@ -224,7 +229,7 @@ mod tests {
         }
         // A library's top level runs at FUNCTION LOAD, where redis.call is refused: every call in
         // the shared files is inside a function (indented).
-        for lib in [BASE, CLAIMS, WORKERS] {
+        for lib in [BASE, CLAIMS, WORKERS, WAITING] {
             for line in lib.lines() {
                 assert!(
                     !line.starts_with("redis.call") && !line.starts_with("local x = redis"),

@@ -76,11 +76,24 @@ impl RedisRegistry {
         // Before the steps, so that an entry expired is not handed out by them (a no-op unless
         // this replica holds the lease).
         let released_expired = self.expire_released().await?;
+        // The waiting room's expiry and catch-up promotion, before the steps hand out.
+        if let Some(room) = &self.inner.limits.room {
+            self.waiting_steps(room, &mut report).await?;
+        }
+        let mut promoted_seen = self.inner.counters.get(C::Promoted);
         for step in 0..MAX_SWEEP_STEPS {
             let handout = STEP_HANDOUT.min(HANDOUT_BATCH.saturating_sub(totals.handed));
-            let v = self.invoke_emitting(&self.step_call(&cur, handout)).await?;
+            let (v, _) = self.invoke_sweeping(&self.step_call(&cur, handout)).await?;
             let f = Fields::of(&v)?;
-            if !merge_step(step, &f, handout, &mut cur, &mut report, &mut totals)? {
+            let Some(more) = merge_step(step, &f, handout, &mut cur, &mut report, &mut totals)?
+            else {
+                break;
+            };
+            // Deliveries this step's deaths promoted are handed out by one more step.
+            let promoted = self.inner.counters.get(C::Promoted);
+            let more_promoted = promoted > promoted_seen;
+            promoted_seen = promoted;
+            if !(more || more_promoted) {
                 break;
             }
         }
@@ -89,6 +102,9 @@ impl RedisRegistry {
                 .await?;
         }
         self.refresh_snapshot().await?;
+        if self.inner.limits.room.is_some() {
+            self.waiting_now(&mut report).await?;
+        }
         report.version = self.inner.snapshot.version();
         self.count_sweep(&report, cur.at, &totals, released_expired);
         report.took = started.elapsed();
@@ -174,7 +190,7 @@ impl RedisRegistry {
 }
 
 /// Merges step `step`'s answer into the report, the cursor and the totals; whether another step
-/// is due.
+/// is due for its own work, or `None` if another replica took the lease between two steps.
 fn merge_step(
     step: usize,
     f: &Fields<'_>,
@@ -182,7 +198,7 @@ fn merge_step(
     cur: &mut Cursor,
     report: &mut SweepReport,
     totals: &mut Totals,
-) -> Result<bool, RegistryError> {
+) -> Result<Option<bool>, RegistryError> {
     let swept = f.int("swept")? == 1;
     let now = f.uint("now")?;
     if step == 0 {
@@ -193,7 +209,7 @@ fn merge_step(
     } else if report.swept && !swept {
         // Another replica took the lease between two steps (this one's lapsed): it continues
         // the work; what this call did is reported.
-        return Ok(false);
+        return Ok(None);
     }
     cur.mode = f.text("mode")?.into_owned();
     cur.skip = f.uint("skip")?;
@@ -215,7 +231,7 @@ fn merge_step(
     let more = f.int("more")? == 1;
     let more_handout = handout > 0 && f.uint("handed")? as usize == handout;
     // A replica without the lease only takes its share of released events.
-    Ok((swept && more) || more_handout)
+    Ok(Some((swept && more) || more_handout))
 }
 
 /// A step's lists of workers and targets: died (id, reason), suspected, released targets,

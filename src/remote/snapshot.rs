@@ -35,8 +35,10 @@ pub(crate) struct Change {
     pub(crate) brake_engaged: bool,
     /// The claim counts of that version.
     pub(crate) claims: ClaimCounts,
-    /// Deliveries waiting in the waiting room at that version.
-    pub(crate) waiting: usize,
+    /// Deliveries waiting in the waiting room at that version, if the backend publishes it with
+    /// the change (PostgreSQL); `None` keeps the cached count until the backend sets it with
+    /// [`SnapshotCache::set_waiting`] (Redis, which counts the room after its refresh).
+    pub(crate) waiting: Option<usize>,
     /// Workers written since, as of `taken_at_monotonic` (new ones and changed ones).
     pub(crate) upserts: Vec<WorkerInfo>,
     /// Workers no longer in the snapshot (purged).
@@ -82,7 +84,7 @@ pub(crate) fn apply(base: &StatusSnapshot, change: Change) -> StatusSnapshot {
         change.brake_engaged,
         change.claims,
     );
-    snapshot.waiting = change.waiting;
+    snapshot.waiting = change.waiting.unwrap_or(base.waiting);
     snapshot
 }
 
@@ -174,7 +176,7 @@ impl SnapshotCache {
                 taken_at_monotonic,
                 brake_engaged: cur.brake_engaged,
                 claims: cur.claims,
-                waiting: cur.waiting,
+                waiting: None,
                 upserts: Vec::new(),
                 removals: Vec::new(),
             },
@@ -191,6 +193,23 @@ impl SnapshotCache {
             } else {
                 c.clone()
             }
+        });
+    }
+
+    /// Sets the waiting room's size in the cached snapshot (the same version: the room is not
+    /// part of the published snapshot; a sweep reads it and sets it here).
+    pub(crate) fn set_waiting(&self, waiting: usize) {
+        self.cell.rcu(|c| {
+            if c.snapshot.waiting == waiting {
+                return c.clone();
+            }
+            let mut s = (*c.snapshot).clone();
+            s.waiting = waiting;
+            Arc::new(Cached {
+                snapshot: Arc::new(s),
+                fetched: c.fetched,
+                age_at_fetch: c.age_at_fetch,
+            })
         });
     }
 
@@ -262,7 +281,7 @@ mod tests {
             taken_at_monotonic: Duration::from_millis(at_ms),
             brake_engaged: false,
             claims: ClaimCounts::default(),
-            waiting: 0,
+            waiting: None,
             upserts,
             removals: removals.into_iter().map(WorkerId::new).collect(),
         }

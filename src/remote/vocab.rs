@@ -48,6 +48,8 @@ pub(crate) const DEAD: &str = "dead";
 pub(crate) const EXITED: &str = "exited";
 /// A claim's state: in flight.
 pub(crate) const IN_FLIGHT: &str = "in_flight";
+/// A claim's state: parked in the waiting room (also an admission's outcome: parked).
+pub(crate) const WAITING: &str = "waiting";
 
 /// A reply that does not fit the schema: a missing field, or a value outside its vocabulary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +102,7 @@ pub(crate) fn claim_state(word: &str) -> Result<ClaimState, ReplyError> {
     match word {
         IN_FLIGHT => Ok(ClaimState::InFlight),
         COMPLETED => Ok(ClaimState::Completed),
+        WAITING => Ok(ClaimState::Waiting),
         other => Err(ReplyError::invalid("state", other)),
     }
 }

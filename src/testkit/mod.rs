@@ -181,6 +181,10 @@
 //!   - `the_waiting_rooms_bounds_hold`
 //!   - `a_delivery_waiting_past_max_wait_is_dropped_and_published`
 //!   - `promotion_is_round_robin_and_the_owner_cap_holds`
+//!   - `one_slot_at_a_time_serves_the_owners_in_turn`
+//!   - `the_owner_cap_holds_under_races_between_replicas`
+//!   - `a_promoted_delivery_survives_the_crash_of_its_replica`
+//!   - `a_mass_death_promotes_every_waiting_delivery_once`
 //!   - `without_parking_a_refused_admission_is_rejected`
 //!
 //! Worker identity across restarts is particular to the in-memory backend (a shared backend's

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use worker_registry::redis::RedisRegistry;
 use worker_registry::{
-    DeliveryId, Maintenance, RegistryConfig, SweepReport, Target, WorkerRegistry,
+    Admission, DeliveryId, Maintenance, RegistryConfig, SweepReport, Target, WorkerRegistry,
 };
 
 use crate::harness::{self, Server};
@@ -175,4 +175,96 @@ async fn rounds_of_the_same_traffic_leave_the_same_keys_behind() {
         first.get("released/consumers").copied().unwrap_or(0) <= 1,
         "{first:?}"
     );
+}
+
+/// The same with the waiting room on: each round parks more than the capacity holds (two owners,
+/// one at its cap, a delivery behind a draining worker), the workers die unheard, the waiting
+/// targets are promoted into their slots or expire past `max_wait`, and the promoted workers die
+/// in turn. Every round leaves the waiting room's keys where the first left them: none of the
+/// per-target, per-owner or per-worker keys, and only the room's settings and its counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_through_the_waiting_room_leave_the_same_keys_behind() {
+    let Some(server) = Server::start(false, "Redis growth test (waiting room)") else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(1))
+        .missed_heartbeats(2)
+        .startup_grace(Duration::ZERO)
+        .sweep_interval(Duration::from_millis(100))
+        .dead_retention(Duration::from_secs(10))
+        .claim_retention(Duration::from_secs(20))
+        .release_ack_timeout(Duration::from_secs(2))
+        .brake_min_workers(1_000)
+        .max_workers(4)
+        .max_workers_per_owner(3)
+        .max_waiting(64)
+        .max_waiting_per_owner(32)
+        .max_wait(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let name = harness::unique_name("growth-waiting");
+    let r = RedisRegistry::builder(server.url())
+        .name(&name)
+        .config(config)
+        .connect()
+        .await
+        .unwrap();
+    let mut first = None;
+    let (mut parked, mut promoted, mut expired) = (0, 0, 0);
+    for round in 0..4u64 {
+        let mut first_worker = None;
+        for i in 0..12u64 {
+            let owner = if i < 8 { "big" } else { "small" };
+            let t = Target::new(&format!("{owner}/repo"), round * 100 + i + 1).unwrap();
+            let d = DeliveryId::new(&format!("d{round}-{i}")).unwrap();
+            match r.admit(&t, &d).await.unwrap() {
+                Admission::Assigned(a) => {
+                    first_worker.get_or_insert((t, a.worker));
+                }
+                Admission::Waiting(_) => parked += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        // A delivery behind a draining worker: its successor is promoted after the death.
+        let (t, w) = first_worker.unwrap();
+        r.drain(w).await.unwrap();
+        let d = DeliveryId::new(&format!("behind{round}")).unwrap();
+        assert!(matches!(
+            r.admit(&t, &d).await.unwrap(),
+            Admission::Waiting(_)
+        ));
+        parked += 1;
+        pass(&r, Duration::from_secs(5)).await;
+        pass(&r, Duration::from_secs(30)).await;
+        let s = r.stats();
+        (promoted, expired) = (s.promoted, s.waiting_expired);
+        assert_eq!(s.waiting, 0);
+        let mut now = footprint(&server.url(), &name).await;
+        assert!(now.remove("changes").unwrap_or(0) < 10_000);
+        // A stall span (at most 64 are kept) is measured when a loaded machine leaves more than
+        // two sweep intervals of real time between two sweeps: not what this test counts.
+        now.remove("stalls");
+        match &first {
+            None => first = Some(now),
+            Some(first) => assert_eq!(&now, first, "round {round} left more behind"),
+        }
+    }
+    assert_eq!(
+        promoted + expired,
+        parked,
+        "each parked delivery promoted or expired once"
+    );
+    assert!(
+        promoted > 0 && expired > 0,
+        "{promoted} promoted, {expired} expired"
+    );
+    let first = first.unwrap();
+    for kind in ["w:*", "wc:*", "ws:*", "c:*", "wd:*", "wo:*", "wb:*"] {
+        assert!(!first.contains_key(kind), "{kind} left: {first:?}");
+    }
+    for key in ["worder", "wt", "wring", "wready", "wpo", "olive"] {
+        assert!(!first.contains_key(key), "{key} left: {first:?}");
+    }
+    assert_eq!(first.get("released").copied().unwrap_or(0), 0, "{first:?}");
 }

@@ -261,7 +261,7 @@ impl Store {
     ///
     /// | backend | read |
     /// |---|---|
-    /// | Redis | `ZCARD {n}:flight` + `ZCARD {n}:unbound` + `ZCARD {n}:released_due` + `XLEN {n}:released` |
+    /// | Redis | `ZCARD {n}:flight` + `ZCARD {n}:unbound` + `ZCARD {n}:released_due` + `XLEN {n}:released` + `ZCARD {n}:worder` (parked) |
     /// | PostgreSQL | `wr_claims` rows with `completed_at_ms IS NULL` + `wr_released` rows |
     pub async fn unfinished(&self) -> Result<u64, RegistryError> {
         timed(self.backend(), async {
@@ -274,19 +274,23 @@ impl Store {
                     // waits in `released_due` until a sweep moves it into the `released` stream,
                     // whose entry stays until `acknowledge` deletes it (a stuck claim goes from
                     // `flight` straight into the stream). See `src/redis/scripts/lib_base.lua`.
-                    let (flight, unbound, due, released): (u64, u64, u64, u64) = redis::pipe()
-                        .cmd("ZCARD")
-                        .arg(format!("{prefix}flight"))
-                        .cmd("ZCARD")
-                        .arg(format!("{prefix}unbound"))
-                        .cmd("ZCARD")
-                        .arg(format!("{prefix}released_due"))
-                        .cmd("XLEN")
-                        .arg(format!("{prefix}released"))
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    Ok(flight + unbound + due + released)
+                    // Parked deliveries wait in `worder` (the waiting room) until promoted.
+                    let (flight, unbound, due, released, parked): (u64, u64, u64, u64, u64) =
+                        redis::pipe()
+                            .cmd("ZCARD")
+                            .arg(format!("{prefix}flight"))
+                            .cmd("ZCARD")
+                            .arg(format!("{prefix}unbound"))
+                            .cmd("ZCARD")
+                            .arg(format!("{prefix}released_due"))
+                            .cmd("XLEN")
+                            .arg(format!("{prefix}released"))
+                            .cmd("ZCARD")
+                            .arg(format!("{prefix}worder"))
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(redis_error)?;
+                    Ok(flight + unbound + due + released + parked)
                 }
                 Self::Postgres { pool, registry } => {
                     let client = pool.get().await.map_err(pg_error)?;

@@ -157,7 +157,11 @@ end
 -- there are events, nil if no listener has set one since the data was lost) tells the caller
 -- which numbering its events belong to.
 local NONE = {}
+-- The waiting room's hooks (defined in lib_waiting.lua): a death's bookkeeping, and the promotion
+-- into the slots this call freed, run by `finish` after the decision's own writes.
+local waiting_on_kill, waiting_settle
 local function finish(reply)
+  waiting_settle()
   if not EMITTED then return { NONE, reply, false } end
   if EPOCH == nil then EPOCH = redis.call('GET', K.epoch) end
   return { EMITTED, reply, EPOCH }

@@ -44,6 +44,7 @@ local function do_kill(k, reason, now)
   for _, m in ipairs(k.stuck) do redis.call('ZADD', K.stuck_due, 0, m) end
   if #k.stuck > 0 then redis.call('DEL', wskey(k.id)) end
   emit({ 'X', k.id, k.target, I(reason) })
+  waiting_on_kill(k, now)
 end
 
 -- Reads where a target would be placed (read phase): on its active worker ('sticky'), refused

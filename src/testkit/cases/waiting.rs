@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::testkit::support::*;
 use crate::testkit::Fixture;
 use crate::{
-    Admission, ClaimState, DeadReason, DeliveryId, Event, ExpireReason, Rejection, ReleaseReason,
-    ReleasedEvent, Status, Subscribe, Target, WorkerRegistry,
+    Admission, ClaimState, DeadReason, DeliveryId, Event, ExpireReason, Maintenance, Rejection,
+    ReleaseReason, ReleasedEvent, Status, Subscribe, Target, WorkerRegistry,
 };
 
 /// A registry that parks up to `max` deliveries, on two workers.
@@ -317,6 +317,301 @@ pub async fn promotion_is_round_robin_and_the_owner_cap_holds<F: Fixture>(fixtur
     );
     let live: usize = r.status().capacity.used;
     assert!(live <= 4);
+}
+
+/// One slot at a time: a busy owner that parked three targets first and a quiet one that parked
+/// one after them are served in turn (busy, quiet, busy, busy), not in arrival order alone.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn one_slot_at_a_time_serves_the_owners_in_turn<F: Fixture>(fixture: &F) {
+    let r = registry(fixture, config().max_workers(1).max_waiting(8)).await;
+    if !r.parks() {
+        return;
+    }
+    let mut holder = assigned(r.admit(&t(1), &d("a")).await).worker;
+    for n in 1..=3 {
+        waiting(r.admit(&of("busy", n), &d(&format!("b{n}"))).await);
+    }
+    waiting(r.admit(&of("quiet", 1), &d("q1")).await);
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        r.deregister(holder).await.unwrap();
+        let report = sweep(&r).await;
+        let got = promoted(&report.released);
+        assert_eq!(got.len(), 1, "one slot, one target: {report:?}");
+        order.push(got[0].0.clone());
+        holder = report.released[report.released.len() - 1]
+            .assignment
+            .expect("assignment")
+            .worker;
+        r.acknowledge(&report.released).await.unwrap();
+    }
+    assert_eq!(
+        order,
+        vec![of("busy", 1), of("quiet", 1), of("busy", 2), of("busy", 3)],
+        "round-robin across owners"
+    );
+}
+
+/// Live workers per owner in `r`'s snapshot (after a sweep).
+fn live_per_owner<R: WorkerRegistry>(r: &R) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for w in &r.status().workers {
+        if let (Some(t), false) = (&w.target, matches!(w.status, Status::Dead(_))) {
+            let owner = t.repo().split('/').next().unwrap_or_default().to_owned();
+            *out.entry(owner).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// The per-owner cap on live workers holds when several replicas race new targets of two owners
+/// at once (each handle's admission is one atomic decision), and again when replicas race the
+/// deaths that free their slots: each freed slot goes back to a waiting target of an owner below
+/// its cap, never past it.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn the_owner_cap_holds_under_races_between_replicas<F: Fixture>(fixture: &F) {
+    let cap = 2;
+    let r = registry(
+        fixture,
+        config()
+            .max_workers(8)
+            .max_waiting(64)
+            .max_workers_per_owner(cap),
+    )
+    .await;
+    if !r.parks() {
+        return;
+    }
+    let handles = replicas(fixture, &r, RACERS).await;
+    let mut placed: Vec<(String, crate::WorkerId)> = Vec::new();
+    for round in 0..3u64 {
+        let mut tasks = Vec::new();
+        for (i, h) in handles.iter().cloned().enumerate() {
+            tasks.push(tokio::spawn(async move {
+                let mut out = Vec::new();
+                for owner in ["busy", "other"] {
+                    let n = round * 100 + i as u64 + 1;
+                    let a = h.admit(&of(owner, n), &d(&format!("{owner}-{n}"))).await;
+                    out.push((owner.to_owned(), a));
+                }
+                out
+            }));
+        }
+        for task in tasks {
+            for (owner, a) in task.await.expect("racer") {
+                match a {
+                    Ok(Admission::Assigned(a)) => placed.push((owner, a.worker)),
+                    Ok(Admission::Waiting(_)) => {}
+                    other => panic!("expected Assigned or Waiting, got {other:?}"),
+                }
+            }
+        }
+    }
+    let busy = placed.iter().filter(|(o, _)| o == "busy").count();
+    assert_eq!(
+        busy, cap,
+        "the first owner holds exactly its cap: {placed:?}"
+    );
+    // The other owner's arrivals queued behind the first one's waiting targets; the sweep passes
+    // over the owner at its cap and promotes the other one up to its own cap, and no further.
+    let report = sweep(&r).await;
+    let owners: BTreeSet<String> = promoted(&report.released)
+        .iter()
+        .map(|(t, _)| t.repo().to_owned())
+        .collect();
+    assert!(
+        owners.iter().all(|o| o == "other/repo"),
+        "only the owner below its cap: {report:?}"
+    );
+    r.acknowledge(&report.released).await.expect("acknowledge");
+    let want =
+        std::collections::BTreeMap::from([("busy".to_owned(), cap), ("other".to_owned(), cap)]);
+    assert_eq!(live_per_owner(&r), want);
+    assert!(
+        promoted(&sweep(&r).await.released).is_empty(),
+        "both at their cap"
+    );
+    assert_eq!(
+        r.assign(&of("busy", 999)).await,
+        Ok(crate::AssignOutcome::Rejected(Rejection::CapacityFull {
+            limit: 8
+        })),
+        "an assignment is held to the cap too"
+    );
+
+    // Two replicas free one slot of each owner at once; every handle sweeps. Each owner gets its
+    // slot back from its own waiting targets, and never more.
+    let live_of = |owner: &str| {
+        r.status()
+            .workers
+            .iter()
+            .find(|w| {
+                !matches!(w.status, Status::Dead(_))
+                    && w.target
+                        .as_ref()
+                        .is_some_and(|t| t.repo() == format!("{owner}/repo"))
+            })
+            .map(|w| w.id)
+            .expect("a live worker of the owner")
+    };
+    let (wa, wb) = (live_of("busy"), live_of("other"));
+    let (a, b) = (handles[0].clone(), handles[1].clone());
+    let (da, db) = tokio::join!(a.deregister(wa), b.deregister(wb));
+    assert_eq!(
+        (da, db),
+        (Ok(DeadReason::Deregistered), Ok(DeadReason::Deregistered))
+    );
+    let mut got = Vec::new();
+    for h in &handles {
+        let report = h.sweep().await.expect("sweep");
+        got.extend(promoted(&report.released));
+        h.acknowledge(&report.released).await.expect("acknowledge");
+    }
+    let report = sweep(&r).await;
+    got.extend(promoted(&report.released));
+    let mut owners: Vec<String> = got.iter().map(|(t, _)| t.repo().to_owned()).collect();
+    owners.sort();
+    assert_eq!(
+        owners,
+        vec!["busy/repo".to_owned(), "other/repo".to_owned()],
+        "{got:?}"
+    );
+    assert_eq!(live_per_owner(&r), want);
+}
+
+/// A promoted delivery handed to a replica that then crashes (drops its handle without
+/// acknowledging) is not lost: after `release_ack_timeout` another replica's sweep is offered it
+/// again, with the same assignment, and once acknowledged it is not offered again. Runs on a
+/// backend whose released events carry a receipt (a shared outbox); one that hands them over
+/// in-process has no replica to lose.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn a_promoted_delivery_survives_the_crash_of_its_replica<F: Fixture>(fixture: &F) {
+    let ack = Duration::from_secs(10);
+    let r = registry(fixture, parking(8).release_ack_timeout(ack)).await;
+    if !r.parks() {
+        return;
+    }
+    let other = fixture.replica(&r).await;
+    let crashed = fixture.replica(&r).await;
+    let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
+    assigned(r.admit(&t(2), &d("b")).await);
+    waiting(r.admit(&t(3), &d("c")).await);
+    assert_eq!(r.deregister(w1).await, Ok(DeadReason::Deregistered));
+    let first = crashed.sweep().await.expect("sweep");
+    assert_eq!(promoted(&first.released), vec![(t(3), d("c"))], "{first:?}");
+    let handed = first
+        .released
+        .iter()
+        .find(|e| e.reason == ReleaseReason::Promoted)
+        .cloned()
+        .expect("promoted");
+    if handed.receipt().is_none() {
+        return;
+    }
+    drop(crashed); // never acknowledged
+    let report = other.sweep().await.expect("sweep");
+    assert!(
+        promoted(&report.released).is_empty(),
+        "not offered again before release_ack_timeout: {report:?}"
+    );
+    other
+        .acknowledge(&report.released)
+        .await
+        .expect("acknowledge");
+    fixture.advance(&r, ack + PAST).await;
+    let again = other.sweep().await.expect("sweep");
+    assert_eq!(promoted(&again.released), vec![(t(3), d("c"))], "{again:?}");
+    let e = again
+        .released
+        .iter()
+        .find(|e| e.reason == ReleaseReason::Promoted)
+        .expect("promoted");
+    assert_eq!(e.assignment, handed.assignment, "the same placement");
+    other
+        .acknowledge(&again.released)
+        .await
+        .expect("acknowledge");
+    fixture.advance(&r, ack + PAST).await;
+    let a = handed.assignment.expect("assignment").worker;
+    other.heartbeat(a).await.expect("the promoted worker lives");
+    assert!(
+        promoted(&other.sweep().await.expect("sweep").released).is_empty(),
+        "acknowledged: not offered again"
+    );
+    let dup = duplicate(other.admit(&t(3), &d("c")).await);
+    assert_eq!((dup.holder, dup.state), (Some(a), ClaimState::InFlight));
+}
+
+/// A mass death with many targets waiting: the registry's whole capacity dies at once (the brake
+/// off) while as many targets wait, from several owners. The sweeps that work the death off (in
+/// bounded steps on a networked backend) promote every waiting delivery exactly once, each target
+/// onto one worker, never more live workers than the capacity, and leave nothing waiting.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn a_mass_death_promotes_every_waiting_delivery_once<F: Fixture>(fixture: &F) {
+    let n: usize = 200;
+    let r = registry(
+        fixture,
+        config()
+            .max_workers(n)
+            .max_waiting(2 * n)
+            .max_waiting_per_owner(2 * n)
+            .brake_fraction(1.0),
+    )
+    .await;
+    if !r.parks() {
+        return;
+    }
+    for i in 0..n as u64 {
+        assigned(r.admit(&of("fleet", i + 1), &d(&format!("f{i}"))).await);
+    }
+    let mut want = Vec::new();
+    for i in 0..n as u64 {
+        let target = of(["a", "b", "c", "d"][i as usize % 4], i + 1);
+        let delivery = d(&format!("w{i}"));
+        waiting(r.admit(&target, &delivery).await);
+        want.push((target, delivery));
+    }
+    fixture.advance(&r, TIMEOUT + PAST).await;
+    let mut got = Vec::new();
+    let mut died = 0;
+    for _ in 0..8 {
+        let report = sweep(&r).await;
+        died += report.died.len();
+        got.extend(promoted(&report.released));
+        for e in report
+            .released
+            .iter()
+            .filter(|e| e.reason == ReleaseReason::Promoted)
+        {
+            // Keep the promoted workers alive through the sweeps.
+            r.heartbeat(e.assignment.expect("assignment").worker)
+                .await
+                .expect("alive");
+        }
+        r.acknowledge(&report.released).await.expect("acknowledge");
+        assert!(r.status().capacity.used <= n, "{:?}", r.status().capacity);
+        if report.waiting == 0 && got.len() >= want.len() {
+            break;
+        }
+    }
+    assert_eq!(died, n, "the whole fleet died");
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "every waiting delivery promoted exactly once");
+    assert_eq!((r.status().waiting, r.stats().waiting), (0, 0));
+    assert_eq!(r.stats().promoted, n as u64);
 }
 
 /// With the waiting room off (`max_waiting` 0), or on a backend that does not park whatever the

@@ -1,0 +1,67 @@
+-- admit_waiting: admit.lua with the waiting room on (max_waiting > 0, or a per-owner cap), called
+-- instead of it by such a handle, so the room-off path (admit.lua) is not touched: dedupe (a
+-- waiting pair is a duplicate, 'waiting'), sticky lookup, capacity, the owner's cap, and an
+-- arrival that would create a worker while targets wait for capacity is queued behind them; a
+-- refused admission is parked while the room (and the owner's share) allows.
+-- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms,
+--       retention_ms, max_in_flight_ms, max_workers_per_owner, max_waiting, max_waiting_per_owner
+-- Returns admit.lua's outcomes (a waiting duplicate: state 'waiting', since the parking) and
+--   'waiting' with position and the refusal it stands for: reason ('capacity'|'draining'),
+--   worker (draining: the worker; else '')
+local target, delivery = ARGV[2], ARGV[3]
+local cfg = room_cfg({ ARGV[4], ARGV[5], ARGV[6], ARGV[8], ARGV[7], ARGV[9], ARGV[10], ARGV[11] })
+local member = target .. ':' .. delivery
+
+-- Read phase.
+local now = clock()
+local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
+local st = standing(c, now, cfg.re, cfg.to)
+if st == 'in_flight' or st == 'completed' then
+  return finish({ 'outcome', 'duplicate', 'holder', c[1] or '', 'since', c[2], 'state', st,
+    'unstarted', unstarted(c, st) })
+end
+if cfg.mx > 0 then
+  local since = redis.call('ZSCORE', K.worder, member)
+  if since then
+    return finish({ 'outcome', 'duplicate', 'holder', '', 'since', since, 'state', 'waiting',
+      'unstarted', 0 })
+  end
+end
+local plan = plan_place(target, cfg.mw, now)
+-- Refused only because others wait for capacity (placed after all if the room is full).
+local deferred = false
+if plan.kind == 'new' then
+  if owner_full(cfg, owner_of(target)) then
+    plan.kind = 'full'
+  elseif cfg.mx > 0 and (redis.call('HEXISTS', K.wt, target) == 1 or contenders()) then
+    plan.kind, deferred = 'full', true
+  end
+end
+if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
+  local parked, pos = 'full', nil
+  if cfg.mx > 0 then
+    local blocker = nil
+    if plan.kind == 'draining' then blocker = plan.id end
+    parked, pos = park(cfg, target, delivery, blocker, now)
+  end
+  if parked == 'at' then
+    store_cfg(cfg) -- a death reads them to promote
+    if plan.stale_mapping then redis.call('HDEL', K.targets, target) end
+    local reason, worker = 'capacity', ''
+    if plan.kind == 'draining' then reason, worker = 'draining', plan.id end
+    return finish({ 'outcome', 'waiting', 'position', pos, 'reason', reason, 'worker', worker })
+  end
+  if not deferred then return finish(refuse_place(plan, target)) end
+  plan.kind = 'new'
+end
+
+-- Write phase.
+if st ~= 'none' then forget_claim(member, c) end
+local id, n, new = do_place(plan, target, now, now + cfg.to + cfg.gr)
+if new == 1 then owner_count(cfg, target, id) end
+redis.call('HSET', ckey(member), 'h', id, 'ca', now)
+redis.call('ZADD', wckey(id), now, member)
+redis.call('ZADD', K.flight, now + cfg.mf, member)
+local live = -1
+if new == 1 then live = plan.live + 1 end
+return finish({ 'outcome', 'assigned', 'worker', id, 'seq', n, 'new', new, 'live', live, 'now', now })
