@@ -12,7 +12,14 @@
 //! cargo bench --features redis,testkit --bench redis_scale            # the full run
 //! cargo bench --features redis,testkit --bench redis_scale -- --test  # smoke: 1/50 of the sizes
 //! WR_SCALE_LIVE=2000 cargo bench --features redis,testkit --bench redis_scale
+//! WR_SCALE_REALTIME=1 cargo bench --features redis,testkit --bench redis_scale  # see below
 //! ```
+//!
+//! On a two-core machine the server, the pinger and the bench's sweeping replicas share the cores,
+//! so a round trip also measures how long the pinger or the server waited for one. With
+//! `WR_SCALE_REALTIME=1` (as root) the server's threads and the pinger's run at `SCHED_FIFO`
+//! (`chrt -f`), as if the server had a machine of its own and the pinger a core: the round trip
+//! is then the server's queue.
 //!
 //! Time moves through the registry's test offset (`advance_time_for_tests`), so the bench never
 //! waits for a timeout. The server is a fresh throwaway one (`WORKER_REGISTRY_REDIS_URL` is
@@ -79,8 +86,38 @@ struct PingStats {
     /// The worst lateness of the pinger's own 200 µs sleep: how long its thread waited for a
     /// core (a round trip includes that wait too, whatever the server did).
     worst_wake_us: AtomicU64,
-    /// Whether the pinger's thread runs at nice -10.
+    /// Whether the pinger's thread runs ahead of the bench's (nice -10, or `SCHED_FIFO` with
+    /// `WR_SCALE_REALTIME=1`).
     raised: AtomicBool,
+}
+
+/// Whether `WR_SCALE_REALTIME=1` asks for the server and the pinger at `SCHED_FIFO`.
+fn realtime() -> bool {
+    std::env::var("WR_SCALE_REALTIME").is_ok_and(|v| v == "1")
+}
+
+/// Puts every thread of the server (its `process_id`) at `SCHED_FIFO` priority 50, below the
+/// pinger's 60; says so, or that it could not.
+async fn server_realtime(admin: &mut redis::aio::MultiplexedConnection) {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(admin)
+        .await
+        .unwrap();
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .map(str::trim)
+        .unwrap_or_default()
+        .to_owned();
+    let ok = std::process::Command::new("chrt")
+        .args(["-a", "-f", "-p", "50", &pid])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    println!(
+        "server (pid {pid}) at SCHED_FIFO 50: {}",
+        if ok { "yes" } else { "no: chrt failed" }
+    );
 }
 
 /// The maintenance phases, as `Pinger::phase` numbers them.
@@ -123,10 +160,16 @@ impl Pinger {
                 .ok()
                 .and_then(|p| p.file_name().map(|t| t.to_string_lossy().into_owned()))
                 .and_then(|tid| {
-                    std::process::Command::new("renice")
-                        .args(["-n", "-10", "-p", &tid])
-                        .output()
-                        .ok()
+                    let mut cmd = if realtime() {
+                        let mut c = std::process::Command::new("chrt");
+                        c.args(["-f", "-p", "60", &tid]);
+                        c
+                    } else {
+                        let mut c = std::process::Command::new("renice");
+                        c.args(["-n", "-10", "-p", &tid]);
+                        c
+                    };
+                    cmd.output().ok()
                 })
                 .is_some_and(|o| o.status.success());
             st.raised.store(raised, Ordering::Relaxed);
@@ -390,6 +433,9 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
         .await
         .unwrap();
     let cpu_before = main_thread_cpu(&mut admin).await;
+    if realtime() {
+        server_realtime(&mut admin).await;
+    }
     let pinger = Pinger::start(url);
     tokio::time::sleep(Duration::from_millis(50)).await;
     pinger.armed.store(true, Ordering::Relaxed);
@@ -460,10 +506,10 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
         st.over_1ms.load(Ordering::Relaxed),
         st.over_2ms.load(Ordering::Relaxed),
         PHASES[st.worst_phase.load(Ordering::Relaxed)],
-        if st.raised.load(Ordering::Relaxed) {
-            "nice -10"
-        } else {
-            "normal priority: renice failed"
+        match (st.raised.load(Ordering::Relaxed), realtime()) {
+            (true, true) => "SCHED_FIFO",
+            (true, false) => "nice -10",
+            (false, _) => "normal priority: raising it failed",
         },
         st.worst_wake_us.load(Ordering::Relaxed) as f64 / 1e3
     );
