@@ -356,7 +356,8 @@ impl RegistryConfig {
     /// The most live workers one repository owner may hold at once (0: no cap beyond
     /// `max_workers`). An admission of a new target whose owner is at the cap is treated as one
     /// that found no capacity (parked, or rejected with
-    /// [`Rejection::CapacityFull`](crate::Rejection::CapacityFull)). Only a backend that parks
+    /// [`Rejection::CapacityFull`](crate::Rejection::CapacityFull), whose `limit` is
+    /// [`max_workers`](Self::max_workers) on every backend). Only a backend that parks
     /// enforces it.
     ///
     /// # Examples

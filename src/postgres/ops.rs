@@ -96,8 +96,9 @@ impl PostgresRegistry {
     /// The placement `outcome` names (the row's worker, token and novelty if assigned).
     fn placed(&self, row: &Row, outcome: &str) -> Result<Result<Assignment, Rejection>, Failure> {
         match outcome {
+            // As on every backend: the owner at its cap is a full registry, named by its limit.
             OWNER_FULL => Ok(Err(Rejection::CapacityFull {
-                limit: self.config_ref().max_workers_per_owner(),
+                limit: self.config_ref().max_workers(),
             })),
             vocab::ASSIGNED => {
                 let worker = rows::worker_id(col(row, "o_worker")?)?;

@@ -342,8 +342,13 @@ pub async fn one_slot_at_a_time_serves_the_owners_in_turn<F: Fixture>(fixture: &
         let got = promoted(&report.released);
         assert_eq!(got.len(), 1, "one slot, one target: {report:?}");
         order.push(got[0].0.clone());
-        holder = report.released[report.released.len() - 1]
-            .assignment
+        // The promoted event's worker (the report's order of released events is not specified:
+        // the deregistered holder's own claim is released in the same report).
+        holder = report
+            .released
+            .iter()
+            .find(|e| e.reason == ReleaseReason::Promoted)
+            .and_then(|e| e.assignment)
             .expect("assignment")
             .worker;
         r.acknowledge(&report.released).await.unwrap();
