@@ -182,14 +182,20 @@ end
 
 -- The reply of a decision that may emit events: {events, reply, epoch}; the epoch (read only when
 -- there are events, nil if no listener has set one since the data was lost) tells the caller
--- which numbering its events belong to.
+-- which numbering its events belong to. A call that emitted nothing answers its name/value list
+-- bare (its first element a name, where the wrapped form's is the events array: contract.rs
+-- `invoke_sweeping` tells them apart so): the two tables around it cost a third of a duplicate
+-- admit's reply (docs::redis, "Per-decision cost").
 local NONE = {}
 -- The waiting room's hooks (defined in lib_waiting.lua): a death's bookkeeping, and the promotion
 -- into the slots this call freed, run by `finish` after the decision's own writes.
 local waiting_on_kill, waiting_settle
 local function finish(reply)
   waiting_settle()
-  if not EMITTED then return { NONE, reply, false } end
+  if not EMITTED then
+    if type(reply[1]) == 'string' then return reply end
+    return { NONE, reply, false }
+  end
   if EPOCH == nil then EPOCH = redis.call('GET', K.epoch) end
   return { EMITTED, reply, EPOCH }
 end
