@@ -72,6 +72,14 @@ impl RedisRegistry {
         let Value::Array(mut parts) = v else {
             return Err(bad(format!("expected {{events, reply, epoch}}, got {v:?}")));
         };
+        // A call that emitted nothing answers its name/value list bare: its first element is a
+        // name, where {events, reply, epoch} starts with an array (scripts/lib_base.lua `finish`).
+        if matches!(
+            parts.first(),
+            Some(Value::BulkString(_) | Value::SimpleString(_))
+        ) {
+            return Ok((Value::Array(parts), false));
+        }
         if parts.len() != 3 {
             return Err(bad(format!(
                 "expected {{events, reply, epoch}}, got {} parts",

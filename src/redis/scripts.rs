@@ -258,4 +258,131 @@ mod tests {
         assert_ne!(other.name, lib.name);
         assert_eq!(assemble(DECISIONS).name, lib.name, "stable");
     }
+
+    /// The server's clock in ms.
+    async fn server_ms(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+        secs * 1000 + micros / 1000
+    }
+
+    /// Sets worker 7 under `prefix` running, last beat `stored`; heartbeats it (no offset key:
+    /// KEYS[1] is the bare prefix, as in a build without `testkit`); answers its stored beat.
+    async fn beat(
+        conn: &mut redis::aio::MultiplexedConnection,
+        prefix: &str,
+        stored: &str,
+    ) -> String {
+        let worker = format!("{prefix}w:7");
+        let _: () = redis::cmd("HSET")
+            .arg(&worker)
+            .arg(&["s", "0", "hb", stored, "r", "0", "bt", "1"])
+            .query_async(conn)
+            .await
+            .expect("HSET");
+        let reply: Vec<String> = SCRIPTS
+            .heartbeat
+            .key(prefix)
+            .arg(prefix)
+            .arg("replica")
+            .arg(7)
+            .arg(30_000)
+            .invoke_async(conn)
+            .await
+            .expect("heartbeat");
+        assert_eq!(reply, ["outcome", "active"]);
+        redis::cmd("HGET")
+            .arg(&worker)
+            .arg("hb")
+            .query_async(conn)
+            .await
+            .expect("HGET")
+    }
+
+    /// The heartbeat's text clock and comparison (`clock_text`, `later_text` in lib_base.lua)
+    /// on a real server, without the test offset key: the suite's registries (feature
+    /// `testkit`) always pass it, so the suite reaches only the numeric clock.
+    #[tokio::test]
+    async fn a_heartbeat_without_an_offset_stores_the_later_of_now_and_its_beat_as_integer_text() {
+        let Some(url) = test_servers::redis::shared("scripts") else {
+            return;
+        };
+        let mut conn = redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        load(&mut conn).await.expect("load");
+        let prefix = format!("{{{}}}:", test_servers::redis::unique_name("text-clock"));
+        for _ in 0..50 {
+            // An earlier beat (shorter, then as long): the beat is now, as integer text.
+            for stored in ["1000", "1000000000000"] {
+                let before = server_ms(&mut conn).await;
+                let hb = beat(&mut conn, &prefix, stored).await;
+                let after = server_ms(&mut conn).await;
+                let ms: u64 = hb.parse().expect("integer text");
+                assert!(before <= ms && ms <= after, "{before} <= {hb} <= {after}");
+                assert_eq!(hb, ms.to_string(), "no padding, no exponent");
+            }
+        }
+        // A later beat (as long, then longer) stays.
+        let later = (server_ms(&mut conn).await + 3_600_000).to_string();
+        assert_eq!(beat(&mut conn, &prefix, &later).await, later);
+        assert_eq!(
+            beat(&mut conn, &prefix, "99999999999999").await,
+            "99999999999999"
+        );
+    }
+
+    /// The source of `local function <name>` in lib_base.lua, through its closing `end`.
+    fn base_function(name: &str) -> &'static str {
+        let start = BASE
+            .find(&format!("local function {name}("))
+            .expect("defined");
+        let len = BASE[start..].find("\nend\n").expect("closed") + "\nend\n".len();
+        &BASE[start..start + len]
+    }
+
+    /// `ms_text` and `later_text` (lib_base.lua) against the arithmetic they stand for, run from
+    /// the library's own text on a real server: every padding of TIME's microseconds, and
+    /// comparisons of as long and of longer texts.
+    #[tokio::test]
+    async fn the_text_clock_is_the_integer_clock_and_text_times_compare_as_numbers() {
+        let Some(url) = test_servers::redis::shared("scripts") else {
+            return;
+        };
+        let mut conn = redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        let script = format!(
+            "{}{}return {{ ms_text(ARGV[1], ARGV[2]), later_text(ARGV[3], ARGV[4]) }}",
+            base_function("ms_text"),
+            base_function("later_text")
+        );
+        let secs: u64 = 1_796_192_650;
+        for us in [0u64, 7, 999, 1000, 5231, 99_999, 100_000, 123_456, 999_999] {
+            for (a, b) in [
+                (1000u64, 999),
+                (999, 1000),
+                (1_796_192_650_873, 1_796_192_650_874),
+            ]
+            .into_iter()
+            .chain([(7, 7), (10_000_000_000_000, 9_999_999_999_999)])
+            {
+                let (ms, later): (String, String) = redis::cmd("EVAL")
+                    .arg(&script)
+                    .arg(0)
+                    .arg(secs)
+                    .arg(us)
+                    .arg(a)
+                    .arg(b)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("EVAL");
+                assert_eq!(ms, (secs * 1000 + us / 1000).to_string(), "us {us}");
+                assert_eq!(later, a.max(b).to_string(), "{a} vs {b}");
+            }
+        }
+    }
 }

@@ -6,15 +6,16 @@
 -- | 'assigned' with worker, seq (its assignments), new (0/1), live (-1: unchanged), now
 -- | 'capacity' | 'draining' with worker
 local target, delivery = ARGV[2], ARGV[3]
-local max_workers, timeout = tonumber(ARGV[4]), tonumber(ARGV[5])
-local grace, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
-local max_in_flight = tonumber(ARGV[8])
 local member = target .. ':' .. delivery
 
 -- Read phase. A claim in flight on a worker is a duplicate whatever the time: answered before the
--- clock is read (the common duplicate costs two calls).
+-- clock is read (the common duplicate costs two calls) and before the limits are parsed (each
+-- `tonumber` is a `strtod`).
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
 if in_flight_bound(c) then return finish(duplicate(c, 'in_flight')) end
+local max_workers, timeout = tonumber(ARGV[4]), tonumber(ARGV[5])
+local grace, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
+local max_in_flight = tonumber(ARGV[8])
 local now = clock()
 local st = standing(c, now, retention, timeout)
 if st == 'in_flight' or st == 'completed' then

@@ -142,6 +142,33 @@ local function clock()
   return ms
 end
 
+-- The clock as decimal text (what `I(clock())` gives), built from TIME's text without a number:
+-- a Lua number passed to `redis.call` is formatted with `%.17g` (about 2,600 instructions on
+-- Redis 7.0) and `tonumber` runs `strtod` (about 1,200), so a hot decision that only stores and
+-- compares the time keeps it as text (docs::redis, "Per-decision cost").
+-- Milliseconds as text from TIME's seconds and microseconds (text, the latter unpadded).
+local function ms_text(secs, us)
+  local n = #us
+  if n <= 3 then return secs .. '000' end
+  return secs .. string.rep('0', 6 - n) .. string.sub(us, 1, n - 3)
+end
+local function clock_text()
+  if OFFSET then return I(clock()) end
+  local t = redis.call('TIME')
+  return ms_text(t[1], t[2])
+end
+
+-- The later of two times given as decimal text (non-negative integers without leading zeros, as
+-- the scripts write them), compared without converting either to a number.
+local function later_text(a, b)
+  if #a ~= #b then
+    if #a > #b then return a end
+    return b
+  end
+  if a >= b then return a end
+  return b
+end
+
 -- Publishes one lifecycle event: a registry-wide sequence number (a listener that sees a gap knows
 -- how many it missed), the replica that caused it, its fields, tab-separated. The caller gets its
 -- own events in the reply too (see `finish`), and waits until its listener has passed them.
@@ -155,14 +182,20 @@ end
 
 -- The reply of a decision that may emit events: {events, reply, epoch}; the epoch (read only when
 -- there are events, nil if no listener has set one since the data was lost) tells the caller
--- which numbering its events belong to.
+-- which numbering its events belong to. A call that emitted nothing answers its name/value list
+-- bare (its first element a name, where the wrapped form's is the events array: contract.rs
+-- `invoke_sweeping` tells them apart so): the two tables around it cost a third of a duplicate
+-- admit's reply (docs::redis, "Per-decision cost").
 local NONE = {}
 -- The waiting room's hooks (defined in lib_waiting.lua): a death's bookkeeping, and the promotion
 -- into the slots this call freed, run by `finish` after the decision's own writes.
 local waiting_on_kill, waiting_settle
 local function finish(reply)
   waiting_settle()
-  if not EMITTED then return { NONE, reply, false } end
+  if not EMITTED then
+    if type(reply[1]) == 'string' then return reply end
+    return { NONE, reply, false }
+  end
   if EPOCH == nil then EPOCH = redis.call('GET', K.epoch) end
   return { EMITTED, reply, EPOCH }
 end
