@@ -255,7 +255,7 @@ async fn a_forwarded_event_behind_a_full_mailbox_waits_in_the_owners_overflow() 
     }
     assert_eq!(positions, vec![1, 2], "the owner's overflow positions");
     let (id, got) = refused.expect("a full overflow is a 503");
-    assert_eq!(got.body["outcome"], "capacity", "{}", got.body);
+    assert_eq!(got.body["outcome"], "overflow_full", "{}", got.body);
     assert!(got.retry_after.is_some(), "Retry-After");
     let again = deliver(&http, &bb, &id, &pr("o/r", 1)).await;
     assert_ne!(
