@@ -279,7 +279,13 @@ async fn admission_counters_add_up_to_the_answers() {
         &mut answered,
         &h.deliver("pull_request", "b-1", &pr("o/r", 2)).await,
     );
-    for o in ["assigned", "duplicate", "capacity", "overflow_full", "draining"] {
+    for o in [
+        "assigned",
+        "duplicate",
+        "capacity",
+        "overflow_full",
+        "draining",
+    ] {
         assert!(answered.contains_key(o), "no {o} answer in {answered:?}");
     }
 

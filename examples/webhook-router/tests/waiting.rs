@@ -179,7 +179,12 @@ async fn a_full_waiting_room_is_answered_as_such() {
     let second = h.deliver("pull_request", "f-2", &pr("o/r", 2)).await;
     assert_eq!(second.body["outcome"], "waiting", "{}", second.body);
     let third = h.deliver("pull_request", "f-3", &pr("o/r", 3)).await;
-    assert_eq!(third.status, StatusCode::SERVICE_UNAVAILABLE, "{}", third.body);
+    assert_eq!(
+        third.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        third.body
+    );
     assert_eq!(third.body["outcome"], "waiting_room_full", "{}", third.body);
     assert_eq!(third.body["limit"], 1, "{}", third.body);
     assert!(third.retry_after.is_some(), "Retry-After");
