@@ -78,6 +78,12 @@ impl App {
             },
             Ok(Admission::Rejected(r)) => {
                 admit.record("decision", "rejected");
+                // With the room on, the registry parks what finds no room (no capacity, or the
+                // target's worker draining): a refusal then means the room is full.
+                let registry = &self.inner.registry;
+                if registry.parks() && registry.config().max_waiting() > 0 {
+                    return Dispatch::RoomFull(r);
+                }
                 return Dispatch::Rejected(r);
             }
             Ok(Admission::Waiting(w)) => {

@@ -42,12 +42,14 @@ pub const RECONCILE_COUNTS: [&str; 9] = [
 ];
 
 /// Every outcome label of `webhook_router_deliveries_total`.
-pub const DELIVERY_OUTCOMES: [&str; 12] = [
+pub const DELIVERY_OUTCOMES: [&str; 14] = [
     "assigned",
     "duplicate",
     "waiting",
     "capacity",
     "draining",
+    "waiting_room_full",
+    "overflow_full",
     "closing",
     "unavailable",
     "ignored",

@@ -47,12 +47,16 @@ pub enum Dispatch {
     },
     /// A redelivery of something in flight or recently completed.
     Duplicate(AlreadyClaimed),
-    /// The registry refused it (no claim is left behind).
+    /// The registry refused it and its waiting room is off (no claim is left behind).
     Rejected(Rejection),
+    /// The registry refused it although its waiting room is on: the room (in total, or for the
+    /// delivery's owner) is full (no claim is left behind).
+    RoomFull(Rejection),
     /// The registry parked it: it is claimed, and a sweep hands it to the re-dispatch path when
     /// room appears (see [`crate::redispatch`]).
     Waiting(Waiting),
-    /// The worker's mailbox and the overflow behind it are full; the claim was released again.
+    /// The worker's mailbox and the overflow behind it are full; the claim was released again
+    /// (`overflow_full`, told apart from a full waiting room).
     Backlog {
         /// The worker.
         worker: WorkerId,
@@ -74,27 +78,32 @@ pub enum Dispatch {
 impl Dispatch {
     /// The outcome as the registry decided it and the router counts it: `assigned` (an
     /// overflowed delivery included: the registry admitted it), `duplicate`, `waiting`, `capacity`
-    /// (no capacity, or the worker's mailbox and overflow are full), `draining`, `closing` or
-    /// `unavailable`.
+    /// (no capacity, the waiting room off), `draining` (the room off), `waiting_room_full` (no
+    /// capacity or the worker draining, and the room full), `overflow_full` (the worker's mailbox
+    /// and overflow are full), `closing` or `unavailable`.
     pub fn outcome(&self) -> &'static str {
         match self {
             Self::Assigned(_) | Self::Overflowed { .. } => "assigned",
             Self::Duplicate(_) => "duplicate",
             Self::Waiting(_) => "waiting",
-            Self::Rejected(Rejection::CapacityFull { .. }) | Self::Backlog { .. } => "capacity",
+            Self::Rejected(Rejection::CapacityFull { .. }) => "capacity",
             Self::Rejected(_) => "draining",
+            Self::RoomFull(_) => "waiting_room_full",
+            Self::Backlog { .. } => "overflow_full",
             Self::Closing => "closing",
             Self::Unavailable(_) | Self::Unreachable { .. } => "unavailable",
         }
     }
 
     /// Every value of [`outcome`](Self::outcome).
-    pub const OUTCOMES: [&'static str; 7] = [
+    pub const OUTCOMES: [&'static str; 9] = [
         "assigned",
         "duplicate",
         "waiting",
         "capacity",
         "draining",
+        "waiting_room_full",
+        "overflow_full",
         "closing",
         "unavailable",
     ];

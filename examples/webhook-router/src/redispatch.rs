@@ -147,6 +147,7 @@ impl App {
                     }
                 }
                 Dispatch::Rejected(_)
+                | Dispatch::RoomFull(_)
                 | Dispatch::Backlog { .. }
                 | Dispatch::Unreachable { .. }
                 | Dispatch::Closing

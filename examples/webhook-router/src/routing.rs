@@ -140,7 +140,8 @@ impl App {
                 }
                 TargetOutcome::Drained { assignment: a }
             }
-            Dispatch::Rejected(Rejection::TargetDraining { worker }) => {
+            Dispatch::Rejected(Rejection::TargetDraining { worker })
+            | Dispatch::RoomFull(Rejection::TargetDraining { worker }) => {
                 TargetOutcome::AlreadyDraining { worker }
             }
             other => TargetOutcome::Dispatched(other),

@@ -219,8 +219,9 @@ async fn label_values_are_present_at_zero() {
 }
 
 /// The registry's admitted, duplicate and rejected counters add up to what the router answered:
-/// a delivery the router gave back because its worker's queue was full is rejected (capacity),
-/// as its 503 says, not admitted.
+/// a delivery the router gave back because its worker's queue was full is rejected (capacity)
+/// by the registry's counters, not admitted, and answered `overflow_full`, told apart from a
+/// registry with no capacity.
 #[tokio::test(start_paused = true)]
 async fn admission_counters_add_up_to_the_answers() {
     let h = start(Setup {
@@ -246,7 +247,7 @@ async fn admission_counters_add_up_to_the_answers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        answered.get("capacity").is_some_and(|n| *n >= 1.0),
+        answered.get("overflow_full").is_some_and(|n| *n >= 1.0),
         "{answered:?}"
     );
     // Redeliveries, a second PR, and a third that finds no capacity.
@@ -278,7 +279,13 @@ async fn admission_counters_add_up_to_the_answers() {
         &mut answered,
         &h.deliver("pull_request", "b-1", &pr("o/r", 2)).await,
     );
-    for o in ["assigned", "duplicate", "capacity", "draining"] {
+    for o in [
+        "assigned",
+        "duplicate",
+        "capacity",
+        "overflow_full",
+        "draining",
+    ] {
         assert!(answered.contains_key(o), "no {o} answer in {answered:?}");
     }
 
@@ -310,11 +317,11 @@ async fn admission_counters_add_up_to_the_answers() {
     );
     assert_eq!(
         get("worker_registry_rejected_total{reason=\"capacity\"}"),
-        admissions("capacity")
+        admissions("capacity") + admissions("overflow_full")
     );
     assert_eq!(
         get("worker_registry_rejected_total{reason=\"capacity\"}"),
-        answered["capacity"]
+        answered["capacity"] + answered["overflow_full"]
     );
     assert_eq!(
         get("worker_registry_rejected_total{reason=\"draining\"}"),

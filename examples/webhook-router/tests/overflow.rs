@@ -154,7 +154,7 @@ async fn a_full_overflow_is_503_with_retry_after_and_leaves_no_claim() {
         assert_eq!(a.status, StatusCode::ACCEPTED, "{id}: {}", a.body);
     }
     let (id, a) = refused.expect("1 running + 1 in the mailbox + 2 overflowed, then a 503");
-    assert_eq!(a.body["outcome"], "capacity");
+    assert_eq!(a.body["outcome"], "overflow_full");
     assert!(a.body["reason"].as_str().unwrap().contains("overflow"));
     assert!(a.retry_after.is_some_and(|s| s >= 1), "Retry-After");
     assert_eq!(h.server.app().containers().overflow_metrics().queued(), 2);

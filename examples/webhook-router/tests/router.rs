@@ -395,7 +395,7 @@ async fn full_mailbox_and_overflow_is_503_and_releases_the_claim() {
         assert_eq!(a.status, StatusCode::ACCEPTED);
     }
     let (i, a) = refused.expect("a mailbox of 1 and an overflow of 1 are full within 5 deliveries");
-    assert_eq!(a.body["outcome"], "capacity");
+    assert_eq!(a.body["outcome"], "overflow_full");
     assert!(a.body["reason"].as_str().unwrap().contains("queue"));
     // The claim was released: the redelivery is not a duplicate.
     let again = h

@@ -160,3 +160,43 @@ async fn a_quiet_owners_wait_is_bounded_by_its_share() {
     }
     assert_eq!(h.memory.direct().stats().claims_completed, 55, "0 lost");
 }
+
+/// Past the waiting room's bound the answer is a 503 that says the room is full
+/// (`waiting_room_full`, with `Retry-After`), told apart from a worker's full mailbox and
+/// overflow (`overflow_full`), in the answer and in the metrics' labels; nothing is claimed, so
+/// the resend is admitted once there is room.
+#[tokio::test(start_paused = true)]
+async fn a_full_waiting_room_is_answered_as_such() {
+    let h = start(Setup {
+        capacity: 1,
+        waiting: 1,
+        idle: Duration::from_millis(150),
+        ..Setup::default()
+    })
+    .await;
+    let first = h.deliver("pull_request", "f-1", &pr("o/r", 1)).await;
+    assert_eq!(first.body["outcome"], "assigned", "{}", first.body);
+    let second = h.deliver("pull_request", "f-2", &pr("o/r", 2)).await;
+    assert_eq!(second.body["outcome"], "waiting", "{}", second.body);
+    let third = h.deliver("pull_request", "f-3", &pr("o/r", 3)).await;
+    assert_eq!(
+        third.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        third.body
+    );
+    assert_eq!(third.body["outcome"], "waiting_room_full", "{}", third.body);
+    assert_eq!(third.body["limit"], 1, "{}", third.body);
+    assert!(third.retry_after.is_some(), "Retry-After");
+    let text = h.get("/metrics").await.body.as_str().unwrap().to_owned();
+    for line in [
+        "webhook_router_deliveries_total{outcome=\"waiting_room_full\"} 1",
+        "webhook_router_deliveries_total{outcome=\"overflow_full\"} 0",
+        "webhook_router_deliveries_total{outcome=\"capacity\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    // Nothing was claimed: the resend waits, or is placed, once there is room.
+    let payload = pr("o/r", 3);
+    eventually(|| async { completed(&h, "f-3", &payload).await.then_some(()) }).await;
+}

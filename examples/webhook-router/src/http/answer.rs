@@ -23,11 +23,16 @@ pub enum Outcome {
     /// waiting room. The worker's mailbox full: in order in the overflow behind it (`worker`
     /// and `token` say which worker has it).
     Waiting,
-    /// No capacity for a new worker (and no room to wait), or the worker's mailbox and its
-    /// overflow are full (503, no claim left behind).
+    /// No capacity for a new worker, and the waiting room off (503, no claim left behind).
     Capacity,
-    /// The pull request's worker is draining; it gets no new event (503).
+    /// The pull request's worker is draining, and the waiting room off; it gets no new event
+    /// (503).
     Draining,
+    /// No capacity, or the pull request's worker draining, and the registry's waiting room (in
+    /// total or for the repository's owner) full (503, no claim left behind).
+    WaitingRoomFull,
+    /// The worker's mailbox and the overflow behind it are full (503, no claim left behind).
+    OverflowFull,
     /// The router is shutting down (503).
     Closing,
     /// The registry's backend could not answer; nothing was accepted (503).
@@ -45,6 +50,8 @@ impl Outcome {
             Self::Waiting => "waiting",
             Self::Capacity => "capacity",
             Self::Draining => "draining",
+            Self::WaitingRoomFull => "waiting_room_full",
+            Self::OverflowFull => "overflow_full",
             Self::Closing => "closing",
             Self::Unavailable => "unavailable",
         }
@@ -54,7 +61,12 @@ impl Outcome {
     pub fn is_refusal(self) -> bool {
         matches!(
             self,
-            Self::Capacity | Self::Draining | Self::Closing | Self::Unavailable
+            Self::Capacity
+                | Self::Draining
+                | Self::WaitingRoomFull
+                | Self::OverflowFull
+                | Self::Closing
+                | Self::Unavailable
         )
     }
 }

@@ -186,9 +186,9 @@ fn answer(
 fn wait_for(app: &App, d: &Dispatch) -> Duration {
     let cfg = app.registry().config();
     match d {
-        Dispatch::Rejected(Rejection::TargetDraining { .. }) | Dispatch::Backlog { .. } => {
-            app.options().work
-        }
+        Dispatch::Rejected(Rejection::TargetDraining { .. })
+        | Dispatch::RoomFull(Rejection::TargetDraining { .. })
+        | Dispatch::Backlog { .. } => app.options().work,
         Dispatch::Closing => cfg.heartbeat_timeout(),
         _ => cfg.sweep_interval(),
     }
@@ -303,8 +303,18 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
             a.outcome = Outcome::Capacity;
             a.reason = Some(r.to_string());
         }
+        Dispatch::RoomFull(r) => {
+            a.outcome = Outcome::WaitingRoomFull;
+            if let Rejection::CapacityFull { limit } = r {
+                a.limit = Some(*limit as u64);
+            }
+            if let Rejection::TargetDraining { worker } = r {
+                a.worker = Some(worker.get());
+            }
+            a.reason = Some(format!("{r}, and the waiting room is full"));
+        }
         Dispatch::Backlog { worker } => {
-            a.outcome = Outcome::Capacity;
+            a.outcome = Outcome::OverflowFull;
             a.worker = Some(worker.get());
             a.reason = Some("the worker's queue (its mailbox and overflow) is full".to_owned());
         }

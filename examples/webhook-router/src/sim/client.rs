@@ -23,12 +23,16 @@ pub(super) enum Outcome {
     Waiting,
     Capacity,
     Draining,
+    /// 503: no room, and the registry's waiting room full.
+    RoomFull,
+    /// 503: the worker's mailbox and overflow full.
+    OverflowFull,
     Unavailable,
     Refused,
     Failed,
 }
 
-pub(super) const OUTCOMES: [Outcome; 10] = [
+pub(super) const OUTCOMES: [Outcome; 12] = [
     Outcome::AssignedNew,
     Outcome::AssignedExisting,
     Outcome::Duplicate,
@@ -36,6 +40,8 @@ pub(super) const OUTCOMES: [Outcome; 10] = [
     Outcome::Waiting,
     Outcome::Capacity,
     Outcome::Draining,
+    Outcome::RoomFull,
+    Outcome::OverflowFull,
     Outcome::Unavailable,
     Outcome::Refused,
     Outcome::Failed,
@@ -170,6 +176,8 @@ impl Client {
             (202, Some("waiting")) => Outcome::Waiting,
             (503, Some("capacity")) => Outcome::Capacity,
             (503, Some("draining")) => Outcome::Draining,
+            (503, Some("waiting_room_full")) => Outcome::RoomFull,
+            (503, Some("overflow_full")) => Outcome::OverflowFull,
             // The router is shutting down, or its backend (or the worker's container) is away.
             (503, Some("closing" | "unavailable")) => Outcome::Unavailable,
             (400..=499, _) => Outcome::Refused,
@@ -231,9 +239,12 @@ pub(super) fn record(
             accepted.lock().expect("not poisoned").insert(i);
         }
         // Refused, or cut off (a killed replica): send it again.
-        Outcome::Capacity | Outcome::Draining | Outcome::Unavailable | Outcome::Failed => {
-            retry.lock().expect("not poisoned").push(i)
-        }
+        Outcome::Capacity
+        | Outcome::Draining
+        | Outcome::RoomFull
+        | Outcome::OverflowFull
+        | Outcome::Unavailable
+        | Outcome::Failed => retry.lock().expect("not poisoned").push(i),
         _ => {}
     }
 }

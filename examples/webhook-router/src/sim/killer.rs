@@ -13,7 +13,7 @@ use super::Sim;
 use crate::server::Killed;
 
 /// When a replica was killed (since the start), what that stopped, and its registry handle's
-/// counters just before.
+/// counters as the kill left them.
 pub(super) type Kill = (Duration, Killed, Stats);
 
 /// Starts the killer; with one replica it does nothing.
@@ -34,8 +34,10 @@ pub(super) fn spawn(sim: &Arc<Sim>) -> JoinHandle<Option<Kill>> {
         // Release: pairs with the Acquire in `Client::is_alive`.
         sim.client.alive[replicas - 1].store(false, Ordering::Release);
         let at = sim.started.elapsed();
-        let stats = sim.apps[replicas - 1].registry().stats();
         let killed = victim.kill().await;
+        // Read once its HTTP server and sweeper are stopped: what their last calls counted
+        // before the kill cut them off is counted too.
+        let stats = sim.apps[replicas - 1].registry().stats();
         Some((at, killed, stats))
     })
 }

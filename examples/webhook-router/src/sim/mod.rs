@@ -256,7 +256,7 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
     let (samples, probe) = sampler::finish(&sim, sampler).await;
     let settled = settle::run(&sim, &probe).await;
     let audited = audit::run(&sim, &probe).await;
-    let counts = summary::Counts::take(&sim, killed.as_ref());
+    let counts = summary::Counts::take(&sim, killed.as_ref()).await;
     let shutdown = shutdown::run(&sim).await;
     eprintln!("{}", outage.line());
     let mut report = summary::print(summary::Findings {

@@ -47,7 +47,11 @@ fn line(sim: &Sim) -> String {
         tally.get(Outcome::AssignedNew) + tally.get(Outcome::AssignedExisting),
         tally.get(Outcome::Duplicate),
         tally.get(Outcome::Ignored),
-        tally.get(Outcome::Capacity) + tally.get(Outcome::Draining) + tally.get(Outcome::Unavailable),
+        tally.get(Outcome::Capacity)
+            + tally.get(Outcome::Draining)
+            + tally.get(Outcome::RoomFull)
+            + tally.get(Outcome::OverflowFull)
+            + tally.get(Outcome::Unavailable),
         tally.crashes.load(Ordering::Relaxed),
         tally.drains.load(Ordering::Relaxed),
     )

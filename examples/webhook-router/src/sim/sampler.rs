@@ -66,6 +66,8 @@ pub(super) struct Samples {
     pub(super) failed: u64,
     pub(super) max_live: u64,
     pub(super) max_snapshot: usize,
+    /// The most deliveries any live replica's snapshot showed waiting.
+    pub(super) max_waiting: usize,
     pub(super) max_running: usize,
 }
 
@@ -87,7 +89,9 @@ pub(super) fn spawn(sim: &Arc<Sim>, probe: Probe) -> JoinHandle<(Samples, Probe)
             }
             for (r, a) in sim.apps.iter().enumerate() {
                 if sim.client.is_alive(r) {
-                    s.max_snapshot = s.max_snapshot.max(a.registry().status().capacity.used);
+                    let status = a.registry().status();
+                    s.max_snapshot = s.max_snapshot.max(status.capacity.used);
+                    s.max_waiting = s.max_waiting.max(status.waiting);
                 }
             }
             s.max_running = s.max_running.max(containers.ledger().running());

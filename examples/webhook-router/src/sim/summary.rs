@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use worker_registry::{DeadReason, Status, StatusSnapshot, WorkerInfo, WorkerRegistry};
+use worker_registry::{
+    DeadReason, DynRegistry, Status, StatusSnapshot, WorkerInfo, WorkerRegistry,
+};
 
 use super::audit::{Audited, NotCompleted};
 use super::client::Outcome;
@@ -41,6 +43,10 @@ pub(super) struct Findings<'s> {
 /// The registry's and the containers' counts once the router settled, before shutdown.
 pub(super) struct Counts {
     totals: Totals,
+    /// The waiting room's size at the end, as the registry holds it: one live handle's
+    /// snapshot, taken by a sweep that ran after the settle phase (not a sum of the replicas'
+    /// gauges, which counts the registry once per replica, the killed one's frozen value included).
+    room: usize,
     /// Released events re-dispatched, by every replica.
     redispatched: u64,
     ledger: Audit,
@@ -49,19 +55,26 @@ pub(super) struct Counts {
     overflow_queued: u64,
 }
 
+/// How long [`Counts::take`] waits for a sweep to publish a snapshot, in sweep intervals.
+const FINAL_SWEEP_WAIT: u32 = 20;
+
 impl Counts {
-    /// Taken now: the live replicas' registry counters (and the killed one's, from before it was
-    /// killed) and the container ledger.
-    pub(super) fn take(sim: &Sim, killed: Option<&Kill>) -> Self {
+    /// Taken now: the live replicas' registry counters (and the killed one's, from when it was
+    /// killed), the room's size from one live handle once its sweeper has swept again, and the
+    /// container ledger.
+    pub(super) async fn take(sim: &Sim, killed: Option<&Kill>) -> Self {
         let mut totals = Totals::default();
-        for a in &sim.live_apps() {
+        let live = sim.live_apps();
+        for a in &live {
             totals.add(&a.registry().stats());
         }
         if let Some((_, _, stats)) = killed {
             totals.add(stats);
         }
+        let reader = live.first().unwrap_or_else(|| sim.app()).registry().clone();
         Self {
             totals,
+            room: room_after_a_sweep(&reader).await,
             redispatched: sim.apps.iter().map(App::redispatched).sum(),
             ledger: sim.app().containers().ledger().audit(),
             // One platform per process, shared by its replicas.
@@ -71,7 +84,27 @@ impl Counts {
     }
 }
 
-/// Counters summed over the replicas.
+/// The room's size in the first snapshot `registry`'s sweeper publishes from now (its sweeper
+/// hands over whatever that sweep promotes; sweeping here would take those deliveries from it),
+/// or in the current one if none comes within [`FINAL_SWEEP_WAIT`] sweep intervals.
+async fn room_after_a_sweep(registry: &DynRegistry) -> usize {
+    let before = registry.status().version;
+    let every = registry
+        .config()
+        .sweep_interval()
+        .max(Duration::from_millis(1));
+    for _ in 0..FINAL_SWEEP_WAIT * 4 {
+        let now = registry.status();
+        if now.version > before {
+            return now.waiting;
+        }
+        tokio::time::sleep(every / 4).await;
+    }
+    registry.status().waiting
+}
+
+/// Counters summed over the replicas (each handle counts what it decided). The gauges are not
+/// summed: every replica's is the one registry's.
 #[derive(Default, Clone, Copy)]
 struct Totals {
     admitted_new: u64,
@@ -82,7 +115,6 @@ struct Totals {
     parked: u64,
     promoted: u64,
     waiting_expired: u64,
-    waiting: u64,
 }
 
 impl Totals {
@@ -95,8 +127,13 @@ impl Totals {
         self.parked += s.parked;
         self.promoted += s.promoted;
         self.waiting_expired += s.waiting_expired;
-        self.waiting += s.waiting as u64;
     }
+}
+
+/// Parked deliveries the counters account for (promoted, dropped or still waiting) beyond those
+/// they saw parked.
+fn uncounted_parkings(t: &Totals, room: usize) -> u64 {
+    (t.promoted + t.waiting_expired + room as u64).saturating_sub(t.parked)
 }
 
 /// Prints the summary on stdout; the run's [`Report`].
@@ -132,6 +169,10 @@ pub(super) fn print(mut f: Findings<'_>) -> Report {
         capacity: f.sim.app().registry().config().max_workers() as u64,
         killed: f.killed.map(|(at, k, _)| (at, k)),
         died: f.counts.totals.died,
+        parked: f.counts.totals.parked,
+        promoted: f.counts.totals.promoted,
+        waiting_expired: f.counts.totals.waiting_expired,
+        waiting: f.counts.room,
         redispatched: f.counts.redispatched,
         crashes,
         settle_cut: f.settled.cut,
@@ -231,7 +272,7 @@ fn traffic(out: &mut String, f: &Findings<'_>) {
     );
     let _ = writeln!(
         out,
-        "outcomes   202 assigned {} (new worker {}, existing worker {}) | 200 duplicate {} | 202 ignored {} | 202 waiting {} | 503 capacity {} | 503 draining {} | 503 unavailable {} | 4xx {} | failed {}",
+        "outcomes   202 assigned {} (new worker {}, existing worker {}) | 200 duplicate {} | 202 ignored {} | 202 waiting {} | 503 capacity {} | 503 draining {} | 503 waiting room full {} | 503 overflow full {} | 503 unavailable {} | 4xx {} | failed {}",
         tally.get(Outcome::AssignedNew) + tally.get(Outcome::AssignedExisting),
         tally.get(Outcome::AssignedNew),
         tally.get(Outcome::AssignedExisting),
@@ -240,6 +281,8 @@ fn traffic(out: &mut String, f: &Findings<'_>) {
         tally.get(Outcome::Waiting),
         tally.get(Outcome::Capacity),
         tally.get(Outcome::Draining),
+        tally.get(Outcome::RoomFull),
+        tally.get(Outcome::OverflowFull),
         tally.get(Outcome::Unavailable),
         tally.get(Outcome::Refused),
         tally.get(Outcome::Failed),
@@ -272,12 +315,24 @@ fn recovery(out: &mut String, f: &Findings<'_>) {
     );
     let _ = writeln!(
         out,
-        "waiting    {} deliveries parked in the waiting room, {} promoted onto a worker, {} dropped after max_wait, {} still waiting{}",
+        "waiting    {} deliveries parked in the waiting room, {} promoted onto a worker, {} dropped after max_wait (the replicas' counters); at most {} waiting at once (snapshots sampled), {} still waiting (the registry's snapshot after a final sweep){}{}",
         totals.parked,
         totals.promoted,
         totals.waiting_expired,
-        totals.waiting,
+        f.samples.max_waiting,
+        f.counts.room,
         if f.sim.app().registry().parks() { "" } else { " (this backend does not park)" },
+        match uncounted_parkings(totals, f.counts.room) {
+            0 => String::new(),
+            n => format!(
+                "; {n} more promoted, dropped or waiting than parked: parkings no live replica counted ({})",
+                if f.killed.is_some() {
+                    "the killed replica's calls cut off by the kill, or replies lost"
+                } else {
+                    "replies lost"
+                }
+            ),
+        },
     );
     let _ = writeln!(
         out,
@@ -363,6 +418,15 @@ pub struct Report {
     pub killed: Option<(Duration, Killed)>,
     /// Workers declared dead by the sweeps.
     pub died: u64,
+    /// Deliveries parked in the waiting room, by the replicas' counters (a replica killed
+    /// mid-call may have parked some it never counted).
+    pub parked: u64,
+    /// Parked deliveries promoted onto a worker, by the replicas' counters.
+    pub promoted: u64,
+    /// Parked deliveries dropped after `max_wait`, by the replicas' counters.
+    pub waiting_expired: u64,
+    /// Deliveries still waiting at the end: the registry's snapshot after a final sweep.
+    pub waiting: usize,
     /// Released events re-dispatched.
     pub redispatched: u64,
     /// Containers crashed by the chaos.
@@ -406,7 +470,7 @@ fn status_table(
     };
     let _ = writeln!(
         out,
-        "status     {when}, snapshot #{}: {} active, {} draining, {} dead ({} exited, {} missed heartbeats); capacity {}/{}; claims {} in flight, {} retained",
+        "status     {when}, snapshot #{}: {} active, {} draining, {} dead ({} exited, {} missed heartbeats); capacity {}/{}; claims {} in flight, {} retained; {} waiting",
         s.version,
         s.counts.active,
         s.counts.draining,
@@ -417,6 +481,7 @@ fn status_table(
         s.capacity.limit,
         s.claims.in_flight,
         s.claims.retained,
+        s.waiting,
     );
     let mut live: Vec<&WorkerInfo> = s.workers.iter().filter(|w| w.status.is_alive()).collect();
     let mut dead: Vec<&WorkerInfo> = s.workers.iter().filter(|w| !w.status.is_alive()).collect();

@@ -92,6 +92,67 @@ async fn three_replicas_audit_on_postgres() {
     three_replicas_audit(Kind::Postgres).await;
 }
 
+/// The simulator's summary reports the waiting room as the server holds it: with two slots for
+/// three replicas the room fills, the third replica is killed while deliveries wait, and once
+/// the run has settled the summary's "still waiting" is what a fresh handle on the registry
+/// reads, not the replicas' gauges summed (the killed replica's frozen one included).
+async fn three_replicas_report_the_room_the_server_holds(kind: Kind) {
+    let Some(choice) = shared(kind) else {
+        return;
+    };
+    let name = unique("room");
+    let c = config(2);
+    let config = RegistryConfig::builder()
+        .max_workers(2)
+        .heartbeat_interval(c.heartbeat_interval())
+        .missed_heartbeats(MISSED)
+        .sweep_interval(c.sweep_interval())
+        .startup_grace(c.startup_grace())
+        .suspect_grace(c.suspect_grace())
+        .release_ack_timeout(c.release_ack_timeout())
+        .max_waiting(512)
+        .max_waiting_per_owner(512)
+        .build()
+        .unwrap();
+    let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
+    let (servers, probe) = three_replicas(&choice, &name, &config, &options).await;
+    let plan = Plan {
+        events: 300,
+        rate: 300,
+        clients: 8,
+        repos: 4,
+        prs: 4,
+        redeliveries: 0.1,
+        crash_every: HEARTBEAT * 3,
+        drain_every: HEARTBEAT * 4,
+        max_time: Duration::from_secs(20),
+        seed: 11,
+        secret: SECRET.as_bytes().to_vec(),
+        admin_token: Some(TOKEN.to_owned()),
+        shutdown_deadline: Duration::from_secs(2),
+        registry: choice.to_string(),
+        registry_name: name.clone(),
+    };
+    let report = sim::run(servers, plan, probe).await;
+    assert!(report.passed(), "the audit failed: {report:?}");
+    assert!(report.killed.is_some(), "a replica was killed: {report:?}");
+    assert!(report.parked > 0, "the room was used: {report:?}");
+    let fresh = choice.open(config.clone(), &name).await.unwrap();
+    assert_eq!(
+        report.waiting,
+        fresh.status().waiting,
+        "the summary's room is the server's: {report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_report_the_room_the_server_holds_on_redis() {
+    three_replicas_report_the_room_the_server_holds(Kind::Redis).await;
+}
+
+// Not yet on PostgreSQL: there the settle phase's `Store::unfinished` does not count the
+// waiting room, so this run settles with deliveries still waiting and the audit fails.
+
 /// Replicas as separate processes would be (each its own containers, reaching the others'
 /// through the owner records and `POST /internal/workers/{id}/jobs`): a sticky event that lands
 /// on the other replica is forwarded to the owner's container; an event for a worker whose owner
@@ -255,7 +316,7 @@ async fn a_forwarded_event_behind_a_full_mailbox_waits_in_the_owners_overflow() 
     }
     assert_eq!(positions, vec![1, 2], "the owner's overflow positions");
     let (id, got) = refused.expect("a full overflow is a 503");
-    assert_eq!(got.body["outcome"], "capacity", "{}", got.body);
+    assert_eq!(got.body["outcome"], "overflow_full", "{}", got.body);
     assert!(got.retry_after.is_some(), "Retry-After");
     let again = deliver(&http, &bb, &id, &pr("o/r", 1)).await;
     assert_ne!(
