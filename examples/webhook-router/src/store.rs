@@ -262,7 +262,7 @@ impl Store {
     /// | backend | read |
     /// |---|---|
     /// | Redis | `ZCARD {n}:flight` + `ZCARD {n}:unbound` + `ZCARD {n}:released_due` + `XLEN {n}:released` + `ZCARD {n}:worder` (parked) |
-    /// | PostgreSQL | `wr_claims` rows with `completed_at_ms IS NULL` + `wr_released` rows |
+    /// | PostgreSQL | `wr_claims` rows with `completed_at_ms IS NULL` + `wr_released` rows + `wr_waiting` rows (parked) |
     pub async fn unfinished(&self) -> Result<u64, RegistryError> {
         timed(self.backend(), async {
             match self {
@@ -299,6 +299,7 @@ impl Store {
                             "SELECT (SELECT count(*) FROM wr_claims c \
                                       WHERE c.registry = r.id AND c.completed_at_ms IS NULL) \
                                   + (SELECT count(*) FROM wr_released o WHERE o.registry = r.id) \
+                                  + (SELECT count(*) FROM wr_waiting q WHERE q.registry = r.id) \
                                FROM wr_registries r WHERE r.name = $1",
                         )
                         .await
@@ -316,8 +317,8 @@ impl Store {
 
     /// What the server holds for `delivery` (an audit read of the library's documented layout, for
     /// the simulator to explain a delivery it found lost): on PostgreSQL its `wr_claims` rows (with
-    /// the holder's status) and `wr_released` outbox rows (claimed by which replica, when), and the
-    /// server's clock, as JSON text; `None` on Redis (not read).
+    /// the holder's status), `wr_released` outbox rows (claimed by which replica, when) and
+    /// `wr_waiting` rows (parked), and the server's clock, as JSON text; `None` on Redis (not read).
     pub async fn delivery_state(&self, delivery: &str) -> Result<Option<String>, RegistryError> {
         timed(self.backend(), async {
             match self {
@@ -335,7 +336,9 @@ impl Store {
                                    ON w.registry = c.registry AND w.id = c.holder \
                                 WHERE c.registry = r.id AND c.delivery = $2), \
                                'outbox', (SELECT coalesce(jsonb_agg(to_jsonb(o) - 'registry'), '[]') \
-                                 FROM wr_released o WHERE o.registry = r.id AND o.delivery = $2)\
+                                 FROM wr_released o WHERE o.registry = r.id AND o.delivery = $2), \
+                               'waiting', (SELECT coalesce(jsonb_agg(to_jsonb(q) - 'registry'), '[]') \
+                                 FROM wr_waiting q WHERE q.registry = r.id AND q.delivery = $2)\
                              )::text FROM wr_registries r WHERE r.name = $1",
                         )
                         .await
