@@ -12,7 +12,9 @@ pub(crate) use crate::api::connect::validate_name;
 pub(crate) struct Keys {
     /// `{name}:`, the prefix of every key (ARGV[1] of every script).
     pub(crate) prefix: String,
-    /// The test time offset (set by `advance_time_for_tests`).
+    /// The test time offset (set by `advance_time_for_tests`; read only by a `testkit` build and
+    /// this module's tests).
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(crate) offset: String,
     /// KEYS[1] of every function call: the test time offset in a build with the `testkit`
     /// feature (every function that reads the clock adds it), else the bare prefix, which names

@@ -19,7 +19,9 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
-use worker_registry::{Assignment, ClaimState, Rejection, Target, WorkerId, WorkerRegistry};
+use worker_registry::{
+    Assignment, ClaimState, Rejection, Target, Waiting, WorkerId, WorkerRegistry,
+};
 
 /// The whole handling of one `POST /webhook`.
 pub async fn handle(app: &App, request: Request) -> Reply {
@@ -272,23 +274,7 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
                 _ => ClaimStateName::InFlight,
             });
         }
-        Dispatch::Waiting(w) => {
-            a.outcome = Outcome::Waiting;
-            a.position = Some(w.position as u64);
-            if let Rejection::TargetDraining { worker } = w.reason {
-                a.worker = Some(worker.get());
-            }
-            a.reason = Some(match w.reason {
-                Rejection::CapacityFull { limit } => {
-                    a.limit = Some(limit as u64);
-                    format!("{limit} live workers is the limit: waiting for room")
-                }
-                Rejection::TargetDraining { worker } => {
-                    format!("its worker {worker} is draining: waiting for its successor")
-                }
-                r => format!("{r}: waiting for room"),
-            });
-        }
+        Dispatch::Waiting(w) => parked(a, w),
         Dispatch::Rejected(Rejection::CapacityFull { limit }) => {
             a.outcome = Outcome::Capacity;
             a.limit = Some(*limit as u64);
@@ -332,6 +318,25 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
             a.reason = Some(reason.clone());
         }
     }
+}
+
+/// A delivery parked in the registry's waiting room: its position, and why it waits.
+fn parked(a: &mut TargetAnswer, w: &Waiting) {
+    a.outcome = Outcome::Waiting;
+    a.position = Some(w.position as u64);
+    if let Rejection::TargetDraining { worker } = w.reason {
+        a.worker = Some(worker.get());
+    }
+    a.reason = Some(match w.reason {
+        Rejection::CapacityFull { limit } => {
+            a.limit = Some(limit as u64);
+            format!("{limit} live workers is the limit: waiting for room")
+        }
+        Rejection::TargetDraining { worker } => {
+            format!("its worker {worker} is draining: waiting for its successor")
+        }
+        r => format!("{r}: waiting for room"),
+    });
 }
 
 /// A delivery queued behind its worker's full mailbox: the same shape as the registry's waiting
