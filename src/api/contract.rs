@@ -144,9 +144,10 @@ pub trait WorkerRegistry: Send + Sync {
     ///   if the room is full and capacity allows; an admission onto an existing active worker
     ///   (sticky) is not affected.
     /// * **Promotion** happens when capacity is freed by a death, an exit or the end of a drain
-    ///   (at that call itself on a backend that can, as the in-memory one does; else, and in any
-    ///   case as a catch-up, in [`Maintenance::sweep`]): the room goes to waiting targets, first to those whose draining worker has died
-    ///   since (the target's successor takes its slot), then one target per owner in turn
+    ///   (at that call itself, as all three backends do, one freed slot at a time; and in any
+    ///   case as a catch-up, in [`Maintenance::sweep`]): the room goes to waiting targets, first
+    ///   to those whose draining worker has died since (the target's successor takes its slot),
+    ///   then one target per owner in turn
     ///   (round-robin across owners, each owner's targets in arrival order). A target is promoted
     ///   with all of its waiting deliveries, in arrival order, onto one worker. A draining target's
     ///   deliveries are promoted only once that worker is dead: never two live workers for one
