@@ -55,6 +55,9 @@ pub struct RedisRegistryBuilder {
     pub(super) response_timeout: Duration,
     pub(super) reconnect_retries: usize,
     pub(super) wait_on_create: Option<(usize, Duration)>,
+    /// Whether this handle's calls read the test time offset (a `testkit` build, unless
+    /// [`without_test_offset`](Self::without_test_offset)).
+    pub(super) test_offset: bool,
     /// The Sentinels' URLs and the monitored primary's name.
     pub(super) sentinel: Option<(Vec<String>, String)>,
     /// More seed nodes of a Redis Cluster (the URL is the first).
@@ -150,6 +153,40 @@ impl RedisRegistryBuilder {
     /// ```
     pub fn wait_on_create(mut self, replicas: usize, timeout: Duration) -> Self {
         self.wait_on_create = Some((replicas, timeout));
+        self
+    }
+
+    /// Makes this handle's calls read the server's clock alone, as every call of a build without
+    /// the `testkit` feature does: no call pays a `GET` of the registry's test time offset. For
+    /// benchmarks, which are built with `testkit` (the crate's dev-dependency on itself) and
+    /// should measure what production runs. Feature `testkit`.
+    ///
+    /// The handle is correct on its own, but it does not see an offset set by
+    /// [`advance_time_for_tests`](super::RedisRegistry::advance_time_for_tests), its own or
+    /// another handle's: once one is set, it and the handles that read the offset disagree about
+    /// the registry's time by that much. Use it on registries whose time is never advanced.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use worker_registry::redis::RedisRegistry;
+    /// use worker_registry::WorkerRegistry;
+    ///
+    /// let registry = RedisRegistry::builder("redis://127.0.0.1/")
+    ///     .name("bench")
+    ///     .without_test_offset()
+    ///     .connect()
+    ///     .await?;
+    /// let worker = registry.register().await?;
+    /// registry.heartbeat(worker).await?; // TIME, HMGET, HSET, ZADD: no GET of an offset
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "testkit")]
+    pub fn without_test_offset(mut self) -> Self {
+        self.test_offset = false;
         self
     }
 
@@ -369,7 +406,10 @@ impl RedisRegistryBuilder {
         let client = builder.build().map_err(Ok)?;
         Ok(Source::Cluster(super::link::Cluster {
             client,
-            home: Route::with_key(Keys::new(&self.name).offset.as_bytes(), SlotAddr::Master),
+            home: Route::with_key(
+                Keys::new(&self.name, false).offset.as_bytes(),
+                SlotAddr::Master,
+            ),
             seeds: clients,
         }))
     }
@@ -387,7 +427,7 @@ impl RedisRegistryBuilder {
             error,
         })?;
         let mut conn = self.open().await?;
-        let keys = Keys::new(&self.name);
+        let keys = Keys::new(&self.name, self.test_offset);
         agree(&mut conn, &keys, &self.config).await?;
         let replica = replica_id(&mut conn, &keys).await?;
         // The registry's incarnation as this handle first sees it (set now if there is none).

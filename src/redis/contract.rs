@@ -205,7 +205,7 @@ impl RedisRegistry {
     ) -> Result<(), RegistryError> {
         let l = &self.inner.limits;
         let mut inv = self.prepare(&SCRIPTS.complete);
-        inv.arg(target.to_string())
+        inv.text(target)
             .arg(delivery.as_str())
             .arg(by.map(|w| w.to_string()).unwrap_or_default())
             .arg(l.timeout_ms)
@@ -332,7 +332,7 @@ impl WorkerRegistry for RedisRegistry {
             return self.admit_waiting(room, target, delivery).await;
         }
         let mut inv = self.prepare(&SCRIPTS.admit);
-        inv.arg(target.to_string())
+        inv.text(target)
             .arg(delivery.as_str())
             .arg(l.max_workers)
             .arg(l.timeout_ms)
@@ -351,7 +351,7 @@ impl WorkerRegistry for RedisRegistry {
     ) -> Result<ClaimOutcome, RegistryError> {
         let l = &self.inner.limits;
         let mut inv = self.prepare(&SCRIPTS.claim);
-        inv.arg(target.to_string())
+        inv.text(target)
             .arg(delivery.as_str())
             .arg(l.timeout_ms)
             .arg(l.retention_ms);
@@ -367,7 +367,7 @@ impl WorkerRegistry for RedisRegistry {
     async fn release(&self, target: &Target, delivery: &DeliveryId) -> Result<(), RegistryError> {
         let l = &self.inner.limits;
         let mut inv = self.prepare(&SCRIPTS.release);
-        inv.arg(target.to_string())
+        inv.text(target)
             .arg(delivery.as_str())
             .arg(l.timeout_ms)
             .arg(l.retention_ms);
@@ -406,7 +406,7 @@ impl WorkerRegistry for RedisRegistry {
             None => self.prepare(&SCRIPTS.assign),
             Some(_) => self.prepare(&SCRIPTS.assign_waiting),
         };
-        inv.arg(target.to_string())
+        inv.text(target)
             .arg(l.max_workers)
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms);

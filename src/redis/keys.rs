@@ -16,11 +16,13 @@ pub(crate) struct Keys {
     /// this module's tests).
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(crate) offset: String,
-    /// KEYS[1] of every function call: the test time offset in a build with the `testkit`
-    /// feature (every function that reads the clock adds it), else the bare prefix, which names
-    /// no key, so that a build that cannot set an offset pays no `GET` for it on every call
-    /// (`scripts/lib_base.lua`). Either way it carries the registry's hash tag, so a Cluster
-    /// routes the call to the registry's slot.
+    /// KEYS[1] of every function call: the test time offset for a handle that reads it (a
+    /// build with the `testkit` feature, unless built with
+    /// [`without_test_offset`](super::RedisRegistryBuilder::without_test_offset); every function
+    /// that reads the clock adds it), else the bare prefix, which names no key, so that a handle
+    /// that cannot see an offset pays no `GET` for it on every call (`scripts/lib_base.lua`).
+    /// Either way it carries the registry's hash tag, so a Cluster routes the call to the
+    /// registry's slot.
     pub(crate) clock: String,
     /// The pub/sub channel of lifecycle events.
     pub(crate) events: String,
@@ -33,13 +35,14 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    /// The keys of registry `name` (already validated).
-    pub(crate) fn new(name: &str) -> Self {
+    /// The keys of registry `name` (already validated), for a handle whose calls read the test
+    /// offset (`test_offset`) or not.
+    pub(crate) fn new(name: &str, test_offset: bool) -> Self {
         let prefix = format!("{{{name}}}:");
         let key = |suffix: &str| format!("{prefix}{suffix}");
         Self {
             offset: key("test_offset_ms"),
-            clock: if cfg!(feature = "testkit") {
+            clock: if test_offset {
                 key("test_offset_ms")
             } else {
                 prefix.clone()
@@ -70,19 +73,14 @@ mod tests {
 
     #[test]
     fn keys_share_one_hash_tag() {
-        let k = Keys::new("pool-a");
+        let k = Keys::new("pool-a", true);
         assert_eq!(k.prefix, "{pool-a}:");
         assert_eq!(k.offset, "{pool-a}:test_offset_ms");
         assert_eq!(k.claim("o/r#1:d"), "{pool-a}:c:o/r#1:d");
-        assert_eq!(
-            &k.clock,
-            if cfg!(feature = "testkit") {
-                &k.offset
-            } else {
-                &k.prefix
-            },
-            "a build that can set the offset reads it"
-        );
+        assert_eq!(k.clock, k.offset, "a handle that reads the offset names it");
+        let bare = Keys::new("pool-a", false);
+        assert_eq!(bare.clock, bare.prefix, "one that does not names no key");
+        assert_eq!(bare.offset, k.offset, "and can still set it");
         for key in [
             &k.offset,
             &k.clock,

@@ -360,6 +360,8 @@ impl RedisRegistry {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             reconnect_retries: DEFAULT_RECONNECT_RETRIES,
             wait_on_create: None,
+            // Only a `testkit` build can set an offset, so only it reads one.
+            test_offset: cfg!(feature = "testkit"),
             sentinel: None,
             cluster: None,
             tls_roots: None,

@@ -18,7 +18,7 @@
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, RedisError, RedisResult, ToRedisArgs};
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult, RedisWrite, ToRedisArgs};
 
 /// Helpers every decision may use: key names, the clock, events (`begin`, `clock`, `emit`, ...).
 const BASE: &str = include_str!("scripts/lib_base.lua");
@@ -37,8 +37,10 @@ pub(crate) struct Function {
 impl Function {
     /// A call of this function with its one key (the registry's offset key); arguments follow.
     pub(crate) fn key<K: ToRedisArgs>(&self, key: K) -> Call {
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(&self.name).arg(1).arg(key);
+        // Room for a typical call (FCALL, the name, 1, the key, the prefix, the replica id and
+        // about eight arguments), so that building it does not grow the buffers step by step.
+        let mut cmd = Cmd::with_capacity(16, 256);
+        cmd.arg("FCALL").arg(&self.name).arg(1).arg(key);
         Call { cmd }
     }
 
@@ -58,6 +60,13 @@ impl Call {
     /// Appends an argument (ARGV).
     pub(crate) fn arg<A: ToRedisArgs>(&mut self, arg: A) -> &mut Self {
         self.cmd.arg(arg);
+        self
+    }
+
+    /// Appends `value` as text, formatted straight into the command's buffer (no `String` per
+    /// argument, as `arg(value.to_string())` would make).
+    pub(crate) fn text(&mut self, value: impl std::fmt::Display) -> &mut Self {
+        self.cmd.write_arg_fmt(value);
         self
     }
 

@@ -277,3 +277,77 @@ async fn drain_all_walks_more_workers_than_one_scan_step_and_counts_each_once() 
         assert_eq!(r.heartbeat(w).await, Ok(HeartbeatAck::Draining));
     }
 }
+
+/// The `GET`s the server ran since the last `CONFIG RESETSTAT` (`INFO commandstats`).
+async fn gets(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_get:"))
+        .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_handle_without_the_test_offset_decides_the_same_and_never_reads_it() {
+    // Its own server, so that no other test's calls move the command counts.
+    let Some(server) = harness::Server::start(false, "no-offset") else {
+        return;
+    };
+    let url = server.url();
+    let mut raw = harness::raw(&url).await;
+    let name = harness::unique_name("no-offset");
+    let prod = worker_registry::redis::RedisRegistry::builder(&url)
+        .name(name.clone())
+        .config(config())
+        .without_test_offset()
+        .connect()
+        .await
+        .unwrap();
+    let replica = prod.connect_replica().await.unwrap();
+    let Admission::Assigned(a) = prod.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!("admit")
+    };
+    assert!(a.new);
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for i in 0..10 {
+        assert_eq!(
+            prod.heartbeat(a.worker).await.unwrap(),
+            HeartbeatAck::Active
+        );
+        let b = prod.admit(&t(1), &d(&format!("b{i}"))).await.unwrap();
+        assert!(matches!(b, Admission::Assigned(ref x) if x.worker == a.worker && !x.new));
+        assert!(matches!(
+            prod.admit(&t(1), &d("a")).await.unwrap(),
+            Admission::Duplicate(_)
+        ));
+        prod.complete(&t(1), &d(&format!("b{i}"))).await.unwrap();
+    }
+    // The replica handle is built the same way.
+    assert_eq!(
+        replica.heartbeat(a.worker).await.unwrap(),
+        HeartbeatAck::Active
+    );
+    assert_eq!(gets(&mut raw).await, 0, "no call read the offset");
+
+    // A default handle of the same (testkit) build reads it.
+    let tested = worker_registry::redis::RedisRegistry::builder(&url)
+        .name(name)
+        .config(config())
+        .connect()
+        .await
+        .unwrap();
+    tested.heartbeat(a.worker).await.unwrap();
+    assert!(
+        gets(&mut raw).await >= 1,
+        "a testkit handle reads the offset"
+    );
+}
