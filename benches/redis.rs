@@ -2,7 +2,7 @@
 //! calls in flight, next to a bare `EVALSHA` of a trivial script (`return 1`) and a bare `FCALL`
 //! of a trivial function on the same server in the same run, plus `redis-benchmark` figures for
 //! that server. The rows: a sticky admit (a new delivery for a target whose worker is active), a
-//! duplicate admit, a heartbeat, an admit that creates a worker (a new target each call, on a
+//! duplicate admit (a redelivery of a delivery in flight on a worker that has heartbeated), a heartbeat, an admit that creates a worker (a new target each call, on a
 //! registry with room for all of them), and a completion.
 //!
 //! ```text
@@ -212,7 +212,16 @@ async fn setup(url: &str) -> Arc<Fixture> {
         workers.push(a.worker);
         targets.push(t);
     }
-    let dup = (targets[0].clone(), DeliveryId::new("first-0").unwrap());
+    // The duplicate: a redelivery of a delivery in flight on a running worker (one that has
+    // heartbeated, as a worker is for all but its first seconds), so it reads the claim alone.
+    registry
+        .heartbeat(workers[0])
+        .await
+        .expect("setup heartbeat");
+    let dup = (targets[0].clone(), DeliveryId::new("redelivered").unwrap());
+    let Ok(Admission::Assigned(_)) = registry.admit(&dup.0, &dup.1).await else {
+        panic!("setup sticky admit")
+    };
     let client = redis::Client::open(url).unwrap();
     let bare_config =
         ConnectionManagerConfig::new().set_response_timeout(Some(Duration::from_secs(30)));

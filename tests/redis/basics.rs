@@ -278,19 +278,6 @@ async fn drain_all_walks_more_workers_than_one_scan_step_and_counts_each_once() 
     }
 }
 
-/// The `GET`s the server ran since the last `CONFIG RESETSTAT` (`INFO commandstats`).
-async fn gets(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(raw)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_get:"))
-        .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix("calls=")))
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 #[tokio::test]
 async fn a_handle_without_the_test_offset_decides_the_same_and_never_reads_it() {
     // Its own server, so that no other test's calls move the command counts.
@@ -336,7 +323,11 @@ async fn a_handle_without_the_test_offset_decides_the_same_and_never_reads_it() 
         replica.heartbeat(a.worker).await.unwrap(),
         HeartbeatAck::Active
     );
-    assert_eq!(gets(&mut raw).await, 0, "no call read the offset");
+    assert_eq!(
+        calls_of(&mut raw, "get").await,
+        0,
+        "no call read the offset"
+    );
 
     // A default handle of the same (testkit) build reads it.
     let tested = worker_registry::redis::RedisRegistry::builder(&url)
@@ -347,7 +338,84 @@ async fn a_handle_without_the_test_offset_decides_the_same_and_never_reads_it() 
         .unwrap();
     tested.heartbeat(a.worker).await.unwrap();
     assert!(
-        gets(&mut raw).await >= 1,
+        calls_of(&mut raw, "get").await >= 1,
         "a testkit handle reads the offset"
     );
+}
+
+/// The calls of `command` the server ran since the last `CONFIG RESETSTAT` (`INFO commandstats`,
+/// which counts a function's own commands too).
+async fn calls_of(raw: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_duplicate_of_a_claim_made_on_a_started_worker_reads_only_the_claim() {
+    // Its own server, so that no other test's calls move the command counts.
+    let Some(server) = harness::Server::start(false, "dup-reads") else {
+        return;
+    };
+    let url = server.url();
+    let mut raw = harness::raw(&url).await;
+    let r = worker_registry::redis::RedisRegistry::builder(&url)
+        .name(harness::unique_name("dup-reads"))
+        .config(config())
+        .connect()
+        .await
+        .unwrap();
+    let Admission::Assigned(first) = r.admit(&t(1), &d("before")).await.unwrap() else {
+        panic!("admit")
+    };
+    // Made before the worker's first beat: its duplicate must read the worker, and is unstarted.
+    let reset = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let _: () = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+    };
+    reset(&mut raw).await;
+    let Admission::Duplicate(dup) = r.admit(&t(1), &d("before")).await.unwrap() else {
+        panic!("duplicate")
+    };
+    assert!(
+        dup.unstarted,
+        "a claim on a worker that never beat is unstarted"
+    );
+    assert_eq!(
+        calls_of(&mut raw, "hmget").await,
+        2,
+        "the claim, then the worker"
+    );
+
+    assert_eq!(r.heartbeat(first.worker).await, Ok(HeartbeatAck::Active));
+    let Admission::Assigned(after) = r.admit(&t(1), &d("after")).await.unwrap() else {
+        panic!("sticky admit")
+    };
+    assert_eq!(after.worker, first.worker);
+    reset(&mut raw).await;
+    let Admission::Duplicate(dup) = r.admit(&t(1), &d("after")).await.unwrap() else {
+        panic!("duplicate")
+    };
+    assert!(!dup.unstarted);
+    assert_eq!(dup.holder, Some(first.worker));
+    assert_eq!(calls_of(&mut raw, "hmget").await, 1, "the claim alone");
+    // The claim made before the beat still reads the worker, which has started now.
+    let Admission::Duplicate(dup) = r.admit(&t(1), &d("before")).await.unwrap() else {
+        panic!("duplicate")
+    };
+    assert!(!dup.unstarted, "its worker has beaten since");
+    assert_eq!(calls_of(&mut raw, "hmget").await, 3);
 }

@@ -11,7 +11,7 @@ local member = target .. ':' .. delivery
 -- Read phase. A claim in flight on a worker is a duplicate whatever the time: answered before the
 -- clock is read (the common duplicate costs two calls) and before the limits are parsed (each
 -- `tonumber` is a `strtod`).
-local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
+local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel', 'sb')
 if in_flight_bound(c) then return finish(duplicate(c, 'in_flight')) end
 local max_workers, timeout = tonumber(ARGV[4]), tonumber(ARGV[5])
 local grace, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -30,7 +30,12 @@ end
 -- Write phase.
 if st ~= 'none' then forget_claim(member, c) end
 local id, n, new = do_place(plan, target, now, now + timeout + grace)
-redis.call('HSET', ckey(member), 'h', id, 'ca', now)
+-- `sb`: the worker had heartbeated already, so a duplicate of this claim needs no worker read.
+if plan.started then
+  redis.call('HSET', ckey(member), 'h', id, 'ca', now, 'sb', '1')
+else
+  redis.call('HSET', ckey(member), 'h', id, 'ca', now)
+end
 redis.call('ZADD', wckey(id), now, member)
 redis.call('ZADD', K.flight, now + max_in_flight, member)
 local live = -1

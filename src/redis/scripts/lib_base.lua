@@ -33,6 +33,7 @@
 --                           stuck (claimed at + max_in_flight, + stall credit once re-scored)
 --   stuck_due         zset  stuck tombstones whose worker died (score 0): the next sweep deletes them
 --   c:<target>:<delivery>  hash  a claim: h holder, ca claimed at, dn completed at, rel reason
+--                          sb '1' if its holder had heartbeated when admit.lua made it
 --   unbound           zset  bare claim member -> claimed at (ms)
 --   done              zset  completed claim member -> completed at (ms)
 --   released_due      zset  released claim members the next sweep hands out (score 0)

@@ -53,8 +53,10 @@ local function plan_place(target, max_workers, now)
   local plan = {}
   local wid = redis.call('HGET', K.targets, target)
   if wid then
-    local w = redis.call('HMGET', wkey(wid), 's', 'n')
-    if w[1] == '0' then return { kind = 'sticky', id = wid, n = tonumber(w[2]) or 0 } end
+    local w = redis.call('HMGET', wkey(wid), 's', 'n', 'bt')
+    if w[1] == '0' then
+      return { kind = 'sticky', id = wid, n = tonumber(w[2]) or 0, started = w[3] == '1' }
+    end
     if w[1] == '1' then return { kind = 'draining', id = wid } end
     plan.stale_mapping = true -- mapped to a dead or missing worker: the slot is vacant
   end
