@@ -2,8 +2,9 @@
 //! calls in flight, next to a bare `EVALSHA` of a trivial script (`return 1`) and a bare `FCALL`
 //! of a trivial function on the same server in the same run, plus `redis-benchmark` figures for
 //! that server. The rows: a sticky admit (a new delivery for a target whose worker is active), a
-//! duplicate admit (a redelivery of a delivery in flight on a worker that has heartbeated), a heartbeat, an admit that creates a worker (a new target each call, on a
-//! registry with room for all of them), and a completion.
+//! duplicate admit (a redelivery of a delivery in flight on a worker that has heartbeated), a
+//! heartbeat, an admit that creates a worker (a new target each call, on a registry with room
+//! for all of them), and a completion.
 //!
 //! ```text
 //! cargo bench --features redis --bench redis            # criterion, then the table
@@ -17,7 +18,8 @@
 //! to the bound the row's server cost allows (calls/s × server µs per call); p50 and p99. The
 //! issue's aims, marked in the table: at 1 in flight at least 0.8 of the bare `EVALSHA`, at 64 at
 //! least 0.8 of the bound. The registries' handles are built `without_test_offset`, so their
-//! calls run what a production build runs (no `GET` of the test offset). `--test` (criterion's smoke mode) runs each bench once and skips the table.
+//! calls run what a production build runs (no `GET` of the test offset). `--test` (criterion's
+//! smoke mode) runs each bench once and skips the table.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

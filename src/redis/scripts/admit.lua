@@ -9,8 +9,8 @@ local target, delivery = ARGV[2], ARGV[3]
 local member = target .. ':' .. delivery
 
 -- Read phase. A claim in flight on a worker is a duplicate whatever the time: answered before the
--- clock is read (the common duplicate costs two calls) and before the limits are parsed (each
--- `tonumber` is a `strtod`).
+-- clock is read (one HMGET for a claim made on a started worker, `sb`; two for one made before
+-- its worker's first beat) and before the limits are parsed (each `tonumber` is a `strtod`).
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel', 'sb')
 if in_flight_bound(c) then return finish(duplicate(c, 'in_flight')) end
 local max_workers, timeout = tonumber(ARGV[4]), tonumber(ARGV[5])
