@@ -119,6 +119,14 @@ impl<'a> Reply<'a> {
         }
     }
 
+    /// A reader of the one value `v`.
+    fn of_one(v: &'a Value) -> Self {
+        Self {
+            items: std::slice::from_ref(v),
+            pos: 0,
+        }
+    }
+
     /// Fields not read yet.
     pub(crate) fn remaining(&self) -> usize {
         self.items.len() - self.pos
@@ -170,11 +178,38 @@ impl<'a> Reply<'a> {
     }
 }
 
-/// A reply read by name: a flat list of name, value pairs (the functions' `{'name', value,
-/// ...}`, see `docs::redis`). A missing name is a non-retryable [`ReplyError`] naming it, never a
-/// default; so is a value of the wrong type.
+/// A reply read by name: a flat list of name, value pairs, in one of two forms (see
+/// `docs::redis`, "Replies"). A reply with nested values is an array (the functions' `{'name',
+/// value, ...}`); one without is *packed*, its names and values joined by tabs in one bulk string
+/// (`outcome\tassigned\tworker\t7...`), which the server converts and the client parses at a
+/// fraction of an array's cost. Both forms are read by name, the same way. A missing name is a
+/// non-retryable [`ReplyError`] naming it, never a default; so is a value of the wrong type.
 pub(crate) struct Fields<'a> {
-    items: &'a [Value],
+    form: Form<'a>,
+}
+
+/// The two forms of a [`Fields`] reply.
+enum Form<'a> {
+    /// An array of name, value pairs.
+    Pairs(&'a [Value]),
+    /// One tab-separated string of names and values (an even number of them).
+    Packed(&'a str),
+}
+
+/// One value of a [`Fields`] reply.
+#[derive(Clone, Copy)]
+enum Field<'a> {
+    Value(&'a Value),
+    Text(&'a str),
+}
+
+impl fmt::Debug for Field<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Value(v) => v.fmt(f),
+            Self::Text(t) => t.fmt(f),
+        }
+    }
 }
 
 /// A non-retryable backend error for a reply that does not fit its schema.
@@ -183,60 +218,87 @@ pub(crate) fn schema(e: ReplyError) -> RegistryError {
 }
 
 impl<'a> Fields<'a> {
-    /// The reply `v`, which must be an array of an even length.
+    /// The reply `v`: an array of an even length, or a packed string of an even number of
+    /// tab-separated parts.
     pub(crate) fn of(v: &'a Value) -> Result<Self, RegistryError> {
         match v {
-            Value::Array(items) if items.len() % 2 == 0 => Ok(Self { items }),
+            Value::Array(items) if items.len() % 2 == 0 => Ok(Self {
+                form: Form::Pairs(items),
+            }),
+            Value::BulkString(b) => {
+                let text = std::str::from_utf8(b)
+                    .map_err(|_| bad(format!("a packed reply is not UTF-8: {v:?}")))?;
+                // n tabs separate n + 1 parts: pairs need an odd number of them.
+                let tabs = text.bytes().filter(|&c| c == b'\t').count();
+                if tabs % 2 == 0 {
+                    return Err(bad(format!(
+                        "expected name, value pairs, got the packed reply {text:?}"
+                    )));
+                }
+                Ok(Self {
+                    form: Form::Packed(text),
+                })
+            }
             other => Err(bad(format!("expected name, value pairs, got {other:?}"))),
         }
     }
 
     /// The field `name`, if the reply has it.
-    pub(crate) fn opt(&self, name: &str) -> Option<&'a Value> {
-        self.items
-            .chunks_exact(2)
-            .find(|p| matches!(&p[0], Value::BulkString(b) if b.as_slice() == name.as_bytes()))
-            .map(|p| &p[1])
+    fn opt(&self, name: &str) -> Option<Field<'a>> {
+        match self.form {
+            Form::Pairs(items) => items
+                .chunks_exact(2)
+                .find(|p| matches!(&p[0], Value::BulkString(b) if b.as_slice() == name.as_bytes()))
+                .map(|p| Field::Value(&p[1])),
+            Form::Packed(text) => {
+                let mut parts = text.split('\t');
+                while let (Some(n), Some(v)) = (parts.next(), parts.next()) {
+                    if n == name {
+                        return Some(Field::Text(v));
+                    }
+                }
+                None
+            }
+        }
     }
 
-    fn get(&self, name: &'static str) -> Result<&'a Value, RegistryError> {
+    /// Whether the reply has the field `name`.
+    pub(crate) fn has(&self, name: &str) -> bool {
+        self.opt(name).is_some()
+    }
+
+    fn get(&self, name: &'static str) -> Result<Field<'a>, RegistryError> {
         self.opt(name)
             .ok_or_else(|| schema(ReplyError::Missing { field: name }))
     }
 
-    /// One value as a one-field reader whose errors name the field.
-    fn one(&self, name: &'static str) -> Result<Reply<'a>, RegistryError> {
-        Ok(Reply {
-            items: std::slice::from_ref(self.get(name)?),
-            pos: 0,
-        })
-    }
-
-    fn named<T>(
-        &self,
-        name: &'static str,
-        read: impl FnOnce(&mut Reply<'a>) -> Result<T, RegistryError>,
-    ) -> Result<T, RegistryError> {
-        let mut r = self.one(name)?;
-        read(&mut r).map_err(|_| schema(ReplyError::invalid(name, &r.items[0])))
-    }
-
-    /// The field `name` as text.
+    /// The field `name` as text (integers are formatted).
     pub(crate) fn text(
         &self,
         name: &'static str,
     ) -> Result<std::borrow::Cow<'a, str>, RegistryError> {
-        self.named(name, Reply::text)
+        match self.get(name)? {
+            Field::Text(t) => Ok(std::borrow::Cow::Borrowed(t)),
+            Field::Value(v) => Reply::of_one(v)
+                .text()
+                .map_err(|_| schema(ReplyError::invalid(name, v))),
+        }
     }
 
     /// The field `name` as an integer.
     pub(crate) fn int(&self, name: &'static str) -> Result<i64, RegistryError> {
-        self.named(name, Reply::int)
+        let field = self.get(name)?;
+        let parsed = match field {
+            Field::Text(t) => t.parse().ok(),
+            Field::Value(v) => Reply::of_one(v).int().ok(),
+        };
+        parsed.ok_or_else(|| schema(ReplyError::invalid(name, field)))
     }
 
     /// The field `name` as a non-negative integer.
     pub(crate) fn uint(&self, name: &'static str) -> Result<u64, RegistryError> {
-        self.named(name, Reply::uint)
+        let i = self.int(name)?;
+        u64::try_from(i).map_err(|_| schema(ReplyError::invalid(name, i)))
     }
 
     /// The field `name` as a flag (`0` or `1`).
@@ -266,9 +328,14 @@ impl<'a> Fields<'a> {
             .map_err(|_| schema(ReplyError::invalid(name, &*t)))
     }
 
-    /// The field `name` as a nested array (a Lua empty table arrives as an empty array).
+    /// The field `name` as a nested array (a Lua empty table arrives as an empty array; a
+    /// packed reply has none).
     pub(crate) fn array(&self, name: &'static str) -> Result<Reply<'a>, RegistryError> {
-        Reply::of(self.get(name)?).map_err(|_| schema(ReplyError::invalid(name, self.opt(name))))
+        let field = self.get(name)?;
+        match field {
+            Field::Value(v) => Reply::of(v).map_err(|_| schema(ReplyError::invalid(name, field))),
+            Field::Text(_) => Err(schema(ReplyError::invalid(name, field))),
+        }
     }
 }
 
@@ -524,5 +591,39 @@ mod tests {
         assert_eq!(release_reason(5).unwrap(), ReleaseReason::Stuck);
         assert_eq!(release_reason(6).unwrap(), ReleaseReason::Unbound);
         assert!(release_reason(7).is_err());
+    }
+
+    #[test]
+    fn a_packed_reply_reads_by_name_as_its_array_form_does() {
+        let packed =
+            Value::BulkString(b"outcome\tassigned\tworker\t7\tholder\t\tlive\t-1".to_vec());
+        let pairs = Value::Array(
+            [
+                "outcome", "assigned", "worker", "7", "holder", "", "live", "-1",
+            ]
+            .iter()
+            .map(|s| Value::BulkString(s.as_bytes().to_vec()))
+            .collect(),
+        );
+        for v in [&packed, &pairs] {
+            let f = Fields::of(v).unwrap();
+            assert_eq!(f.text("outcome").unwrap(), "assigned");
+            assert_eq!(f.worker("worker").unwrap(), WorkerId::new(7));
+            assert_eq!(f.opt_worker("holder").unwrap(), None);
+            assert_eq!(f.int("live").unwrap(), -1);
+            assert!(f.uint("live").is_err());
+            assert!(f.has("worker") && !f.has("seq"));
+            let missing = f.uint("seq").unwrap_err().to_string();
+            assert!(missing.contains("\"seq\""), "{missing}");
+            let bad = f.int("outcome").unwrap_err().to_string();
+            assert!(bad.contains("assigned"), "{bad}");
+        }
+        // A packed reply has no nested values, and its parts come in pairs.
+        let f = Fields::of(&packed).unwrap();
+        assert!(f.array("worker").is_err());
+        let odd = Value::BulkString(b"outcome\tassigned\tworker".to_vec());
+        let err = Fields::of(&odd).err().unwrap().to_string();
+        assert!(err.contains("outcome\\tassigned\\tworker"), "{err}");
+        assert!(Fields::of(&Value::BulkString(vec![0xff, b'\t', b'a'])).is_err());
     }
 }

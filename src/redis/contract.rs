@@ -69,11 +69,18 @@ impl RedisRegistry {
     /// they promote themselves): also whether the call promoted waiting deliveries.
     pub(crate) async fn invoke_sweeping(&self, inv: &Call) -> Result<(Value, bool), RegistryError> {
         let v = self.invoke(inv).await?;
-        let Value::Array(mut parts) = v else {
-            return Err(bad(format!("expected {{events, reply, epoch}}, got {v:?}")));
+        let mut parts = match v {
+            Value::Array(parts) => parts,
+            // A call that emitted nothing answers its reply bare; a packed one is a string.
+            packed @ Value::BulkString(_) => return Ok((packed, false)),
+            other => {
+                return Err(bad(format!(
+                    "expected {{events, reply, epoch}}, got {other:?}"
+                )))
+            }
         };
-        // A call that emitted nothing answers its name/value list bare: its first element is a
-        // name, where {events, reply, epoch} starts with an array (scripts/lib_base.lua `finish`).
+        // A bare name/value array's first element is a name, where {events, reply, epoch} starts
+        // with an array (scripts/lib_base.lua `finish`).
         if matches!(
             parts.first(),
             Some(Value::BulkString(_) | Value::SimpleString(_))
@@ -575,7 +582,7 @@ impl WorkerRegistry for RedisRegistry {
         let v = self.invoke(&inv).await?;
         let f = Fields::of(&v)?;
         let now = f.uint("now")?;
-        if f.opt("line").is_none() {
+        if !f.has("line") {
             return Ok(None);
         }
         codec::decode_worker(&f.text("line")?, now).map(Some)

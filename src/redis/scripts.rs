@@ -288,7 +288,7 @@ mod tests {
             .query_async(conn)
             .await
             .expect("HSET");
-        let reply: Vec<String> = SCRIPTS
+        let reply: String = SCRIPTS
             .heartbeat
             .key(prefix)
             .arg(prefix)
@@ -298,7 +298,7 @@ mod tests {
             .invoke_async(conn)
             .await
             .expect("heartbeat");
-        assert_eq!(reply, ["outcome", "active"]);
+        assert_eq!(reply, "outcome\tactive");
         redis::cmd("HGET")
             .arg(&worker)
             .arg("hb")

@@ -40,4 +40,4 @@ redis.call('ZADD', wckey(id), now, member)
 redis.call('ZADD', K.flight, now + max_in_flight, member)
 local live = -1
 if new == 1 then live = plan.live + 1 end
-return finish({ 'outcome', 'assigned', 'worker', id, 'seq', n, 'new', new, 'live', live, 'now', now })
+return finish(assigned(id, n, new, live, now))

@@ -17,14 +17,13 @@ local now = clock()
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
 local st = standing(c, now, cfg.re, cfg.to)
 if st == 'in_flight' or st == 'completed' then
-  return finish({ 'outcome', 'duplicate', 'holder', c[1] or '', 'since', c[2], 'state', st,
-    'unstarted', unstarted(c, st) })
+  return finish(duplicate(c, st))
 end
 if cfg.mx > 0 then
   local since = redis.call('ZSCORE', K.worder, member)
   if since then
-    return finish({ 'outcome', 'duplicate', 'holder', '', 'since', since, 'state', 'waiting',
-      'unstarted', 0 })
+    return finish(pack({ 'outcome', 'duplicate', 'holder', '', 'since', since, 'state', 'waiting',
+      'unstarted', 0 }))
   end
 end
 local plan = plan_place(target, cfg.mw, now)
@@ -49,7 +48,7 @@ if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
     if plan.stale_mapping then redis.call('HDEL', K.targets, target) end
     local reason, worker = 'capacity', ''
     if plan.kind == 'draining' then reason, worker = 'draining', plan.id end
-    return finish({ 'outcome', 'waiting', 'position', pos, 'reason', reason, 'worker', worker })
+    return finish(pack({ 'outcome', 'waiting', 'position', pos, 'reason', reason, 'worker', worker }))
   end
   if not deferred then return finish(refuse_place(plan, target)) end
   plan.kind = 'new'
@@ -64,4 +63,4 @@ redis.call('ZADD', wckey(id), now, member)
 redis.call('ZADD', K.flight, now + cfg.mf, member)
 local live = -1
 if new == 1 then live = plan.live + 1 end
-return finish({ 'outcome', 'assigned', 'worker', id, 'seq', n, 'new', new, 'live', live, 'now', now })
+return finish(assigned(id, n, new, live, now))

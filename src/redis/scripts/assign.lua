@@ -13,4 +13,4 @@ end
 local id, n, new = do_place(plan, target, now, now + timeout + grace)
 local live = -1
 if new == 1 then live = plan.live + 1 end
-return finish({ 'outcome', 'assigned', 'worker', id, 'seq', n, 'new', new, 'live', live, 'now', now })
+return finish(assigned(id, n, new, live, now))

@@ -20,4 +20,4 @@ local id, n, new = do_place(plan, target, now, now + cfg.to + cfg.gr)
 if new == 1 then owner_count(cfg, target, id) end
 local live = -1
 if new == 1 then live = plan.live + 1 end
-return finish({ 'outcome', 'assigned', 'worker', id, 'seq', n, 'new', new, 'live', live, 'now', now })
+return finish(assigned(id, n, new, live, now))

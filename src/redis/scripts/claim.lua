@@ -13,4 +13,4 @@ if st == 'in_flight' or st == 'completed' then return duplicate(c, st) end
 if st ~= 'none' then forget_claim(member, c) end
 redis.call('HSET', ckey(member), 'ca', now)
 redis.call('ZADD', K.unbound, now, member)
-return { 'outcome', 'claimed' }
+return 'outcome\tclaimed'

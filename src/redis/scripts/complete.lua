@@ -13,12 +13,12 @@ local now = clock()
 local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
 if not c[2] then return UNKNOWN end
 local holder = c[1] or ''
-if by ~= '' and holder ~= by then return { 'outcome', 'not_holder', 'holder', holder } end
+if by ~= '' and holder ~= by then return pack({ 'outcome', 'not_holder', 'holder', holder }) end
 local st, reason = standing(c, now, retention, timeout)
-if st == 'completed' then return { 'outcome', 'already' } end
+if st == 'completed' then return 'outcome\talready' end
 if st == 'released' then
   local word, dead = release_words(reason)
-  return { 'outcome', 'released', 'holder', holder, 'reason', word, 'dead_reason', dead }
+  return pack({ 'outcome', 'released', 'holder', holder, 'reason', word, 'dead_reason', dead })
 end
 if st == 'expired' then return UNKNOWN end
 
@@ -56,5 +56,5 @@ for _, m in ipairs(victims) do
   redis.call('ZREM', K.done, m)
 end
 for _, m in ipairs(stale) do redis.call('ZREM', K.done, m) end
-return { 'outcome', 'completed', 'evicted', #victims, 'retained', retained - #victims - #stale,
-  'now', now }
+return pack({ 'outcome', 'completed', 'evicted', #victims, 'retained', retained - #victims - #stale,
+  'now', now })

@@ -12,5 +12,5 @@ local reason = R_DEREGISTERED
 if w[1] == '1' then reason = R_EXITED end
 local k = prep_kill(id, w[3])
 do_kill(k, reason, now)
-return finish({ 'outcome', 'dead', 'reason', dead_word(reason), 'live', redis.call('ZCARD', K.live),
-  'now', now })
+return finish(pack({ 'outcome', 'dead', 'reason', dead_word(reason), 'live', redis.call('ZCARD', K.live),
+  'now', now }))

@@ -17,8 +17,12 @@
 -- leaves no partial state. Time is the server's TIME plus the test offset, in integer ms, read only
 -- where a decision needs it (a duplicate of a claim in flight answers without it).
 --
--- Replies are flat name/value lists ({'outcome', word, 'field', value, ...}; codec.rs `Fields`
--- reads them by name). The outcome words are PostgreSQL's (src/remote/vocab.rs).
+-- Replies are name/value lists read by name (codec.rs `Fields`). One with nested values is a
+-- table ({'outcome', word, 'field', value, ...}); one without is *packed*: its names and values
+-- joined by tabs in one string ('outcome\tassigned\tworker\t7...', `pack`), because the server
+-- converts a table reply to RESP at several times a string's cost (a 12-element table costs about
+-- as much as a write; docs::redis, "Replies"). A packed value is a word, an id or an integer:
+-- never a tab. The outcome words are PostgreSQL's (src/remote/vocab.rs).
 --
 -- Keys (K.<suffix> is `{name}:<suffix>`, built on first use):
 --   live              zset  live worker id -> lower bound of its staleness deadline (ms)
@@ -124,10 +128,13 @@ local function dead_word(code)
   -- An unknown code is answered as it is: the decoder's error then shows it.
   return DEAD_WORD[tonumber(code)] or ('code ' .. tostring(code))
 end
+-- A packed reply (see the header): a flat name/value list joined by tabs. Numbers in it are
+-- integers below 1e14 (ids, ms, counts), which Lua formats exactly.
+local function pack(t) return table.concat(t, '\t') end
 -- A refusal of a call on a dead worker.
-local function refused_dead(code) return { 'outcome', 'refused_dead', 'reason', dead_word(code) } end
-local UNKNOWN = { 'outcome', 'unknown' }
-local ACTIVE, DRAINING = { 'outcome', 'active' }, { 'outcome', 'draining' }
+local function refused_dead(code) return 'outcome\trefused_dead\treason\t' .. dead_word(code) end
+local UNKNOWN = 'outcome\tunknown'
+local ACTIVE, DRAINING = 'outcome\tactive', 'outcome\tdraining'
 -- A release reason code as the words `reason` (and `dead_reason` for a death).
 local function release_words(code)
   local n = tonumber(code)
@@ -183,10 +190,10 @@ end
 
 -- The reply of a decision that may emit events: {events, reply, epoch}; the epoch (read only when
 -- there are events, nil if no listener has set one since the data was lost) tells the caller
--- which numbering its events belong to. A call that emitted nothing answers its name/value list
--- bare (its first element a name, where the wrapped form's is the events array: contract.rs
--- `invoke_sweeping` tells them apart so): the two tables around it cost a third of a duplicate
--- admit's reply (docs::redis, "Per-decision cost").
+-- which numbering its events belong to. A call that emitted nothing answers its reply bare: a
+-- packed string, or a name/value table whose first element is a name, where the wrapped form's is
+-- the events array (contract.rs `invoke_sweeping` tells them apart so): the two tables around it
+-- cost a third of a duplicate admit's reply (docs::redis, "Per-decision cost").
 local NONE = {}
 -- The waiting room's hooks (defined in lib_waiting.lua): a death's bookkeeping, and the promotion
 -- into the slots this call freed, run by `finish` after the decision's own writes.
@@ -194,7 +201,7 @@ local waiting_on_kill, waiting_settle
 local function finish(reply)
   waiting_settle()
   if not EMITTED then
-    if type(reply[1]) == 'string' then return reply end
+    if type(reply) == 'string' or type(reply[1]) == 'string' then return reply end
     return { NONE, reply, false }
   end
   if EPOCH == nil then EPOCH = redis.call('GET', K.epoch) end

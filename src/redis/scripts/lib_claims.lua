@@ -36,8 +36,8 @@ end
 
 -- A duplicate's reply: the claim's holder ('' for none), since, state and unstarted.
 local function duplicate(c, st)
-  return { 'outcome', 'duplicate', 'holder', c[1] or '', 'since', c[2], 'state', st,
-    'unstarted', unstarted(c, st) }
+  return 'outcome\tduplicate\tholder\t' .. (c[1] or '') .. '\tsince\t' .. c[2] .. '\tstate\t' .. st
+    .. '\tunstarted\t' .. unstarted(c, st)
 end
 
 -- Release reason of a claim stuck in flight (its claim stays, as a tombstone, while its worker

@@ -94,11 +94,17 @@ local function do_place(plan, target, now, first_deadline)
   return id, 1, 1
 end
 
+-- A placement's packed reply (see lib_base.lua).
+local function assigned(id, n, new, live, now)
+  return 'outcome\tassigned\tworker\t' .. id .. '\tseq\t' .. n .. '\tnew\t' .. new .. '\tlive\t' .. live
+    .. '\tnow\t' .. now
+end
+
 -- A refused placement: drop a mapping to a dead worker (there is none normally: deaths unmap).
 local function refuse_place(plan, target)
   if plan.stale_mapping then redis.call('HDEL', K.targets, target) end
-  if plan.kind == 'draining' then return { 'outcome', 'draining', 'worker', plan.id } end
-  return { 'outcome', 'capacity' }
+  if plan.kind == 'draining' then return pack({ 'outcome', 'draining', 'worker', plan.id }) end
+  return 'outcome\tcapacity'
 end
 
 -- A worker's fields as one tab-separated line: id t s b x bt r hb c n dd da (see codec.rs).

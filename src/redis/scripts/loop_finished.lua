@@ -11,8 +11,8 @@ if w[1] == '2' then return finish(refused_dead(w[2])) end
 if w[1] == '0' then
   redis.call('HSET', wkey(id), 'b', 0)
   redis.call('ZADD', K.dirty, 0, id)
-  return finish({ 'outcome', 'active', 'live', -1, 'now', now })
+  return finish(pack({ 'outcome', 'active', 'live', -1, 'now', now }))
 end
 local k = prep_kill(id, w[3])
 do_kill(k, R_EXITED, now)
-return finish({ 'outcome', 'exited', 'live', redis.call('ZCARD', K.live), 'now', now })
+return finish(pack({ 'outcome', 'exited', 'live', redis.call('ZCARD', K.live), 'now', now }))

@@ -6,9 +6,9 @@ local max_workers, timeout, grace = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumb
 local now = clock()
 -- The live count, read once: the new worker makes it live + 1 (its id is fresh).
 local live = redis.call('ZCARD', K.live)
-if live >= max_workers then return finish({ 'outcome', 'capacity' }) end
+if live >= max_workers then return finish('outcome\tcapacity') end
 local nid = next_id(now)
-if nid > MAX_ID then return finish({ 'outcome', 'exhausted' }) end
+if nid > MAX_ID then return finish('outcome\texhausted') end
 
 local id = I(nid)
 redis.call('SET', K.next_worker_id, id)
@@ -16,4 +16,4 @@ redis.call('HSET', wkey(id), 's', 0, 'b', 0, 'x', 0, 'bt', 0, 'hb', now, 'c', no
 redis.call('ZADD', K.live, now + timeout + grace, id)
 redis.call('ZADD', K.dirty, 0, id)
 emit({ 'C', id, '' })
-return finish({ 'outcome', 'registered', 'worker', id, 'live', live + 1, 'now', now })
+return finish(pack({ 'outcome', 'registered', 'worker', id, 'live', live + 1, 'now', now }))

@@ -10,7 +10,7 @@ if st == 'none' then return UNKNOWN end
 -- A completed claim whose retention ended is forgotten, as for claim and complete; the sweep
 -- removes and counts it.
 if st == 'expired' then return UNKNOWN end
-if st == 'completed' then return { 'outcome', 'completed' } end
+if st == 'completed' then return 'outcome\tcompleted' end
 
 forget_claim(member, c)
-return { 'outcome', 'ok' }
+return 'outcome\tok'
