@@ -37,8 +37,11 @@ mod harness;
 
 /// Calls in flight in the concurrent rows.
 const IN_FLIGHT: usize = 64;
-/// Targets (each with its worker) the sticky admits and heartbeats cycle through.
+/// Targets (each with its worker) the sticky admits cycle through.
 const TARGETS: usize = 64;
+/// Registered, running workers the heartbeats cycle through: as in production, a worker's beats
+/// are far apart (here about 25 ms at the concurrent row's rate), never two in one ms.
+const BEATERS: usize = 4096;
 
 /// What a row calls.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -74,7 +77,8 @@ struct Fixture {
     bare: ConnectionManager,
     script: redis::Script,
     targets: Vec<Target>,
-    workers: Vec<WorkerId>,
+    /// The heartbeat row's workers (see [`BEATERS`]).
+    beaters: Vec<WorkerId>,
     dup: (Target, DeliveryId),
     /// Makes every sticky admit's delivery id unique across rows and runs.
     next: AtomicUsize,
@@ -136,7 +140,7 @@ impl Fixture {
             }
             Call::Heartbeat => {
                 self.registry
-                    .heartbeat(self.workers[i % TARGETS])
+                    .heartbeat(self.beaters[i % BEATERS])
                     .await
                     .expect("heartbeat");
             }
@@ -187,7 +191,7 @@ async fn drive(
 
 async fn setup(url: &str) -> Arc<Fixture> {
     let config = RegistryConfig::builder()
-        .max_workers(4 * TARGETS)
+        .max_workers(4 * TARGETS + BEATERS)
         .build()
         .unwrap();
     // Both registries' calls read the server's clock alone, as a production build's do (this
@@ -224,6 +228,13 @@ async fn setup(url: &str) -> Arc<Fixture> {
     let Ok(Admission::Assigned(_)) = registry.admit(&dup.0, &dup.1).await else {
         panic!("setup sticky admit")
     };
+    // Started (a first beat each, as every worker's is but its first), as the heartbeat row's are.
+    let mut beaters = Vec::with_capacity(BEATERS);
+    for _ in 0..BEATERS {
+        let w = registry.register().await.expect("setup register");
+        registry.heartbeat(w).await.expect("setup heartbeat");
+        beaters.push(w);
+    }
     let client = redis::Client::open(url).unwrap();
     let bare_config =
         ConnectionManagerConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
@@ -262,7 +273,7 @@ async fn setup(url: &str) -> Arc<Fixture> {
         bare,
         script: redis::Script::new("return 1"),
         targets,
-        workers,
+        beaters,
         dup,
         next: AtomicUsize::new(0),
         done: AtomicUsize::new(0),

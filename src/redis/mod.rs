@@ -25,7 +25,9 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `{n}:w:<id>` | hash | a worker: status, busy, suspect, beaten, reason, last beat, created, assignments, drain deadline, death |
-//! | `{n}:live` | zset | live workers by a lower bound of their staleness deadline (last beat + timeout, + start-up grace before the first, + the stall credit once re-scored): capacity is `ZCARD`, the stale are one range query. A heartbeat writes only the worker's hash (after its first); the sweep re-scores the candidates that beat since or were credited a stall |
+//! | `{n}:live` | zset | live workers by a lower bound of their staleness deadline (last beat + timeout, + start-up grace before the first, + the stall credit once re-scored): capacity is `ZCARD`, the stale are one range query. A heartbeat does not touch it (after its first); the sweep re-scores the candidates that beat since or were credited a stall |
+//! | `{n}:beat` | zset | the beat index: exactly the workers that are active, have beaten and are not suspect, by their last beat (ms). Their heartbeat is one `ZADD XX GT CH` here and nothing else; a worker's last beat is the later of its hash's and its score (`read_worker` folds it in); a drain, a suspicion or a death takes the worker out and writes its score to the hash |
+//! | `{n}:beat_from` | string | the publisher's cursor in `{n}:beat`: a score; the beats at and past it may not be published yet (`publish.lua`) |
 //! | `{n}:drain` / `{n}:dead` | zset | draining workers by drain deadline; dead ones by time of death (purge) |
 //! | `{n}:targets` | hash | target → its live worker (sticky assignment) |
 //! | `{n}:next_worker_id` | string | the last worker id handed out; the next is past it and past the server's clock in ms since 2026-01-01, so ids are never reused, not even after the server lost or rewound the data (see `docs::redis`, Failures) |
@@ -38,7 +40,7 @@
 //! | `{n}:released_due` | zset | claims released since the last sweep (score 0: read by rank, a bounded range per step) |
 //! | `{n}:released` | stream | released deliveries, consumer group `dispatch` |
 //! | `{n}:deliveries` | zset | stream entries by when they were handed out (re-offered after `release_ack_timeout`) |
-//! | `{n}:dirty` | zset | workers whose hash was written since the last publish (score 0) |
+//! | `{n}:dirty` | zset | workers whose hash was written since the last publish (score 0); the beats of indexed workers are not here but in `{n}:beat`, past `{n}:beat_from` |
 //! | `{n}:snap` | hash | worker id → its line as last published (what a rebuilding handle pages through) |
 //! | `{n}:changes` | stream | the change log: per version, entries `<version>-<n>` of upserted lines (`u`) and removed ids (`r`), the version's header (`h`) last; the last [`CHANGE_LOG_VERSIONS`] versions |
 //! | `{n}:snap_head`, `{n}:snapshot_version` | string | the latest published header and its version |
@@ -64,9 +66,11 @@
 //! listener), `identity` (what a sweep compares to find a data loss, and the forgetting of gone
 //! replicas' stream consumers).
 //!
-//! **Replies** are flat name/value lists led by an `outcome` word (`{'outcome', 'duplicate',
-//! 'holder', ..., 'since', ..., 'state', 'in_flight', 'unstarted', 0}`), read by name
-//! (`codec::Fields`); the words are PostgreSQL's (`crate::remote::vocab`). A missing field or a
+//! **Replies** are name/value lists led by an `outcome` word, read by name (`codec::Fields`): a
+//! reply without nested values is *packed*, one bulk string of its names and values joined by
+//! tabs (`outcome\tduplicate\tholder\t7\tsince\t...\tstate\tin_flight\tunstarted\t0`), and one
+//! with nested values (drain's per-worker answers, a sweep step's lists) is a flat array
+//! (`{'outcome', ..., 'died', {...}}`); see `docs::redis`, "Replies". The words are PostgreSQL's (`crate::remote::vocab`). A missing field or a
 //! word outside the vocabulary is a non-retryable backend error naming the field. The
 //! maintenance functions' replies (`sweep`, `publish`, `changes`) follow the same schema.
 //!

@@ -274,8 +274,9 @@ mod tests {
         secs * 1000 + micros / 1000
     }
 
-    /// Sets worker 7 under `prefix` running, last beat `stored`; heartbeats it (no offset key:
-    /// KEYS[1] is the bare prefix, as in a build without `testkit`); answers its stored beat.
+    /// Sets worker 7 under `prefix` running, last beat `stored`, and out of the beat index (so
+    /// that the beat takes the path that reads its hash); heartbeats it (no offset key: KEYS[1]
+    /// is the bare prefix, as in a build without `testkit`); answers its stored beat.
     async fn beat(
         conn: &mut redis::aio::MultiplexedConnection,
         prefix: &str,
@@ -288,6 +289,11 @@ mod tests {
             .query_async(conn)
             .await
             .expect("HSET");
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{prefix}beat"))
+            .query_async(conn)
+            .await
+            .expect("DEL");
         let reply: String = SCRIPTS
             .heartbeat
             .key(prefix)
@@ -340,6 +346,93 @@ mod tests {
             beat(&mut conn, &prefix, "99999999999999").await,
             "99999999999999"
         );
+    }
+
+    /// The publisher's walk of the beat index (publish.lua) in pages of 64: 150 workers whose
+    /// beats share one ms fill a page with one score (step 1 takes all 150), 40 share the next ms
+    /// and 30 the one after (step 2's page ends inside those 30: it takes the 40 alone), then 10
+    /// are spread out (step 3 takes the 30 and the 10, and is done). Every beat reaches `snap`,
+    /// and the cursor ends at the last step's time.
+    #[tokio::test]
+    async fn the_publisher_takes_every_indexed_beat_even_when_a_page_ends_inside_one_ms() {
+        let Some(url) = test_servers::redis::shared("scripts") else {
+            return;
+        };
+        let mut conn = redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        load(&mut conn).await.expect("load");
+        let prefix = format!("{{{}}}:", test_servers::redis::unique_name("beat-pages"));
+        let start = server_ms(&mut conn).await;
+        let base = start - 60_000;
+        let mut beats = Vec::new();
+        for id in 1..=230u64 {
+            let score = match id {
+                1..=150 => base,
+                151..=190 => base + 1,
+                191..=220 => base + 2,
+                _ => base + 1_000 * (id - 220),
+            }
+            .min(start);
+            beats.push((id, score));
+            let _: () = redis::cmd("HSET")
+                .arg(format!("{prefix}w:{id}"))
+                .arg(&[
+                    "s", "0", "b", "0", "x", "0", "bt", "1", "hb", "1000", "c", "1000",
+                ])
+                .arg(&["n", "0", "t", ""])
+                .query_async(&mut conn)
+                .await
+                .expect("HSET");
+            let _: () = redis::cmd("ZADD")
+                .arg(format!("{prefix}beat"))
+                .arg(score)
+                .arg(id)
+                .query_async(&mut conn)
+                .await
+                .expect("ZADD");
+        }
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            assert!(steps < 20, "the walk ends");
+            let reply: Vec<redis::Value> = SCRIPTS
+                .publish
+                .key(&prefix)
+                .arg(&prefix)
+                .arg("replica")
+                .arg(start)
+                .arg(0)
+                .arg(0)
+                .arg(0)
+                .arg(64)
+                .arg(8)
+                .invoke_async(&mut conn)
+                .await
+                .expect("publish");
+            if reply[1] == redis::Value::Int(1) {
+                break;
+            }
+        }
+        assert_eq!(steps, 3, "pages of 64");
+        for (id, score) in beats {
+            let line: String = redis::cmd("HGET")
+                .arg(format!("{prefix}snap"))
+                .arg(id)
+                .query_async(&mut conn)
+                .await
+                .expect("HGET");
+            let hb = line.split('\t').nth(7).expect("hb");
+            assert_eq!(hb, score.to_string(), "worker {id}'s published beat");
+        }
+        let from: u64 = redis::cmd("GET")
+            .arg(format!("{prefix}beat_from"))
+            .query_async(&mut conn)
+            .await
+            .expect("GET");
+        assert!(from >= start, "the cursor ends at the last step's time");
     }
 
     /// The source of `local function <name>` in lib_base.lua, through its closing `end`.

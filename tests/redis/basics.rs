@@ -419,3 +419,92 @@ async fn a_duplicate_of_a_claim_made_on_a_started_worker_reads_only_the_claim() 
     assert!(!dup.unstarted, "its worker has beaten since");
     assert_eq!(calls_of(&mut raw, "hmget").await, 3);
 }
+
+#[tokio::test]
+async fn a_started_workers_beat_is_one_write_and_every_reader_still_sees_it() {
+    // Its own server, so that no other test's calls move the command counts.
+    let Some(server) = harness::Server::start(false, "beat-index") else {
+        return;
+    };
+    let url = server.url();
+    let mut raw = harness::raw(&url).await;
+    let r = worker_registry::redis::RedisRegistry::builder(&url)
+        .name(harness::unique_name("beat-index"))
+        .config(config())
+        .connect()
+        .await
+        .unwrap();
+    let reset = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let _: () = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+    };
+    let Admission::Assigned(a) = r.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!("admit")
+    };
+    let Admission::Assigned(b) = r.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!("admit")
+    };
+    // The first beat reads the worker (it starts it) and indexes it.
+    reset(&mut raw).await;
+    assert_eq!(r.heartbeat(a.worker).await, Ok(HeartbeatAck::Active));
+    assert_eq!(calls_of(&mut raw, "hmget").await, 1, "the first beat reads");
+    assert_eq!(r.heartbeat(b.worker).await, Ok(HeartbeatAck::Active));
+    let first = r.worker(a.worker).await.unwrap().unwrap().last_heartbeat;
+
+    // Later beats are one ZADD to the index: no read, no hash write, no dirty mark.
+    r.advance_time_for_tests(Duration::from_secs(2))
+        .await
+        .unwrap();
+    reset(&mut raw).await;
+    assert_eq!(r.heartbeat(a.worker).await, Ok(HeartbeatAck::Active));
+    assert_eq!(r.heartbeat(b.worker).await, Ok(HeartbeatAck::Active));
+    assert_eq!(
+        (
+            calls_of(&mut raw, "hmget").await,
+            calls_of(&mut raw, "hset").await,
+            calls_of(&mut raw, "zadd").await,
+        ),
+        (0, 0, 2),
+        "one ZADD a beat"
+    );
+    let later = r.worker(a.worker).await.unwrap().unwrap().last_heartbeat;
+    assert!(
+        later >= first + Duration::from_secs(2),
+        "a worker read folds the indexed beat in: {later:?} vs {first:?}"
+    );
+
+    // The published snapshot has it (the publisher reads the index past its cursor).
+    r.sweep().await.unwrap();
+    let snap = r.status();
+    assert_eq!(snap.worker(a.worker).unwrap().last_heartbeat, later);
+
+    // A drain takes the worker out of the index and keeps its beat; its next beat is answered
+    // as a draining worker's (not by the fast path).
+    assert_eq!(r.drain(a.worker).await, Ok(Status::Draining));
+    assert_eq!(
+        r.worker(a.worker).await.unwrap().unwrap().last_heartbeat,
+        later
+    );
+    assert_eq!(r.heartbeat(a.worker).await, Ok(HeartbeatAck::Draining));
+
+    // A death does too: the dead worker's last beat is the indexed one, and its beat is refused.
+    let b_beat = r.worker(b.worker).await.unwrap().unwrap().last_heartbeat;
+    assert!(b_beat >= first + Duration::from_secs(2));
+    r.deregister(b.worker).await.unwrap();
+    let dead = r.worker(b.worker).await.unwrap().unwrap();
+    assert_eq!(dead.status, Status::Dead(DeadReason::Deregistered));
+    assert_eq!(dead.last_heartbeat, b_beat);
+    assert_eq!(
+        r.heartbeat(b.worker).await,
+        Err(RegistryError::WorkerDead {
+            id: b.worker,
+            reason: DeadReason::Deregistered
+        })
+    );
+}

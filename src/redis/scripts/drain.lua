@@ -16,6 +16,7 @@ for i, id in ipairs(ids) do
   local w = redis.call('HMGET', wkey(id), 's', 'b', 'r', 't', 'dd')
   local p = { id = id, w = w }
   if w[1] == '0' and w[2] ~= '1' then p.kill = prep_kill(id, w[4]) end
+  if w[1] == '0' and not p.kill then p.beat = redis.call('ZSCORE', K.beat, id) end
   plans[i] = p
 end
 
@@ -36,6 +37,7 @@ for i, p in ipairs(plans) do
   else
     if w[1] == '0' then
       redis.call('HSET', wkey(p.id), 's', 1, 'dd', at, 'ds', now)
+      unindex_beat(p.id, p.beat)
       redis.call('ZADD', K.drain, at, p.id)
       redis.call('ZADD', K.dirty, 0, p.id)
       emit({ 'D', p.id, w[4] or '' })

@@ -47,6 +47,9 @@
 --   released_cursor   string  the last stream entry id expire_released has seen
 --   events            channel  lifecycle events; event_seq their sequence number
 --   dirty             zset  workers written since the last publish (score 0; publish.lua drains it)
+--   beat              zset  active, started, unsuspected workers -> last beat (ms): the
+--                           heartbeat's fast path (lib_workers.lua)
+--   beat_from         string  the publisher's cursor in `beat` (a score; publish.lua)
 --   snap              hash  worker id -> its line as last published (a rebuild pages it)
 --   changes           stream  the change log: per version, entries `<version>-<n>` of upserted
 --                           lines (u) and removed ids (r), the last one the header (h)

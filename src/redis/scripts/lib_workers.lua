@@ -6,6 +6,14 @@
 -- dd was last set (the stall walk in sweep.lua leaves a drain set after the stall alone), da died
 -- at, ss suspect since. Its entry in `live` is a lower bound of its staleness deadline: a
 -- heartbeat only writes the hash, and the sweep re-scores a worker it finds beaten since.
+--
+-- The beat index `beat` (zset id -> last beat, ms) holds exactly the workers that are active,
+-- have beaten and are not suspect: their heartbeat is one ZADD there (heartbeat.lua), so that
+-- their last beat is the later of `hb` and their score (the score is never below `hb`: every
+-- write of `hb` to an indexed worker also raises its score). `read_worker` folds the score in;
+-- a worker that stops being all three (a drain, a suspicion, a death) leaves the index with its
+-- score written to `hb` (`unindex_beat`), in the decision that changes it. The publisher reads
+-- the index by score past a cursor (publish.lua), as beats are not in `dirty`.
 
 -- Dead reasons (as in worker_registry::DeadReason).
 local R_MISSED, R_EXITED, R_DEREGISTERED, R_DRAIN_TIMED_OUT = 1, 2, 3, 4
@@ -18,7 +26,17 @@ local function prep_kill(id, target)
   end
   k.members = redis.call('ZRANGE', wckey(id), 0, -1)
   k.stuck = redis.call('SMEMBERS', wskey(id))
+  k.beat = redis.call('ZSCORE', K.beat, id)
   return k
+end
+
+-- Takes a worker out of the beat index (write phase), keeping its last beat (`beat`, its score
+-- as read in the read phase; false or nil: not indexed, nothing to do) in its hash.
+local function unindex_beat(id, beat)
+  if beat then
+    redis.call('HSET', wkey(id), 'hb', beat)
+    redis.call('ZREM', K.beat, id)
+  end
 end
 
 -- The bookkeeping of a death (write phase): status, indexes, the target's mapping, the release of
@@ -30,6 +48,7 @@ local function do_kill(k, reason, now)
   else
     redis.call('HSET', wkey(k.id), 's', 2, 'r', reason, 'da', now, 'x', 0, 'b', 0)
   end
+  unindex_beat(k.id, k.beat)
   redis.call('ZREM', K.live, k.id)
   redis.call('ZREM', K.drain, k.id)
   redis.call('ZADD', K.dead, now, k.id)
@@ -108,9 +127,19 @@ local function refuse_place(plan, target)
 end
 
 -- A worker's fields as one tab-separated line: id t s b x bt r hb c n dd da (see codec.rs).
+-- `read_worker` folds an indexed worker's beat into `hb` (f[7]) and keeps its score in `f.beat`
+-- (for `unindex_beat`).
 local WORKER_FIELDS = { 't', 's', 'b', 'x', 'bt', 'r', 'hb', 'c', 'n', 'dd', 'da' }
 local function read_worker(id)
-  return redis.call('HMGET', wkey(id), unpack(WORKER_FIELDS))
+  local f = redis.call('HMGET', wkey(id), unpack(WORKER_FIELDS))
+  if f[2] == '0' and f[5] == '1' and f[4] == '0' then
+    local beat = redis.call('ZSCORE', K.beat, id)
+    if beat then
+      f[7] = later_text(beat, f[7] or '0')
+      f.beat = beat
+    end
+  end
+  return f
 end
 local function encode_worker(id, f)
   local out = { id }

@@ -608,10 +608,14 @@ if swept then
   for _, r in ipairs(rescore) do redis.call('ZADD', K.live, r[1], r[2]) end
   for _, r in ipairs(flight_rescore) do redis.call('ZADD', K.flight, r[1], r[2]) end
   for _, m in ipairs(flight_ghosts) do redis.call('ZREM', K.flight, m) end
-  for _, id in ipairs(ghosts) do redis.call('ZREM', K.live, id) end
+  for _, id in ipairs(ghosts) do
+    redis.call('ZREM', K.live, id)
+    redis.call('ZREM', K.beat, id)
+  end
   for _, id in ipairs(drain_ghosts) do redis.call('ZREM', K.drain, id) end
   for _, id in ipairs(suspects) do
     redis.call('HSET', wkey(id), 'x', 1, 'ss', now)
+    unindex_beat(id, W[id].beat)
     redis.call('ZADD', K.dirty, 0, id)
     suspected[#suspected + 1] = id
     emit({ 'S', id, W[id][1] or '' })
@@ -667,6 +671,7 @@ if swept then
       if target and target ~= '' then released_targets[#released_targets + 1] = target end
     elseif f[2] == '0' then
       redis.call('HSET', wkey(h), 's', 1, 'dd', until_, 'ds', now)
+      unindex_beat(h, f.beat)
       redis.call('ZADD', K.drain, until_, h)
       redis.call('ZADD', K.dirty, 0, h)
       emit({ 'D', h, target or '' })
