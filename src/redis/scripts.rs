@@ -487,4 +487,55 @@ mod tests {
             }
         }
     }
+
+    /// `succ_text` (lib_base.lua, the sticky placement's assignment count) against `n + 1`, run
+    /// from the library's own text on a real server: no count, every carry, and a longer result.
+    #[tokio::test]
+    async fn the_text_successor_is_the_integer_successor() {
+        let Some(url) = test_servers::redis::shared("scripts") else {
+            return;
+        };
+        let mut conn = redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        let script = format!(
+            "{}return {{ succ_text(ARGV[1]), succ_text(nil) }}",
+            base_function("succ_text")
+        );
+        for n in [
+            0u64,
+            1,
+            8,
+            9,
+            10,
+            19,
+            99,
+            109,
+            199,
+            999,
+            1_048_574,
+            1_048_575,
+            9_999_999_999,
+        ] {
+            let (succ, none): (String, String) = redis::cmd("EVAL")
+                .arg(&script)
+                .arg(0)
+                .arg(n)
+                .query_async(&mut conn)
+                .await
+                .expect("EVAL");
+            assert_eq!(succ, (n + 1).to_string(), "{n}");
+            assert_eq!(none, "1", "no count yet");
+        }
+        let (empty, _): (String, String) = redis::cmd("EVAL")
+            .arg(&script)
+            .arg(0)
+            .arg("")
+            .query_async(&mut conn)
+            .await
+            .expect("EVAL");
+        assert_eq!(empty, "1", "an empty count is 0");
+    }
 }

@@ -180,6 +180,16 @@ local function later_text(a, b)
   return b
 end
 
+-- The successor of a count given as decimal text (a non-negative integer without leading zeros;
+-- nil or '' for 0), computed without converting it to a number.
+local function succ_text(s)
+  if not s or s == '' then return '1' end
+  local i = #s
+  while i > 0 and string.byte(s, i) == 57 do i = i - 1 end -- trailing '9's
+  if i == 0 then return '1' .. string.rep('0', #s) end
+  return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) .. string.rep('0', #s - i)
+end
+
 -- Publishes one lifecycle event: a registry-wide sequence number (a listener that sees a gap knows
 -- how many it missed), the replica that caused it, its fields, tab-separated. The caller gets its
 -- own events in the reply too (see `finish`), and waits until its listener has passed them.

@@ -68,24 +68,26 @@ end
 
 -- Reads where a target would be placed (read phase): on its active worker ('sticky'), refused
 -- because that worker drains ('draining'), on a new worker ('new'), or refused for capacity ('full').
+-- `max_workers` and `now` may be numbers or decimal text: the sticky plan, the hot one, reads
+-- neither (its assignment count `n` stays text; see `clock_text`).
 local function plan_place(target, max_workers, now)
   local plan = {}
   local wid = redis.call('HGET', K.targets, target)
   if wid then
     local w = redis.call('HMGET', wkey(wid), 's', 'n', 'bt')
     if w[1] == '0' then
-      return { kind = 'sticky', id = wid, n = tonumber(w[2]) or 0, started = w[3] == '1' }
+      return { kind = 'sticky', id = wid, n = w[2], started = w[3] == '1' }
     end
     if w[1] == '1' then return { kind = 'draining', id = wid } end
     plan.stale_mapping = true -- mapped to a dead or missing worker: the slot is vacant
   end
   -- The live count, read once: a new worker makes it plan.live + 1 (its id is fresh).
   plan.live = redis.call('ZCARD', K.live)
-  if plan.live >= max_workers then
+  if plan.live >= tonumber(max_workers) then
     plan.kind = 'full'
     return plan
   end
-  plan.id = next_id(now)
+  plan.id = next_id(tonumber(now))
   if plan.id > MAX_ID then
     plan.kind = 'full' -- as in memory: an assignment that cannot create a worker is refused
     return plan
@@ -94,27 +96,36 @@ local function plan_place(target, max_workers, now)
   return plan
 end
 
--- Carries a placement out (write phase). Returns the worker id (text), its assignment count and
--- 1 if the worker was created by it, else 0.
+-- Carries a placement out (write phase). Returns the worker id (text), its assignment count
+-- (text for a sticky placement, a number for a new worker) and 1 if the worker was created by
+-- it, else 0. The stored values are text (see `clock_text`); `now` may be a number or text.
 local function do_place(plan, target, now, first_deadline)
   if plan.kind == 'sticky' then
-    local n = plan.n + 1
-    redis.call('HSET', wkey(plan.id), 'b', 1, 'n', n)
-    redis.call('ZADD', K.dirty, 0, plan.id)
+    local n = succ_text(plan.n)
+    redis.call('HSET', wkey(plan.id), 'b', '1', 'n', n)
+    redis.call('ZADD', K.dirty, '0', plan.id)
     return plan.id, n, 0
   end
   local id = I(plan.id)
+  if type(now) == 'number' then now = I(now) end
   redis.call('SET', K.next_worker_id, id)
-  redis.call('HSET', wkey(id), 's', 0, 'b', 1, 'x', 0, 'bt', 0, 'hb', now, 'c', now, 'n', 1, 't', target)
-  redis.call('ZADD', K.live, first_deadline, id)
+  redis.call('HSET', wkey(id), 's', '0', 'b', '1', 'x', '0', 'bt', '0', 'hb', now, 'c', now, 'n', '1',
+    't', target)
+  redis.call('ZADD', K.live, I(first_deadline), id)
   redis.call('HSET', K.targets, target, id)
-  redis.call('ZADD', K.dirty, 0, id)
+  redis.call('ZADD', K.dirty, '0', id)
   emit({ 'C', id, target })
   return id, 1, 1
 end
 
 -- A placement's packed reply (see lib_base.lua).
+-- Every value may be text or a number; the numbers are formatted as integers (`I`) rather than
+-- by Lua's `%.14g`, and the sticky placement's are text already (`new` 0, `live` -1 are literals).
 local function assigned(id, n, new, live, now)
+  if type(n) == 'number' then n = I(n) end
+  if type(now) == 'number' then now = I(now) end
+  if new == 1 then new = '1' else new = '0' end
+  if live == -1 then live = '-1' else live = I(live) end
   return 'outcome\tassigned\tworker\t' .. id .. '\tseq\t' .. n .. '\tnew\t' .. new .. '\tlive\t' .. live
     .. '\tnow\t' .. now
 end
