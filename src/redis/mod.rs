@@ -24,7 +24,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `{n}:w:<id>` | hash | a worker: status, busy, suspect, beaten, reason, last beat, created, assignments, drain deadline, death |
+//! | `{n}:w:<id>` | hash | a worker: status, busy, suspect, beaten, reason, last beat, created, assignments, drain deadline, death; and its in-flight claims, one field `@<target>:<delivery>` → claimed at each (written by the placement's own `HSET`, released in the step that kills it) |
 //! | `{n}:live` | zset | live workers by a lower bound of their staleness deadline (last beat + timeout, + start-up grace before the first, + the stall credit once re-scored): capacity is `ZCARD`, the stale are one range query. A heartbeat does not touch it (after its first); the sweep re-scores the candidates that beat since or were credited a stall |
 //! | `{n}:beat` | zset | the beat index: exactly the workers that are active, have beaten and are not suspect, by their last beat (ms). Their heartbeat is one `ZADD XX GT CH` here and nothing else; a worker's last beat is the later of its hash's and its score (`read_worker` folds it in); a drain, a suspicion or a death takes the worker out and writes its score to the hash |
 //! | `{n}:beat_from` | string | the publisher's cursor in `{n}:beat`: a score; the beats at and past it may not be published yet (`publish.lua`) |
@@ -32,7 +32,6 @@
 //! | `{n}:targets` | hash | target → its live worker (sticky assignment) |
 //! | `{n}:next_worker_id` | string | the last worker id handed out; the next is past it and past the server's clock in ms since 2026-01-01, so ids are never reused, not even after the server lost or rewound the data (see `docs::redis`, Failures) |
 //! | `{n}:c:<target>:<delivery>` | hash | a claim: holder, claimed at, completed at, release reason; a completed one expires with `PEXPIRE` = `claim_retention` + `sweep_interval` |
-//! | `{n}:wc:<id>` | zset | a worker's in-flight claims by claim time (released in the step that kills it) |
 //! | `{n}:flight` | zset | every in-flight claim bound to a worker, by a lower bound of when it is stuck (claimed at + `max_in_flight`, + the stall credit once re-scored): the stuck are one range query |
 //! | `{n}:ws:<id>` | set | a worker's stuck claims, kept as tombstones (release reason `Stuck`) so that its late completion is refused; `{n}:stuck_due` (zset, score 0) holds those of dead workers, which the next sweep deletes |
 //! | `{n}:unbound` | zset | bare claims by claim time (those past the heartbeat timeout are one range query) |

@@ -34,14 +34,13 @@ end
 if st ~= 'none' then forget_claim(member, c) end
 local first = nil
 if plan.kind == 'new' then first = tonumber(now) + tonumber(ARGV[5]) + tonumber(ARGV[6]) end
-local id, n, new = do_place(plan, target, now, first)
+local id, n, new = do_place(plan, target, now, first, member)
 -- `sb`: the worker had heartbeated already, so a duplicate of this claim needs no worker read.
 if plan.started then
   redis.call('HSET', ckey(member), 'h', id, 'ca', now, 'sb', '1')
 else
   redis.call('HSET', ckey(member), 'h', id, 'ca', now)
 end
-redis.call('ZADD', wckey(id), now, member)
 redis.call('ZADD', K.flight, I(tonumber(now) + tonumber(ARGV[8])), member)
 local live = -1
 if new == 1 then live = plan.live + 1 end

@@ -56,10 +56,9 @@ end
 
 -- Write phase.
 if st ~= 'none' then forget_claim(member, c) end
-local id, n, new = do_place(plan, target, now, now + cfg.to + cfg.gr)
+local id, n, new = do_place(plan, target, now, now + cfg.to + cfg.gr, member)
 if new == 1 then owner_count(cfg, target, id) end
 redis.call('HSET', ckey(member), 'h', id, 'ca', now)
-redis.call('ZADD', wckey(id), now, member)
 redis.call('ZADD', K.flight, now + cfg.mf, member)
 local live = -1
 if new == 1 then live = plan.live + 1 end

@@ -48,7 +48,7 @@ redis.call('PEXPIRE', ckey(member), ttl)
 redis.call('ZADD', K.done, now, member)
 redis.call('ZREM', K.unbound, member)
 if c[1] then
-  redis.call('ZREM', wckey(c[1]), member)
+  redis.call('HDEL', wkey(c[1]), claim_field(member))
   redis.call('ZREM', K.flight, member)
 end
 for _, m in ipairs(victims) do

@@ -30,8 +30,9 @@
 --   dead              zset  dead worker id -> time of death (ms)
 --   targets           hash  target -> id of its live worker (sticky map)
 --   next_worker_id    string  last worker id handed out (see next_id)
---   w:<id>            hash  a worker (see lib_workers.lua)
---   wc:<id>           zset  a worker's in-flight claim members -> claimed at (ms)
+--   w:<id>            hash  a worker (see lib_workers.lua), with its in-flight claims as fields
+--                           '@<member>' -> claimed at (ms): a claim on it is written with the
+--                           worker's own write (`claim_field`)
 --   ws:<id>           set   a worker's stuck claims, kept (as tombstones) to refuse its late completion
 --   flight            zset  every in-flight claim bound to a worker -> a lower bound of when it is
 --                           stuck (claimed at + max_in_flight, + stall credit once re-scored)
@@ -100,7 +101,8 @@ local function begin(keys, args)
 end
 
 local function wkey(id) return P .. 'w:' .. id end
-local function wckey(id) return P .. 'wc:' .. id end
+-- The field of a worker's hash that holds one of its in-flight claims (value: claimed at, ms).
+local function claim_field(member) return '@' .. member end
 local function ckey(member) return P .. 'c:' .. member end
 local function wskey(id) return P .. 'ws:' .. id end
 

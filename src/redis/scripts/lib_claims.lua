@@ -51,7 +51,7 @@ local function forget_claim(member, c)
   redis.call('ZREM', K.done, member)
   redis.call('ZREM', K.released_due, member)
   if c[1] then
-    redis.call('ZREM', wckey(c[1]), member)
+    redis.call('HDEL', wkey(c[1]), claim_field(member))
     redis.call('ZREM', K.flight, member)
     if c[4] == '5' then
       redis.call('SREM', wskey(c[1]), member)

@@ -163,10 +163,9 @@ local function promote_target(cfg, t, place, now)
       return 'full'
     end
     if st ~= 'none' then forget_claim(member, c) end
-    local id, n, new = do_place(plan, t, now, now + cfg.to + cfg.gr)
+    local id, n, new = do_place(plan, t, now, now + cfg.to + cfg.gr, member)
     if new == 1 then owner_count(cfg, t, id) end
     redis.call('HSET', ckey(member), 'h', id, 'ca', now)
-    redis.call('ZADD', wckey(id), now, member)
     redis.call('ZADD', K.flight, now + cfg.mf, member)
     ensure_group()
     redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', id,

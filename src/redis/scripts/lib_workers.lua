@@ -18,13 +18,39 @@
 -- Dead reasons (as in worker_registry::DeadReason).
 local R_MISSED, R_EXITED, R_DEREGISTERED, R_DRAIN_TIMED_OUT = 1, 2, 3, 4
 
+-- A worker's in-flight claims (the '@<member>' fields of its hash, see lib_base.lua), oldest
+-- first (ties by member: the order a sorted set by claim time gave).
+local function claims_of(id)
+  local all = redis.call('HGETALL', wkey(id))
+  local found = {}
+  for i = 1, #all, 2 do
+    if string.byte(all[i], 1) == 64 then -- '@'
+      found[#found + 1] = { string.sub(all[i], 2), all[i + 1] }
+    end
+  end
+  table.sort(found, function(a, b)
+    if a[2] ~= b[2] then return later_text(a[2], b[2]) == b[2] end
+    return a[1] < b[1]
+  end)
+  local members = {}
+  for i, f in ipairs(found) do members[i] = f[1] end
+  return members
+end
+
+-- Deletes fields of a hash, a bounded number per command (`unpack` has a limit).
+local function hdel_all(key, fields)
+  for i = 1, #fields, 256 do
+    redis.call('HDEL', key, unpack(fields, i, math.min(i + 255, #fields)))
+  end
+end
+
 -- Reads what a worker's death will change (read phase).
 local function prep_kill(id, target)
   local k = { id = id, target = target or '' }
   if target and target ~= '' then
     k.mapped = redis.call('HGET', K.targets, target) == id
   end
-  k.members = redis.call('ZRANGE', wckey(id), 0, -1)
+  k.members = claims_of(id)
   k.stuck = redis.call('SMEMBERS', wskey(id))
   k.beat = redis.call('ZSCORE', K.beat, id)
   return k
@@ -54,12 +80,14 @@ local function do_kill(k, reason, now)
   redis.call('ZADD', K.dead, now, k.id)
   redis.call('ZADD', K.dirty, 0, k.id)
   if k.mapped then redis.call('HDEL', K.targets, k.target) end
-  for _, m in ipairs(k.members) do
+  local fields = {}
+  for i, m in ipairs(k.members) do
     redis.call('HSET', ckey(m), 'rel', reason)
     redis.call('ZADD', K.released_due, 0, m)
     redis.call('ZREM', K.flight, m)
+    fields[i] = claim_field(m)
   end
-  if #k.members > 0 then redis.call('DEL', wckey(k.id)) end
+  hdel_all(wkey(k.id), fields)
   for _, m in ipairs(k.stuck) do redis.call('ZADD', K.stuck_due, 0, m) end
   if #k.stuck > 0 then redis.call('DEL', wskey(k.id)) end
   emit({ 'X', k.id, k.target, I(reason) })
@@ -99,18 +127,29 @@ end
 -- Carries a placement out (write phase). Returns the worker id (text), its assignment count
 -- (text for a sticky placement, a number for a new worker) and 1 if the worker was created by
 -- it, else 0. The stored values are text (see `clock_text`); `now` may be a number or text.
-local function do_place(plan, target, now, first_deadline)
+-- With `member`, the placement claims it: the worker's write records the claim among its own
+-- (`claim_field`; the caller writes the claim's hash and its `flight` entry).
+local function do_place(plan, target, now, first_deadline, member)
+  if type(now) == 'number' then now = I(now) end
   if plan.kind == 'sticky' then
     local n = succ_text(plan.n)
-    redis.call('HSET', wkey(plan.id), 'b', '1', 'n', n)
+    if member then
+      redis.call('HSET', wkey(plan.id), 'b', '1', 'n', n, claim_field(member), now)
+    else
+      redis.call('HSET', wkey(plan.id), 'b', '1', 'n', n)
+    end
     redis.call('ZADD', K.dirty, '0', plan.id)
     return plan.id, n, 0
   end
   local id = I(plan.id)
-  if type(now) == 'number' then now = I(now) end
   redis.call('SET', K.next_worker_id, id)
-  redis.call('HSET', wkey(id), 's', '0', 'b', '1', 'x', '0', 'bt', '0', 'hb', now, 'c', now, 'n', '1',
-    't', target)
+  if member then
+    redis.call('HSET', wkey(id), 's', '0', 'b', '1', 'x', '0', 'bt', '0', 'hb', now, 'c', now,
+      'n', '1', 't', target, claim_field(member), now)
+  else
+    redis.call('HSET', wkey(id), 's', '0', 'b', '1', 'x', '0', 'bt', '0', 'hb', now, 'c', now,
+      'n', '1', 't', target)
+  end
   redis.call('ZADD', K.live, I(first_deadline), id)
   redis.call('HSET', K.targets, target, id)
   redis.call('ZADD', K.dirty, '0', id)

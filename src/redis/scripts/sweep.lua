@@ -649,7 +649,7 @@ if swept then
     local m, h = s[1], s[2]
     local t, d = split_member(m)
     redis.call('HSET', ckey(m), 'rel', RR_STUCK)
-    redis.call('ZREM', wckey(h), m)
+    redis.call('HDEL', wkey(h), claim_field(m))
     redis.call('ZREM', K.flight, m)
     redis.call('SADD', wskey(h), m)
     redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', h, 'r', RR_STUCK)
@@ -708,7 +708,6 @@ if swept then
   n_expired, n_evicted = #expired, #victims
   for _, id in ipairs(purge) do
     redis.call('DEL', wkey(id))
-    redis.call('DEL', wckey(id))
     redis.call('DEL', wskey(id))
     redis.call('ZREM', K.dead, id)
     redis.call('ZADD', K.dirty, 0, id)
