@@ -74,6 +74,10 @@
 local P, K, ME, OFFSET
 -- This call's own events (nil until it emits one).
 local EMITTED
+-- The event sequence (`event_seq`) as this call last read or wrote it, as text; nil until
+-- `next_id` read it. While it is known, `emit` counts from it instead of an INCR, so that a
+-- creation writes the event's sequence and the id counter in one MSET (`created`).
+local SEQ
 -- The registry's epoch if this call read it already (nil: not read; false: there is none).
 local EPOCH
 -- One key table per prefix (a registry), cached across calls: K.<suffix> is built once.
@@ -97,7 +101,7 @@ local function begin(keys, args)
   end
   -- Lua 5.1 interns every string: this is a pointer comparison.
   OFFSET = keys[1] ~= P and keys[1]
-  EMITTED, EPOCH = nil, nil
+  EMITTED, EPOCH, SEQ = nil, nil, nil
 end
 
 local function wkey(id) return P .. 'w:' .. id end
@@ -118,10 +122,11 @@ local function I(n) return string.format('%d', n) end
 -- lagging replica) is not handed out again, as long as ids were not handed out faster than one
 -- per millisecond on average and the server's clock did not step back.
 local ID_EPOCH_MS = 1767225600000
--- A new worker always emits its creation, so the epoch `finish` answers is read here too (one MGET).
+-- A new worker always emits its creation, so the epoch `finish` answers and the event sequence
+-- are read here too (one MGET; `SEQ`, see `emit`).
 local function next_id(now)
-  local v = redis.call('MGET', K.next_worker_id, K.epoch)
-  EPOCH = v[2]
+  local v = redis.call('MGET', K.next_worker_id, K.epoch, K.event_seq)
+  EPOCH, SEQ = v[2], v[3] or '0'
   local last = tonumber(v[1] or '0') or 0
   return math.max(last + 1, now - ID_EPOCH_MS)
 end
@@ -195,12 +200,29 @@ end
 -- Publishes one lifecycle event: a registry-wide sequence number (a listener that sees a gap knows
 -- how many it missed), the replica that caused it, its fields, tab-separated. The caller gets its
 -- own events in the reply too (see `finish`), and waits until its listener has passed them.
-local function emit(fields)
-  local seq = I(redis.call('INCR', K.event_seq))
+-- With `unwritten`, the sequence number is not stored: the caller stores it (`created`). Returns
+-- the event's sequence number (text).
+local function emit(fields, unwritten)
+  local seq
+  if SEQ then
+    seq = succ_text(SEQ)
+    SEQ = seq
+    if not unwritten then redis.call('SET', K.event_seq, seq) end
+  else
+    seq = I(redis.call('INCR', K.event_seq))
+  end
   local body = table.concat(fields, '\t')
   redis.call('PUBLISH', K.events, seq .. '\t' .. ME .. '\t' .. body)
   if not EMITTED then EMITTED = {} end
   EMITTED[#EMITTED + 1] = seq .. '\t' .. body
+  return seq
+end
+
+-- A new worker `id` (text; from `next_id`, which read the counters) of `target` ('' for none):
+-- its creation event, then the id counter and the event sequence stored in one MSET.
+local function created(id, target)
+  local seq = emit({ 'C', id, target }, true)
+  redis.call('MSET', K.next_worker_id, id, K.event_seq, seq)
 end
 
 -- The reply of a decision that may emit events: {events, reply, epoch}; the epoch (read only when

@@ -142,7 +142,6 @@ local function do_place(plan, target, now, first_deadline, member)
     return plan.id, n, 0
   end
   local id = I(plan.id)
-  redis.call('SET', K.next_worker_id, id)
   if member then
     redis.call('HSET', wkey(id), 's', '0', 'b', '1', 'x', '0', 'bt', '0', 'hb', now, 'c', now,
       'n', '1', 't', target, claim_field(member), now)
@@ -153,7 +152,7 @@ local function do_place(plan, target, now, first_deadline, member)
   redis.call('ZADD', K.live, I(first_deadline), id)
   redis.call('HSET', K.targets, target, id)
   redis.call('ZADD', K.dirty, '0', id)
-  emit({ 'C', id, target })
+  created(id, target)
   return id, 1, 1
 end
 

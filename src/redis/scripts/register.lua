@@ -11,9 +11,8 @@ local nid = next_id(now)
 if nid > MAX_ID then return finish('outcome\texhausted') end
 
 local id = I(nid)
-redis.call('SET', K.next_worker_id, id)
 redis.call('HSET', wkey(id), 's', 0, 'b', 0, 'x', 0, 'bt', 0, 'hb', now, 'c', now, 'n', 0)
 redis.call('ZADD', K.live, now + timeout + grace, id)
 redis.call('ZADD', K.dirty, 0, id)
-emit({ 'C', id, '' })
+created(id, '')
 return finish(pack({ 'outcome', 'registered', 'worker', id, 'live', live + 1, 'now', now }))
