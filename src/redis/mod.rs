@@ -29,7 +29,7 @@
 //! | `{n}:beat` | zset | the beat index: exactly the workers that are active, have beaten and are not suspect, by their last beat (ms). Their heartbeat is one `ZADD XX GT CH` here and nothing else; a worker's last beat is the later of its hash's and its score (`read_worker` folds it in); a drain, a suspicion or a death takes the worker out and writes its score to the hash |
 //! | `{n}:beat_from` | string | the publisher's cursor in `{n}:beat`: a score; the beats at and past it may not be published yet (`publish.lua`) |
 //! | `{n}:drain` / `{n}:dead` | zset | draining workers by drain deadline; dead ones by time of death (purge) |
-//! | `{n}:targets` | hash | target → its live worker (sticky assignment) |
+//! | `{n}:t:<target>` | string | the target's live worker (sticky assignment): one key per target, so the lookup is O(1) at any size (a hash of them stays a listpack up to `hash-max-listpack-entries`, and each `HGET` scans it) |
 //! | `{n}:next_worker_id` | string | the last worker id handed out; the next is past it and past the server's clock in ms since 2026-01-01, so ids are never reused, not even after the server lost or rewound the data (see `docs::redis`, Failures) |
 //! | `{n}:c:<target>:<delivery>` | hash | a claim: holder, claimed at, completed at, release reason; a completed one expires with `PEXPIRE` = `claim_retention` + `sweep_interval` |
 //! | `{n}:flight` | zset | every in-flight claim bound to a worker, by a lower bound of when it is stuck (claimed at + `max_in_flight`, + the stall credit once re-scored): the stuck are one range query |

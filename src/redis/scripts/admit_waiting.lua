@@ -45,7 +45,7 @@ if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
   end
   if parked == 'at' then
     store_cfg(cfg) -- a death reads them to promote
-    if plan.stale_mapping then redis.call('HDEL', K.targets, target) end
+    if plan.stale_mapping then redis.call('DEL', tkey(target)) end
     local reason, worker = 'capacity', ''
     if plan.kind == 'draining' then reason, worker = 'draining', plan.id end
     return finish(pack({ 'outcome', 'waiting', 'position', pos, 'reason', reason, 'worker', worker }))

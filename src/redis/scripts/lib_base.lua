@@ -28,7 +28,10 @@
 --   live              zset  live worker id -> lower bound of its staleness deadline (ms)
 --   drain             zset  draining worker id -> drain deadline (ms)
 --   dead              zset  dead worker id -> time of death (ms)
---   targets           hash  target -> id of its live worker (sticky map)
+--   t:<target>        string  the id of the target's live worker (the sticky map: one key per
+--                           target, so that its lookup is O(1) at any size; one hash of them
+--                           stays a listpack up to `hash-max-listpack-entries` targets, and an
+--                           `HGET` scans it)
 --   next_worker_id    string  last worker id handed out (see next_id)
 --   w:<id>            hash  a worker (see lib_workers.lua), with its in-flight claims as fields
 --                           '@<member>' -> claimed at (ms): a claim on it is written with the
@@ -108,6 +111,7 @@ local function wkey(id) return P .. 'w:' .. id end
 -- The field of a worker's hash that holds one of its in-flight claims (value: claimed at, ms).
 local function claim_field(member) return '@' .. member end
 local function ckey(member) return P .. 'c:' .. member end
+local function tkey(target) return P .. 't:' .. target end
 local function wskey(id) return P .. 'ws:' .. id end
 
 -- The largest worker id (ids fill the high 44 bits of a fencing token).

@@ -159,7 +159,7 @@ local function promote_target(cfg, t, place, now)
       return 'blocked'
     end
     if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
-      if plan.stale_mapping then redis.call('HDEL', K.targets, t) end
+      if plan.stale_mapping then redis.call('DEL', tkey(t)) end
       return 'full'
     end
     if st ~= 'none' then forget_claim(member, c) end

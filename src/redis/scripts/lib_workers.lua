@@ -48,7 +48,7 @@ end
 local function prep_kill(id, target)
   local k = { id = id, target = target or '' }
   if target and target ~= '' then
-    k.mapped = redis.call('HGET', K.targets, target) == id
+    k.mapped = redis.call('GET', tkey(target)) == id
   end
   k.members = claims_of(id)
   k.stuck = redis.call('SMEMBERS', wskey(id))
@@ -79,7 +79,7 @@ local function do_kill(k, reason, now)
   redis.call('ZREM', K.drain, k.id)
   redis.call('ZADD', K.dead, now, k.id)
   redis.call('ZADD', K.dirty, 0, k.id)
-  if k.mapped then redis.call('HDEL', K.targets, k.target) end
+  if k.mapped then redis.call('DEL', tkey(k.target)) end
   local fields = {}
   for i, m in ipairs(k.members) do
     redis.call('HSET', ckey(m), 'rel', reason)
@@ -100,7 +100,7 @@ end
 -- neither (its assignment count `n` stays text; see `clock_text`).
 local function plan_place(target, max_workers, now)
   local plan = {}
-  local wid = redis.call('HGET', K.targets, target)
+  local wid = redis.call('GET', tkey(target))
   if wid then
     local w = redis.call('HMGET', wkey(wid), 's', 'n', 'bt')
     if w[1] == '0' then
@@ -150,7 +150,7 @@ local function do_place(plan, target, now, first_deadline, member)
       'n', '1', 't', target)
   end
   redis.call('ZADD', K.live, I(first_deadline), id)
-  redis.call('HSET', K.targets, target, id)
+  redis.call('SET', tkey(target), id)
   redis.call('ZADD', K.dirty, '0', id)
   created(id, target)
   return id, 1, 1
@@ -170,7 +170,7 @@ end
 
 -- A refused placement: drop a mapping to a dead worker (there is none normally: deaths unmap).
 local function refuse_place(plan, target)
-  if plan.stale_mapping then redis.call('HDEL', K.targets, target) end
+  if plan.stale_mapping then redis.call('DEL', tkey(target)) end
   if plan.kind == 'draining' then return pack({ 'outcome', 'draining', 'worker', plan.id }) end
   return 'outcome\tcapacity'
 end
