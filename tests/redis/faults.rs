@@ -185,8 +185,12 @@ async fn a_script_that_errors_leaves_no_partial_state() {
         raw.get::<_, String>(key("next_worker_id")).await.unwrap(),
         next_id
     );
+    assert!(raw
+        .exists::<_, bool>(key(&format!("t:{}", t(1))))
+        .await
+        .unwrap());
     assert!(!raw
-        .hexists::<_, _, bool>(key("targets"), t(2).to_string())
+        .exists::<_, bool>(key(&format!("t:{}", t(2))))
         .await
         .unwrap());
     // A sweep on the corrupted registry fails too, and changes nothing either.
