@@ -1,0 +1,62 @@
+#!/bin/bash
+# Server instructions per decision, deterministic where the wall-clock µs of `benches/redis.rs`
+# move by 10-30 % between runs on a shared machine (docs::redis, "Per-decision cost").
+#
+# Usage: benches/tools/redis_instructions.sh <redis bench binary> [port]
+#   the binary from `cargo bench --features postgres,redis,testkit --bench redis --no-run`
+#   (target/release/deps/redis-<hash>); needs redis-server, redis-cli and valgrind.
+#
+# It starts a throwaway redis-server under `valgrind --tool=callgrind` on the port (6411), runs the
+# bench binary against it once with 200 calls a row (which loads the binary's function library),
+# then makes, on a registry of its own, 256 targets each with a started worker and measures four
+# decisions, 2 048 calls each, sent one at a time by redis-cli (so the figures include reading
+# each command and writing its reply): sticky admits (8 new deliveries per target, so a worker
+# holds at most 9 claims in flight, as in production), admits that create a worker (2 048 new
+# targets), duplicates of claims in flight, and heartbeats of started workers. Each figure is the
+# whole server's instructions between `callgrind_control -z` and `-d`, divided by 2 048; the
+# server's own timers add about +-1 500 a call between runs.
+set -eu
+bin=$1
+P=${2:-6411}
+R="redis-cli -p $P"
+dir=$(mktemp -d)
+valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" \
+  redis-server --port "$P" --save '' --appendonly no > "$dir/valgrind.log" 2>&1 &
+for _ in $(seq 1 100); do $R ping > /dev/null 2>&1 && break; sleep 0.3; done
+WORKER_REGISTRY_REDIS_URL=redis://127.0.0.1:$P WR_REDIS_BENCH_CALLS=200 "$bin" --bench zzz_none \
+  > "$dir/bench.log" 2>&1
+NS=$($R function list | grep -m1 -o 'wr_[0-9a-f]\{16\}')
+K='{cg}:'
+LIM="100000 30000 30000 600000 3600000" # max_workers timeout grace retention max_in_flight (ms)
+T=256
+for k in $(seq 1 $T); do echo "FCALL ${NS}_admit 1 $K $K rep o/s#$k d0 $LIM"; done | $R \
+  | grep -o 'worker	[0-9]*' | awk '{print $2}' > "$dir/workers"
+for w in $(cat "$dir/workers"); do
+  echo "FCALL ${NS}_heartbeat 1 $K $K rep $w 30000"
+  echo "FCALL ${NS}_heartbeat 1 $K $K rep $w 30000"
+done | $R > /dev/null
+for j in $(seq 1 8); do for k in $(seq 1 $T); do
+  echo "FCALL ${NS}_admit 1 $K $K rep o/s#$k d$j $LIM"
+done; done > "$dir/sticky"
+for k in $(seq 1 2048); do echo "FCALL ${NS}_admit 1 $K $K rep o/n#$k d $LIM"; done > "$dir/creating"
+for k in $(seq 1 $T); do for j in $(seq 1 8); do
+  echo "FCALL ${NS}_admit 1 $K $K rep o/s#$k d$j $LIM"
+done; done > "$dir/duplicate"
+for _ in $(seq 1 8); do for w in $(cat "$dir/workers"); do
+  echo "FCALL ${NS}_heartbeat 1 $K $K rep $w 30000"
+done; done > "$dir/heartbeat"
+n=0
+for what in sticky creating duplicate heartbeat; do
+  callgrind_control -z > /dev/null 2>&1
+  $R < "$dir/$what" > "$dir/$what.out"
+  callgrind_control -d > /dev/null 2>&1
+  n=$((n + 1))
+  for _ in $(seq 1 50); do [ -s "$dir/cg.out.$n" ] && break; sleep 0.2; done
+  sleep 1
+  total=$(grep -m1 -E '^(summary|totals):' "$dir/cg.out.$n" | awk '{print $2}')
+  answers=$(cut -f1-2 "$dir/$what.out" | sort | uniq -c | sort -rn | head -1 | xargs)
+  echo "$what: $((total / 2048)) instructions per call (answers: $answers)"
+done
+$R shutdown nosave > /dev/null 2>&1 || true
+wait
+rm -rf "$dir"
