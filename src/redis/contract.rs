@@ -344,8 +344,7 @@ impl WorkerRegistry for RedisRegistry {
             .arg(l.max_workers)
             .arg(l.timeout_ms)
             .arg(l.startup_grace_ms)
-            .arg(l.retention_ms)
-            .arg(l.max_in_flight_ms);
+            .arg(l.retention_ms);
         let v = self.invoke_emitting(&inv).await?;
         let (word, f) = codec::outcome(&v)?;
         self.decode_admission(&word, &f).await

@@ -32,7 +32,7 @@
 //! | `{n}:t:<target>` | string | the target's live worker (sticky assignment): one key per target, so the lookup is O(1) at any size (a hash of them stays a listpack up to `hash-max-listpack-entries`, and each `HGET` scans it) |
 //! | `{n}:next_worker_id` | string | the last worker id handed out; the next is past it and past the server's clock in ms since 2026-01-01, so ids are never reused, not even after the server lost or rewound the data (see `docs::redis`, Failures) |
 //! | `{n}:c:<target>:<delivery>` | hash | a claim: holder, claimed at, completed at, release reason; a completed one expires with `PEXPIRE` = `claim_retention` + `sweep_interval` |
-//! | `{n}:flight` | zset | every in-flight claim bound to a worker, by a lower bound of when it is stuck (claimed at + `max_in_flight`, + the stall credit once re-scored): the stuck are one range query |
+//! | `{n}:flight` | zset | every in-flight claim bound to a worker, by its claim time (+ the stall credit once re-scored): a lower bound of when it is stuck, less `max_in_flight`, which the sweep adds to its range's bound rather than every admit to the score; the stuck are one range query |
 //! | `{n}:ws:<id>` | set | a worker's stuck claims, kept as tombstones (release reason `Stuck`) so that its late completion is refused; `{n}:stuck_due` (zset, score 0) holds those of dead workers, which the next sweep deletes |
 //! | `{n}:unbound` | zset | bare claims by claim time (those past the heartbeat timeout are one range query) |
 //! | `{n}:done` | zset | completed claims by completion time (`max_retained_claims` eviction, retention) |

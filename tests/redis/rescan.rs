@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use worker_registry::{
-    DeadReason, InMemoryRegistry, Maintenance, ManualClock, RegistryConfig, Status, WorkerId,
-    WorkerRegistry,
+    Admission, DeadReason, DeliveryId, InMemoryRegistry, Maintenance, ManualClock, RegistryConfig,
+    ReleaseReason, Status, SweepReport, Target, WorkerId, WorkerRegistry,
 };
 
 use crate::harness;
@@ -131,4 +131,93 @@ async fn fcall_calls(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// The same for a delivery in flight: `max_in_flight` 120 s, and a claim made before the first
+/// stall on a worker that beats every cycle. By the 65th it has run 65 s; without the dropped 99 s
+/// of credit, 164 s: stuck. Its score in `{n}:flight` was last set in cycle 46 (to its claim time
+/// plus 189 s of credit), so at the 65th it is no candidate: only the rescan's walk of `flight`,
+/// after the fillers' chunks of `live`, finds it there. The in-memory registry has no such walk
+/// for claims: it judges them again at the time its last judgement named (cycle 46's: 75 s of
+/// running time left, reached in cycle 71), so it finds the delivery stuck later, not never.
+#[tokio::test]
+async fn a_dropped_stalls_lost_credit_finds_a_stuck_delivery_through_the_rescan() {
+    let Some(url) = harness::shared("rescan") else {
+        return;
+    };
+    let config = || {
+        RegistryConfig::builder()
+            .max_workers(FILLERS + 1)
+            .sweep_interval(Duration::from_secs(1))
+            .heartbeat_interval(Duration::from_secs(60))
+            .missed_heartbeats(2)
+            .startup_grace(Duration::from_secs(200))
+            .max_in_flight(Duration::from_secs(120))
+            .build()
+            .unwrap()
+    };
+    let target = Target::new("octo/rescan", 1).unwrap();
+    let delivery = DeliveryId::new("before-the-stalls").unwrap();
+    let stuck_of = |rep: &SweepReport| -> Vec<(WorkerId, DeliveryId)> {
+        rep.released
+            .iter()
+            .filter(|e| e.reason == ReleaseReason::Stuck)
+            .map(|e| (e.holder.unwrap(), e.delivery.clone()))
+            .collect()
+    };
+
+    // In memory: found when its next judgement comes, in cycle 71.
+    let clock = ManualClock::new();
+    let m = InMemoryRegistry::with_clock(config(), clock.clone());
+    Maintenance::sweep(&m).await.unwrap();
+    let Admission::Assigned(ma) = WorkerRegistry::admit(&m, &target, &delivery).await.unwrap()
+    else {
+        panic!("admit")
+    };
+    let mut mfill = Vec::new();
+    for _ in 0..FILLERS {
+        mfill.push(WorkerRegistry::register(&m).await.unwrap());
+    }
+    let mut m_found = Vec::new();
+    for i in 1..=75 {
+        clock.advance(cycle(i));
+        WorkerRegistry::heartbeat(&m, ma.worker).await.unwrap();
+        if i == 40 || i == 70 {
+            for &f in &mfill {
+                WorkerRegistry::heartbeat(&m, f).await.unwrap();
+            }
+        }
+        let rep = Maintenance::sweep(&m).await.unwrap();
+        if !stuck_of(&rep).is_empty() {
+            m_found.push((i, stuck_of(&rep)));
+        }
+    }
+    assert_eq!(m_found, vec![(71, vec![(ma.worker, delivery.clone())])]);
+
+    // On Redis: found in the 65th, by the rescan.
+    let r = harness::registry(&url, "rescan-flight", config()).await;
+    r.sweep().await.unwrap();
+    let Admission::Assigned(a) = r.admit(&target, &delivery).await.unwrap() else {
+        panic!("admit")
+    };
+    let mut fill = Vec::new();
+    for _ in 0..FILLERS {
+        fill.push(r.register().await.unwrap());
+    }
+    let mut found = Vec::new();
+    for i in 1..=STALLS {
+        r.advance_time_for_tests(cycle(i)).await.unwrap();
+        r.heartbeat(a.worker).await.unwrap();
+        if i == 40 {
+            for &f in &fill {
+                r.heartbeat(f).await.unwrap();
+            }
+        }
+        let rep = r.sweep().await.unwrap();
+        assert!(rep.died.is_empty(), "cycle {i}: {:?}", rep.died);
+        if !stuck_of(&rep).is_empty() {
+            found.push((i, stuck_of(&rep)));
+        }
+    }
+    assert_eq!(found, vec![(STALLS, vec![(a.worker, delivery)])]);
 }

@@ -1,6 +1,5 @@
 -- admit: dedupe + sticky lookup + capacity + claim, in one step.
--- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms, retention_ms,
---       max_in_flight_ms
+-- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms, retention_ms
 -- Returns (packed, see docs::redis) outcome 'duplicate' with holder ('' for none),
 --   since (claimed at), state ('in_flight'|'completed'), unstarted (0/1)
 -- | 'assigned' with worker, seq (its assignments), new (0/1), live (-1: unchanged), now
@@ -41,7 +40,8 @@ if plan.started then
 else
   redis.call('HSET', ckey(member), 'h', id, 'ca', now)
 end
-redis.call('ZADD', K.flight, I(tonumber(now) + tonumber(ARGV[8])), member)
+-- The stuck index scores the claim time (sweep.lua adds max_in_flight to its bound): no sum here.
+redis.call('ZADD', K.flight, now, member)
 local live = -1
 if new == 1 then live = plan.live + 1 end
 return finish(assigned(id, n, new, live, now))

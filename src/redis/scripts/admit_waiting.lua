@@ -59,7 +59,7 @@ if st ~= 'none' then forget_claim(member, c) end
 local id, n, new = do_place(plan, target, now, now + cfg.to + cfg.gr, member)
 if new == 1 then owner_count(cfg, target, id) end
 redis.call('HSET', ckey(member), 'h', id, 'ca', now)
-redis.call('ZADD', K.flight, now + cfg.mf, member)
+redis.call('ZADD', K.flight, now, member)
 local live = -1
 if new == 1 then live = plan.live + 1 end
 return finish(assigned(id, n, new, live, now))

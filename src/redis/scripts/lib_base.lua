@@ -37,8 +37,9 @@
 --                           '@<member>' -> claimed at (ms): a claim on it is written with the
 --                           worker's own write (`claim_field`)
 --   ws:<id>           set   a worker's stuck claims, kept (as tombstones) to refuse its late completion
---   flight            zset  every in-flight claim bound to a worker -> a lower bound of when it is
---                           stuck (claimed at + max_in_flight, + stall credit once re-scored)
+--   flight            zset  every in-flight claim bound to a worker -> its claim time (ms), + the
+--                           stall credit once re-scored: a lower bound of when it is stuck, less
+--                           max_in_flight (the sweep adds it to its bound, an admit adds nothing)
 --   stuck_due         zset  stuck tombstones whose worker died (score 0): the next sweep deletes them
 --   c:<target>:<delivery>  hash  a claim: h holder, ca claimed at, dn completed at, rel reason
 --                          sb '1' if its holder had heartbeated when admit.lua made it

@@ -166,7 +166,7 @@ local function promote_target(cfg, t, place, now)
     local id, n, new = do_place(plan, t, now, now + cfg.to + cfg.gr, member)
     if new == 1 then owner_count(cfg, t, id) end
     redis.call('HSET', ckey(member), 'h', id, 'ca', now)
-    redis.call('ZADD', K.flight, now + cfg.mf, member)
+    redis.call('ZADD', K.flight, now, member)
     ensure_group()
     redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', id,
       'r', RR_PROMOTED .. ':' .. I(n) .. ':' .. new)

@@ -376,15 +376,17 @@ if swept then
 
   -- Deliveries stuck in flight: bound claims whose worker lives (and is not killed here: its
   -- claims are released with it) and that ran longer than max_in_flight of registry running
-  -- time. Their score in `flight` is a lower bound of that moment; a candidate credited a stall
-  -- is re-scored. Entries of claims no longer in flight are dropped.
+  -- time. Their score in `flight` is a lower bound of that moment less max_in_flight (the claim
+  -- time, + the stall credit once re-scored), so the candidates are those scored below now less
+  -- max_in_flight; a candidate credited a stall is re-scored. Entries of claims no longer in flight are dropped.
   local stuck, stuck_of, stuck_ids, flight_rescore, flight_ghosts = {}, {}, {}, {}, {}
   local stuck_exits = {}
   if rest then
     local lim = room(4)
     local flight_c = {}
     if lim > 0 then
-      flight_c = redis.call('ZRANGEBYSCORE', K.flight, '-inf', '(' .. I(now), 'LIMIT', 0, lim)
+      flight_c = redis.call('ZRANGEBYSCORE', K.flight, '-inf', '(' .. I(now - max_in_flight),
+        'LIMIT', 0, lim)
     end
     if #flight_c == lim then more = true end
     spend(2 * #flight_c)
@@ -404,7 +406,7 @@ if swept then
           end
           stuck_of[h][m] = true
         else
-          flight_rescore[#flight_rescore + 1] = { ca + max_in_flight + since(ca), m }
+          flight_rescore[#flight_rescore + 1] = { ca + since(ca), m }
         end
       end
     end
@@ -575,13 +577,15 @@ if swept then
             else
               local c = redis.call('HMGET', ckey(m), 'ca', 'dn', 'rel')
               if c[1] and not c[2] and not c[3] then
-                due = tonumber(c[1]) + max_in_flight + since(tonumber(c[1]))
+                due = tonumber(c[1]) + since(tonumber(c[1]))
               end
             end
             if due and due < score then
               local fix = which == 1 and rescan_fix or flight_fix
               fix[#fix + 1] = { due, m }
-              if due < now then more = true end
+              -- A candidate of the next step: a worker past its deadline, a claim past its own
+              -- (its score in `flight` is its claim time, max_in_flight before its deadline).
+              if due < now - (which == 2 and max_in_flight or 0) then more = true end
             end
           end
           spend(3 * upto)
