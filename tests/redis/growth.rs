@@ -166,7 +166,7 @@ async fn rounds_of_the_same_traffic_leave_the_same_keys_behind() {
         }
     }
     let first = first.unwrap();
-    for kind in ["w:*", "ws:*", "c:*"] {
+    for kind in ["w:*", "ws:*", "c:*", "t:*"] {
         assert!(!first.contains_key(kind), "{kind} left: {first:?}");
     }
     assert_eq!(first.get("released").copied().unwrap_or(0), 0, "{first:?}");
@@ -260,7 +260,7 @@ async fn rounds_through_the_waiting_room_leave_the_same_keys_behind() {
         "{promoted} promoted, {expired} expired"
     );
     let first = first.unwrap();
-    for kind in ["w:*", "ws:*", "c:*", "wd:*", "wo:*", "wb:*"] {
+    for kind in ["w:*", "ws:*", "c:*", "t:*", "wd:*", "wo:*", "wb:*"] {
         assert!(!first.contains_key(kind), "{kind} left: {first:?}");
     }
     for key in ["worder", "wt", "wring", "wready", "wpo", "olive"] {
