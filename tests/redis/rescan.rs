@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use worker_registry::{
     Admission, DeadReason, DeliveryId, InMemoryRegistry, Maintenance, ManualClock, RegistryConfig,
-    ReleaseReason, Status, SweepReport, Target, WorkerId, WorkerRegistry,
+    RegistryConfigBuilder, ReleaseReason, Status, SweepReport, Target, WorkerId, WorkerRegistry,
 };
 
 use crate::harness;
@@ -27,14 +27,17 @@ fn cycle(i: usize) -> Duration {
 /// theirs); until then the start-up grace of 200 s covers them, and it widens the stall horizon
 /// so that all 64 spans stay within reach.
 fn config() -> RegistryConfig {
+    settings().build().unwrap()
+}
+
+/// [`config`]'s settings, for a test that adds one.
+fn settings() -> RegistryConfigBuilder {
     RegistryConfig::builder()
         .max_workers(FILLERS + 1)
         .sweep_interval(Duration::from_secs(1))
         .heartbeat_interval(Duration::from_secs(60))
         .missed_heartbeats(2)
         .startup_grace(Duration::from_secs(200))
-        .build()
-        .unwrap()
 }
 
 #[tokio::test]
@@ -146,12 +149,7 @@ async fn a_dropped_stalls_lost_credit_finds_a_stuck_delivery_through_the_rescan(
         return;
     };
     let config = || {
-        RegistryConfig::builder()
-            .max_workers(FILLERS + 1)
-            .sweep_interval(Duration::from_secs(1))
-            .heartbeat_interval(Duration::from_secs(60))
-            .missed_heartbeats(2)
-            .startup_grace(Duration::from_secs(200))
+        settings()
             .max_in_flight(Duration::from_secs(120))
             .build()
             .unwrap()

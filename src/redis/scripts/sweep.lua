@@ -378,7 +378,8 @@ if swept then
   -- claims are released with it) and that ran longer than max_in_flight of registry running
   -- time. Their score in `flight` is a lower bound of that moment less max_in_flight (the claim
   -- time, + the stall credit once re-scored), so the candidates are those scored below now less
-  -- max_in_flight; a candidate credited a stall is re-scored. Entries of claims no longer in flight are dropped.
+  -- max_in_flight; a candidate credited a stall is re-scored. Entries of claims no longer in
+  -- flight are dropped.
   local stuck, stuck_of, stuck_ids, flight_rescore, flight_ghosts = {}, {}, {}, {}, {}
   local stuck_exits = {}
   if rest then
