@@ -1,5 +1,6 @@
 -- admit: dedupe + sticky lookup + capacity + claim, in one step.
--- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms, retention_ms
+-- ARGV: prefix, replica id, target, delivery, max_workers, timeout_ms, startup_grace_ms,
+--       retention_ms
 -- Returns (packed, see docs::redis) outcome 'duplicate' with holder ('' for none),
 --   since (claimed at), state ('in_flight'|'completed'), unstarted (0/1)
 -- | 'assigned' with worker, seq (its assignments), new (0/1), live (-1: unchanged), now
