@@ -12,8 +12,7 @@
 # decisions, 2 048 calls each, sent one at a time by redis-cli (so the figures include reading
 # each command and writing its reply): sticky admits (8 new deliveries per target, so a worker
 # holds at most 9 claims in flight, as in production), admits that create a worker (2 048 new
-# targets), duplicates of claims in flight, heartbeats of started workers, and the completions
-# of the sticky admits' deliveries. Each figure is the
+# targets), duplicates of claims in flight, and heartbeats of started workers. Each figure is the
 # whole server's instructions between `callgrind_control -z` and `-d`, divided by 2 048; the
 # server's own timers add about +-1 500 a call between runs.
 set -eu
@@ -46,12 +45,8 @@ done; done > "$dir/duplicate"
 for _ in $(seq 1 8); do for w in $(cat "$dir/workers"); do
   echo "FCALL ${NS}_heartbeat 1 $K $K rep $w 30000"
 done; done > "$dir/heartbeat"
-# by (none), timeout, retention, max_retained_claims, key ttl (ms)
-for j in $(seq 1 8); do for k in $(seq 1 $T); do
-  echo "FCALL ${NS}_complete 1 $K $K rep o/s#$k d$j \"\" 30000 600000 100000 601000"
-done; done > "$dir/complete"
 n=0
-for what in sticky creating duplicate heartbeat complete; do
+for what in sticky creating duplicate heartbeat; do
   callgrind_control -z > /dev/null 2>&1
   $R < "$dir/$what" > "$dir/$what.out"
   callgrind_control -d > /dev/null 2>&1

@@ -7,12 +7,11 @@
 -- | 'capacity' | 'draining' with worker
 local target, delivery = ARGV[2], ARGV[3]
 local member = target .. ':' .. delivery
-local ck = ckey(member)
 
 -- Read phase. A claim in flight on a worker is a duplicate whatever the time: answered before the
 -- clock is read (one HMGET for a claim made on a started worker, `sb`; two for one made before
 -- its worker's first beat).
-local c = redis.call('HMGET', ck, 'h', 'ca', 'dn', 'rel', 'sb')
+local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel', 'sb')
 if in_flight_bound(c) then return finish(duplicate(c, 'in_flight')) end
 -- The sticky placement of a new delivery, the hot path, keeps numbers out of it (see
 -- `clock_text`): the time stays text, and a limit is parsed only where it is used (each
@@ -38,9 +37,9 @@ if plan.kind == 'new' then first = tonumber(now) + tonumber(ARGV[5]) + tonumber(
 local id, n, new = do_place(plan, target, now, first, member)
 -- `sb`: the worker had heartbeated already, so a duplicate of this claim needs no worker read.
 if plan.started then
-  redis.call('HSET', ck, 'h', id, 'ca', now, 'sb', '1')
+  redis.call('HSET', ckey(member), 'h', id, 'ca', now, 'sb', '1')
 else
-  redis.call('HSET', ck, 'h', id, 'ca', now)
+  redis.call('HSET', ckey(member), 'h', id, 'ca', now)
 end
 -- The stuck index scores the claim time (sweep.lua adds max_in_flight to its bound): no sum here.
 redis.call('ZADD', K.flight, now, member)

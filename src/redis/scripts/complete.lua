@@ -5,17 +5,12 @@
 --   | 'unknown' | 'not_holder' with holder ('' for none)
 --   | 'released' with holder, reason ('worker_died'|'stuck'|'unbound'), dead_reason (or '')
 local member = ARGV[2] .. ':' .. ARGV[3]
-local ck = ckey(member)
 local by = ARGV[4]
 local timeout, retention = tonumber(ARGV[5]), tonumber(ARGV[6])
-local max_retained = tonumber(ARGV[7])
+local max_retained, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
 
--- The time is stored and answered as text (see `clock_text`: a number passed to `redis.call`
--- is formatted with `%.17g`); `standing` compares it as a number. The key's ttl is passed on as
--- the caller's text.
-local now_text = clock_text()
-local now = tonumber(now_text)
-local c = redis.call('HMGET', ck, 'h', 'ca', 'dn', 'rel')
+local now = clock()
+local c = redis.call('HMGET', ckey(member), 'h', 'ca', 'dn', 'rel')
 if not c[2] then return UNKNOWN end
 local holder = c[1] or ''
 if by ~= '' and holder ~= by then return pack({ 'outcome', 'not_holder', 'holder', holder }) end
@@ -48,23 +43,18 @@ if retained > max_retained + math.floor(max_retained / 16) then
 end
 
 -- Complete it, retained for `retention` (the key's expiry is the backstop).
-redis.call('HSET', ck, 'dn', now_text)
-redis.call('PEXPIRE', ck, ARGV[8])
-redis.call('ZADD', K.done, now_text, member)
--- A claim is in `unbound` only while it has no holder: a holder is written only into a claim made
--- afresh (admit.lua, after `forget_claim`), so a bound one was never there.
+redis.call('HSET', ckey(member), 'dn', now)
+redis.call('PEXPIRE', ckey(member), ttl)
+redis.call('ZADD', K.done, now, member)
+redis.call('ZREM', K.unbound, member)
 if c[1] then
   redis.call('HDEL', wkey(c[1]), claim_field(member))
   redis.call('ZREM', K.flight, member)
-else
-  redis.call('ZREM', K.unbound, member)
 end
 for _, m in ipairs(victims) do
   redis.call('DEL', ckey(m))
   redis.call('ZREM', K.done, m)
 end
 for _, m in ipairs(stale) do redis.call('ZREM', K.done, m) end
-local evicted = '0'
-if #victims > 0 then evicted = I(#victims) end
-return pack({ 'outcome', 'completed', 'evicted', evicted, 'retained',
-  I(retained - #victims - #stale), 'now', now_text })
+return pack({ 'outcome', 'completed', 'evicted', #victims, 'retained', retained - #victims - #stale,
+  'now', now })

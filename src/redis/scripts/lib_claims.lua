@@ -23,17 +23,15 @@ local function in_flight_bound(c)
 end
 
 -- 1 if a duplicate's claim is in flight on a live worker that has never heartbeated (the reply
--- that told a router to start it may have been lost), else '0'. `c[5]`, when the caller read it, is
+-- that told a router to start it may have been lost), else 0. `c[5]`, when the caller read it, is
 -- the claim's `sb`: '1' if its worker had heartbeated when it was claimed. A worker's `bt` never
 -- goes back to 0 and ids are not reused, so such a claim's answer is 0 without reading the worker
 -- (a claim's holder is written only when the claim is made, after any earlier one is deleted).
--- The answer is text, '1' or '0': a number concatenated into the reply would be formatted with
--- `%.14g`, which costs as much as the rest of the reply.
 local function unstarted(c, st)
-  if st ~= 'in_flight' or not c[1] or c[5] == '1' then return '0' end
+  if st ~= 'in_flight' or not c[1] or c[5] == '1' then return 0 end
   local w = redis.call('HMGET', wkey(c[1]), 's', 'bt')
-  if w[1] and w[1] ~= '2' and w[2] ~= '1' then return '1' end
-  return '0'
+  if w[1] and w[1] ~= '2' and w[2] ~= '1' then return 1 end
+  return 0
 end
 
 -- A duplicate's reply: the claim's holder ('' for none), since, state and unstarted.
