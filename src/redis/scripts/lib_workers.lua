@@ -129,8 +129,10 @@ end
 -- it, else 0. The stored values are text (see `clock_text`); `now` may be a number or text.
 -- With `member`, the placement claims it: the worker's write records the claim among its own
 -- (`claim_field`; the caller writes the claim's hash and its `flight` entry).
+-- The two branches spell each `HSET` out with and without the claim rather than build an argument
+-- table to `unpack`, which would cost the hot sticky admit more than the call it saves.
 local function do_place(plan, target, now, first_deadline, member)
-  if type(now) == 'number' then now = I(now) end
+  if type(now) == 'number' and (member or plan.kind ~= 'sticky') then now = I(now) end
   if plan.kind == 'sticky' then
     local n = succ_text(plan.n)
     if member then
