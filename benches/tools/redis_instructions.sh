@@ -15,6 +15,12 @@
 # targets), duplicates of claims in flight, and heartbeats of started workers. Each figure is the
 # whole server's instructions between `callgrind_control -z` and `-d`, divided by 2 048; the
 # server's own timers add about +-1 500 a call between runs.
+#
+# Then the floors (docs::redis, "How far from the floor"): the same server loads
+# benches/tools/redis_floor.lua, functions that make exactly a sticky admit's 8 commands and a
+# creating admit's 13 on keys of the same shapes (under a prefix of their own, seeded as the
+# registry's are) and decide nothing, and a no-op FCALL with the admit's arguments. Each decision's
+# line gives the part above its floor: what its Lua logic costs, as opposed to its commands.
 set -eu
 bin=$1
 P=${2:-6411}
@@ -45,8 +51,20 @@ done; done > "$dir/duplicate"
 for _ in $(seq 1 8); do for w in $(cat "$dir/workers"); do
   echo "FCALL ${NS}_heartbeat 1 $K $K rep $w 30000"
 done; done > "$dir/heartbeat"
+# The floors' keys: one worker per target, as the registry's (a creating floor call each).
+$R -x FUNCTION LOAD REPLACE < "$(dirname "$0")/redis_floor.lua" > /dev/null
+F='{fl}:'
+for k in $(seq 1 $T); do echo "FCALL wr_floor_creating 1 $F $F rep o/s#$k d0 $LIM"; done | $R > /dev/null
+for j in $(seq 1 8); do for k in $(seq 1 $T); do
+  echo "FCALL wr_floor_sticky 1 $F $F rep o/s#$k d$j $LIM"
+done; done > "$dir/floor_sticky"
+for k in $(seq 1 2048); do echo "FCALL wr_floor_creating 1 $F $F rep o/n#$k d $LIM"; done \
+  > "$dir/floor_creating"
+for k in $(seq 1 2048); do echo "FCALL wr_floor_noop 1 $F $F rep o/s#1 d$k $LIM"; done \
+  > "$dir/floor_noop"
 n=0
-for what in sticky creating duplicate heartbeat; do
+declare -A per
+for what in sticky creating duplicate heartbeat floor_sticky floor_creating floor_noop; do
   callgrind_control -z > /dev/null 2>&1
   $R < "$dir/$what" > "$dir/$what.out"
   callgrind_control -d > /dev/null 2>&1
@@ -55,7 +73,13 @@ for what in sticky creating duplicate heartbeat; do
   sleep 1
   total=$(grep -m1 -E '^(summary|totals):' "$dir/cg.out.$n" | awk '{print $2}')
   answers=$(cut -f1-2 "$dir/$what.out" | sort | uniq -c | sort -rn | head -1 | xargs)
-  echo "$what: $((total / 2048)) instructions per call (answers: $answers)"
+  per[$what]=$((total / 2048))
+  echo "$what: ${per[$what]} instructions per call (answers: $answers)"
+done
+for what in sticky creating; do
+  f=${per[floor_$what]}
+  echo "$what above its floor: $((per[$what] - f)) instructions ($((100 * per[$what] / f)) % of the" \
+    "floor; the floor's commands $((f - per[floor_noop])) above a no-op FCALL)"
 done
 $R shutdown nosave > /dev/null 2>&1 || true
 wait
