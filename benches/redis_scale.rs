@@ -540,10 +540,13 @@ async fn run(url: &str, live: usize, dead: usize, retained: usize) {
                     _ => 0,
                 };
                 let cmd = match f.get(3) {
+                    // FCALL and the function, then past the key count, the key and the
+                    // prefix, five arguments: a sweep step's replica, `at`, its time, `mode`
+                    // and the mode's word (`judge`, `act`, ...), the step's kind.
                     Some(redis::Value::Array(a)) => a
                         .iter()
                         .enumerate()
-                        .filter(|(i, _)| *i <= 1 || (5..9).contains(i))
+                        .filter(|(i, _)| *i <= 1 || (5..10).contains(i))
                         .map(|(_, v)| v)
                         .map(|v| match v {
                             redis::Value::BulkString(b) => {
