@@ -108,16 +108,19 @@ LANGUAGE sql IMMUTABLE AS $$
     END
 $$;
 
--- A worker's death: its capacity slot given back, then the rest (wr_kill_row). The caller holds
--- the worker's row lock already (wr_lock_live, wr_drain_all, the stuck step), so the order is
--- worker, capacity row, claims.
+-- A worker's death: its capacity slot given back, then the rest (wr_mark_dead, wr_release_dead).
+-- The caller holds the worker's row lock already (wr_lock_live, wr_drain_all, the stuck step),
+-- so the order is worker, capacity row, claims.
 CREATE OR REPLACE FUNCTION wr_kill(
     p_reg bigint, p_id bigint, p_reason text, p_now bigint, p_keep_busy boolean
 ) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    m record;
 BEGIN
     UPDATE wr_capacity SET live = live - 1 WHERE registry = p_reg;
-    PERFORM wr_kill_row(p_reg, p_id, p_reason, p_now, p_keep_busy);
+    SELECT * INTO m FROM wr_mark_dead(p_reg, ARRAY[p_id], ARRAY[p_reason], ARRAY[p_keep_busy], p_now);
+    PERFORM wr_release_dead(p_reg, ARRAY[p_id], ARRAY[p_reason], m.o_repo);
     -- The freed slot goes to the waiting room at once (one target; nothing when nothing waits),
     -- never waiting for a lock: this transaction holds the capacity row already, so a target
     -- an admit holds is left to the sweep's catch-up.
@@ -125,38 +128,74 @@ BEGIN
 END
 $$;
 
--- A worker's death but its capacity slot (the sweep gives back a step's slots in one update):
--- the status, the release of its in-flight claims (the stuck tombstones it held are marked,
--- dead_reason, for the next sweep to delete; one statement on wr_claims_holder), the event.
--- Returns the worker's row as it left it.
-CREATE OR REPLACE FUNCTION wr_kill_row(
-    p_reg bigint, p_id bigint, p_reason text, p_now bigint, p_keep_busy boolean
-) RETURNS wr_workers
+-- Deaths, the first half: the status of each worker in p_ids (its reason in p_reasons; busy kept
+-- where p_keep_busy says) in one statement, and their 'died' events in the order of p_ids.
+-- Takes no lock beyond the worker rows, which the caller holds already: a death step runs it
+-- before it takes the capacity row, so that row is held for the second half only. Returns the
+-- targets of the workers that had one, in the order of p_ids.
+CREATE OR REPLACE FUNCTION wr_mark_dead(
+    p_reg bigint, p_ids bigint[], p_reasons text[], p_keep_busy boolean[], p_now bigint,
+    OUT o_repo text[], OUT o_number bigint[]
+)
 LANGUAGE plpgsql AS $$
 DECLARE
-    w wr_workers%ROWTYPE;
+    v_events text[];
+    v_event text;
 BEGIN
-    UPDATE wr_workers
-       SET status = 'dead', dead_reason = p_reason, died_at_ms = p_now, suspect = false,
-           busy = busy AND p_keep_busy, dirty = true
-     WHERE registry = p_reg AND id = p_id
-    RETURNING * INTO w;
-    UPDATE wr_claims SET release_reason = coalesce(release_reason, 'worker_died'),
-                         dead_reason = p_reason
-     WHERE registry = p_reg AND holder = p_id AND completed_at_ms IS NULL
-       AND (release_reason IS NULL OR release_reason = 'stuck');
-    PERFORM wr_notify(p_reg, 'died ' || p_id || ' ' || wr_target_text(w.repo, w.number) || ' '
-                             || p_reason);
-    IF w.repo IS NOT NULL THEN
-        -- Its owner's live-worker slot (a row only while max_workers_per_owner is on), under the
-        -- capacity row every caller of this function holds (so these rows never deadlock).
-        PERFORM wr_owner_leave(p_reg, wr_owner(w.repo));
+    WITH dead AS (
+        UPDATE wr_workers w
+           SET status = 'dead', dead_reason = u.reason, died_at_ms = p_now, suspect = false,
+               busy = w.busy AND u.keep, dirty = true
+          FROM unnest(p_ids, p_reasons, p_keep_busy) WITH ORDINALITY AS u (id, reason, keep, ord)
+         WHERE w.registry = p_reg AND w.id = u.id
+        RETURNING u.ord, w.id, w.repo, w.number, u.reason
+    )
+    SELECT array_agg('died ' || id || ' ' || wr_target_text(repo, number) || ' ' || reason
+                     ORDER BY ord),
+           coalesce(array_agg(repo ORDER BY ord) FILTER (WHERE repo IS NOT NULL), '{}'),
+           coalesce(array_agg(number ORDER BY ord) FILTER (WHERE repo IS NOT NULL), '{}')
+      INTO v_events, o_repo, o_number
+      FROM dead;
+    FOREACH v_event IN ARRAY coalesce(v_events, '{}') LOOP
+        PERFORM wr_notify(p_reg, v_event);
+    END LOOP;
+END
+$$;
+
+-- Deaths, the second half, under the capacity row (every caller holds it): the release of the
+-- workers' in-flight claims (the stuck tombstones they held are marked, dead_reason, for the
+-- next sweep to delete; one statement on wr_claims_holder), their owners' live-worker slots
+-- (p_repos: their targets' repositories), and the targets parked behind them.
+CREATE OR REPLACE FUNCTION wr_release_dead(
+    p_reg bigint, p_ids bigint[], p_reasons text[], p_repos text[]
+) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    UPDATE wr_claims k SET release_reason = coalesce(k.release_reason, 'worker_died'),
+                           dead_reason = u.reason
+      FROM unnest(p_ids, p_reasons) AS u (id, reason)
+     WHERE k.registry = p_reg AND k.holder = u.id AND k.completed_at_ms IS NULL
+       AND (k.release_reason IS NULL OR k.release_reason = 'stuck');
+    -- The owners' live-worker slots (rows only while max_workers_per_owner is on), one each,
+    -- never below 0: under the capacity row every writer of wr_owner_live holds, so these rows
+    -- never deadlock.
+    IF cardinality(p_repos) > 0 THEN
+        UPDATE wr_owner_live l SET live = greatest(l.live - gone.n, 0)
+          FROM (SELECT wr_owner(r) AS owner, count(*) AS n
+                  FROM unnest(p_repos) AS r GROUP BY 1) AS gone
+         WHERE l.registry = p_reg AND l.owner = gone.owner AND l.live > 0;
+        DELETE FROM wr_owner_live
+         WHERE registry = p_reg AND live = 0
+           AND owner IN (SELECT wr_owner(r) FROM unnest(p_repos) AS r);
     END IF;
-    -- The targets parked behind it (if it drained) are first in line now, in the order of the
-    -- deaths (one index probe; the rows of one target).
-    UPDATE wr_waiting SET place = 'ready', blocker = NULL, turn = nextval('wr_turns')
-     WHERE registry = p_reg AND blocker = p_id AND place = 'blocked';
-    RETURN w;
+    -- The targets parked behind them (if they drained) are first in line now, in the order of
+    -- the deaths (one index probe each; the rows of one target).
+    FOREACH v_id IN ARRAY p_ids LOOP
+        UPDATE wr_waiting SET place = 'ready', blocker = NULL, turn = nextval('wr_turns')
+         WHERE registry = p_reg AND blocker = v_id AND place = 'blocked';
+    END LOOP;
 END
 $$;
 
@@ -444,21 +483,6 @@ $$;
 CREATE OR REPLACE FUNCTION wr_owner(p_repo text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN strpos(p_repo, '/') > 0 THEN split_part(p_repo, '/', 1) ELSE p_repo END
-$$;
-
--- Gives back one of the owner's live-worker slots (nothing if the cap is off: no row).
-CREATE OR REPLACE FUNCTION wr_owner_leave(p_reg bigint, p_owner text) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_live integer;
-BEGIN
-    UPDATE wr_owner_live SET live = live - 1
-     WHERE registry = p_reg AND owner = p_owner AND live > 0
-    RETURNING live INTO v_live;
-    IF v_live = 0 THEN
-        DELETE FROM wr_owner_live WHERE registry = p_reg AND owner = p_owner AND live = 0;
-    END IF;
-END
 $$;
 
 -- The room's settings, as this handle's configuration says (every connect writes them: the
@@ -1247,10 +1271,11 @@ $$;
 -- the cut-off, in (last_beat_ms, id) order after the cursor (p_after_beat, p_after_id); phase
 -- 'overdue': draining workers past their deadline. At most p_step rows, locked FOR UPDATE SKIP
 -- LOCKED (a row busy with a heartbeat is judged by the next sweep), judged as memory judges
--- them, then: the capacity slots of the step's deaths given back in one update, and the deaths
--- (wr_kill_row), the suspicions, the dead workers' target rows dropped (SKIP LOCKED: a row an
--- admit holds is that admit's to replace). Lock order: workers, capacity row, claims (as wr_kill);
--- the capacity row is held only for this step's deaths.
+-- them, then: the suspicions, the deaths' worker rows and events (wr_mark_dead, one statement for
+-- the step), the capacity slots given back in one update, the rest of the deaths
+-- (wr_release_dead), the dead workers' target rows dropped (SKIP LOCKED: a row an admit holds is
+-- that admit's to replace). Lock order: workers, capacity row, claims (as wr_kill); the capacity
+-- row is held only for the second half of this step's deaths, from its update to the commit.
 CREATE OR REPLACE FUNCTION wr_sweep_deaths(
     p_reg bigint, p_replica text, p_now bigint, p_phase text, p_brake boolean,
     p_after_beat bigint, p_after_id bigint, p_step integer,
@@ -1274,6 +1299,8 @@ DECLARE
     v_number bigint[] := '{}';
     v_id bigint;
     v_n integer;
+    v_dead bigint[];
+    v_reasons text[];
     v_events jsonb;
 BEGIN
     IF NOT wr_holds_lease(p_reg, p_replica) THEN
@@ -1321,37 +1348,33 @@ BEGIN
         END LOOP;
     END IF;
 
-    v_n := cardinality(v_kill) + cardinality(v_over);
-    IF v_n > 0 THEN
-        UPDATE wr_capacity SET live = live - v_n WHERE registry = p_reg;
-    END IF;
     FOREACH v_id IN ARRAY v_susp LOOP
         UPDATE wr_workers SET suspect = true, suspect_since_ms = p_now, dirty = true
          WHERE registry = p_reg AND id = v_id
         RETURNING * INTO w;
         PERFORM wr_notify(p_reg, 'suspect ' || v_id || ' ' || wr_target_text(w.repo, w.number));
     END LOOP;
-    FOREACH v_id IN ARRAY v_kill LOOP
-        SELECT * INTO w FROM wr_kill_row(p_reg, v_id, 'missed_heartbeats', p_now, true);
-        v_died := v_died || jsonb_build_array(jsonb_build_array(v_id, 'missed_heartbeats'));
-        IF w.repo IS NOT NULL THEN
-            v_repo := v_repo || w.repo;
-            v_number := v_number || w.number;
-        END IF;
-    END LOOP;
-    FOREACH v_id IN ARRAY v_over LOOP
-        SELECT * INTO w FROM wr_kill_row(p_reg, v_id, 'drain_timed_out', p_now, false);
-        v_died := v_died || jsonb_build_array(jsonb_build_array(v_id, 'drain_timed_out'));
-        IF w.repo IS NOT NULL THEN
-            v_repo := v_repo || w.repo;
-            v_number := v_number || w.number;
-        END IF;
-    END LOOP;
+    v_dead := v_kill || v_over;
+    v_n := cardinality(v_dead);
+    IF v_n > 0 THEN
+        v_reasons := array_fill('missed_heartbeats'::text, ARRAY[cardinality(v_kill)])
+                     || array_fill('drain_timed_out'::text, ARRAY[cardinality(v_over)]);
+        -- The worker rows (locked above) and the events first, then the capacity row, held
+        -- from here to the commit: for the claims, the owners' slots and the targets only.
+        SELECT m.o_repo, m.o_number INTO v_repo, v_number
+          FROM wr_mark_dead(p_reg, v_dead, v_reasons,
+                            array_fill(true, ARRAY[cardinality(v_kill)])
+                            || array_fill(false, ARRAY[cardinality(v_over)]), p_now) m;
+        UPDATE wr_capacity SET live = live - v_n WHERE registry = p_reg;
+        PERFORM wr_release_dead(p_reg, v_dead, v_reasons, v_repo);
+        SELECT coalesce(jsonb_agg(jsonb_build_array(d, r) ORDER BY i), '[]') INTO v_died
+          FROM unnest(v_dead, v_reasons) WITH ORDINALITY AS u (d, r, i);
+    END IF;
     PERFORM wr_drop_targets(p_reg, v_repo, v_number);
 
     -- The dead workers' deliveries move to the outbox in the transaction that released them,
     -- claimed for this replica, which hands them out with this sweep's answer: no other call sees
-    -- them released and not yet handed out. (Their rows are this step's already: wr_kill_row
+    -- them released and not yet handed out. (Their rows are this step's already: wr_release_dead
     -- marked them; stuck tombstones stay for the release step.)
     WITH moved AS (
         DELETE FROM wr_claims
