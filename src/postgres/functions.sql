@@ -1360,7 +1360,8 @@ BEGIN
         v_reasons := array_fill('missed_heartbeats'::text, ARRAY[cardinality(v_kill)])
                      || array_fill('drain_timed_out'::text, ARRAY[cardinality(v_over)]);
         -- The worker rows (locked above) and the events first, then the capacity row, held
-        -- from here to the commit: for the claims, the owners' slots and the targets only.
+        -- from here to the commit: for the claims, the owners' slots, the targets and the
+        -- outbox move only.
         SELECT m.o_repo, m.o_number INTO v_repo, v_number
           FROM wr_mark_dead(p_reg, v_dead, v_reasons,
                             array_fill(true, ARRAY[cardinality(v_kill)])
