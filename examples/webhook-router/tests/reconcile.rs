@@ -15,7 +15,7 @@ use reqwest::StatusCode;
 use webhook_router::app::App;
 use webhook_router::github;
 use webhook_router::reconcile::shared::Shared;
-use webhook_router::reconcile::{Config, Pass, Reconciler};
+use webhook_router::reconcile::{Config, Pass, Reconciler, DEFAULT_CHASE_BACKOFF};
 
 const SECRET: &str = "s3cret";
 
@@ -30,6 +30,7 @@ fn config(fake: &FakeGitHub, key: &[u8]) -> Config {
         settle: Duration::ZERO,
         // Small pages: a burst spans several, through the Link header's cursor.
         per_page: 4,
+        chase_backoff: DEFAULT_CHASE_BACKOFF,
     }
 }
 

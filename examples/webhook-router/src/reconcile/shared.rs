@@ -1,6 +1,7 @@
 //! What the replicas of a router share about reconciling: a lease (one replica reconciles at a
-//! time) and, per hook, the position it reconciled up to (a restart resumes there). Beside the
-//! registry's data, in the router's own [`Store`]:
+//! time), per hook the position it reconciled up to (a restart resumes there), and per hook the
+//! GUIDs it is chasing (`shared/chased.rs`: redelivered, not yet known to the registry). Beside
+//! the registry's data, in the router's own [`Store`]:
 //!
 //! | backend | lease | positions |
 //! |---|---|---|
@@ -20,6 +21,15 @@ use worker_registry::RegistryError;
 
 use crate::backend::{RegistryChoice, BACKEND_CALL_TIMEOUT};
 use crate::store::Store;
+
+mod chased;
+
+pub use chased::Chased;
+
+/// GUIDs chased per hook at most: a failed GUID beyond it is not redelivered, and the hook's
+/// position stays before it, until the chase shrinks (the registry comes to know GUIDs, or they
+/// fall out of the horizon).
+pub const MAX_CHASED: usize = 10_000;
 
 /// Takes the lease if it is free, expired or ours, and sets its expiry: 1 if held after.
 const REDIS_LEASE: &str = "local cur = redis.call('GET', KEYS[1]) \
@@ -42,7 +52,18 @@ const POSTGRES_SCHEMA: &str = "
         lease_until timestamptz,
         position    bigint,
         PRIMARY KEY (registry, name)
-    );";
+    );
+    CREATE TABLE IF NOT EXISTS webhook_router_reconcile_chase (
+        registry text NOT NULL,
+        hook     text NOT NULL,
+        guid     text NOT NULL,
+        record   text NOT NULL,
+        due      timestamptz NOT NULL,
+        given_up boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (registry, hook, guid)
+    );
+    CREATE INDEX IF NOT EXISTS webhook_router_reconcile_chase_due
+        ON webhook_router_reconcile_chase (registry, hook, due);";
 const POSTGRES_LEASE: &str = "
     INSERT INTO webhook_router_reconcile (registry, name, holder, lease_until)
     VALUES ($1, 'lease', $2, clock_timestamp() + $3::float8 * interval '1 millisecond')
@@ -63,11 +84,22 @@ const POSTGRES_POSITION: &str = "
     ON CONFLICT (registry, name) DO UPDATE SET position = EXCLUDED.position
     RETURNING 1";
 
-/// The in-process state: the lease (holder, expiry) and the positions.
+/// The in-process state: the lease (holder, expiry), the positions, and per hook the chased
+/// GUIDs with when each is due.
 #[derive(Default)]
 pub struct Local {
     lease: Option<(String, Instant)>,
     positions: HashMap<String, u64>,
+    chase: HashMap<String, HashMap<String, (Chased, Instant)>>,
+}
+
+impl Local {
+    /// Whether `holder` holds an unexpired lease.
+    fn holds(&self, holder: &str) -> bool {
+        self.lease
+            .as_ref()
+            .is_some_and(|(h, until)| h == holder && *until >= Instant::now())
+    }
 }
 
 /// The shared reconciling state (cheap to clone).
@@ -108,18 +140,21 @@ async fn timed<T>(
         })
 }
 
-fn redis_keys(store: &Store) -> Option<(String, String)> {
+/// `{<name>}:webhook-router:`, the prefix of the router's keys on Redis.
+fn redis_prefix(store: &Store) -> Option<&str> {
     match store {
-        Store::Redis { owners, .. } => {
-            // `owners` is `{<name>}:webhook-router:owners`.
-            let prefix = owners.strip_suffix("owners")?;
-            Some((
-                format!("{prefix}reconcile:lease"),
-                format!("{prefix}reconcile:positions"),
-            ))
-        }
+        // `owners` is `{<name>}:webhook-router:owners`.
+        Store::Redis { owners, .. } => owners.strip_suffix("owners"),
         Store::Postgres { .. } => None,
     }
+}
+
+fn redis_keys(store: &Store) -> Option<(String, String)> {
+    let prefix = redis_prefix(store)?;
+    Some((
+        format!("{prefix}reconcile:lease"),
+        format!("{prefix}reconcile:positions"),
+    ))
 }
 
 impl Shared {
@@ -367,10 +402,7 @@ impl Shared {
                 let mut l = local
                     .lock()
                     .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?;
-                let held = l
-                    .lease
-                    .as_ref()
-                    .is_some_and(|(h, until)| h == holder && *until >= Instant::now());
+                let held = l.holds(holder);
                 if held {
                     l.positions.insert(hook.to_owned(), id);
                 }

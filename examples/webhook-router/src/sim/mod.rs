@@ -272,6 +272,6 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
         probe,
         shutdown,
     });
-    report.outage_lost = outage.lost + usize::from(outage.error.is_some());
+    report.outage_lost = outage.lost.len() + usize::from(outage.error.is_some());
     report
 }

@@ -33,10 +33,24 @@ pub enum Kind {
 /// The server of this test binary for `kind` (see the module documentation), or `None` after
 /// the skip line.
 pub fn shared(kind: Kind) -> Option<RegistryChoice> {
+    record_logs();
     match kind {
         Kind::Redis => rd::shared("the router on Redis").map(RegistryChoice::Redis),
         Kind::Postgres => pg::shared_url().map(RegistryChoice::Postgres),
     }
+}
+
+/// Sends the router's log to the test's captured output, which the harness prints when the
+/// test fails: warnings, and the reconciler's line per GUID chased, per redelivery and per move
+/// of its position (`RUST_LOG` overrides).
+pub fn record_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,webhook_router::reconcile=info".into()),
+        )
+        .try_init();
 }
 
 /// A registry name no other test uses.

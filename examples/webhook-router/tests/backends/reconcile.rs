@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::fake_github::{nowhere, FakeGitHub, APP_ID, KEY_PEM};
 use super::harness::{self, base, config, options, replica, shared, unique, Kind, SECRET};
 use webhook_router::reconcile::shared::Shared;
-use webhook_router::reconcile::{Config, Reconciler};
+use webhook_router::reconcile::{Config, Reconciler, DEFAULT_CHASE_BACKOFF};
 
 async fn lease_and_positions(kind: Kind) {
     let Some(choice) = shared(kind) else { return };
@@ -65,6 +65,7 @@ fn reconcile_config(fake: &FakeGitHub) -> Config {
         horizon: Duration::from_secs(3600),
         settle: Duration::ZERO,
         per_page: 4,
+        chase_backoff: DEFAULT_CHASE_BACKOFF,
     }
 }
 
