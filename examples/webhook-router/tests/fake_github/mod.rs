@@ -7,7 +7,8 @@
 //! `Link` header, answers a configurable number of calls with a 403 secondary rate limit and
 //! `Retry-After`, and on a redelivery request sends the delivery again (same GUID): to the next
 //! of several routers in turn if given (a load balancer before replicas), after a delay if set,
-//! or never (a redelivery GitHub accepted and lost) for as many requests as it is told to drop.
+//! or never (a redelivery GitHub accepted and lost) for as many requests as it is told to drop;
+//! redeliveries can also be held back until the test releases them.
 #![allow(dead_code)] // each test uses part of it
 
 use std::collections::HashMap;
@@ -89,6 +90,8 @@ pub struct Log {
 
 struct Inner {
     log: Mutex<Log>,
+    /// Open (`true`) unless redeliveries are held back.
+    gate: tokio::sync::watch::Sender<bool>,
     key: DecodingKey,
     secret: Option<Vec<u8>>,
     http: reqwest::Client,
@@ -131,6 +134,7 @@ impl FakeGitHub {
         setup(&mut log);
         let inner = Arc::new(Inner {
             log: Mutex::new(log),
+            gate: tokio::sync::watch::Sender::new(true),
             key: DecodingKey::from_rsa_pem(PUBLIC_PEM).unwrap(),
             secret: secret.map(|s| s.as_bytes().to_vec()),
             http: reqwest::Client::builder().no_proxy().build().unwrap(),
@@ -176,6 +180,40 @@ impl FakeGitHub {
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }
         panic!("sends still in progress");
+    }
+
+    /// Holds every redelivery back (answered 202, sent once released) until
+    /// [`release_redeliveries`](Self::release_redeliveries). [`settled`](Self::settled) waits
+    /// for held ones too: release them first.
+    pub fn hold_redeliveries(&self) {
+        self.inner.gate.send_replace(false);
+    }
+
+    /// Sends the redeliveries held back.
+    pub fn release_redeliveries(&self) {
+        self.inner.gate.send_replace(true);
+    }
+
+    /// Sends `guid`'s logged request once more to `router` (`http://host:port/webhook`), as a
+    /// redelivery by hand would, without logging it: the answer's status and JSON body, `None`
+    /// if there was no answer.
+    pub async fn resend(&self, guid: &str, router: &str) -> Option<(u16, Value)> {
+        let (headers, payload) = {
+            let log = self.log();
+            let a = log.attempts.iter().find(|a| a.guid == guid)?;
+            (a.headers.clone(), a.payload.clone())
+        };
+        let mut req = self.inner.http.post(router);
+        for (k, v) in &headers {
+            req = req.header(k, v);
+        }
+        let res = req
+            .body(serde_json::to_vec(&payload).unwrap())
+            .send()
+            .await
+            .ok()?;
+        let status = res.status().as_u16();
+        Some((status, res.json().await.unwrap_or(Value::Null)))
     }
 
     /// The attempts of `guid`, oldest first.
@@ -432,7 +470,9 @@ async fn redeliver(
     // Counted as sending before the answer, so `settled` waits for it.
     inner.log.lock().unwrap().sending += 1;
     let inner2 = inner.clone();
+    let mut gate = inner.gate.subscribe();
     tokio::spawn(async move {
+        let _ = gate.wait_for(|open| *open).await;
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
