@@ -125,14 +125,7 @@ impl Step<'_> {
         }
         c.redeliveries += 1;
         let after = backoff(self.limits.chase_backoff, c.redeliveries);
-        // Recorded before the request: a replica killed after it still has the chase counted.
-        Self::fenced(
-            self.shared
-                .chase(self.holder, &self.hook, &c, after)
-                .await?,
-        )?;
-        self.renew().await?;
-        match self.client.redeliver(c.attempt).await {
+        match self.redeliver(&c, after).await? {
             Ok(()) => {}
             Err(ApiError::Status { status: 404, .. }) => {
                 return self.give_up(c, "GitHub's log no longer has it").await;
@@ -142,6 +135,19 @@ impl Step<'_> {
         self.pass.redelivered_again += 1;
         tracing::info!(hook = %self.hook, guid = %c.guid, attempt = c.attempt, redeliveries = c.redeliveries, next_in = ?after, "reconcile: redelivered again, the registry does not know it yet");
         Ok(())
+    }
+
+    /// Records `c` as chased, due again `after` from now, then asks GitHub to redeliver its
+    /// attempt: GitHub's answer. Recorded first, so whatever becomes of the request, of the
+    /// redelivery and of this replica, the GUID stays chased.
+    pub(super) async fn redeliver(
+        &mut self,
+        c: &Chased,
+        after: Duration,
+    ) -> Result<Result<(), ApiError>, Stop> {
+        Self::fenced(self.shared.chase(self.holder, &self.hook, c, after).await?)?;
+        self.renew().await?;
+        Ok(self.client.redeliver(c.attempt).await)
     }
 
     async fn give_up(&mut self, mut c: Chased, why: &str) -> Result<(), Stop> {

@@ -121,15 +121,8 @@ impl Step<'_> {
         }
         let c = chase::record(a, &claims, g.first_at);
         let after = chase::backoff(self.limits.chase_backoff, c.redeliveries);
-        // Recorded before the request: whatever becomes of the redelivery, the GUID is chased.
-        Self::fenced(
-            self.shared
-                .chase(self.holder, &self.hook, &c, after)
-                .await?,
-        )?;
         *chased += 1;
-        self.renew().await?;
-        self.client.redeliver(a.id).await?;
+        self.redeliver(&c, after).await??;
         self.pass.redelivered += 1;
         tracing::info!(hook = %self.hook, guid = %a.guid, attempt = a.id, event = %a.event, targets = ?c.targets, "reconcile: redelivered, chased until the registry knows it");
         Ok(())

@@ -16,7 +16,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use deadpool_postgres::Pool;
+use redis::aio::ConnectionManager;
 use tokio::time::Instant;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 use worker_registry::RegistryError;
 
 use crate::backend::{RegistryChoice, BACKEND_CALL_TIMEOUT};
@@ -83,6 +87,8 @@ const POSTGRES_POSITION: &str = "
            AND lease_until >= clock_timestamp())
     ON CONFLICT (registry, name) DO UPDATE SET position = EXCLUDED.position
     RETURNING 1";
+const POSTGRES_POSITION_READ: &str =
+    "SELECT position FROM webhook_router_reconcile WHERE registry = $1 AND name = $2";
 
 /// The in-process state: the lease (holder, expiry), the positions, and per hook the chased
 /// GUIDs with when each is due.
@@ -138,6 +144,41 @@ async fn timed<T>(
                 format!("no answer within {BACKEND_CALL_TIMEOUT:?}"),
             ))
         })
+}
+
+/// Runs `cmd` on Redis within the call timeout.
+async fn redis_run<T: redis::FromRedisValue>(
+    conn: &ConnectionManager,
+    cmd: &redis::Cmd,
+) -> Result<T, RegistryError> {
+    let mut conn = conn.clone();
+    timed("redis", async {
+        cmd.query_async(&mut conn).await.map_err(redis_error)
+    })
+    .await
+}
+
+/// Runs `sql` (prepared once per connection) with `params` on PostgreSQL within the call
+/// timeout: its rows.
+async fn pg_rows(
+    pool: &Pool,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, RegistryError> {
+    timed("postgres", async {
+        let client = pool.get().await.map_err(pg_error)?;
+        let stmt = client.prepare_cached(sql).await.map_err(pg_error)?;
+        client.query(&stmt, params).await.map_err(pg_error)
+    })
+    .await
+}
+
+fn poisoned() -> RegistryError {
+    RegistryError::backend("memory", false, "poisoned")
+}
+
+fn unexpected_key() -> RegistryError {
+    RegistryError::backend("redis", false, "unexpected key")
 }
 
 /// `{<name>}:webhook-router:`, the prefix of the router's keys on Redis.
@@ -208,9 +249,7 @@ impl Shared {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         match self {
             Self::Memory(local) => {
-                let mut l = local
-                    .lock()
-                    .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?;
+                let mut l = local.lock().map_err(|_| poisoned())?;
                 let now = Instant::now();
                 let free = match &l.lease {
                     None => true,
@@ -222,38 +261,19 @@ impl Shared {
                 Ok(free)
             }
             Self::Store(store @ Store::Redis { conn, .. }) => {
-                let (lease, _) = redis_keys(store)
-                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    let held: i64 = redis::cmd("EVAL")
-                        .arg(REDIS_LEASE)
-                        .arg(1)
-                        .arg(&lease)
-                        .arg(holder)
-                        .arg(ttl_ms)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    Ok(held == 1)
-                })
-                .await
+                let (lease, _) = redis_keys(store).ok_or_else(unexpected_key)?;
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(REDIS_LEASE)
+                    .arg(1)
+                    .arg(&lease)
+                    .arg(holder)
+                    .arg(ttl_ms);
+                Ok(redis_run::<i64>(conn, &cmd).await? == 1)
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(POSTGRES_LEASE)
-                        .await
-                        .map_err(pg_error)?;
-                    let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX) as f64;
-                    let row = client
-                        .query_opt(&stmt, &[registry, &holder, &ttl])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row.is_some())
-                })
-                .await
+                let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX) as f64;
+                let rows = pg_rows(pool, POSTGRES_LEASE, &[registry, &holder, &ttl]).await?;
+                Ok(!rows.is_empty())
             }
         }
     }
@@ -280,45 +300,22 @@ impl Shared {
     pub async fn release(&self, holder: &str) -> Result<(), RegistryError> {
         match self {
             Self::Memory(local) => {
-                let mut l = local
-                    .lock()
-                    .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?;
+                let mut l = local.lock().map_err(|_| poisoned())?;
                 if l.lease.as_ref().is_some_and(|(h, _)| h == holder) {
                     l.lease = None;
                 }
                 Ok(())
             }
             Self::Store(store @ Store::Redis { conn, .. }) => {
-                let (lease, _) = redis_keys(store)
-                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    redis::cmd("EVAL")
-                        .arg(REDIS_RELEASE)
-                        .arg(1)
-                        .arg(&lease)
-                        .arg(holder)
-                        .query_async::<i64>(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    Ok(())
-                })
-                .await
+                let (lease, _) = redis_keys(store).ok_or_else(unexpected_key)?;
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(REDIS_RELEASE).arg(1).arg(&lease).arg(holder);
+                redis_run::<i64>(conn, &cmd).await.map(drop)
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(POSTGRES_RELEASE)
-                        .await
-                        .map_err(pg_error)?;
-                    client
-                        .execute(&stmt, &[registry, &holder])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(())
-                })
-                .await
+                pg_rows(pool, POSTGRES_RELEASE, &[registry, &holder])
+                    .await
+                    .map(drop)
             }
         }
     }
@@ -332,43 +329,23 @@ impl Shared {
         match self {
             Self::Memory(local) => Ok(local
                 .lock()
-                .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?
+                .map_err(|_| poisoned())?
                 .positions
                 .get(hook)
                 .copied()),
             Self::Store(store @ Store::Redis { conn, .. }) => {
-                let (_, positions) = redis_keys(store)
-                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    redis::cmd("HGET")
-                        .arg(&positions)
-                        .arg(hook)
-                        .query_async::<Option<u64>>(&mut conn)
-                        .await
-                        .map_err(redis_error)
-                })
-                .await
+                let (_, positions) = redis_keys(store).ok_or_else(unexpected_key)?;
+                let mut cmd = redis::cmd("HGET");
+                cmd.arg(&positions).arg(hook);
+                redis_run(conn, &cmd).await
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(
-                            "SELECT position FROM webhook_router_reconcile \
-                              WHERE registry = $1 AND name = $2",
-                        )
-                        .await
-                        .map_err(pg_error)?;
-                    let row = client
-                        .query_opt(&stmt, &[registry, &format!("position:{hook}")])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row
-                        .and_then(|r| r.get::<_, Option<i64>>(0))
-                        .and_then(|p| u64::try_from(p).ok()))
-                })
-                .await
+                let name = format!("position:{hook}");
+                let rows = pg_rows(pool, POSTGRES_POSITION_READ, &[registry, &name]).await?;
+                Ok(rows
+                    .first()
+                    .and_then(|r| r.get::<_, Option<i64>>(0))
+                    .and_then(|p| u64::try_from(p).ok()))
             }
         }
     }
@@ -399,9 +376,7 @@ impl Shared {
     ) -> Result<bool, RegistryError> {
         match self {
             Self::Memory(local) => {
-                let mut l = local
-                    .lock()
-                    .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?;
+                let mut l = local.lock().map_err(|_| poisoned())?;
                 let held = l.holds(holder);
                 if held {
                     l.positions.insert(hook.to_owned(), id);
@@ -409,43 +384,23 @@ impl Shared {
                 Ok(held)
             }
             Self::Store(store @ Store::Redis { conn, .. }) => {
-                let (lease, positions) = redis_keys(store)
-                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    let written: i64 = redis::cmd("EVAL")
-                        .arg(REDIS_POSITION)
-                        .arg(2)
-                        .arg(&lease)
-                        .arg(&positions)
-                        .arg(holder)
-                        .arg(hook)
-                        .arg(id)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    Ok(written == 1)
-                })
-                .await
+                let (lease, positions) = redis_keys(store).ok_or_else(unexpected_key)?;
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(REDIS_POSITION)
+                    .arg(2)
+                    .arg(&lease)
+                    .arg(&positions)
+                    .arg(holder)
+                    .arg(hook)
+                    .arg(id);
+                Ok(redis_run::<i64>(conn, &cmd).await? == 1)
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(POSTGRES_POSITION)
-                        .await
-                        .map_err(pg_error)?;
-                    let id = i64::try_from(id).unwrap_or(i64::MAX);
-                    let row = client
-                        .query_opt(
-                            &stmt,
-                            &[registry, &holder, &format!("position:{hook}"), &id],
-                        )
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row.is_some())
-                })
-                .await
+                let id = i64::try_from(id).unwrap_or(i64::MAX);
+                let name = format!("position:{hook}");
+                let rows =
+                    pg_rows(pool, POSTGRES_POSITION, &[registry, &holder, &name, &id]).await?;
+                Ok(!rows.is_empty())
             }
         }
     }

@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
+use tokio_postgres::types::ToSql;
 use worker_registry::RegistryError;
 
-use super::{pg_error, redis_error, timed, Shared};
+use super::{pg_rows, poisoned, redis_run, unexpected_key, Shared};
 use crate::store::Store;
 
 /// One chased GUID.
@@ -130,9 +131,19 @@ struct Keys {
     active: String,
 }
 
+impl Keys {
+    /// `EVAL script 4 lease records due active`, its arguments to follow.
+    fn eval(&self, script: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script)
+            .arg(4)
+            .arg(&[&self.lease, &self.records, &self.due, &self.active]);
+        cmd
+    }
+}
+
 fn redis_keys(store: &Store, hook: &str) -> Result<Keys, RegistryError> {
-    let prefix = super::redis_prefix(store)
-        .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
+    let prefix = super::redis_prefix(store).ok_or_else(unexpected_key)?;
     Ok(Keys {
         lease: format!("{prefix}reconcile:lease"),
         records: format!("{prefix}reconcile:chase:{hook}"),
@@ -151,10 +162,6 @@ fn encode(c: &Chased) -> String {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn poisoned() -> RegistryError {
-    RegistryError::backend("memory", false, "poisoned")
 }
 
 impl Shared {
@@ -186,54 +193,27 @@ impl Shared {
             }
             Self::Store(store @ Store::Redis { conn, .. }) => {
                 let k = redis_keys(store, hook)?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    let written: i64 = redis::cmd("EVAL")
-                        .arg(REDIS_CHASE)
-                        .arg(4)
-                        .arg(&k.lease)
-                        .arg(&k.records)
-                        .arg(&k.due)
-                        .arg(&k.active)
-                        .arg(holder)
-                        .arg(&chased.guid)
-                        .arg(encode(chased))
-                        .arg(millis(after))
-                        .arg(if chased.given_up { "0" } else { "1" })
-                        .arg(chased.failed_at)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    Ok(written == 1)
-                })
-                .await
+                let mut cmd = k.eval(REDIS_CHASE);
+                cmd.arg(holder)
+                    .arg(&chased.guid)
+                    .arg(encode(chased))
+                    .arg(millis(after))
+                    .arg(if chased.given_up { "0" } else { "1" })
+                    .arg(chased.failed_at);
+                Ok(redis_run::<i64>(conn, &cmd).await? == 1)
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(POSTGRES_CHASE)
-                        .await
-                        .map_err(pg_error)?;
-                    let after = millis(after) as f64;
-                    let row = client
-                        .query_opt(
-                            &stmt,
-                            &[
-                                registry,
-                                &holder,
-                                &hook,
-                                &chased.guid,
-                                &encode(chased),
-                                &after,
-                                &chased.given_up,
-                            ],
-                        )
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row.is_some())
-                })
-                .await
+                let (record, after) = (encode(chased), millis(after) as f64);
+                let params: [&(dyn ToSql + Sync); 7] = [
+                    registry,
+                    &holder,
+                    &hook,
+                    &chased.guid,
+                    &record,
+                    &after,
+                    &chased.given_up,
+                ];
+                Ok(!pg_rows(pool, POSTGRES_CHASE, &params).await?.is_empty())
             }
         }
     }
@@ -263,38 +243,14 @@ impl Shared {
             }
             Self::Store(store @ Store::Redis { conn, .. }) => {
                 let k = redis_keys(store, hook)?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    let held: i64 = redis::cmd("EVAL")
-                        .arg(REDIS_FORGET)
-                        .arg(4)
-                        .arg(&k.lease)
-                        .arg(&k.records)
-                        .arg(&k.due)
-                        .arg(&k.active)
-                        .arg(holder)
-                        .arg(guid)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    Ok(held == 1)
-                })
-                .await
+                let mut cmd = k.eval(REDIS_FORGET);
+                cmd.arg(holder).arg(guid);
+                Ok(redis_run::<i64>(conn, &cmd).await? == 1)
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(POSTGRES_FORGET)
-                        .await
-                        .map_err(pg_error)?;
-                    let row = client
-                        .query_one(&stmt, &[registry, &holder, &hook, &guid])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row.get::<_, bool>(0))
-                })
-                .await
+                let rows =
+                    pg_rows(pool, POSTGRES_FORGET, &[registry, &holder, &hook, &guid]).await?;
+                Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0)))
             }
         }
     }
@@ -350,35 +306,18 @@ impl Shared {
             }
             Self::Store(store @ Store::Redis { conn, .. }) => {
                 let k = redis_keys(store, hook)?;
-                let mut conn = conn.clone();
-                let records: Vec<String> = timed("redis", async {
-                    redis::cmd("EVAL")
-                        .arg(REDIS_DUE)
-                        .arg(2)
-                        .arg(&k.records)
-                        .arg(&k.due)
-                        .arg(limit)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)
-                })
-                .await?;
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(REDIS_DUE)
+                    .arg(2)
+                    .arg(&k.records)
+                    .arg(&k.due)
+                    .arg(limit);
+                let records: Vec<String> = redis_run(conn, &cmd).await?;
                 records.iter().map(|r| decode(r)).collect()
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                let rows = timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(POSTGRES_DUE)
-                        .await
-                        .map_err(pg_error)?;
-                    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-                    client
-                        .query(&stmt, &[registry, &hook, &limit])
-                        .await
-                        .map_err(pg_error)
-                })
-                .await?;
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                let rows = pg_rows(pool, POSTGRES_DUE, &[registry, &hook, &limit]).await?;
                 rows.iter().map(|r| decode(r.get::<_, &str>(0))).collect()
             }
         }
@@ -400,32 +339,16 @@ impl Shared {
                 .map(|(c, _)| c.clone())),
             Self::Store(store @ Store::Redis { conn, .. }) => {
                 let k = redis_keys(store, hook)?;
-                let mut conn = conn.clone();
-                let record: Option<String> = timed("redis", async {
-                    redis::cmd("HGET")
-                        .arg(&k.records)
-                        .arg(guid)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)
-                })
-                .await?;
+                let mut cmd = redis::cmd("HGET");
+                cmd.arg(&k.records).arg(guid);
+                let record: Option<String> = redis_run(conn, &cmd).await?;
                 record.as_deref().map(decode).transpose()
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                let row = timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(POSTGRES_ONE)
-                        .await
-                        .map_err(pg_error)?;
-                    client
-                        .query_opt(&stmt, &[registry, &hook, &guid])
-                        .await
-                        .map_err(pg_error)
-                })
-                .await?;
-                row.map(|r| decode(r.get::<_, &str>(0))).transpose()
+                let rows = pg_rows(pool, POSTGRES_ONE, &[registry, &hook, &guid]).await?;
+                rows.first()
+                    .map(|r| decode(r.get::<_, &str>(0)))
+                    .transpose()
             }
         }
     }
@@ -459,55 +382,26 @@ impl Shared {
             }
             Self::Store(store @ Store::Redis { conn, .. }) => {
                 let k = redis_keys(store, hook)?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    let count: u64 = redis::cmd("ZCARD")
-                        .arg(&k.active)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    let Some(last) = show.checked_sub(1) else {
-                        return Ok((count, Vec::new()));
-                    };
-                    let shown: Vec<String> = redis::cmd("ZRANGE")
-                        .arg(&k.active)
-                        .arg(0)
-                        .arg(last)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    Ok((count, shown))
-                })
-                .await
+                let mut zcard = redis::cmd("ZCARD");
+                zcard.arg(&k.active);
+                let count: u64 = redis_run(conn, &zcard).await?;
+                let Some(last) = show.checked_sub(1) else {
+                    return Ok((count, Vec::new()));
+                };
+                let mut zrange = redis::cmd("ZRANGE");
+                zrange.arg(&k.active).arg(0).arg(last);
+                Ok((count, redis_run(conn, &zrange).await?))
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let count = client
-                        .prepare_cached(POSTGRES_COUNT)
-                        .await
-                        .map_err(pg_error)?;
-                    let bound = i64::try_from(super::MAX_CHASED + 1).unwrap_or(i64::MAX);
-                    let n: i64 = client
-                        .query_one(&count, &[registry, &hook, &bound])
-                        .await
-                        .map_err(pg_error)?
-                        .get(0);
-                    let list = client
-                        .prepare_cached(POSTGRES_ACTIVE)
-                        .await
-                        .map_err(pg_error)?;
-                    let show = i64::try_from(show).unwrap_or(i64::MAX);
-                    let rows = client
-                        .query(&list, &[registry, &hook, &show])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok((
-                        u64::try_from(n).unwrap_or(0),
-                        rows.iter().map(|r| r.get::<_, String>(0)).collect(),
-                    ))
-                })
-                .await
+                let bound = i64::try_from(super::MAX_CHASED + 1).unwrap_or(i64::MAX);
+                let counted = pg_rows(pool, POSTGRES_COUNT, &[registry, &hook, &bound]).await?;
+                let n: i64 = counted.first().map_or(0, |r| r.get(0));
+                let show = i64::try_from(show).unwrap_or(i64::MAX);
+                let rows = pg_rows(pool, POSTGRES_ACTIVE, &[registry, &hook, &show]).await?;
+                Ok((
+                    u64::try_from(n).unwrap_or(0),
+                    rows.iter().map(|r| r.get::<_, String>(0)).collect(),
+                ))
             }
         }
     }
