@@ -14,7 +14,8 @@
 //!    older than `settle`.
 //!
 //! So the position moves past a failed GUID only once the registry knows it, the router would
-//! claim nothing for it, or it is recorded in the shared chase, which outlives the replica.
+//! claim nothing for it, it was refused for good (a 4xx), or it is recorded in the shared chase,
+//! which outlives the replica.
 //! `pass.rs` holds what a pass did ([`Pass`]) and what its steps work with.
 
 pub mod api;
