@@ -4,9 +4,10 @@
 //! GitHub's log (`github.rs`) and has them redelivered, chasing each one until the registry knows
 //! it. The phase runs passes until nothing is chased (each after the previous one's redeliveries
 //! have been answered), at most [`OUTAGE_CAP`], a guard that only turns a hang into a failure.
-//! Then every GUID is sent once more, as a redelivery by hand would be: lost unless the router
-//! answers it as a duplicate (the settle phase and the audit then see it completed with the
-//! rest). Each lost GUID is printed with its attempts: which replica took each, and its answer.
+//! Once the router has settled (a claim released by a worker's death is re-dispatched then), every
+//! GUID is sent once more, as a redelivery by hand would be ([`Outage::audit`]): lost unless the
+//! router answers it as a duplicate that its pull request completed. Each lost GUID is printed
+//! with its attempts: which replica took each, and its answer.
 
 use std::time::Duration;
 
@@ -40,10 +41,12 @@ pub(super) struct Outage {
     pub(super) again: u64,
     /// Passes run.
     pub(super) passes: usize,
-    /// GUIDs not answered as a duplicate afterwards, each with its attempts.
+    /// GUIDs not answered as a completed duplicate by the audit, each with its attempts.
     pub(super) lost: Vec<String>,
     /// Why the phase could not run, if it could not.
     pub(super) error: Option<String>,
+    /// The simulated GitHub and the GUIDs it logged failed, for the audit.
+    sent: Option<(FakeGitHub, Vec<String>)>,
 }
 
 impl Outage {
@@ -83,6 +86,7 @@ pub(super) async fn run(sim: &Sim) -> Outage {
             passes: 0,
             lost: Vec::new(),
             error: Some(e),
+            sent: None,
         },
     }
 }
@@ -175,13 +179,23 @@ async fn phase(sim: &Sim) -> Result<Outage, String> {
         redelivered,
         again,
         passes,
-        lost: audit(sim, &fake, &guids).await,
+        lost: Vec::new(),
         error: None,
+        sent: Some((fake, guids)),
     })
 }
 
-/// Every GUID sent once more to a live replica: those not answered as a duplicate, each with its
-/// answer and its attempts (which replica took each, and how it answered).
+impl Outage {
+    /// Once the router has settled: every GUID sent once more to a live replica; those not
+    /// answered as a duplicate that every pull request it names completed are lost, each listed
+    /// with its answer and its attempts (which replica took each, and how it answered).
+    pub(super) async fn audit(&mut self, sim: &Sim) {
+        if let Some((fake, guids)) = &self.sent {
+            self.lost = audit(sim, fake, guids).await;
+        }
+    }
+}
+
 async fn audit(sim: &Sim, fake: &FakeGitHub, guids: &[String]) -> Vec<String> {
     let routers = routers(sim);
     let mut lost = Vec::new();
@@ -191,10 +205,12 @@ async fn audit(sim: &Sim, fake: &FakeGitHub, guids: &[String]) -> Vec<String> {
             continue;
         };
         let answer = fake.resend(g, router).await;
-        if answer
-            .as_ref()
-            .is_some_and(|(status, body)| *status == 200 && body["outcome"] == "duplicate")
-        {
+        if answer.as_ref().is_some_and(|(status, body)| {
+            *status == 200
+                && body["targets"].as_array().is_some_and(|ts| {
+                    !ts.is_empty() && ts.iter().all(|t| t["state"] == "completed")
+                })
+        }) {
             continue;
         }
         let log = fake.log();
