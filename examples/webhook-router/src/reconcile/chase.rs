@@ -1,8 +1,9 @@
 //! The chase: a GUID the reconciler redelivered stays recorded in the shared state
 //! (`shared/chased.rs`) until the registry knows it, however the redelivery went (GitHub dropped
 //! it, it reached a replica that died before claiming it, the router refused it with a 503, or it
-//! arrived during a probe and was answered as a duplicate). Each pass takes the chased GUIDs that
-//! are due, oldest due first, and for each one:
+//! arrived during a probe and was answered as a duplicate). A chased GUID whose redelivery the
+//! router accepted (a 202 in the log) is caught when the log is read (`scan.rs`). Then each pass
+//! takes the chased GUIDs that are due, oldest due first, and for each one:
 //!
 //! * the registry knows it (claimed, waiting or completed): it is **caught**, no longer chased;
 //! * else, if its first failure is older than the horizon, or GitHub's log no longer has the

@@ -1,17 +1,19 @@
 //! The reconciler of failed deliveries. GitHub does not retry a delivery the router did not
 //! accept (it was down, restarting, unreachable, or answered 5xx); the delivery stays failed in the
 //! hook's log. Every `interval`, the replica holding the reconciling lease ([`shared`]) makes a
-//! pass over each configured hook, in two steps:
+//! pass over each configured hook:
 //!
-//! 1. the **chase** (`chase.rs`): each GUID it redelivered earlier and still chases, once due, is
+//! 1. it reads the hook's log ([`api`]; `scan.rs`), newest first, back to the `horizon` or the
+//!    position reached last time; a GUID it chases whose latest attempt the router accepted (a
+//!    202) is caught;
+//! 2. the **chase** (`chase.rs`): each GUID it redelivered earlier and still chases, once due, is
 //!    checked against the registry: caught if the registry knows it, else redelivered again with
 //!    a doubling backoff, or given up once out of the horizon;
-//! 2. the **scan** (`scan.rs`): the hook's log ([`api`]), newest first, back to the `horizon` or
-//!    the position reached last time; each GUID whose latest attempt failed in a way a retry can
-//!    help (no answer, 5xx, 408, 429) and that is not chased yet has its request read, what the
-//!    router would claim recomputed and checked against the registry ([`probe`]); an unknown one
-//!    is recorded as chased, then redelivered. The position then moves to the newest attempt
-//!    older than `settle`.
+//! 3. each GUID of the log whose latest attempt failed in a way a retry can help (no answer, 5xx,
+//!    408, 429) and that is not chased yet has its request read, what the router would claim
+//!    recomputed and checked against the registry ([`probe`]); an unknown one is recorded as
+//!    chased, then redelivered. The position then moves to the newest attempt older than
+//!    `settle`.
 //!
 //! So the position moves past a failed GUID only once the registry knows it, the router would
 //! claim nothing for it, it was refused for good (a 4xx), or it is recorded in the shared chase,
@@ -178,9 +180,9 @@ impl Reconciler {
         }
     }
 
-    /// One pass over every hook, if this replica holds (or takes) the lease: on each hook, the
-    /// chase of the GUIDs redelivered earlier, then the scan of its log (see the
-    /// [module documentation](self)).
+    /// One pass over every hook, if this replica holds (or takes) the lease: on each hook, its
+    /// log read, the chase of the GUIDs redelivered earlier, then the log's failures acted on
+    /// (see the [module documentation](self)).
     pub async fn pass(&mut self) -> Result<Pass, RegistryError> {
         let mut pass = Pass::default();
         if !self.shared.lease(&self.holder, self.lease_ttl()).await? {
@@ -203,10 +205,13 @@ impl Reconciler {
                 hook: hook.clone(),
                 pass: &mut pass,
             };
-            let mut result = step.chase().await;
-            if result.is_ok() {
-                result = step.scan().await;
+            let result = async {
+                let log = step.read_log().await?;
+                step.caught_in_log(&log).await?;
+                step.chase().await?;
+                step.act_on_log(log).await
             }
+            .await;
             // Counted whatever stopped the steps, so the gauge stays right.
             let chasing = step.still_chasing().await;
             pass.rate_limited += client.waits.rate_limited - before.rate_limited;

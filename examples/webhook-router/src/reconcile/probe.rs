@@ -53,10 +53,15 @@ pub enum Known {
 }
 
 /// Whether the registry knows every pair of `claims`: a [`claim`](WorkerRegistry::claim) of each,
-/// which is a duplicate if the pair is in flight, waiting or retained, and otherwise is a bare
-/// claim removed again at once ([`release`](WorkerRegistry::release)). Between those two calls a
-/// copy of the delivery arriving at a replica is answered as a duplicate; the reconciler keeps
-/// chasing the GUID, so its next redelivery admits it.
+/// which is a duplicate if the pair is in flight or retained, and otherwise is a bare claim removed
+/// again at once ([`release`](WorkerRegistry::release)). Between those two calls a copy of the
+/// delivery arriving at a replica is answered as a duplicate; the reconciler keeps chasing the
+/// GUID, so its next redelivery admits it.
+///
+/// A parked (waiting) pair is not one `claim` sees on Redis and PostgreSQL: it reads as unknown,
+/// and a promotion between the two calls leaves the delivery to the probe's bare claim, which the
+/// release then removes. The reconciler therefore does not probe a GUID the router accepted
+/// (answered 202, which a parked delivery is): see `scan.rs`.
 pub async fn known(app: &App, claims: &Claims) -> Result<Known, RegistryError> {
     let registry = app.registry();
     for target in &claims.targets {

@@ -1,9 +1,12 @@
 //! The read of one hook's delivery log: newest first, back to the horizon or to the position the
-//! last complete pass reached; the attempts grouped by GUID; each GUID whose latest attempt
-//! failed in a way a retry can help, and that is not chased already, checked against the
-//! registry and, if unknown, recorded as chased and redelivered; then the position moved to the
-//! newest attempt older than `settle`. Every failed GUID the position moves past is known to the
-//! registry, ignored by the router, refused for good, or chased (`chase.rs`).
+//! last complete pass reached, the attempts grouped by GUID ([`Step::read_log`]). A chased GUID
+//! whose latest attempt in view the router accepted (a 202: assigned, waiting, queued) is caught:
+//! the registry knew it then, and it is not probed again ([`Step::caught_in_log`]). After the
+//! chase (`chase.rs`), each GUID whose latest attempt failed in a way a retry can help, and that
+//! is not chased already, is checked against the registry and, if unknown, recorded as chased and
+//! redelivered; then the position moves to the newest attempt older than `settle`
+//! ([`Step::act_on_log`]). Every failed GUID the position moves past is known to the registry,
+//! ignored by the router, refused for good, or chased.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -14,6 +17,10 @@ use super::pass::{Step, Stop};
 use super::probe::{self, Claims, Known};
 use super::shared::MAX_CHASED;
 
+/// The router's answer to a delivery it admitted, parked or queued (a duplicate is a 200: that
+/// may be an answer to a probe's bare claim, so it proves nothing).
+const ACCEPTED: u16 = 202;
+
 /// One GUID in view: its latest attempt, how many of its attempts are in view, and when the
 /// oldest of them was made.
 struct Seen {
@@ -22,21 +29,58 @@ struct Seen {
     first_at: Option<SystemTime>,
 }
 
+/// What a read of the log found.
+pub(super) struct Log {
+    /// Where the read stopped (the position it started from).
+    stop_at: Option<u64>,
+    /// The GUIDs in view, newest first.
+    seen: Vec<Seen>,
+    /// Where the position moves once the log is acted on.
+    position: Option<u64>,
+}
+
 impl Step<'_> {
-    /// The pass over the hook's log (see the [module documentation](self)).
-    pub(super) async fn scan(&mut self) -> Result<(), Stop> {
+    /// Reads the hook's log back to its position or the horizon.
+    pub(super) async fn read_log(&mut self) -> Result<Log, Stop> {
         let stop_at = self.shared.position(&self.hook).await?;
         let (seen, position) = self.read(stop_at).await?;
         self.pass.guids += seen.len() as u64;
+        Ok(Log {
+            stop_at,
+            seen,
+            position,
+        })
+    }
+
+    /// Stops chasing the GUIDs whose latest attempt in `log` the router accepted.
+    pub(super) async fn caught_in_log(&mut self, log: &Log) -> Result<(), Stop> {
+        if self.shared.chasing(&self.hook, 0).await?.0 == 0 {
+            return Ok(());
+        }
+        for g in log.seen.iter().filter(|g| g.latest.status_code == ACCEPTED) {
+            let guid = &g.latest.guid;
+            let chased = self.shared.chased(&self.hook, guid).await?;
+            if chased.is_none_or(|c| c.given_up) {
+                continue;
+            }
+            Self::fenced(self.shared.forget(self.holder, &self.hook, guid).await?)?;
+            self.pass.caught += 1;
+            tracing::info!(hook = %self.hook, %guid, attempt = g.latest.id, "reconcile: caught up, the router accepted its redelivery: no longer chased");
+        }
+        Ok(())
+    }
+
+    /// Acts on each failed GUID of `log`, oldest first (redeliveries go out in the order the events
+    /// happened), then moves the position.
+    pub(super) async fn act_on_log(&mut self, log: Log) -> Result<(), Stop> {
         let (mut chased, _) = self.shared.chasing(&self.hook, 0).await?;
-        // Oldest first: redeliveries go out in the order the events happened.
-        for g in seen.iter().rev() {
+        for g in log.seen.iter().rev() {
             self.act(g, &mut chased).await?;
         }
-        if let Some(p) = position {
+        if let Some(p) = log.position {
             let written = self.shared.set_position(self.holder, &self.hook, p).await?;
             Self::fenced(written)?;
-            tracing::info!(hook = %self.hook, from = ?stop_at, to = p, "reconcile: position moved");
+            tracing::info!(hook = %self.hook, from = ?log.stop_at, to = p, "reconcile: position moved");
         }
         Ok(())
     }

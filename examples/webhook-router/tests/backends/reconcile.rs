@@ -378,3 +378,93 @@ async fn three_replicas_recover_an_outage_with_the_reconciler_killed_on_redis() 
 async fn three_replicas_recover_an_outage_with_the_reconciler_killed_on_postgres() {
     three_replicas_recover_an_outage_with_the_reconciler_killed(Kind::Postgres).await;
 }
+
+/// A redelivery the router parks in the waiting room (no capacity) is answered 202: the next pass
+/// finds that in the log and stops chasing the GUID, without probing it (a bare claim of a parked
+/// pair reads as unknown on the shared backends, and one taken while a promotion runs would take
+/// the delivery out of the room). Once room is made, the parked delivery is completed.
+async fn a_parked_redelivery_is_caught_not_probed(kind: Kind) {
+    let Some(choice) = shared(kind) else { return };
+    let name = unique("reconcile-parked");
+    let c = harness::patient_config(1);
+    let cfg = worker_registry::RegistryConfig::builder()
+        .max_workers(1)
+        .heartbeat_interval(c.heartbeat_interval())
+        .missed_heartbeats(harness::PATIENT_MISSED)
+        .sweep_interval(c.sweep_interval())
+        .startup_grace(c.startup_grace())
+        .suspect_grace(c.suspect_grace())
+        .release_ack_timeout(c.release_ack_timeout())
+        .max_waiting(16)
+        .max_waiting_per_owner(16)
+        .build()
+        .unwrap();
+    let opts = options(Duration::from_millis(10), Duration::from_secs(3600), 8);
+    let router = replica(&choice, &name, &cfg, &opts).await;
+    let b = base(&router);
+    let http = harness::client();
+    // The one slot is taken by PR 1's worker, idle for an hour.
+    let busy = harness::deliver(&http, &b, "p-1", &harness::pr("o/r", 1)).await;
+    assert_eq!(busy.status, reqwest::StatusCode::ACCEPTED, "{}", busy.body);
+    let fake = FakeGitHub::start(nowhere().await, Some(SECRET)).await;
+    let g = fake.deliver("pull_request", harness::pr("o/r", 2)).await;
+    fake.log().router = format!("{b}/webhook");
+    let cfg = Config {
+        chase_backoff: Duration::ZERO,
+        ..reconcile_config(&fake)
+    };
+    let shared = Shared::open(&choice, &name).await.unwrap();
+    let mut r = Reconciler::new(router.app().clone(), cfg, shared).unwrap();
+    let first = r.pass().await.unwrap();
+    fake.settled().await;
+    assert_eq!(
+        (first.redelivered, first.chasing),
+        (1, 1),
+        "{kind:?}: {first:?}"
+    );
+    let parked = fake.attempts_of(&g);
+    assert!(
+        parked.last().is_some_and(|a| a.answer.contains("waiting")),
+        "{kind:?}: parked: {}",
+        attempts(&fake, &g).join("; ")
+    );
+    // Due at once (a zero backoff), but caught from the log first: no probe, no redelivery.
+    let second = r.pass().await.unwrap();
+    fake.settled().await;
+    assert_eq!(
+        (second.caught, second.redelivered_again, second.chasing),
+        (1, 0, 0),
+        "{kind:?}: {second:?}; {}",
+        attempts(&fake, &g).join("; ")
+    );
+    assert_eq!(fake.log().redeliver_requests.len(), 1);
+    // Room is made: PR 1's worker drains and exits, and the parked delivery is promoted.
+    let w = busy.worker();
+    let drained = http
+        .post(format!("{b}/workers/{w}/drain"))
+        .bearer_auth(harness::TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(drained.status().is_success(), "{}", drained.status());
+    harness::eventually(&format!("{kind:?} {g} completed"), || async {
+        let (status, body) = fake.resend(&g, &format!("{b}/webhook")).await?;
+        let done = status == 200
+            && body["targets"]
+                .as_array()
+                .is_some_and(|ts| ts.iter().all(|t| t["state"] == "completed"));
+        done.then_some(())
+    })
+    .await;
+    router.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_redelivery_is_caught_not_probed_on_redis() {
+    a_parked_redelivery_is_caught_not_probed(Kind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_redelivery_is_caught_not_probed_on_postgres() {
+    a_parked_redelivery_is_caught_not_probed(Kind::Postgres).await;
+}
