@@ -66,16 +66,7 @@ pub const TOKEN: &str = "admin-token";
 
 /// The configuration of these tests' registries.
 pub fn config(capacity: usize) -> RegistryConfig {
-    RegistryConfig::builder()
-        .max_workers(capacity)
-        .heartbeat_interval(HEARTBEAT)
-        .missed_heartbeats(MISSED)
-        .sweep_interval(HEARTBEAT / 2)
-        .startup_grace(HEARTBEAT)
-        .suspect_grace(HEARTBEAT * 4)
-        .release_ack_timeout(HEARTBEAT * 5)
-        .build()
-        .unwrap()
+    configured(capacity, MISSED, 0)
 }
 
 /// Missed heartbeats before death in the tests that assert a worker is still alive, or still
@@ -86,17 +77,26 @@ pub const PATIENT_MISSED: u32 = 40;
 
 /// As [`config`], with the heartbeat timeout `HEARTBEAT * PATIENT_MISSED`.
 pub fn patient_config(capacity: usize) -> RegistryConfig {
-    let c = config(capacity);
-    RegistryConfig::builder()
+    configured(capacity, PATIENT_MISSED, 0)
+}
+
+/// These tests' timings with `missed` heartbeats before death and a waiting room of `room`
+/// deliveries (one owner may fill it; 0: no room).
+pub fn configured(capacity: usize, missed: u32, room: usize) -> RegistryConfig {
+    let b = RegistryConfig::builder()
         .max_workers(capacity)
-        .heartbeat_interval(c.heartbeat_interval())
-        .missed_heartbeats(PATIENT_MISSED)
-        .sweep_interval(c.sweep_interval())
-        .startup_grace(c.startup_grace())
-        .suspect_grace(c.suspect_grace())
-        .release_ack_timeout(c.release_ack_timeout())
-        .build()
-        .unwrap()
+        .heartbeat_interval(HEARTBEAT)
+        .missed_heartbeats(missed)
+        .sweep_interval(HEARTBEAT / 2)
+        .startup_grace(HEARTBEAT)
+        .suspect_grace(HEARTBEAT * 4)
+        .release_ack_timeout(HEARTBEAT * 5);
+    let b = if room > 0 {
+        b.max_waiting(room).max_waiting_per_owner(room)
+    } else {
+        b
+    };
+    b.build().unwrap()
 }
 
 /// How long [`eventually`] waits at most for a condition: far beyond what a loaded 2-core machine

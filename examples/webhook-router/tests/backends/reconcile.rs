@@ -208,6 +208,20 @@ fn outage_config(fake: &FakeGitHub) -> Config {
     }
 }
 
+/// Waits until `guid`, sent once more by hand to `router`, is a duplicate that every pull request
+/// it names completed.
+async fn completed(fake: &FakeGitHub, guid: &str, router: &str, kind: Kind) {
+    harness::eventually(&format!("{kind:?} {guid} completed"), || async {
+        let (status, body) = fake.resend(guid, router).await?;
+        let done = status == 200
+            && body["targets"]
+                .as_array()
+                .is_some_and(|ts| !ts.is_empty() && ts.iter().all(|t| t["state"] == "completed"));
+        done.then_some(())
+    })
+    .await;
+}
+
 /// Where each redelivery of `guid` went and how it was answered.
 fn attempts(fake: &FakeGitHub, guid: &str) -> Vec<String> {
     fake.attempts_of(guid)
@@ -321,17 +335,8 @@ async fn three_replicas_recover_an_outage_with_the_reconciler_killed(kind: Kind)
     fake.settled().await;
 
     // 0 lost: every GUID, sent once more as by hand, is a duplicate its pull request completed.
-    let live = &routers[taker];
     for g in &failed {
-        harness::eventually(&format!("{kind:?} {g} completed"), || async {
-            let (status, body) = fake.resend(g, live).await?;
-            let done = status == 200
-                && body["targets"]
-                    .as_array()
-                    .is_some_and(|ts| ts.iter().all(|t| t["state"] == "completed"));
-            done.then_some(())
-        })
-        .await;
+        completed(&fake, g, &routers[taker], kind).await;
     }
     // The dropped ones were found again only through the chase: each has an admitted attempt.
     let dropped = fake.log().dropped.clone();
@@ -386,19 +391,7 @@ async fn three_replicas_recover_an_outage_with_the_reconciler_killed_on_postgres
 async fn a_parked_redelivery_is_caught_not_probed(kind: Kind) {
     let Some(choice) = shared(kind) else { return };
     let name = unique("reconcile-parked");
-    let c = harness::patient_config(1);
-    let cfg = worker_registry::RegistryConfig::builder()
-        .max_workers(1)
-        .heartbeat_interval(c.heartbeat_interval())
-        .missed_heartbeats(harness::PATIENT_MISSED)
-        .sweep_interval(c.sweep_interval())
-        .startup_grace(c.startup_grace())
-        .suspect_grace(c.suspect_grace())
-        .release_ack_timeout(c.release_ack_timeout())
-        .max_waiting(16)
-        .max_waiting_per_owner(16)
-        .build()
-        .unwrap();
+    let cfg = harness::configured(1, harness::PATIENT_MISSED, 16);
     let opts = options(Duration::from_millis(10), Duration::from_secs(3600), 8);
     let router = replica(&choice, &name, &cfg, &opts).await;
     let b = base(&router);
@@ -447,15 +440,7 @@ async fn a_parked_redelivery_is_caught_not_probed(kind: Kind) {
         .await
         .unwrap();
     assert!(drained.status().is_success(), "{}", drained.status());
-    harness::eventually(&format!("{kind:?} {g} completed"), || async {
-        let (status, body) = fake.resend(&g, &format!("{b}/webhook")).await?;
-        let done = status == 200
-            && body["targets"]
-                .as_array()
-                .is_some_and(|ts| ts.iter().all(|t| t["state"] == "completed"));
-        done.then_some(())
-    })
-    .await;
+    completed(&fake, &g, &format!("{b}/webhook"), kind).await;
     router.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -101,19 +101,7 @@ async fn three_replicas_report_the_room_the_server_holds(kind: Kind) {
         return;
     };
     let name = unique("room");
-    let c = config(2);
-    let config = RegistryConfig::builder()
-        .max_workers(2)
-        .heartbeat_interval(c.heartbeat_interval())
-        .missed_heartbeats(MISSED)
-        .sweep_interval(c.sweep_interval())
-        .startup_grace(c.startup_grace())
-        .suspect_grace(c.suspect_grace())
-        .release_ack_timeout(c.release_ack_timeout())
-        .max_waiting(512)
-        .max_waiting_per_owner(512)
-        .build()
-        .unwrap();
+    let config = configured(2, MISSED, 512);
     let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
     let (servers, probe) = three_replicas(&choice, &name, &config, &options).await;
     let plan = Plan {
