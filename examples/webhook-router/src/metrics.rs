@@ -9,7 +9,8 @@
 //! | `webhook_router_shutdown_unfinished_total` | counter | |
 //! | `webhook_router_overflow_queued` | gauge | deliveries queued now behind full mailboxes (this process's containers) |
 //! | `webhook_router_overflowed_total` | counter | deliveries ever queued behind a full mailbox |
-//! | `webhook_router_reconcile_total` | counter | `what` = passes, pages, redelivered, known, ignored, permanent, gave_up, errors, rate_limited (see [`crate::reconcile`]) |
+//! | `webhook_router_reconcile_total` | counter | `what` = passes, pages, redelivered, redelivered_again, caught, known, ignored, permanent, gave_up, errors, rate_limited (see [`crate::reconcile`]) |
+//! | `webhook_router_reconcile_chasing` | gauge | GUIDs the reconciler redelivered and the registry does not know yet (the lease holder's count after its last pass; 0 on the other replicas) |
 //!
 //! Every label value is present from the start, at zero. The registry's
 //! `worker_registry_admitted_total`, `_duplicates_total` and `_rejected_total` add up to
@@ -20,6 +21,7 @@
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use worker_registry::metrics::{Metrics, Returned};
 
 use crate::mailbox::OverflowMetrics;
@@ -29,10 +31,12 @@ use crate::worker::Exit;
 type Labels = Vec<(&'static str, &'static str)>;
 
 /// Every `what` label of `webhook_router_reconcile_total`.
-pub const RECONCILE_COUNTS: [&str; 9] = [
+pub const RECONCILE_COUNTS: [&str; 11] = [
     "passes",
     "pages",
     "redelivered",
+    "redelivered_again",
+    "caught",
     "known",
     "ignored",
     "permanent",
@@ -66,6 +70,7 @@ pub struct RouterMetrics {
     admissions: Family<Labels, Counter>,
     exits: Family<Labels, Counter>,
     reconcile: Family<Labels, Counter>,
+    reconcile_chasing: Gauge,
     pub(crate) redispatched: Counter,
     pub(crate) shutdown_unfinished: Counter,
     /// Admissions given back because the worker's queue was full (the library's collector counts
@@ -82,6 +87,7 @@ impl RouterMetrics {
             admissions: Family::default(),
             exits: Family::default(),
             reconcile: Family::default(),
+            reconcile_chasing: Gauge::default(),
             redispatched: Counter::default(),
             shutdown_unfinished: Counter::default(),
             returned,
@@ -141,6 +147,17 @@ impl RouterMetrics {
         self.reconcile.get_or_create(&vec![("what", what)]).get()
     }
 
+    /// Sets `webhook_router_reconcile_chasing`: GUIDs the reconciler is still chasing.
+    pub fn set_reconcile_chasing(&self, n: u64) {
+        self.reconcile_chasing
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// `webhook_router_reconcile_chasing` now.
+    pub fn reconcile_chasing(&self) -> u64 {
+        u64::try_from(self.reconcile_chasing.get()).unwrap_or(0)
+    }
+
     /// Adds the overflows' gauge and counter (the platform's, shared by the replicas of a
     /// process) to `metrics`.
     pub fn register_overflow(&self, metrics: &mut Metrics, overflow: &OverflowMetrics) {
@@ -189,6 +206,11 @@ impl RouterMetrics {
             "webhook_router_reconcile",
             "What the reconciler of failed deliveries did, by what",
             self.reconcile.clone(),
+        );
+        p.register(
+            "webhook_router_reconcile_chasing",
+            "GUIDs the reconciler redelivered that the registry does not know yet",
+            self.reconcile_chasing.clone(),
         );
     }
 }

@@ -96,7 +96,8 @@ async fn ten_events_on_a_mailbox_of_one_are_all_accepted_and_processed_in_arriva
     let payload = pr("o/r", 1);
     let mut sent = 10;
     let mut done = 0;
-    for _ in 0..400 {
+    let started = std::time::Instant::now();
+    while started.elapsed() < HANG {
         let mut states = Vec::new();
         for i in 0..sent {
             states.push(state(&h, &format!("e-{i}"), &payload).await);

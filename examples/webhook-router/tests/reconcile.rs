@@ -1,7 +1,8 @@
 //! The reconciler of failed deliveries against a fake GitHub (tests/fake_github): a router that was
 //! down recovers every delivery, exactly once; what the registry knows is not redelivered; a 403
 //! secondary rate limit is waited out; two replicas do not both redeliver; two hooks' copies of
-//! one GUID are two deliveries.
+//! one GUID are two deliveries; a redelivery GitHub drops is chased until the registry knows it,
+//! and one the router never gets is redelivered ever more rarely, then given up for good.
 
 mod common;
 mod fake_github;
@@ -14,8 +15,9 @@ use fake_github::{nowhere, FakeGitHub, APP_ID, KEY_PEM, OTHER_KEY_PEM};
 use reqwest::StatusCode;
 use webhook_router::app::App;
 use webhook_router::github;
+use webhook_router::reconcile::chase::backoff;
 use webhook_router::reconcile::shared::Shared;
-use webhook_router::reconcile::{Config, Pass, Reconciler};
+use webhook_router::reconcile::{Config, Pass, Reconciler, DEFAULT_CHASE_BACKOFF};
 
 const SECRET: &str = "s3cret";
 
@@ -30,6 +32,7 @@ fn config(fake: &FakeGitHub, key: &[u8]) -> Config {
         settle: Duration::ZERO,
         // Small pages: a burst spans several, through the Link header's cursor.
         per_page: 4,
+        chase_backoff: DEFAULT_CHASE_BACKOFF,
     }
 }
 
@@ -337,4 +340,151 @@ async fn an_exhausted_primary_rate_limit_is_waited_for_until_its_reset() {
     );
     // Only that one wait: the later calls follow at once.
     assert!(calls[2].at - calls[1].at < Duration::from_secs(1));
+}
+
+/// The gap the reconciler left: GitHub accepts a redeliver request and never sends it, so nothing
+/// new is logged and the position has moved past the failure. The GUID is chased: checked again
+/// once its backoff has passed (not before), redelivered again while the registry does not know
+/// it, and no longer chased once the router has accepted it (its 202 in the log).
+#[tokio::test(start_paused = true)]
+async fn a_dropped_redelivery_is_chased_until_the_registry_knows_it() {
+    let fake = FakeGitHub::start(nowhere().await, Some(SECRET)).await;
+    let mut failed = Vec::new();
+    for i in 0..3u64 {
+        failed.push(fake.deliver("pull_request", pr("o/r", 1 + i)).await);
+    }
+    let h = start(setup()).await;
+    {
+        let mut log = fake.log();
+        log.router = format!("{}/webhook", h.base);
+        log.drop_redeliveries = 2;
+    }
+    let shared = Shared::default();
+    let mut r = reconciler(h.server.app(), &fake, &shared);
+    let first = r.pass().await.unwrap();
+    fake.settled().await;
+    assert_eq!((first.redelivered, first.chasing), (3, 3), "{first:?}");
+    let dropped: Vec<&String> = failed
+        .iter()
+        .filter(|g| statuses(&fake, g) == [0])
+        .collect();
+    assert_eq!(dropped.len(), 2, "GitHub lost two redeliveries");
+    assert!(shared.position("app").await.unwrap().is_some());
+
+    // The one admitted is caught from its 202 in the log; within the backoff nothing is sent
+    // again and nothing is probed.
+    let early = r.pass().await.unwrap();
+    assert_eq!(
+        (
+            early.redelivered,
+            early.redelivered_again,
+            early.caught,
+            early.chasing
+        ),
+        (0, 0, 1, 2),
+        "{early:?}"
+    );
+    assert_eq!(h.server.app().metrics().reconcile_chasing(), 2);
+
+    tokio::time::advance(DEFAULT_CHASE_BACKOFF).await;
+    let due = r.pass().await.unwrap();
+    fake.settled().await;
+    assert_eq!(
+        (due.caught, due.redelivered_again, due.chasing),
+        (0, 2, 2),
+        "the two dropped are sent again: {due:?}"
+    );
+    for g in &failed {
+        assert_eq!(statuses(&fake, g), [0, 202], "{g}");
+    }
+    let last = r.pass().await.unwrap();
+    assert_eq!(
+        (last.caught, last.redelivered_again, last.chasing),
+        (2, 0, 0),
+        "{last:?}"
+    );
+    let m = h.server.app().metrics();
+    assert_eq!(
+        (
+            m.reconciled("redelivered"),
+            m.reconciled("redelivered_again"),
+            m.reconciled("caught"),
+            m.reconcile_chasing()
+        ),
+        (3, 2, 3, 0)
+    );
+    assert_eq!(fake.log().redeliver_requests.len(), 5);
+}
+
+/// A GUID the router never gets (GitHub cannot reach it): redelivered at most once per backoff,
+/// the backoff doubling (1, 2, 4 minutes); once its first failure is out of the horizon, given up
+/// (counted, the chase gauge back to 0) and kept as given up, so a later failed attempt of it
+/// starts no new chase.
+#[tokio::test(start_paused = true)]
+async fn a_guid_never_delivered_is_redelivered_ever_more_rarely_then_given_up() {
+    let fake = FakeGitHub::start(nowhere().await, Some(SECRET)).await;
+    let g = fake.deliver("pull_request", pr("o/r", 1)).await;
+    // The router runs, but GitHub's URL for it is still wrong: every redelivery fails.
+    let h = start(setup()).await;
+    let shared = Shared::default();
+    let mut r = reconciler(h.server.app(), &fake, &shared);
+    let started = tokio::time::Instant::now();
+    let mut sent_at = Vec::new();
+    // A pass every 10 s for 8 minutes.
+    for _ in 0..48 {
+        let p = r.pass().await.unwrap();
+        fake.settled().await;
+        assert_eq!(p.chasing, 1, "{p:?}");
+        for _ in 0..p.redelivered + p.redelivered_again {
+            sent_at.push(started.elapsed());
+        }
+        tokio::time::advance(Duration::from_secs(10)).await;
+    }
+    assert_eq!(sent_at.len(), 4, "at 0, 1, 3 and 7 minutes: {sent_at:?}");
+    for (n, w) in sent_at.windows(2).enumerate() {
+        let gap = w[1] - w[0];
+        let due = backoff(DEFAULT_CHASE_BACKOFF, n as u32 + 1);
+        assert!(
+            gap >= due && gap < due + Duration::from_secs(20),
+            "redelivery {} came {gap:?} after the one before, due after {due:?}",
+            n + 2
+        );
+    }
+    assert_eq!(statuses(&fake, &g), [0, 0, 0, 0, 0]);
+
+    // Its first failure is older than the horizon now (the record says so).
+    let mut c = shared.chased("app", &g).await.unwrap().unwrap();
+    assert_eq!(c.redeliveries, 4);
+    c.failed_at = 0;
+    assert_eq!(
+        shared.chase(r.holder(), "app", &c, Duration::ZERO).await,
+        Ok(true)
+    );
+    let p = r.pass().await.unwrap();
+    assert_eq!(
+        (p.gave_up, p.redelivered_again, p.chasing),
+        (1, 0, 0),
+        "{p:?}"
+    );
+    assert!(shared.chased("app", &g).await.unwrap().unwrap().given_up);
+    assert_eq!(h.server.app().metrics().reconcile_chasing(), 0);
+    assert_eq!(h.server.app().metrics().reconciled("gave_up"), 1);
+
+    // A late failed attempt of it (logged after the position moved) starts no new chase.
+    {
+        let mut log = fake.log();
+        let mut late = log.attempts.last().unwrap().clone();
+        late.id = log.next_id;
+        log.next_id += 1;
+        log.attempts.push(late);
+    }
+    let requests = fake.log().redeliver_requests.len();
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    let p = r.pass().await.unwrap();
+    assert_eq!(
+        (p.redelivered, p.redelivered_again, p.chasing),
+        (0, 0, 0),
+        "{p:?}"
+    );
+    assert_eq!(fake.log().redeliver_requests.len(), requests);
 }

@@ -22,6 +22,8 @@ use serde::Deserialize;
 
 use super::auth::Auth;
 
+/// GitHub keeps a hook's delivery log for three days.
+pub const GITHUB_LOG_RETENTION: Duration = Duration::from_secs(3 * 24 * 3600);
 /// Retries of one call (rate limited, 5xx, lost connection) before it fails.
 pub const MAX_RETRIES: u32 = 5;
 /// The longest single wait for a rate limit (a reset further away is waited for in steps).

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::api::Hook;
-use super::{Config, DEFAULT_PER_PAGE, DEFAULT_SETTLE, GITHUB_LOG_RETENTION};
+use super::{
+    Config, DEFAULT_CHASE_BACKOFF, DEFAULT_PER_PAGE, DEFAULT_SETTLE, GITHUB_LOG_RETENTION,
+};
 
 /// Redelivery of failed deliveries from GitHub's hook logs (off unless an App or a hook is named).
 #[derive(clap::Args, Debug, Clone)]
@@ -163,6 +165,7 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
         horizon: a.reconcile_horizon,
         settle: DEFAULT_SETTLE,
         per_page: DEFAULT_PER_PAGE,
+        chase_backoff: DEFAULT_CHASE_BACKOFF,
     }))
 }
 

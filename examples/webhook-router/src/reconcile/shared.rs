@@ -1,6 +1,7 @@
 //! What the replicas of a router share about reconciling: a lease (one replica reconciles at a
-//! time) and, per hook, the position it reconciled up to (a restart resumes there). Beside the
-//! registry's data, in the router's own [`Store`]:
+//! time), per hook the position it reconciled up to (a restart resumes there), and per hook the
+//! GUIDs it is chasing (`shared/chased.rs`: redelivered, not yet known to the registry). Beside
+//! the registry's data, in the router's own [`Store`]:
 //!
 //! | backend | lease | positions |
 //! |---|---|---|
@@ -15,11 +16,24 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use deadpool_postgres::Pool;
+use redis::aio::ConnectionManager;
 use tokio::time::Instant;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 use worker_registry::RegistryError;
 
 use crate::backend::{RegistryChoice, BACKEND_CALL_TIMEOUT};
 use crate::store::Store;
+
+mod chased;
+
+pub use chased::Chased;
+
+/// GUIDs chased per hook at most: a failed GUID beyond it is not redelivered, and the hook's
+/// position stays before it, until the chase shrinks (the registry comes to know GUIDs, or they
+/// fall out of the horizon).
+pub const MAX_CHASED: usize = 10_000;
 
 /// Takes the lease if it is free, expired or ours, and sets its expiry: 1 if held after.
 const REDIS_LEASE: &str = "local cur = redis.call('GET', KEYS[1]) \
@@ -42,7 +56,18 @@ const POSTGRES_SCHEMA: &str = "
         lease_until timestamptz,
         position    bigint,
         PRIMARY KEY (registry, name)
-    );";
+    );
+    CREATE TABLE IF NOT EXISTS webhook_router_reconcile_chase (
+        registry text NOT NULL,
+        hook     text NOT NULL,
+        guid     text NOT NULL,
+        record   text NOT NULL,
+        due      timestamptz NOT NULL,
+        given_up boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (registry, hook, guid)
+    );
+    CREATE INDEX IF NOT EXISTS webhook_router_reconcile_chase_due
+        ON webhook_router_reconcile_chase (registry, hook, due);";
 const POSTGRES_LEASE: &str = "
     INSERT INTO webhook_router_reconcile (registry, name, holder, lease_until)
     VALUES ($1, 'lease', $2, clock_timestamp() + $3::float8 * interval '1 millisecond')
@@ -62,12 +87,25 @@ const POSTGRES_POSITION: &str = "
            AND lease_until >= clock_timestamp())
     ON CONFLICT (registry, name) DO UPDATE SET position = EXCLUDED.position
     RETURNING 1";
+const POSTGRES_POSITION_READ: &str =
+    "SELECT position FROM webhook_router_reconcile WHERE registry = $1 AND name = $2";
 
-/// The in-process state: the lease (holder, expiry) and the positions.
+/// The in-process state: the lease (holder, expiry), the positions, and per hook the chased
+/// GUIDs with when each is due.
 #[derive(Default)]
 pub struct Local {
     lease: Option<(String, Instant)>,
     positions: HashMap<String, u64>,
+    chase: HashMap<String, HashMap<String, (Chased, Instant)>>,
+}
+
+impl Local {
+    /// Whether `holder` holds an unexpired lease.
+    fn holds(&self, holder: &str) -> bool {
+        self.lease
+            .as_ref()
+            .is_some_and(|(h, until)| h == holder && *until >= Instant::now())
+    }
 }
 
 /// The shared reconciling state (cheap to clone).
@@ -108,18 +146,56 @@ async fn timed<T>(
         })
 }
 
-fn redis_keys(store: &Store) -> Option<(String, String)> {
+/// Runs `cmd` on Redis within the call timeout.
+async fn redis_run<T: redis::FromRedisValue>(
+    conn: &ConnectionManager,
+    cmd: &redis::Cmd,
+) -> Result<T, RegistryError> {
+    let mut conn = conn.clone();
+    timed("redis", async {
+        cmd.query_async(&mut conn).await.map_err(redis_error)
+    })
+    .await
+}
+
+/// Runs `sql` (prepared once per connection) with `params` on PostgreSQL within the call
+/// timeout: its rows.
+async fn pg_rows(
+    pool: &Pool,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, RegistryError> {
+    timed("postgres", async {
+        let client = pool.get().await.map_err(pg_error)?;
+        let stmt = client.prepare_cached(sql).await.map_err(pg_error)?;
+        client.query(&stmt, params).await.map_err(pg_error)
+    })
+    .await
+}
+
+fn poisoned() -> RegistryError {
+    RegistryError::backend("memory", false, "poisoned")
+}
+
+fn unexpected_key() -> RegistryError {
+    RegistryError::backend("redis", false, "unexpected key")
+}
+
+/// `{<name>}:webhook-router:`, the prefix of the router's keys on Redis.
+fn redis_prefix(store: &Store) -> Option<&str> {
     match store {
-        Store::Redis { owners, .. } => {
-            // `owners` is `{<name>}:webhook-router:owners`.
-            let prefix = owners.strip_suffix("owners")?;
-            Some((
-                format!("{prefix}reconcile:lease"),
-                format!("{prefix}reconcile:positions"),
-            ))
-        }
+        // `owners` is `{<name>}:webhook-router:owners`.
+        Store::Redis { owners, .. } => owners.strip_suffix("owners"),
         Store::Postgres { .. } => None,
     }
+}
+
+fn redis_keys(store: &Store) -> Option<(String, String)> {
+    let prefix = redis_prefix(store)?;
+    Some((
+        format!("{prefix}reconcile:lease"),
+        format!("{prefix}reconcile:positions"),
+    ))
 }
 
 impl Shared {
@@ -173,9 +249,7 @@ impl Shared {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         match self {
             Self::Memory(local) => {
-                let mut l = local
-                    .lock()
-                    .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?;
+                let mut l = local.lock().map_err(|_| poisoned())?;
                 let now = Instant::now();
                 let free = match &l.lease {
                     None => true,
@@ -187,38 +261,19 @@ impl Shared {
                 Ok(free)
             }
             Self::Store(store @ Store::Redis { conn, .. }) => {
-                let (lease, _) = redis_keys(store)
-                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    let held: i64 = redis::cmd("EVAL")
-                        .arg(REDIS_LEASE)
-                        .arg(1)
-                        .arg(&lease)
-                        .arg(holder)
-                        .arg(ttl_ms)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    Ok(held == 1)
-                })
-                .await
+                let (lease, _) = redis_keys(store).ok_or_else(unexpected_key)?;
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(REDIS_LEASE)
+                    .arg(1)
+                    .arg(&lease)
+                    .arg(holder)
+                    .arg(ttl_ms);
+                Ok(redis_run::<i64>(conn, &cmd).await? == 1)
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(POSTGRES_LEASE)
-                        .await
-                        .map_err(pg_error)?;
-                    let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX) as f64;
-                    let row = client
-                        .query_opt(&stmt, &[registry, &holder, &ttl])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row.is_some())
-                })
-                .await
+                let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX) as f64;
+                let rows = pg_rows(pool, POSTGRES_LEASE, &[registry, &holder, &ttl]).await?;
+                Ok(!rows.is_empty())
             }
         }
     }
@@ -245,45 +300,22 @@ impl Shared {
     pub async fn release(&self, holder: &str) -> Result<(), RegistryError> {
         match self {
             Self::Memory(local) => {
-                let mut l = local
-                    .lock()
-                    .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?;
+                let mut l = local.lock().map_err(|_| poisoned())?;
                 if l.lease.as_ref().is_some_and(|(h, _)| h == holder) {
                     l.lease = None;
                 }
                 Ok(())
             }
             Self::Store(store @ Store::Redis { conn, .. }) => {
-                let (lease, _) = redis_keys(store)
-                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    redis::cmd("EVAL")
-                        .arg(REDIS_RELEASE)
-                        .arg(1)
-                        .arg(&lease)
-                        .arg(holder)
-                        .query_async::<i64>(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    Ok(())
-                })
-                .await
+                let (lease, _) = redis_keys(store).ok_or_else(unexpected_key)?;
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(REDIS_RELEASE).arg(1).arg(&lease).arg(holder);
+                redis_run::<i64>(conn, &cmd).await.map(drop)
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(POSTGRES_RELEASE)
-                        .await
-                        .map_err(pg_error)?;
-                    client
-                        .execute(&stmt, &[registry, &holder])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(())
-                })
-                .await
+                pg_rows(pool, POSTGRES_RELEASE, &[registry, &holder])
+                    .await
+                    .map(drop)
             }
         }
     }
@@ -297,43 +329,23 @@ impl Shared {
         match self {
             Self::Memory(local) => Ok(local
                 .lock()
-                .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?
+                .map_err(|_| poisoned())?
                 .positions
                 .get(hook)
                 .copied()),
             Self::Store(store @ Store::Redis { conn, .. }) => {
-                let (_, positions) = redis_keys(store)
-                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    redis::cmd("HGET")
-                        .arg(&positions)
-                        .arg(hook)
-                        .query_async::<Option<u64>>(&mut conn)
-                        .await
-                        .map_err(redis_error)
-                })
-                .await
+                let (_, positions) = redis_keys(store).ok_or_else(unexpected_key)?;
+                let mut cmd = redis::cmd("HGET");
+                cmd.arg(&positions).arg(hook);
+                redis_run(conn, &cmd).await
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(
-                            "SELECT position FROM webhook_router_reconcile \
-                              WHERE registry = $1 AND name = $2",
-                        )
-                        .await
-                        .map_err(pg_error)?;
-                    let row = client
-                        .query_opt(&stmt, &[registry, &format!("position:{hook}")])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row
-                        .and_then(|r| r.get::<_, Option<i64>>(0))
-                        .and_then(|p| u64::try_from(p).ok()))
-                })
-                .await
+                let name = format!("position:{hook}");
+                let rows = pg_rows(pool, POSTGRES_POSITION_READ, &[registry, &name]).await?;
+                Ok(rows
+                    .first()
+                    .and_then(|r| r.get::<_, Option<i64>>(0))
+                    .and_then(|p| u64::try_from(p).ok()))
             }
         }
     }
@@ -364,56 +376,31 @@ impl Shared {
     ) -> Result<bool, RegistryError> {
         match self {
             Self::Memory(local) => {
-                let mut l = local
-                    .lock()
-                    .map_err(|_| RegistryError::backend("memory", false, "poisoned"))?;
-                let held = l
-                    .lease
-                    .as_ref()
-                    .is_some_and(|(h, until)| h == holder && *until >= Instant::now());
+                let mut l = local.lock().map_err(|_| poisoned())?;
+                let held = l.holds(holder);
                 if held {
                     l.positions.insert(hook.to_owned(), id);
                 }
                 Ok(held)
             }
             Self::Store(store @ Store::Redis { conn, .. }) => {
-                let (lease, positions) = redis_keys(store)
-                    .ok_or_else(|| RegistryError::backend("redis", false, "unexpected key"))?;
-                let mut conn = conn.clone();
-                timed("redis", async {
-                    let written: i64 = redis::cmd("EVAL")
-                        .arg(REDIS_POSITION)
-                        .arg(2)
-                        .arg(&lease)
-                        .arg(&positions)
-                        .arg(holder)
-                        .arg(hook)
-                        .arg(id)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(redis_error)?;
-                    Ok(written == 1)
-                })
-                .await
+                let (lease, positions) = redis_keys(store).ok_or_else(unexpected_key)?;
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(REDIS_POSITION)
+                    .arg(2)
+                    .arg(&lease)
+                    .arg(&positions)
+                    .arg(holder)
+                    .arg(hook)
+                    .arg(id);
+                Ok(redis_run::<i64>(conn, &cmd).await? == 1)
             }
             Self::Store(Store::Postgres { pool, registry }) => {
-                timed("postgres", async {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(POSTGRES_POSITION)
-                        .await
-                        .map_err(pg_error)?;
-                    let id = i64::try_from(id).unwrap_or(i64::MAX);
-                    let row = client
-                        .query_opt(
-                            &stmt,
-                            &[registry, &holder, &format!("position:{hook}"), &id],
-                        )
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row.is_some())
-                })
-                .await
+                let id = i64::try_from(id).unwrap_or(i64::MAX);
+                let name = format!("position:{hook}");
+                let rows =
+                    pg_rows(pool, POSTGRES_POSITION, &[registry, &holder, &name, &id]).await?;
+                Ok(!rows.is_empty())
             }
         }
     }

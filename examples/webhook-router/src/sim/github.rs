@@ -2,8 +2,10 @@
 //! loopback port, as GitHub's REST API serves it (`GET /orgs/{org}/hooks/{id}/deliveries`, newest
 //! first with a `Link` cursor; `GET .../deliveries/{id}` with the request; `POST
 //! .../deliveries/{id}/attempts`, which sends the delivery again), guarded by a token. It sends
-//! each delivery to the router signed and with the hook headers, and logs the answer (0 when the
-//! router could not be reached). The tests' fake (tests/fake_github) adds App JWTs and rate limits.
+//! each delivery to the router (the replicas in turn, as a load balancer would) signed and with
+//! the hook headers, and logs which replica took it and its answer (0 when the router could not
+//! be reached). The tests' fake (tests/fake_github) adds App JWTs, rate limits, and redeliveries
+//! dropped or delayed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,8 +30,12 @@ pub(super) struct Attempt {
     pub(super) id: u64,
     pub(super) guid: String,
     at: SystemTime,
-    redelivery: bool,
+    pub(super) redelivery: bool,
     pub(super) status: u16,
+    /// Where it was sent.
+    pub(super) router: String,
+    /// The router's answer (its `outcome` and `reason`), or why there was none.
+    pub(super) answer: String,
     event: String,
     headers: Vec<(String, String)>,
     payload: Value,
@@ -40,8 +46,23 @@ pub(super) struct Log {
     pub(super) attempts: Vec<Attempt>,
     /// `http://host:port/webhook`, or a closed port while the router is away.
     pub(super) router: String,
+    /// When not empty, the replicas' `http://host:port/webhook`, sent to in turn instead.
+    pub(super) routers: Vec<String>,
+    /// Sends so far (the turn).
+    sent: usize,
     /// Sends in progress.
     pub(super) sending: usize,
+}
+
+impl Log {
+    /// Where the next send goes.
+    fn next_router(&mut self) -> String {
+        self.sent += 1;
+        match self.routers.len() {
+            0 => self.router.clone(),
+            n => self.routers[self.sent % n].clone(),
+        }
+    }
 }
 
 struct Inner {
@@ -113,6 +134,27 @@ impl FakeGitHub {
     pub(super) fn idle(&self) -> bool {
         self.log().sending == 0
     }
+
+    /// Sends `guid`'s request once more to `router` (`http://host:port/webhook`), as a redelivery
+    /// by hand would, without logging it: the answer's status and body.
+    pub(super) async fn resend(&self, guid: &str, router: &str) -> Option<(u16, Value)> {
+        let (headers, payload) = {
+            let log = self.log();
+            let a = log.attempts.iter().find(|a| a.guid == guid)?;
+            (a.headers.clone(), a.payload.clone())
+        };
+        let mut req = self.inner.http.post(router);
+        for (k, v) in &headers {
+            req = req.header(k, v);
+        }
+        let res = req
+            .body(serde_json::to_vec(&payload).unwrap_or_default())
+            .send()
+            .await
+            .ok()?;
+        let status = res.status().as_u16();
+        Some((status, res.json().await.unwrap_or(Value::Null)))
+    }
 }
 
 async fn send(inner: &Arc<Inner>, guid: String, event: String, payload: Value, redelivery: bool) {
@@ -138,15 +180,19 @@ async fn send(inner: &Arc<Inner>, guid: String, event: String, payload: Value, r
     let router = {
         let mut log = inner.log.lock().unwrap_or_else(|p| p.into_inner());
         log.sending += 1;
-        log.router.clone()
+        log.next_router()
     };
     let mut req = inner.http.post(&router);
     for (k, v) in &headers {
         req = req.header(k, v);
     }
-    let status = match req.body(body).send().await {
-        Ok(res) => res.status().as_u16(),
-        Err(_) => 0,
+    let (status, answer) = match req.body(body).send().await {
+        Ok(res) => {
+            let status = res.status().as_u16();
+            let body: Value = res.json().await.unwrap_or(Value::Null);
+            (status, format!("{} {}", body["outcome"], body["reason"]))
+        }
+        Err(e) => (0, e.to_string()),
     };
     let mut log = inner.log.lock().unwrap_or_else(|p| p.into_inner());
     let id = log.attempts.len() as u64 + 1;
@@ -156,6 +202,8 @@ async fn send(inner: &Arc<Inner>, guid: String, event: String, payload: Value, r
         at: SystemTime::now(),
         redelivery,
         status,
+        router,
+        answer,
         event,
         headers,
         payload,

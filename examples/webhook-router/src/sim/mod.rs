@@ -246,7 +246,7 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
     let killed = killer.await.ok().flatten();
     let at_peak = sim.app().registry().status();
     let resent = reconcile::run(&sim).await;
-    let outage = outage::run(&sim).await;
+    let mut outage = outage::run(&sim).await;
     // Relaxed: a stop flag; the background phases stop at their next iteration.
     sim.done.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = chaos.await;
@@ -255,6 +255,7 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
     // audit.
     let (samples, probe) = sampler::finish(&sim, sampler).await;
     let settled = settle::run(&sim, &probe).await;
+    outage.audit(&sim).await;
     let audited = audit::run(&sim, &probe).await;
     let counts = summary::Counts::take(&sim, killed.as_ref()).await;
     let shutdown = shutdown::run(&sim).await;
@@ -272,6 +273,6 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
         probe,
         shutdown,
     });
-    report.outage_lost = outage.lost + usize::from(outage.error.is_some());
+    report.outage_lost = outage.lost.len() + usize::from(outage.error.is_some());
     report
 }

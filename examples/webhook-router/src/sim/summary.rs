@@ -162,6 +162,7 @@ pub(super) fn print(mut f: Findings<'_>) -> Report {
         in_flight: f.audited.in_flight,
         lost: f.audited.lost,
         outage_lost: 0,
+        never_placed: f.resent.gave_up,
         unfinished: f.shutdown.unfinished.len(),
         containers: f.counts.ledger,
         samples: f.samples.taken,
@@ -401,9 +402,12 @@ pub struct Report {
     pub in_flight: usize,
     /// Of those, neither completed nor in flight: lost.
     pub lost: usize,
-    /// Deliveries of the outage phase still failed after the reconciler's passes (1 if the
-    /// phase could not run).
+    /// Deliveries of the outage phase the router did not know once the reconciler had stopped
+    /// chasing (a redelivery by hand was not a duplicate); 1 if the phase could not run.
     pub outage_lost: usize,
+    /// Deliveries refused (503) or cut off that the simulated reconciler's resends never placed
+    /// (it stops at a cap only a hang reaches).
+    pub never_placed: usize,
     /// Accepted deliveries the shutdown reported not completed.
     pub unfinished: usize,
     /// Container starts.
@@ -446,6 +450,7 @@ impl Report {
     pub fn passed(&self) -> bool {
         self.lost == 0
             && self.outage_lost == 0
+            && self.never_placed == 0
             && self.unfinished == 0
             && self.containers.max_per_worker <= 1
             && self.containers.refused == 0

@@ -18,12 +18,11 @@ async fn ride_out_an_outage(choice: RegistryChoice, stop: impl FnOnce(), start: 
     let router: Server = replica(&choice, &name, &config, &options).await;
     let b = base(&router);
     let http = client();
-    let within = recovery(&config);
 
     let before = deliver(&http, &b, "out-1", &pr("o/r", 1)).await;
     assert_eq!(before.status, StatusCode::ACCEPTED, "{}", before.body);
     let w = before.worker();
-    eventually("out-1 completed", within, || async {
+    eventually("out-1 completed", || async {
         deliver(&http, &b, "out-1", &pr("o/r", 1))
             .await
             .completed()
@@ -61,23 +60,19 @@ async fn ride_out_an_outage(choice: RegistryChoice, stop: impl FnOnce(), start: 
     start();
     // The same router recovers by itself: the delivery it refused is admitted now, and both are
     // completed (by the old worker or, if the sweep found it silent for too long, a new one).
-    let admitted = eventually("out-2 admitted after the restart", within, || async {
+    let admitted = eventually("out-2 admitted after the restart", || async {
         let a = try_deliver(&http, &b, "out-2", &pr("o/r", 1)).await?;
         (a.status == StatusCode::ACCEPTED || a.status == StatusCode::OK).then_some(a)
     })
     .await;
     assert_ne!(admitted.body["outcome"], "unavailable");
     for d in ["out-1", "out-2"] {
-        eventually(
-            &format!("{d} completed after the restart"),
-            within,
-            || async {
-                deliver(&http, &b, d, &pr("o/r", 1))
-                    .await
-                    .completed()
-                    .then_some(())
-            },
-        )
+        eventually(&format!("{d} completed after the restart"), || async {
+            deliver(&http, &b, d, &pr("o/r", 1))
+                .await
+                .completed()
+                .then_some(())
+        })
         .await;
     }
     let fresh = deliver(&http, &b, "out-3", &pr("o/r", 2)).await;

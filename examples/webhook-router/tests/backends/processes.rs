@@ -151,10 +151,6 @@ async fn sigkill(choice: RegistryChoice, victim_url: String, kill: impl AsyncKil
     ];
     let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
     let http = client();
-    // As the children are configured: patient, so that a redelivery answered by another process
-    // finds the first one's worker alive however long a loaded machine stalls a process.
-    let config = patient_config(12);
-    let within = recovery(&config) + WORK * 8;
 
     // 18 deliveries on 6 pull requests; each redelivered at once to the next replica, which must
     // answer duplicate (the registry is shared).
@@ -198,7 +194,7 @@ async fn sigkill(choice: RegistryChoice, victim_url: String, kill: impl AsyncKil
 
     // Every accepted delivery is completed, through the survivors, the victim's included.
     for (n, (id, payload)) in accepted.iter().enumerate() {
-        eventually(&format!("{id} completed"), within, || async {
+        eventually(&format!("{id} completed"), || async {
             let again = deliver(&http, &bases[1 + n % 2], id, payload).await;
             again.completed().then_some(())
         })
@@ -302,7 +298,7 @@ impl AsyncKill for MidTransaction {
         let base = victim.base.clone();
         let (pid, p) = (id.clone(), payload.clone());
         let pending = tokio::spawn(async move { try_deliver(&client(), &base, &pid, &p).await });
-        let waiting = eventually("the victim waits for the lock", Duration::from_secs(10), || async {
+        let waiting = eventually("the victim waits for the lock", || async {
             let rows = locker
                 .query(
                     "SELECT query FROM pg_stat_activity WHERE application_name = 'victim' AND wait_event_type = 'Lock'",
@@ -325,14 +321,10 @@ impl AsyncKill for MidTransaction {
         locker.batch_execute("ROLLBACK").await.unwrap();
         // GitHub got no answer: the delivery is sent again, to a survivor.
         let http = client();
-        let again = eventually(
-            "k-mid accepted by a survivor",
-            Duration::from_secs(10),
-            || async {
-                let a = deliver(&http, survivor, &id, &payload).await;
-                matches!(a.status, StatusCode::ACCEPTED | StatusCode::OK).then_some(a)
-            },
-        )
+        let again = eventually("k-mid accepted by a survivor", || async {
+            let a = deliver(&http, survivor, &id, &payload).await;
+            matches!(a.status, StatusCode::ACCEPTED | StatusCode::OK).then_some(a)
+        })
         .await;
         eprintln!(
             "sigkill mid-transaction in {waiting:?}: the victim's admission {} (the resend was answered {})",

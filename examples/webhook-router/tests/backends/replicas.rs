@@ -101,19 +101,7 @@ async fn three_replicas_report_the_room_the_server_holds(kind: Kind) {
         return;
     };
     let name = unique("room");
-    let c = config(2);
-    let config = RegistryConfig::builder()
-        .max_workers(2)
-        .heartbeat_interval(c.heartbeat_interval())
-        .missed_heartbeats(MISSED)
-        .sweep_interval(c.sweep_interval())
-        .startup_grace(c.startup_grace())
-        .suspect_grace(c.suspect_grace())
-        .release_ack_timeout(c.release_ack_timeout())
-        .max_waiting(512)
-        .max_waiting_per_owner(512)
-        .build()
-        .unwrap();
+    let config = configured(2, MISSED, 512);
     let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
     let (servers, probe) = three_replicas(&choice, &name, &config, &options).await;
     let plan = Plan {
@@ -172,7 +160,6 @@ async fn forwarding(kind: Kind) {
     let b = replica(&choice, &name, &config, &options).await;
     let (ba, bb) = (base(&a), base(&b));
     let http = client();
-    let within = recovery(&config);
 
     let first = deliver(&http, &ba, "f-1", &pr("o/r", 1)).await;
     assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
@@ -185,7 +172,7 @@ async fn forwarding(kind: Kind) {
     assert!(a.app().containers().is_running(id), "A runs the container");
     assert!(!b.app().containers().is_running(id), "B never started one");
     for d in ["f-1", "f-2"] {
-        eventually(&format!("{d} completed"), within, || async {
+        eventually(&format!("{d} completed"), || async {
             let again = deliver(&http, &bb, d, &pr("o/r", 1)).await;
             again.completed().then_some(())
         })
@@ -212,7 +199,7 @@ async fn forwarding(kind: Kind) {
     // claim is; the callback's admission is then a duplicate). Either way B's registry handle
     // admits f-3 exactly once more, onto a new worker, and nothing sticks a second copy onto it.
     let before = b.app().registry().stats();
-    let done = eventually("f-3 re-dispatched and completed", within, || async {
+    let done = eventually("f-3 re-dispatched and completed", || async {
         let again = deliver(&http, &bb, "f-3", &pr("o/r", 1)).await;
         again.completed().then_some(again)
     })
@@ -258,7 +245,7 @@ async fn forwarding(kind: Kind) {
     assert!(refused.retry_after.is_some_and(|s| s >= 1));
     // Nothing was left behind: once the orphan is declared dead, the delivery is completed by a
     // worker whose container B started.
-    let done = eventually("o-1 completed", within, || async {
+    let done = eventually("o-1 completed", || async {
         let again = deliver(&http, &bb, "o-1", &pr("o/orphan", 1)).await;
         again.completed().then_some(again)
     })
@@ -344,7 +331,6 @@ async fn claims_survive_a_restart_of_every_replica_with_aof() {
     let work = HEARTBEAT * 10;
     let options = options(work, Duration::from_secs(3600), 8);
     let http = client();
-    let within = recovery(&config) + work * 2;
 
     let (servers, _) = three_replicas(&choice, &name, &config, &options).await;
     let bases: Vec<String> = servers.iter().map(base).collect();
@@ -360,7 +346,7 @@ async fn claims_survive_a_restart_of_every_replica_with_aof() {
     }
     for i in 0..3u64 {
         let id = format!("done-{i}");
-        eventually(&format!("{id} completed"), within, || async {
+        eventually(&format!("{id} completed"), || async {
             let again = deliver(
                 &http,
                 &bases[((i + 1) % 3) as usize],
@@ -402,14 +388,10 @@ async fn claims_survive_a_restart_of_every_replica_with_aof() {
     }
     for i in 0..3u64 {
         let id = format!("busy-{i}");
-        let done = eventually(
-            &format!("{id} re-dispatched and completed"),
-            within,
-            || async {
-                let again = deliver(&http, &bases[i as usize], &id, &pr("o/r", i + 1)).await;
-                again.completed().then_some(again)
-            },
-        )
+        let done = eventually(&format!("{id} re-dispatched and completed"), || async {
+            let again = deliver(&http, &bases[i as usize], &id, &pr("o/r", i + 1)).await;
+            again.completed().then_some(again)
+        })
         .await;
         let w = done.body["targets"][0]["worker"].as_u64().unwrap();
         assert!(

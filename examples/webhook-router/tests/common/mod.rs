@@ -199,20 +199,32 @@ pub async fn answer(res: reqwest::Response) -> Answer {
     }
 }
 
-/// Polls `probe` until it yields, letting 25 ms of virtual time pass between attempts; fails after
-/// 400 attempts (10 s of virtual time, far beyond any timeout configured here).
+/// How long [`eventually`] and the tests' other waits for a condition poll at most, on the wall
+/// clock: only a hang reaches it. (A bound on polls would not do: on tokio's paused clock a poll's
+/// sleep passes at once whenever the runtime waits for real sockets, so a loaded machine would
+/// spend the polls before the work they wait for is done.)
+pub const HANG: Duration = Duration::from_secs(120);
+
+/// Polls `probe` until it yields, letting 25 ms of virtual time pass between attempts; fails
+/// after [`HANG`] of real time.
 pub async fn eventually<T, F, Fut>(mut probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    for _ in 0..400 {
+    let started = std::time::Instant::now();
+    let mut polls = 0u64;
+    loop {
+        polls += 1;
         if let Some(v) = probe().await {
             return v;
         }
+        assert!(
+            started.elapsed() < HANG,
+            "condition not reached after {HANG:?} ({polls} polls)"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("condition not reached after 400 polls");
 }
 
 pub fn worker_of(a: &Answer) -> u64 {

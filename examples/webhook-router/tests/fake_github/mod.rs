@@ -5,12 +5,15 @@
 //! to the router as GitHub does (signed, with the hook headers) and logs each attempt's answer,
 //! checks the App's RS256 JWT against its public key, pages newest first with a `cursor` in the
 //! `Link` header, answers a configurable number of calls with a 403 secondary rate limit and
-//! `Retry-After`, and on a redelivery request sends the delivery again (same GUID).
+//! `Retry-After`, and on a redelivery request sends the delivery again (same GUID): to the next
+//! of several routers in turn if given (a load balancer before replicas), after a delay if set,
+//! or never (a redelivery GitHub accepted and lost) for as many requests as it is told to drop;
+//! redeliveries can also be held back until the test releases them.
 #![allow(dead_code)] // each test uses part of it
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -41,6 +44,10 @@ pub struct Logged {
     pub action: Option<String>,
     pub headers: Vec<(String, String)>,
     pub payload: Value,
+    /// Where it was sent.
+    pub router: String,
+    /// The router's answer (`outcome`, and `reason` if any), or why there was none.
+    pub answer: String,
 }
 
 /// An API call the fake answered.
@@ -57,6 +64,16 @@ pub struct Log {
     pub next_id: u64,
     /// Where deliveries go (`http://127.0.0.1:PORT/webhook`).
     pub router: String,
+    /// When not empty, where deliveries go instead: each to the next of these in turn.
+    pub routers: Vec<String>,
+    /// Sends so far (the turn).
+    pub sent: usize,
+    /// The next this many redelivery requests are answered 202 and never sent.
+    pub drop_redeliveries: u32,
+    /// The attempts whose redelivery was dropped.
+    pub dropped: Vec<u64>,
+    /// Each redelivery is sent this long after its request is answered.
+    pub redelivery_delay: Duration,
     /// The next this many API calls answer 403, a secondary rate limit.
     pub throttle: u32,
     pub retry_after: u64,
@@ -73,6 +90,8 @@ pub struct Log {
 
 struct Inner {
     log: Mutex<Log>,
+    /// Open (`true`) unless redeliveries are held back.
+    gate: tokio::sync::watch::Sender<bool>,
     key: DecodingKey,
     secret: Option<Vec<u8>>,
     http: reqwest::Client,
@@ -95,15 +114,27 @@ pub async fn nowhere() -> String {
 
 impl FakeGitHub {
     pub async fn start(router: String, secret: Option<&str>) -> Self {
+        Self::start_with(router, secret, |_| {}).await
+    }
+
+    /// As [`start`](Self::start), with `setup` applied to the log before anything is served.
+    pub async fn start_with(
+        router: String,
+        secret: Option<&str>,
+        setup: impl FnOnce(&mut Log),
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
+        let mut log = Log {
+            router,
+            next_id: 1,
+            retry_after: 60,
+            ..Log::default()
+        };
+        setup(&mut log);
         let inner = Arc::new(Inner {
-            log: Mutex::new(Log {
-                router,
-                next_id: 1,
-                retry_after: 60,
-                ..Log::default()
-            }),
+            log: Mutex::new(log),
+            gate: tokio::sync::watch::Sender::new(true),
             key: DecodingKey::from_rsa_pem(PUBLIC_PEM).unwrap(),
             secret: secret.map(|s| s.as_bytes().to_vec()),
             http: reqwest::Client::builder().no_proxy().build().unwrap(),
@@ -151,6 +182,40 @@ impl FakeGitHub {
         panic!("sends still in progress");
     }
 
+    /// Holds every redelivery back (answered 202, sent once released) until
+    /// [`release_redeliveries`](Self::release_redeliveries). [`settled`](Self::settled) waits
+    /// for held ones too: release them first.
+    pub fn hold_redeliveries(&self) {
+        self.inner.gate.send_replace(false);
+    }
+
+    /// Sends the redeliveries held back.
+    pub fn release_redeliveries(&self) {
+        self.inner.gate.send_replace(true);
+    }
+
+    /// Sends `guid`'s logged request once more to `router` (`http://host:port/webhook`), as a
+    /// redelivery by hand would, without logging it: the answer's status and JSON body, `None`
+    /// if there was no answer.
+    pub async fn resend(&self, guid: &str, router: &str) -> Option<(u16, Value)> {
+        let (headers, payload) = {
+            let log = self.log();
+            let a = log.attempts.iter().find(|a| a.guid == guid)?;
+            (a.headers.clone(), a.payload.clone())
+        };
+        let mut req = self.inner.http.post(router);
+        for (k, v) in &headers {
+            req = req.header(k, v);
+        }
+        let res = req
+            .body(serde_json::to_vec(&payload).unwrap())
+            .send()
+            .await
+            .ok()?;
+        let status = res.status().as_u16();
+        Some((status, res.json().await.unwrap_or(Value::Null)))
+    }
+
     /// The attempts of `guid`, oldest first.
     pub fn attempts_of(&self, guid: &str) -> Vec<Logged> {
         self.log()
@@ -189,15 +254,23 @@ async fn send(inner: &Arc<Inner>, guid: String, event: String, payload: Value, r
     let router = {
         let mut log = inner.log.lock().unwrap();
         log.sending += 1;
-        log.router.clone()
+        log.sent += 1;
+        match log.routers.len() {
+            0 => log.router.clone(),
+            n => log.routers[log.sent % n].clone(),
+        }
     };
     let mut req = inner.http.post(&router);
     for (k, v) in &headers {
         req = req.header(k, v);
     }
-    let status = match req.body(body).send().await {
-        Ok(res) => res.status().as_u16(),
-        Err(_) => 0,
+    let (status, answer) = match req.body(body).send().await {
+        Ok(res) => {
+            let status = res.status().as_u16();
+            let body: Value = res.json().await.unwrap_or(Value::Null);
+            (status, format!("{} {}", body["outcome"], body["reason"]))
+        }
+        Err(e) => (0, e.to_string()),
     };
     let mut log = inner.log.lock().unwrap();
     let id = log.next_id;
@@ -213,6 +286,8 @@ async fn send(inner: &Arc<Inner>, guid: String, event: String, payload: Value, r
         event,
         headers,
         payload,
+        router,
+        answer,
     });
     log.sending -= 1;
 }
@@ -377,10 +452,17 @@ async fn redeliver(
     if let Err(r) = gate(&inner, &headers, format!("redeliver {id}")) {
         return *r;
     }
-    let original = {
+    let (original, delay) = {
         let mut log = inner.log.lock().unwrap();
         log.redeliver_requests.push(id);
-        log.attempts.iter().find(|a| a.id == id).cloned()
+        let found = log.attempts.iter().find(|a| a.id == id).cloned();
+        if found.is_some() && log.drop_redeliveries > 0 {
+            // Accepted, and lost: nothing is sent, nothing logged.
+            log.drop_redeliveries -= 1;
+            log.dropped.push(id);
+            return (StatusCode::ACCEPTED, Json(json!({}))).into_response();
+        }
+        (found, log.redelivery_delay)
     };
     let Some(a) = original else {
         return message(StatusCode::NOT_FOUND, "Not Found");
@@ -388,7 +470,12 @@ async fn redeliver(
     // Counted as sending before the answer, so `settled` waits for it.
     inner.log.lock().unwrap().sending += 1;
     let inner2 = inner.clone();
+    let mut gate = inner.gate.subscribe();
     tokio::spawn(async move {
+        let _ = gate.wait_for(|open| *open).await;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         send(&inner2, a.guid, a.event, a.payload, true).await;
         inner2.log.lock().unwrap().sending -= 1;
     });
