@@ -345,51 +345,53 @@ impl RedisRegistryBuilder {
         self
     }
 
+    /// Refuses the settings that cannot work together, or without a feature, naming why.
+    fn refuse_unsupported(&self) -> Result<(), ConnectError> {
+        let refuse = |reason: &str| {
+            Err(ConnectError::Unsupported {
+                backend: error::BACKEND,
+                reason: reason.into(),
+            })
+        };
+        if self.url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
+            return refuse(
+                "a rediss:// URL needs TLS: build worker-registry with the `redis-tls` feature",
+            );
+        }
+        if self.sentinel.is_some() && self.tls_roots.is_some() {
+            return refuse(
+                "a private certificate authority with Sentinel is not supported: the system's \
+                 store verifies the primary the Sentinels name",
+            );
+        }
+        if self.cluster.is_some() && matches!(self.given, Some(Conn::Single(_))) {
+            return refuse(
+                "a ConnectionManager talks to one server, not a Redis Cluster: give the \
+                 cluster's connection with cluster_connection",
+            );
+        }
+        if self.cluster.is_some() && self.sentinel.is_some() {
+            return refuse(
+                "Sentinel and Cluster exclude each other: a cluster fails over by itself",
+            );
+        }
+        Ok(())
+    }
+
     /// The source of the primary: the URL's client, or the Sentinels with the URL's settings.
     fn source(&self) -> Result<Source, ConnectError> {
         let invalid = |e: ::redis::RedisError| ConnectError::InvalidUrl {
             backend: error::BACKEND,
             reason: e.to_string(),
         };
-        if self.url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
-            return Err(ConnectError::Unsupported {
-                backend: error::BACKEND,
-                reason: "a rediss:// URL needs TLS: build worker-registry with the `redis-tls` \
-                         feature"
-                    .into(),
-            });
-        }
+        self.refuse_unsupported()?;
         #[cfg(feature = "redis-tls")]
         {
             // The ring provider, unless the process chose one already (then that one is used).
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        if self.sentinel.is_some() && self.tls_roots.is_some() {
-            return Err(ConnectError::Unsupported {
-                backend: error::BACKEND,
-                reason: "a private certificate authority with Sentinel is not supported: the \
-                         system's store verifies the primary the Sentinels name"
-                    .into(),
-            });
-        }
         #[cfg(feature = "redis-cluster")]
         if let Some(nodes) = &self.cluster {
-            if matches!(self.given, Some(Conn::Single(_))) {
-                return Err(ConnectError::Unsupported {
-                    backend: error::BACKEND,
-                    reason: "a ConnectionManager talks to one server, not a Redis Cluster: give \
-                             the cluster's connection with cluster_connection"
-                        .into(),
-                });
-            }
-            if self.sentinel.is_some() {
-                return Err(ConnectError::Unsupported {
-                    backend: error::BACKEND,
-                    reason: "Sentinel and Cluster exclude each other: a cluster fails over by \
-                             itself"
-                        .into(),
-                });
-            }
             return self.cluster_source(nodes).map_err(|e| match e {
                 Ok(e) => invalid(e),
                 Err(e) => e,
