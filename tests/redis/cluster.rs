@@ -10,7 +10,7 @@ use std::time::Duration;
 use test_servers::cluster::{self, Cluster};
 use worker_registry::redis::RedisRegistry;
 use worker_registry::testkit::Fixture;
-use worker_registry::{Admission, DeliveryId, RegistryConfig, Subscribe, Target, WorkerRegistry};
+use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerRegistry};
 
 use crate::harness;
 
@@ -263,20 +263,8 @@ async fn a_registry_on_the_applications_cluster_connection_decides_over_it() {
         before + 1,
         "the registry opened its listener's pub/sub connection and nothing else"
     );
-    let mut events = registry.subscribe();
     let target = Target::new("octo/repo", 1).unwrap();
-    let Admission::Assigned(a) = registry
-        .admit(&target, &DeliveryId::new("d").unwrap())
-        .await
-        .unwrap()
-    else {
-        panic!("a fresh target is assigned")
-    };
-    let created = tokio::time::timeout(Duration::from_secs(10), events.recv())
-        .await
-        .expect("the event within 10 s")
-        .unwrap();
-    assert_eq!(created.worker(), Some(a.worker));
+    harness::admit_fresh(&registry, &target).await;
     // The application's connection reads what the registry wrote (the sticky mapping's key).
     let holder: Option<String> = redis::cmd("GET")
         .arg(format!("{{{name}}}:t:{target}"))
@@ -287,7 +275,7 @@ async fn a_registry_on_the_applications_cluster_connection_decides_over_it() {
         holder.is_some(),
         "the registry's key, read by the application"
     );
-    drop((registry, events));
+    drop(registry);
     let got: String = redis::cmd("GET")
         .arg("app-key")
         .query_async(&mut app)

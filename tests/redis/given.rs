@@ -4,11 +4,9 @@
 //! application's connection keeps working after the registry is gone. On a server of its own, so
 //! that its connections can be counted.
 
-use std::time::Duration;
-
 use redis::aio::ConnectionManager;
 use worker_registry::redis::RedisRegistry;
-use worker_registry::{Admission, DeliveryId, Event, Subscribe, Target, WorkerRegistry};
+use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry};
 
 use crate::harness;
 
@@ -61,31 +59,12 @@ async fn a_registry_on_the_applications_connection_manager_sends_its_commands_ov
         "the registry opened its listener's pub/sub connection and nothing else"
     );
 
-    let mut events = registry.subscribe();
     let target = Target::new("octo/repo", 1).unwrap();
-    let Admission::Assigned(a) = registry
-        .admit(&target, &DeliveryId::new("d").unwrap())
-        .await
-        .unwrap()
-    else {
-        panic!("a fresh target is assigned")
-    };
-    assert!(a.new);
+    assert!(harness::admit_fresh(&registry, &target).await.new);
     let list = clients(&mut raw).await;
     assert!(
         named(&list, "the-app").contains(" cmd=fcall "),
         "the admit's FCALL went over the application's connection: {list:#?}"
-    );
-    let created = tokio::time::timeout(Duration::from_secs(10), events.recv())
-        .await
-        .expect("the event within 10 s")
-        .unwrap();
-    assert_eq!(
-        created,
-        Event::WorkerCreated {
-            worker: a.worker,
-            target: Some(target.clone()),
-        }
     );
 
     // The application's own commands interleave with the registry's on the one connection.
@@ -97,7 +76,7 @@ async fn a_registry_on_the_applications_connection_manager_sends_its_commands_ov
         .unwrap();
     assert!(matches!(
         registry
-            .admit(&target, &DeliveryId::new("d").unwrap())
+            .admit(&target, &DeliveryId::new("fresh").unwrap())
             .await
             .unwrap(),
         Admission::Duplicate(_)
@@ -106,7 +85,7 @@ async fn a_registry_on_the_applications_connection_manager_sends_its_commands_ov
     // A replica is another router process: connections of its own.
     let replica = registry.connect_replica().await.unwrap();
     assert_eq!(clients(&mut raw).await.len(), before + 3);
-    drop((registry, replica, events));
+    drop((registry, replica));
 
     let got: String = redis::cmd("GET")
         .arg("app-key")
