@@ -67,7 +67,8 @@ pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 ///
 /// ```
 /// use std::time::Duration;
-/// use worker_registry::{RegistryConfig, DEFAULT_MISSED_HEARTBEATS};
+/// use worker_registry::config::DEFAULT_MISSED_HEARTBEATS;
+/// use worker_registry::RegistryConfig;
 ///
 /// let config = RegistryConfig::builder()
 ///     .heartbeat_interval(Duration::from_secs(10))
