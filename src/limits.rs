@@ -9,8 +9,8 @@
 //! use worker_registry::limits::{MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN};
 //! use worker_registry::{DeliveryId, Target};
 //!
-//! assert!(DeliveryId::new("d".repeat(MAX_DELIVERY_ID_LEN + 1)).is_err());
-//! assert!(Target::new(format!("{}/repo", "o".repeat(MAX_OWNER_LEN + 1)), 1).is_err());
+//! assert!(DeliveryId::new(&"d".repeat(MAX_DELIVERY_ID_LEN + 1)).is_err());
+//! assert!(Target::new(&format!("{}/repo", "o".repeat(MAX_OWNER_LEN + 1)), 1).is_err());
 //! ```
 
 pub use crate::api::connect::MAX_REGISTRY_NAME_LEN;
