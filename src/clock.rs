@@ -45,7 +45,8 @@ pub trait Clock: Send + Sync + 'static {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use worker_registry::{Clock, SystemClock, DEFAULT_CLOCK_RESOLUTION};
+    /// use worker_registry::clock::DEFAULT_CLOCK_RESOLUTION;
+    /// use worker_registry::{Clock, SystemClock};
     ///
     /// struct Ticks;
     /// impl Clock for Ticks {

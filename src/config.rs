@@ -67,7 +67,8 @@ pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 ///
 /// ```
 /// use std::time::Duration;
-/// use worker_registry::{RegistryConfig, DEFAULT_MISSED_HEARTBEATS};
+/// use worker_registry::config::DEFAULT_MISSED_HEARTBEATS;
+/// use worker_registry::RegistryConfig;
 ///
 /// let config = RegistryConfig::builder()
 ///     .heartbeat_interval(Duration::from_secs(10))
@@ -138,7 +139,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.heartbeat_interval(), worker_registry::DEFAULT_HEARTBEAT_INTERVAL);
+    /// assert_eq!(c.heartbeat_interval(), worker_registry::config::DEFAULT_HEARTBEAT_INTERVAL);
     /// ```
     pub fn heartbeat_interval(&self) -> Duration {
         self.heartbeat_interval
@@ -150,7 +151,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.missed_heartbeats(), worker_registry::DEFAULT_MISSED_HEARTBEATS);
+    /// assert_eq!(c.missed_heartbeats(), worker_registry::config::DEFAULT_MISSED_HEARTBEATS);
     /// ```
     pub fn missed_heartbeats(&self) -> u32 {
         self.missed_heartbeats
@@ -162,7 +163,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.sweep_interval(), worker_registry::DEFAULT_SWEEP_INTERVAL);
+    /// assert_eq!(c.sweep_interval(), worker_registry::config::DEFAULT_SWEEP_INTERVAL);
     /// ```
     pub fn sweep_interval(&self) -> Duration {
         self.sweep_interval
@@ -174,7 +175,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.max_workers(), worker_registry::DEFAULT_MAX_WORKERS);
+    /// assert_eq!(c.max_workers(), worker_registry::config::DEFAULT_MAX_WORKERS);
     /// ```
     pub fn max_workers(&self) -> usize {
         self.max_workers
@@ -186,7 +187,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.claim_retention(), worker_registry::DEFAULT_CLAIM_RETENTION);
+    /// assert_eq!(c.claim_retention(), worker_registry::config::DEFAULT_CLAIM_RETENTION);
     /// ```
     pub fn claim_retention(&self) -> Duration {
         self.claim_retention
@@ -198,7 +199,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.max_retained_claims(), worker_registry::DEFAULT_MAX_RETAINED_CLAIMS);
+    /// assert_eq!(c.max_retained_claims(), worker_registry::config::DEFAULT_MAX_RETAINED_CLAIMS);
     /// ```
     pub fn max_retained_claims(&self) -> usize {
         self.max_retained_claims
@@ -210,7 +211,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.dead_retention(), worker_registry::DEFAULT_DEAD_RETENTION);
+    /// assert_eq!(c.dead_retention(), worker_registry::config::DEFAULT_DEAD_RETENTION);
     /// ```
     pub fn dead_retention(&self) -> Duration {
         self.dead_retention
@@ -222,7 +223,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.startup_grace(), worker_registry::DEFAULT_STARTUP_GRACE);
+    /// assert_eq!(c.startup_grace(), worker_registry::config::DEFAULT_STARTUP_GRACE);
     /// ```
     pub fn startup_grace(&self) -> Duration {
         self.startup_grace
@@ -234,7 +235,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.brake_fraction(), worker_registry::DEFAULT_BRAKE_FRACTION);
+    /// assert_eq!(c.brake_fraction(), worker_registry::config::DEFAULT_BRAKE_FRACTION);
     /// ```
     pub fn brake_fraction(&self) -> f64 {
         self.brake_fraction
@@ -246,7 +247,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.brake_min_workers(), worker_registry::DEFAULT_BRAKE_MIN_WORKERS);
+    /// assert_eq!(c.brake_min_workers(), worker_registry::config::DEFAULT_BRAKE_MIN_WORKERS);
     /// ```
     pub fn brake_min_workers(&self) -> usize {
         self.brake_min_workers
@@ -258,7 +259,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.suspect_grace(), worker_registry::DEFAULT_SUSPECT_GRACE);
+    /// assert_eq!(c.suspect_grace(), worker_registry::config::DEFAULT_SUSPECT_GRACE);
     /// ```
     pub fn suspect_grace(&self) -> Duration {
         self.suspect_grace
@@ -270,7 +271,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.shards(), worker_registry::DEFAULT_SHARDS);
+    /// assert_eq!(c.shards(), worker_registry::config::DEFAULT_SHARDS);
     /// ```
     pub fn shards(&self) -> usize {
         self.shards
@@ -282,7 +283,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.drain_deadline(), worker_registry::DEFAULT_DRAIN_DEADLINE);
+    /// assert_eq!(c.drain_deadline(), worker_registry::config::DEFAULT_DRAIN_DEADLINE);
     /// ```
     pub fn drain_deadline(&self) -> Duration {
         self.drain_deadline
@@ -294,7 +295,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.max_in_flight(), worker_registry::DEFAULT_MAX_IN_FLIGHT);
+    /// assert_eq!(c.max_in_flight(), worker_registry::config::DEFAULT_MAX_IN_FLIGHT);
     /// ```
     pub fn max_in_flight(&self) -> Duration {
         self.max_in_flight
@@ -306,7 +307,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.release_ack_timeout(), worker_registry::DEFAULT_RELEASE_ACK_TIMEOUT);
+    /// assert_eq!(c.release_ack_timeout(), worker_registry::config::DEFAULT_RELEASE_ACK_TIMEOUT);
     /// ```
     pub fn release_ack_timeout(&self) -> Duration {
         self.release_ack_timeout
@@ -322,7 +323,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.max_waiting(), worker_registry::DEFAULT_MAX_WAITING);
+    /// assert_eq!(c.max_waiting(), worker_registry::config::DEFAULT_MAX_WAITING);
     /// ```
     pub fn max_waiting(&self) -> usize {
         self.max_waiting
@@ -335,7 +336,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.max_waiting_per_owner(), worker_registry::DEFAULT_MAX_WAITING_PER_OWNER);
+    /// assert_eq!(c.max_waiting_per_owner(), worker_registry::config::DEFAULT_MAX_WAITING_PER_OWNER);
     /// ```
     pub fn max_waiting_per_owner(&self) -> usize {
         self.max_waiting_per_owner
@@ -347,7 +348,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.max_wait(), worker_registry::DEFAULT_MAX_WAIT);
+    /// assert_eq!(c.max_wait(), worker_registry::config::DEFAULT_MAX_WAIT);
     /// ```
     pub fn max_wait(&self) -> Duration {
         self.max_wait
@@ -364,7 +365,7 @@ impl RegistryConfig {
     ///
     /// ```
     /// let c = worker_registry::RegistryConfig::default();
-    /// assert_eq!(c.max_workers_per_owner(), worker_registry::DEFAULT_MAX_WORKERS_PER_OWNER);
+    /// assert_eq!(c.max_workers_per_owner(), worker_registry::config::DEFAULT_MAX_WORKERS_PER_OWNER);
     /// ```
     pub fn max_workers_per_owner(&self) -> usize {
         self.max_workers_per_owner

@@ -40,12 +40,16 @@
 //! | feature | adds |
 //! |---|---|
 //! | `tokio` (default) | the [`Sweeper`] task, [`Subscribe`] and lifecycle events, [`TokioClock`] |
-//! | `http` | `http::admin_router` (axum) and `metrics` (prometheus-client) |
-//! | `postgres` | [`postgres::PostgresRegistry`]: the registry in PostgreSQL, shared by router replicas |
-//! | `testkit` | `testkit`: the conformance suite every backend runs, and the reference model |
-//! | `redis` | [`redis::RedisRegistry`]: the registry shared by router replicas through Redis |
+//! | `metrics` | [`metrics::Metrics`]: Prometheus metrics of any backend (prometheus-client, no HTTP framework) |
+//! | `http` | [`http::admin_router`]: the axum admin API, its OpenAPI document, `metrics` on `/metrics` |
+//! | `redis` | [`redis::RedisRegistry`]: the registry shared by router replicas through Redis or Valkey |
 //! | `redis-tls` | `rediss://` URLs for the Redis backend (rustls) |
+//! | `redis-cluster` | Redis Cluster for the Redis backend ([`redis::RedisRegistryBuilder::cluster`]) |
+//! | `postgres` | [`postgres::PostgresRegistry`]: the registry in PostgreSQL, shared by router replicas |
 //! | `postgres-tls` | `sslmode=require\|verify-full` for the PostgreSQL backend (rustls) |
+//! | `testkit` | [`testkit`]: the conformance suite every backend runs, and the reference model |
+//!
+//! On docs.rs every feature is on, and each item a feature gates says which.
 //!
 //! The shared backends have one surface, module by module (as object_store's `aws` and `gcp`):
 //! `redis::RedisRegistry` and `postgres::PostgresRegistry`, each built by
@@ -58,15 +62,22 @@
 //! The design, each backend's internals, correctness and performance are in [`docs`].
 //!
 #![warn(missing_docs)]
+// docs.rs (nightly rustdoc, `--cfg docsrs`): each feature-gated item gets its "Available on crate
+// feature ..." badge from its `#[cfg]` (`doc_cfg`, which took in `doc_auto_cfg`). A stable build
+// never sees this attribute.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod api;
-mod clock;
-mod config;
+pub mod clock;
+pub mod config;
 pub mod docs;
+pub mod dynamic;
+pub mod events;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod limits;
 pub mod memory;
-#[cfg(feature = "http")]
+#[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -75,24 +86,28 @@ pub mod redis;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod remote;
 mod state;
+pub mod stats;
 #[cfg(feature = "tokio")]
 mod sweeper;
 mod sync;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use api::connect::{ConnectError, RegistryNameError, MAX_REGISTRY_NAME_LEN};
+// What a user of the registry names: the traits, the backends' entry points, the ids, what the
+// calls answer, the errors and the configuration. Constants and what a backend implementor needs
+// live in the modules above (`config::DEFAULT_*`, `limits::MAX_*`, `events::EventSender`,
+// `dynamic::DynBackend`, ...).
+pub use api::connect::{ConnectError, RegistryNameError};
 #[cfg(feature = "tokio")]
 pub use api::contract::Subscribe;
 pub use api::contract::{Maintenance, WorkerRegistry};
-pub use api::dynamic::{Backend, BoxFuture, DynBackend, DynRegistry};
+pub use api::dynamic::DynRegistry;
 pub use api::error::{BackendSource, RegistryError};
-pub use api::events::{Event, RecvError, EVENT_BUFFER};
 #[cfg(feature = "tokio")]
-pub use api::events::{EventSender, Subscription};
+pub use api::events::Subscription;
+pub use api::events::{Event, RecvError};
 pub use api::ids::{
     DeliveryId, DeliveryIdError, FencingToken, Target, TargetError, WorkerId, WorkerIdError,
-    MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
 };
 pub use api::outcome::{
     Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
@@ -100,23 +115,13 @@ pub use api::outcome::{
 };
 pub use api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
 pub use api::snapshot::{Capacity, ClaimCounts, StatusCounts, StatusSnapshot, WorkerInfo};
-pub use api::stats::{Stats, SweepDurations, SWEEP_DURATION_BUCKETS};
+pub use api::stats::{Stats, SweepDurations};
 pub use api::status::{Activity, DeadReason, PoolStatus, Status, WorkerKind};
 pub use api::waiting::{ExpireReason, ExpiredWaiting};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
-pub use clock::{
-    Clock, ManualClock, SystemClock, DEFAULT_CLOCK_RESOLUTION, MANUAL_CLOCK_WALL_ORIGIN_SECS,
-};
-pub use config::{
-    ConfigError, RegistryConfig, RegistryConfigBuilder, DEFAULT_BRAKE_FRACTION,
-    DEFAULT_BRAKE_MIN_WORKERS, DEFAULT_CLAIM_RETENTION, DEFAULT_DEAD_RETENTION,
-    DEFAULT_DRAIN_DEADLINE, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_RETAINED_CLAIMS, DEFAULT_MAX_WAIT, DEFAULT_MAX_WAITING,
-    DEFAULT_MAX_WAITING_PER_OWNER, DEFAULT_MAX_WORKERS, DEFAULT_MAX_WORKERS_PER_OWNER,
-    DEFAULT_MISSED_HEARTBEATS, DEFAULT_RELEASE_ACK_TIMEOUT, DEFAULT_SHARDS, DEFAULT_STARTUP_GRACE,
-    DEFAULT_SUSPECT_GRACE, DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
-};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{ConfigError, RegistryConfig};
 pub use memory::{InMemoryRegistry, WorkerHandle};
 #[cfg(feature = "tokio")]
 pub use sweeper::{Deferred, Sweeper, SweeperMonitor};

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::collections::HashSet;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
@@ -17,6 +17,13 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
 use crate::api::contract::{Maintenance, WorkerRegistry};
 use crate::api::report::{ReleasedEvent, SweepReport};
+
+/// What woke the sweeper's loop.
+enum Next {
+    Stop,
+    Tick,
+    Wake,
+}
 
 /// A background task that sweeps a registry every
 /// [`sweep_interval`](crate::RegistryConfig::sweep_interval) until shut down.
@@ -403,12 +410,30 @@ impl Sweeper {
             let mut ticks = interval_at(first, period.max(Duration::from_millis(1)));
             ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
             loop {
-                tokio::select! {
-                    _ = &mut stopped => break,
-                    _ = ticks.tick() => tick(&registry, &mut on_report, &state).await,
+                // The first of: shut down, the tick, or a wake (written out rather than with
+                // `select!`, so the default build needs no `tokio/macros`; checked in this
+                // order, so a shutdown wins over a due sweep).
+                let next = {
+                    let mut wake = pin!(registry.wake());
+                    std::future::poll_fn(|cx| {
+                        if Pin::new(&mut stopped).poll(cx).is_ready() {
+                            Poll::Ready(Next::Stop)
+                        } else if ticks.poll_tick(cx).is_ready() {
+                            Poll::Ready(Next::Tick)
+                        } else if wake.as_mut().poll(cx).is_ready() {
+                            Poll::Ready(Next::Wake)
+                        } else {
+                            Poll::Pending
+                        }
+                    })
+                    .await
+                };
+                match next {
+                    Next::Stop => break,
+                    Next::Tick => tick(&registry, &mut on_report, &state).await,
                     // Deliveries promoted by an exit wait to be handed over: sweep now (the
                     // next tick counts from here).
-                    _ = registry.wake() => {
+                    Next::Wake => {
                         ticks.reset();
                         tick(&registry, &mut on_report, &state).await;
                     }
@@ -557,7 +582,7 @@ mod tests {
     /// overflow killed it silently before durations were bounded).
     #[tokio::test(start_paused = true)]
     async fn the_longest_intervals_are_scheduled_without_overflow() {
-        let year = crate::MAX_DURATION;
+        let year = crate::config::MAX_DURATION;
         let config = RegistryConfig::builder()
             .heartbeat_interval(year / 2)
             .missed_heartbeats(2)

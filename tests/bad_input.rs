@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 use std::str::FromStr;
 
 use proptest::prelude::*;
+use worker_registry::limits::{MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN};
 use worker_registry::{
     memory::Direct, Admission, ClaimOutcome, DeliveryId, DeliveryIdError, HeartbeatAck,
     ManualClock, RegistryConfig, RegistryError, Target, TargetError, WorkerId, WorkerIdError,
-    MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
 };
 
 // ---- input generators ----------------------------------------------------------------------------

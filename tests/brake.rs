@@ -14,10 +14,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use worker_registry::config::{
+    RegistryConfigBuilder, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS,
+    DEFAULT_STARTUP_GRACE,
+};
 use worker_registry::{
     memory::Direct, Admission, ClaimState, DeadReason, DeliveryId, HeartbeatAck, ManualClock,
-    RegistryConfig, RegistryConfigBuilder, RegistryError, Status, SweepReport, Target, WorkerId,
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS, DEFAULT_STARTUP_GRACE,
+    RegistryConfig, RegistryError, Status, SweepReport, Target, WorkerId,
 };
 
 const SECOND: Duration = Duration::from_secs(1);

@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
+use worker_registry::config::{
+    DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS, DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_MISSED_HEARTBEATS, DEFAULT_SWEEP_INTERVAL,
+};
 use worker_registry::{
     ConfigError, DeliveryId, DeliveryIdError, FencingToken, RegistryConfig, Target, TargetError,
-    WorkerId, WorkerIdError, DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS,
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS, DEFAULT_SWEEP_INTERVAL,
+    WorkerId, WorkerIdError,
 };
 
 #[test]

@@ -41,7 +41,7 @@ struct Scripted {
     config: RegistryConfig,
     calls: Mutex<Vec<String>>,
     snapshot: Arc<StatusSnapshot>,
-    events: worker_registry::EventSender,
+    events: worker_registry::events::EventSender,
 }
 
 const WORKER: WorkerId = WorkerId::new(7);
@@ -78,7 +78,7 @@ impl Scripted {
                 .unwrap(),
             calls: Mutex::new(Vec::new()),
             snapshot: Arc::new(snapshot),
-            events: worker_registry::EventSender::new(),
+            events: worker_registry::events::EventSender::new(),
         }
     }
 
@@ -435,7 +435,10 @@ async fn a_fake_returns_every_outcome_through_the_seam() {
         vec![format!("drain {WORKER} {FAKE_DRAIN_DEADLINE:?}")],
         "the default drain passes the fake's configured deadline (not the library default)"
     );
-    assert_ne!(FAKE_DRAIN_DEADLINE, worker_registry::DEFAULT_DRAIN_DEADLINE);
+    assert_ne!(
+        FAKE_DRAIN_DEADLINE,
+        worker_registry::config::DEFAULT_DRAIN_DEADLINE
+    );
     let calls = dynamic.backend().status();
     assert_eq!(calls.version, 42);
     assert_eq!(calls.counts.busy, 1);

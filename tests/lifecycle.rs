@@ -8,10 +8,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use worker_registry::clock::MANUAL_CLOCK_WALL_ORIGIN_SECS;
+use worker_registry::config::RegistryConfigBuilder;
 use worker_registry::{
     memory::Direct, Admission, DeadReason, DeliveryId, HeartbeatAck, ManualClock, RegistryConfig,
-    RegistryConfigBuilder, RegistryError, Rejection, ReleaseReason, Status, SweepReport, Target,
-    WorkerId, MANUAL_CLOCK_WALL_ORIGIN_SECS,
+    RegistryError, Rejection, ReleaseReason, Status, SweepReport, Target, WorkerId,
 };
 
 const SECOND: Duration = Duration::from_secs(1);

@@ -101,7 +101,7 @@ fn config(room: Room) -> RegistryConfig {
 /// Targets of two repository owners, alternating (what the per-owner bounds and the round-robin
 /// are about).
 fn target(t: usize) -> Target {
-    let owner = if t % 2 == 0 { "octo" } else { "acme" };
+    let owner = if t.is_multiple_of(2) { "octo" } else { "acme" };
     Target::new(&format!("{owner}/repo"), t as u64 + 1).unwrap()
 }
 

@@ -1777,3 +1777,62 @@ async fn a_redelivery_of_a_promoted_pair_before_its_handover_starts_nothing() {
     assert_eq!(promoted.len(), 1);
     assert!(promoted[0].assignment.unwrap().new);
 }
+
+/// A handle on the application's deadpool `Pool` (`builder_with_pool`): its calls take that
+/// pool's connections (it opens no pool of its own), other handles' events reach it by polling
+/// the event log through the pool (it has no URL to LISTEN on), a replica shares the pool, and
+/// dropping every handle leaves the pool open for the application.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_on_the_applications_pool_uses_it_and_leaves_it_open() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let manager = deadpool_postgres::Manager::new(url.parse().unwrap(), tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(3)
+        .build()
+        .unwrap();
+    let name = pg_cluster::unique_name("given-pool");
+    let a = PostgresRegistry::builder_with_pool(pool.clone())
+        .name(&name)
+        .poll_interval(Duration::from_millis(20))
+        .connect()
+        .await
+        .expect("connect on the pool");
+    let b = a
+        .connect_replica()
+        .await
+        .expect("a replica on the same pool");
+    let mut on_a = a.subscribe();
+    // The replica's call: its event reaches `a` only through `a`'s poller.
+    let Admission::Assigned(x) = b.admit(&t(1), &d("given")).await.unwrap() else {
+        panic!()
+    };
+    assert!(x.new);
+    let seen = tokio::time::timeout(Duration::from_secs(10), on_a.recv())
+        .await
+        .expect("the event within 10 s")
+        .unwrap();
+    assert_eq!(
+        seen,
+        Event::WorkerCreated {
+            worker: x.worker,
+            target: Some(t(1)),
+        }
+    );
+    assert_eq!(live_in_db(&url, &name).await, (1, 1));
+    // Every connection the handles used is the pool's (no more than its three).
+    let status = pool.status();
+    assert!(
+        (1..=3).contains(&status.size),
+        "the registry's calls went through the given pool: {status:?}"
+    );
+    drop((a, b, on_a));
+    assert!(
+        !pool.is_closed(),
+        "the application's pool outlives the registry"
+    );
+    let client = pool.get().await.expect("the pool still lends connections");
+    let row = client.query_one("SELECT 1::int4", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 1);
+}

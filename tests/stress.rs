@@ -187,7 +187,7 @@ impl Shared {
 
     /// A "crashed" worker: its container never heartbeats (decided by id and seed).
     fn crashed(&self, id: u64) -> bool {
-        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.seed) % 7 == 0
+        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.seed).is_multiple_of(7)
     }
 
     fn event(n: u64) -> DeliveryId {
@@ -283,17 +283,17 @@ impl<'a> Router<'a> {
     /// than the heartbeat timeout plus start-up grace (the whole router paused), after which the
     /// first thing that runs is a sweep (as the sweeper's overdue timer would), tripping the brake.
     fn tick(&mut self, i: usize, ops: usize) {
-        if i % 8 == 0 {
+        if i.is_multiple_of(8) {
             self.s.clock.advance(Duration::from_millis(1));
             // A sweep at least every sweep interval, as the `Sweeper` runs them (a later one would
             // be a stall of the registry, credited by the stall rule).
-            if i % 80 == 0 {
+            if i.is_multiple_of(80) {
                 self.sweep();
             }
         }
         let every = (ops / 8).max(1);
         if i % every == every / 2 {
-            if (i / every) % 2 == 0 {
+            if (i / every).is_multiple_of(2) {
                 // The registry itself stalls for longer than the heartbeat timeout: the next
                 // sweep (this one, or the other thread's) measures the stall and credits it.
                 self.s.clock.advance(Duration::from_millis(45));

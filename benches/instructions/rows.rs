@@ -12,9 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use rand::{Rng, SeedableRng};
-use worker_registry::{
-    Admission, Clock, DeliveryId, SystemClock, Target, WorkerId, DEFAULT_SHARDS,
-};
+use worker_registry::config::DEFAULT_SHARDS;
+use worker_registry::{Admission, Clock, DeliveryId, SystemClock, Target, WorkerId};
 
 pub use crate::common::WORKERS;
 use crate::common::{events, targets, Fixture, Hasher};
@@ -113,7 +112,7 @@ fn admit_fresh_complete_at_limit(count: bool) {
     let f = Fixture::new(WORKERS);
     let p = Pattern::new(WORKERS);
     // Fill to the bound (untimed), then every counted completion evicts the oldest claim.
-    let bound = worker_registry::DEFAULT_MAX_RETAINED_CLAIMS;
+    let bound = worker_registry::config::DEFAULT_MAX_RETAINED_CLAIMS;
     let pool = events(1 << 17, 0xb0);
     assert!(pool.len() > bound);
     for (i, e) in pool.iter().enumerate().take(bound) {

@@ -9,7 +9,8 @@ use arc_swap::ArcSwap;
 use criterion::Criterion;
 use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
-use worker_registry::{DeliveryId, Target, WorkerId, DEFAULT_SHARDS};
+use worker_registry::config::DEFAULT_SHARDS;
+use worker_registry::{DeliveryId, Target, WorkerId};
 
 use crate::common::{both, events, targets, timed, Hasher, Ring, WORKERS};
 
@@ -161,7 +162,7 @@ pub fn bench(c: &mut Criterion) {
     // shared. The floor also hashes the two key strings; the registry's timed call gets
     // keys already validated (their hashes computed once, untimed, when parsed), so the floor
     // leaves the string hashing out as well, which only makes it stricter.
-    let bound = worker_registry::DEFAULT_MAX_RETAINED_CLAIMS;
+    let bound = worker_registry::config::DEFAULT_MAX_RETAINED_CLAIMS;
     let bounded: DashMap<ClaimKey, u64, Hasher> =
         DashMap::with_hasher_and_shard_amount(Hasher::new(), DEFAULT_SHARDS);
     let pools: Vec<Vec<DeliveryId>> = (0..2).map(|t| events(1 << 17, 0xbd0 + t)).collect();

@@ -37,7 +37,7 @@ pub type Hasher = ahash::RandomState;
 pub fn config() -> RegistryConfig {
     RegistryConfig::builder()
         .max_workers(1 << 20)
-        .max_in_flight(worker_registry::MAX_DURATION)
+        .max_in_flight(worker_registry::config::MAX_DURATION)
         .build()
         .expect("valid bench config")
 }

@@ -60,7 +60,7 @@ impl Tables {
     fn new(max: usize) -> Self {
         Self {
             workers: HashMap::with_hasher(Hasher::new()),
-            max_retained: worker_registry::DEFAULT_MAX_RETAINED_CLAIMS,
+            max_retained: worker_registry::config::DEFAULT_MAX_RETAINED_CLAIMS,
             targets: HashMap::with_hasher(Hasher::new()),
             claims: HashMap::with_hasher(Hasher::new()),
             next_id: 1,

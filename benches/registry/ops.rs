@@ -144,7 +144,7 @@ pub fn admit(c: &mut Criterion) {
     let cfg = worker_registry::RegistryConfig::builder()
         .max_workers(1 << 20)
         .max_retained_claims(1 << 22)
-        .claim_retention(worker_registry::DEFAULT_SWEEP_INTERVAL)
+        .claim_retention(worker_registry::config::DEFAULT_SWEEP_INTERVAL)
         .build()
         .unwrap();
     let sf = Fixture::with(Direct::with_clock(cfg, clock.clone()), WORKERS);
@@ -161,7 +161,9 @@ pub fn admit(c: &mut Criterion) {
                     black_box(f.registry.complete(tg, e).is_ok());
                 },
                 |_, _| {
-                    clock.skip(worker_registry::DEFAULT_SWEEP_INTERVAL + Duration::from_millis(1));
+                    clock.skip(
+                        worker_registry::config::DEFAULT_SWEEP_INTERVAL + Duration::from_millis(1),
+                    );
                     for id in &f.ids {
                         let _ = f.registry.heartbeat(*id);
                     }

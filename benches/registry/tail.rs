@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use hdrhistogram::Histogram;
-use worker_registry::{memory::Direct, DeliveryId, DEFAULT_MAX_RETAINED_CLAIMS};
+use worker_registry::config::DEFAULT_MAX_RETAINED_CLAIMS;
+use worker_registry::{memory::Direct, DeliveryId};
 
 use crate::common::{config, events, id, run, Fixture, Ring, THREADS, WORKERS};
 use crate::naive::{populate, MutexRegistry, Router};

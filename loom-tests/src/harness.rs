@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use worker_registry::{
-    memory::Direct, DeliveryId, ManualClock, RegistryConfig, RegistryConfigBuilder, Target,
-    DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS,
+use worker_registry::config::{
+    RegistryConfigBuilder, DEFAULT_BRAKE_FRACTION, DEFAULT_BRAKE_MIN_WORKERS,
 };
+use worker_registry::{memory::Direct, DeliveryId, ManualClock, RegistryConfig, Target};
 
 /// How far loom explores: `None` means no preemption bound, i.e. every interleaving of the model's
 /// threads (loom's DPOR prunes only provably equivalent ones). Set in code, so the CI command needs

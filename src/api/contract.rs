@@ -593,7 +593,8 @@ pub trait WorkerRegistry: Send + Sync {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{InMemoryRegistry, WorkerRegistry, DEFAULT_MAX_WORKERS};
+    /// use worker_registry::config::DEFAULT_MAX_WORKERS;
+    /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
     ///
     /// let r = InMemoryRegistry::default();
     /// assert_eq!(r.config().max_workers(), DEFAULT_MAX_WORKERS);
@@ -741,7 +742,7 @@ pub trait Maintenance: Send + Sync {
 ///
 /// Events about one worker arrive in the order of its transitions (`WorkerCreated` first,
 /// `WorkerDied` last). Publishing never waits for a subscriber; one that falls more than
-/// [`EVENT_BUFFER`](crate::EVENT_BUFFER) events behind loses the oldest and is told how many. A
+/// [`EVENT_BUFFER`](crate::events::EVENT_BUFFER) events behind loses the oldest and is told how many. A
 /// shared backend may lose events while its connection is down; it reports those as missed too.
 #[cfg(feature = "tokio")]
 pub trait Subscribe: Send + Sync {

@@ -37,7 +37,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use worker_registry::{DynBackend, InMemoryRegistry};
+/// use worker_registry::dynamic::DynBackend;
+/// use worker_registry::InMemoryRegistry;
 ///
 /// let backend: Arc<dyn DynBackend> = Arc::new(InMemoryRegistry::default());
 /// assert_eq!(backend.status().version, 0);
@@ -452,7 +453,8 @@ impl DynRegistry {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use worker_registry::{DynBackend, DynRegistry, InMemoryRegistry};
+    /// use worker_registry::dynamic::DynBackend;
+    /// use worker_registry::{DynRegistry, InMemoryRegistry};
     ///
     /// let shared: Arc<dyn DynBackend> = Arc::new(InMemoryRegistry::default());
     /// let registry = DynRegistry::from_arc(shared);

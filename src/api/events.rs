@@ -26,7 +26,7 @@ pub use fanout::{EventSender, Subscription};
 /// # Examples
 ///
 /// ```
-/// assert!(worker_registry::EVENT_BUFFER >= 64);
+/// assert!(worker_registry::events::EVENT_BUFFER >= 64);
 /// ```
 pub const EVENT_BUFFER: usize = 1024;
 
@@ -318,7 +318,8 @@ mod fanout {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{Event, EventSender, WorkerId};
+    /// use worker_registry::events::EventSender;
+    /// use worker_registry::{Event, WorkerId};
     ///
     /// let events = EventSender::new();
     /// let mut sub = events.subscribe();
@@ -362,7 +363,7 @@ mod fanout {
         /// # Examples
         ///
         /// ```
-        /// let events = worker_registry::EventSender::new();
+        /// let events = worker_registry::events::EventSender::new();
         /// assert!(!events.has_subscribers());
         /// let _sub = events.subscribe();
         /// assert!(events.has_subscribers());
@@ -391,7 +392,7 @@ mod fanout {
         /// # Examples
         ///
         /// ```
-        /// let events = worker_registry::EventSender::new();
+        /// let events = worker_registry::events::EventSender::new();
         /// events.record_missed(3);
         /// assert_eq!(events.missed(), 3);
         /// ```

@@ -326,9 +326,10 @@ pub fn bearer_matches(headers: &axum::http::HeaderMap, expected: &str) -> bool {
     auth::authorized(headers, expected.as_bytes())
 }
 
-/// `doc` as JSON, as `GET /openapi.json` serves it. Use this rather than utoipa's own `to_json`:
-/// utoipa 5 writes the fields of a link object in snake case (`operation_id`), which OpenAPI tools
-/// do not read; this writes them as the specification spells them (`operationId`).
+/// `doc` as JSON, as `GET /openapi.json` serves it: a link object's fields as the specification
+/// spells them (`operationId`), whatever the document was built with. (utoipa 5 wrote them in
+/// snake case, `operation_id`, which OpenAPI tools do not read; utoipa 6, this crate's, writes
+/// them right, and this still renames any snake-case field a hand-built document carries.)
 ///
 /// # Examples
 ///

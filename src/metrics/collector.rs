@@ -320,7 +320,12 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
             .enumerate()
             .map(|(i, n)| {
                 count += n;
-                let bound = SWEEP_DURATION_BUCKETS.get(i).copied().unwrap_or(f64::MAX);
+                // The last bucket is unbounded: prometheus-client 0.26 writes `le="+Inf"`
+                // for an infinite bound (0.23 took f64::MAX for it).
+                let bound = SWEEP_DURATION_BUCKETS
+                    .get(i)
+                    .copied()
+                    .unwrap_or(f64::INFINITY);
                 (bound, *n)
             })
             .collect();

@@ -1,6 +1,8 @@
-//! Prometheus metrics for any registry backend (feature `http`): [`Metrics`] and its scrape-time
-//! [`RegistryCollector`], in the OpenMetrics text format or the classic Prometheus text format
-//! (0.0.4), whichever the scraper asks for ([`Format::from_accept`]).
+//! Prometheus metrics for any registry backend (feature `metrics`, which `http` builds on; no HTTP
+//! framework): [`Metrics`] and its scrape-time [`RegistryCollector`], in the OpenMetrics text
+//! format or the classic Prometheus text format (0.0.4), whichever the scraper asks for
+//! ([`Format::from_accept`]). Serve [`Metrics::encode_as`] from any HTTP server, or mount
+//! [`admin_router`](crate::http::admin_router) (feature `http`), which serves it on `/metrics`.
 //!
 //! Nothing here is on the registry's hot path: the registry already counts what it decides in
 //! counters, which every backend supplies through [`WorkerRegistry::stats`], so the collector reads

@@ -66,6 +66,9 @@ pub struct PostgresRegistryBuilder {
     pub(super) poll_interval: Duration,
     #[cfg_attr(not(feature = "postgres-tls"), allow(dead_code))]
     pub(super) tls_roots: Option<Vec<u8>>,
+    /// The application's pool ([`PostgresRegistry::builder_with_pool`]), instead of one built
+    /// from the URL.
+    pub(super) pool: Option<Pool>,
 }
 
 impl PostgresRegistryBuilder {
@@ -293,12 +296,18 @@ impl PostgresRegistryBuilder {
     ///
     /// See [`PostgresRegistryBuilder`].
     pub async fn connect(self) -> Result<PostgresRegistry, ConnectError> {
-        let (pg, listen_pg, tls) = self.session()?;
-        let pool = self.pool(&pg, &tls)?;
+        let (pool, listen_pg, tls) = match &self.pool {
+            Some(given) => (given.clone(), self.listen_session()?, self.tls()?),
+            None => {
+                let (pg, listen_pg, tls) = self.session()?;
+                (self.pool(&pg, &tls)?, listen_pg, tls)
+            }
+        };
         let id = self.open_registry(&pool).await?;
         let events = Arc::new(EventSender::new());
         let listener = self.feed(listen_pg, id, &events, &pool, &tls).await?;
         let params = Params::new(&self.config, self.batch);
+        let owns_pool = self.pool.is_none();
         let registry = PostgresRegistry {
             inner: Arc::new(Inner {
                 snapshot: SnapshotCache::new(StatusSnapshot::empty(
@@ -315,6 +324,7 @@ impl PostgresRegistryBuilder {
                 listener,
                 loss: LossWatch::new(String::new(), 0),
                 tls,
+                owns_pool,
             }),
         };
         registry.settle_in().await.map_err(ConnectError::Backend)?;
@@ -359,6 +369,37 @@ impl PostgresRegistryBuilder {
         Ok((pg, listen_pg, tls))
     }
 
+    /// With the application's pool: the listener's session (none without a `listen_url`: the
+    /// handle polls), configured as [`session`](Self::session) configures one.
+    fn listen_session(&self) -> Result<Option<tokio_postgres::Config>, ConnectError> {
+        let Some(url) = &self.listen_url else {
+            return Ok(None);
+        };
+        let (mut pg, _) = parse(url, self.tls_roots.as_deref())?;
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(self.connect_timeout);
+        }
+        if pg.get_application_name().is_none() {
+            pg.application_name("worker-registry");
+        }
+        Ok(Some(pg))
+    }
+
+    /// With the application's pool: the connector of the listener and of cancel requests.
+    fn tls(&self) -> Result<Tls, ConnectError> {
+        #[cfg(feature = "postgres-tls")]
+        {
+            super::tls::MakeRustls::new(self.tls_roots.as_deref()).map_err(|reason| {
+                ConnectError::Unsupported {
+                    backend: BACKEND,
+                    reason,
+                }
+            })
+        }
+        #[cfg(not(feature = "postgres-tls"))]
+        Ok(tokio_postgres::NoTls)
+    }
+
     /// The connection pool, with this builder's size and timeouts.
     fn pool(&self, pg: &tokio_postgres::Config, tls: &Tls) -> Result<Pool, ConnectError> {
         let manager = Manager::from_config(
@@ -383,7 +424,8 @@ impl PostgresRegistryBuilder {
     }
 
     /// Applies the migrations (unless turned off) and opens the registry's rows: its id. Behind
-    /// a transaction pooler, warns if the role runs calls without lock or statement timeouts.
+    /// a transaction pooler or on the application's pool, warns if calls run without lock or
+    /// statement timeouts.
     async fn open_registry(&self, pool: &Pool) -> Result<i64, ConnectError> {
         let migrate = self.migrate;
         let name = self.name.clone();
@@ -410,7 +452,7 @@ impl PostgresRegistryBuilder {
         })
         .await
         .map_err(refused)?;
-        if self.transaction_pooler {
+        if self.transaction_pooler || self.pool.is_some() {
             warn_unlimited(&limits);
         }
         Ok(id)
@@ -444,10 +486,11 @@ impl PostgresRegistryBuilder {
                 tracing::warn!(
                     registry = %self.name,
                     poll_interval_ms = rows::ms(self.poll_interval),
-                    "behind a transaction pooler without listen_url, LISTEN cannot hold its \
-                     session: lifecycle events are polled from the event log instead (other \
-                     replicas' events arrive up to poll_interval late, and every event is also \
-                     a row written); set listen_url to the database's own address to listen"
+                    "no session to LISTEN on (behind a transaction pooler, or on the \
+                     application's pool) and no listen_url: lifecycle events are polled from the \
+                     event log instead (other replicas' events arrive up to poll_interval late, \
+                     and every event is also a row written); set listen_url to the database's \
+                     own address to listen"
                 );
                 Some(Feed::Poll(
                     Poller::start(
@@ -549,16 +592,18 @@ fn refused(e: RegistryError) -> ConnectError {
     ConnectError::Backend(e)
 }
 
-/// Behind a pooler no session setting is sent: says so when the role's leave a call unbounded.
+/// Behind a pooler, or on the application's pool, no session setting is sent: says so when the
+/// connections leave a call unbounded.
 fn warn_unlimited(shown: &[tokio_postgres::SimpleQueryMessage]) {
     for message in shown {
         if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
             if row.get(0) == Some("0") {
                 tracing::warn!(
                     setting = row.columns().first().map(|c| c.name()).unwrap_or("?"),
-                    "worker-registry behind a transaction pooler: this setting is off for the \
-                     database role, so a call may wait on a lock or run without bound; set it \
-                     with ALTER ROLE ... SET (the handle cannot set it per session there)"
+                    "worker-registry behind a transaction pooler or on the application's \
+                     pool: this setting is off for its connections, so a call may wait on a \
+                     lock or run without bound; set it with ALTER ROLE ... SET or in the \
+                     connections' options (the handle does not set it there)"
                 );
             }
         }

@@ -390,12 +390,16 @@ struct Inner {
     loss: LossWatch,
     /// For cancel requests of calls that ended early.
     tls: Tls,
+    /// Whether the pool is this handle's (not the application's, which outlives it).
+    owns_pool: bool,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // The listener stops itself when dropped.
-        self.pool.close();
+        if self.owns_pool {
+            self.pool.close();
+        }
     }
 }
 
@@ -433,6 +437,49 @@ impl PostgresRegistry {
             listen_url: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
             tls_roots: None,
+            pool: None,
+        }
+    }
+
+    /// A builder for a handle on an existing deadpool-postgres [`Pool`], the application's: the
+    /// registry's calls take their connections from it, and dropping the registry leaves it
+    /// open. The pool's connections are used as configured: the builder's
+    /// [`pool_size`](PostgresRegistryBuilder::pool_size),
+    /// [`connect_timeout`](PostgresRegistryBuilder::connect_timeout),
+    /// [`lock_timeout`](PostgresRegistryBuilder::lock_timeout) and
+    /// [`statement_timeout`](PostgresRegistryBuilder::statement_timeout) do not apply (give the
+    /// connections `lock_timeout` and `statement_timeout` in their options or the role's
+    /// settings; `connect` warns if they are off). The pool holds no URL to `LISTEN` on: lifecycle
+    /// events from other replicas are polled through the pool every
+    /// [`poll_interval`](PostgresRegistryBuilder::poll_interval), unless
+    /// [`listen_url`](PostgresRegistryBuilder::listen_url) names the database to listen on.
+    /// [`connect_replica`](Self::connect_replica) shares the pool. A pool behind PgBouncer in
+    /// transaction mode needs [`transaction_pooler`](PostgresRegistryBuilder::transaction_pooler)
+    /// as a URL would.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use deadpool_postgres::{Manager, Pool};
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let url = "postgres://router@db/registry?options=-c%20lock_timeout%3D2s%20-c%20statement_timeout%3D5s";
+    /// let manager = Manager::new(url.parse()?, tokio_postgres::NoTls);
+    /// let pool = Pool::builder(manager).max_size(16).build()?; // the application's
+    /// let registry = PostgresRegistry::builder_with_pool(pool.clone())
+    ///     .name("webhooks")
+    ///     .listen_url(url)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder_with_pool(pool: Pool) -> PostgresRegistryBuilder {
+        PostgresRegistryBuilder {
+            pool: Some(pool),
+            ..Self::builder(String::new())
         }
     }
 
@@ -466,7 +513,8 @@ impl PostgresRegistry {
     }
 
     /// Another handle on the same registry with its own pool and listener, as a second router
-    /// replica would have (same URL, name, configuration and settings).
+    /// replica would have (same URL, name, configuration and settings). A handle
+    /// [built on the application's pool](Self::builder_with_pool) shares that pool.
     ///
     /// # Examples
     ///

@@ -11,7 +11,7 @@ use ::redis::IntoConnectionInfo;
 
 use super::counters::Counters;
 use super::keys::Keys;
-use super::link::{Link, Source};
+use super::link::{Conn, Link, Source};
 use super::{error, events, keys, loss, Inner, Limits, RedisRegistry, MIN_SERVER_VERSION};
 #[allow(unused_imports)] // named by the docs' links
 use super::{
@@ -66,12 +66,15 @@ pub struct RedisRegistryBuilder {
     /// PEM roots that replace the system's for `rediss://` (feature `redis-tls`).
     #[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
     pub(super) tls_roots: Option<Vec<u8>>,
+    /// The application's connection, for the registry's commands (see
+    /// [`connection_manager`](Self::connection_manager)).
+    pub(super) given: Option<Conn>,
 }
 
 impl RedisRegistryBuilder {
     /// The registry's name: registries with different names on one server are independent
     /// (default [`DEFAULT_REGISTRY_NAME`]). Letters, digits and `- _ . :`, at most
-    /// [`MAX_REGISTRY_NAME_LEN`](crate::MAX_REGISTRY_NAME_LEN) bytes; checked by [`connect`](Self::connect).
+    /// [`MAX_REGISTRY_NAME_LEN`](crate::limits::MAX_REGISTRY_NAME_LEN) bytes; checked by [`connect`](Self::connect).
     ///
     /// # Examples
     ///
@@ -251,6 +254,73 @@ impl RedisRegistryBuilder {
         self
     }
 
+    /// Sends the registry's commands over `manager`, a redis-rs connection the application
+    /// already has, instead of opening one: one multiplexed connection to the server for both,
+    /// with the timeouts and retries the application gave it (this builder's
+    /// [`response_timeout`](Self::response_timeout) and
+    /// [`reconnect_retries`](Self::reconnect_retries) apply only to the connections the registry
+    /// opens itself). `manager` must be connected to the server the URL (or the
+    /// [`sentinel`](Self::sentinel)s) name, on the same database: the URL still opens the event
+    /// listener's pub/sub connection (a subscribed connection answers no other command) and, if
+    /// `manager` turns out to talk to a demoted primary (`READONLY`) or stops answering, the
+    /// connection that replaces it (the registry then stops using `manager`).
+    /// [`connect_replica`](crate::redis::RedisRegistry::connect_replica) opens its own from the URL.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use redis::aio::ConnectionManager;
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let url = "redis://127.0.0.1:6379/";
+    /// let manager = ConnectionManager::new(redis::Client::open(url)?).await?; // the application's
+    /// let registry = RedisRegistry::builder(url)
+    ///     .connection_manager(manager.clone())
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn connection_manager(mut self, manager: ::redis::aio::ConnectionManager) -> Self {
+        self.given = Some(Conn::Single(manager));
+        self
+    }
+
+    /// As [`connection_manager`](Self::connection_manager), for a Redis Cluster (feature
+    /// `redis-cluster`): the registry's commands go over the application's cluster connection
+    /// (made from a `ClusterClient` of the same nodes); the builder's URL and
+    /// [`cluster`](Self::cluster) nodes (only the URL if `cluster` is not called) are the seeds
+    /// of the pub/sub connection and of a replacement.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use redis::cluster::ClusterClient;
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"];
+    /// let conn = ClusterClient::new(nodes)?.get_async_connection().await?; // the application's
+    /// let registry = RedisRegistry::builder(nodes[0])
+    ///     .cluster([nodes[1]])
+    ///     .cluster_connection(conn.clone())
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "redis-cluster")]
+    pub fn cluster_connection(mut self, conn: ::redis::cluster_async::ClusterConnection) -> Self {
+        self.given = Some(Conn::Cluster(conn));
+        if self.cluster.is_none() {
+            self.cluster = Some(Vec::new());
+        }
+        self
+    }
+
     /// The certificate authorities (PEM) a `rediss://` server's certificate must chain to,
     /// instead of the system's store: a private CA. Feature `redis-tls`.
     ///
@@ -275,43 +345,53 @@ impl RedisRegistryBuilder {
         self
     }
 
+    /// Refuses the settings that cannot work together, or without a feature, naming why.
+    fn refuse_unsupported(&self) -> Result<(), ConnectError> {
+        let refuse = |reason: &str| {
+            Err(ConnectError::Unsupported {
+                backend: error::BACKEND,
+                reason: reason.into(),
+            })
+        };
+        if self.url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
+            return refuse(
+                "a rediss:// URL needs TLS: build worker-registry with the `redis-tls` feature",
+            );
+        }
+        if self.sentinel.is_some() && self.tls_roots.is_some() {
+            return refuse(
+                "a private certificate authority with Sentinel is not supported: the system's \
+                 store verifies the primary the Sentinels name",
+            );
+        }
+        if self.cluster.is_some() && matches!(self.given, Some(Conn::Single(_))) {
+            return refuse(
+                "a ConnectionManager talks to one server, not a Redis Cluster: give the \
+                 cluster's connection with cluster_connection",
+            );
+        }
+        if self.cluster.is_some() && self.sentinel.is_some() {
+            return refuse(
+                "Sentinel and Cluster exclude each other: a cluster fails over by itself",
+            );
+        }
+        Ok(())
+    }
+
     /// The source of the primary: the URL's client, or the Sentinels with the URL's settings.
     fn source(&self) -> Result<Source, ConnectError> {
         let invalid = |e: ::redis::RedisError| ConnectError::InvalidUrl {
             backend: error::BACKEND,
             reason: e.to_string(),
         };
-        if self.url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
-            return Err(ConnectError::Unsupported {
-                backend: error::BACKEND,
-                reason: "a rediss:// URL needs TLS: build worker-registry with the `redis-tls` \
-                         feature"
-                    .into(),
-            });
-        }
+        self.refuse_unsupported()?;
         #[cfg(feature = "redis-tls")]
         {
             // The ring provider, unless the process chose one already (then that one is used).
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        if self.sentinel.is_some() && self.tls_roots.is_some() {
-            return Err(ConnectError::Unsupported {
-                backend: error::BACKEND,
-                reason: "a private certificate authority with Sentinel is not supported: the \
-                         system's store verifies the primary the Sentinels name"
-                    .into(),
-            });
-        }
         #[cfg(feature = "redis-cluster")]
         if let Some(nodes) = &self.cluster {
-            if self.sentinel.is_some() {
-                return Err(ConnectError::Unsupported {
-                    backend: error::BACKEND,
-                    reason: "Sentinel and Cluster exclude each other: a cluster fails over by \
-                             itself"
-                        .into(),
-                });
-            }
             return self.cluster_source(nodes).map_err(|e| match e {
                 Ok(e) => invalid(e),
                 Err(e) => e,
@@ -481,7 +561,7 @@ impl RedisRegistryBuilder {
             .set_number_of_retries(self.reconnect_retries)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(1));
-        let mut conn = Link::open(source, manager_config)
+        let mut conn = Link::open(source, manager_config, self.given.clone())
             .await
             .map_err(unavailable)?;
         check_version(&mut conn).await?;

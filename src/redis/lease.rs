@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::config::RegistryConfig;
 
 /// The shortest lease.
-pub const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
+pub(crate) const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
 
 /// The lease's time to live for `config`: 3 x `sweep_interval`, at least [`MIN_LEASE_TTL`].
 pub(crate) fn ttl(config: &RegistryConfig) -> Duration {

@@ -14,6 +14,11 @@
 //! The call that saw the error still fails (retryable); the replacement is opened in the
 //! background, one at a time, and the calls after it use it.
 //!
+//! The first connection may be one the application gave the builder (its `ConnectionManager`,
+//! or its cluster connection): the registry's commands share it with the application's, and it
+//! reconnects as the application configured it. Its replacement, if one is needed, is opened
+//! from the source like any other, as is the listener's pub/sub connection.
+//!
 //! With Redis Cluster (feature `redis-cluster`) the connection is redis-rs's cluster client
 //! instead: it routes each command by its key (every key of a registry shares the hash tag
 //! `{name}`, so one registry lives in one slot on one primary), follows `MOVED` and `ASK`, and
@@ -53,12 +58,23 @@ pub(crate) struct Cluster {
     pub(crate) seeds: Vec<Client>,
 }
 
-/// The connection of one generation.
+/// The connection of one generation: opened from the [`Source`], or (the first) one the
+/// application gave the builder.
 #[derive(Clone)]
-enum Conn {
+pub(crate) enum Conn {
     Single(ConnectionManager),
     #[cfg(feature = "redis-cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conn::Single(_) => "ConnectionManager",
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(_) => "ClusterConnection",
+        })
+    }
 }
 
 /// A cloneable connection to the primary (see the module documentation).
@@ -86,12 +102,18 @@ struct Current {
 }
 
 impl Link {
-    /// Opens the first connection; fails as the manager's first connection attempt does.
+    /// Opens the first connection, or takes `given` as the first (the source still supplies the
+    /// pub/sub connection's client and every replacement); fails as the manager's first
+    /// connection attempt does.
     pub(crate) async fn open(
         source: Source,
         config: ConnectionManagerConfig,
+        given: Option<Conn>,
     ) -> Result<Self, RedisError> {
-        let (client, conn) = connect(&source, &config).await?;
+        let (client, conn) = match given {
+            Some(conn) => (client_of(&source).await?, conn),
+            None => connect(&source, &config).await?,
+        };
         Ok(Self {
             shared: Arc::new(Shared {
                 source,
@@ -181,6 +203,16 @@ pub(crate) fn demoted(e: &RedisError) -> bool {
     matches!(e.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly))
         || e.code() == Some("READONLY")
         || e.detail().is_some_and(|d| d.contains("READONLY"))
+}
+
+/// The client a source names now (for the pub/sub connection beside a given one).
+async fn client_of(source: &Source) -> Result<Client, RedisError> {
+    Ok(match source {
+        Source::Direct(client) => client.clone(),
+        Source::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
+        #[cfg(feature = "redis-cluster")]
+        Source::Cluster(cluster) => cluster.seeds[0].clone(),
+    })
 }
 
 async fn connect(

@@ -41,7 +41,7 @@
 //! | `{n}:deliveries` | zset | stream entries by when they were handed out (re-offered after `release_ack_timeout`) |
 //! | `{n}:dirty` | zset | workers whose hash was written since the last publish (score 0); the beats of indexed workers are not here but in `{n}:beat`, past `{n}:beat_from` |
 //! | `{n}:snap` | hash | worker id → its line as last published (what a rebuilding handle pages through) |
-//! | `{n}:changes` | stream | the change log: per version, entries `<version>-<n>` of upserted lines (`u`) and removed ids (`r`), the version's header (`h`) last; the last [`CHANGE_LOG_VERSIONS`] versions |
+//! | `{n}:changes` | stream | the change log: per version, entries `<version>-<n>` of upserted lines (`u`) and removed ids (`r`), the version's header (`h`) last; the last 1 000 versions (`CHANGE_LOG_VERSIONS`) |
 //! | `{n}:snap_head`, `{n}:snapshot_version` | string | the latest published header and its version |
 //! | `{n}:events`, `{n}:event_seq`, `{n}:epoch` | channel, strings | lifecycle events, their sequence number, and the registry's incarnation: set when there is none, moved on by the handle that finds the data rewound (a handle or listener that sees it change knows the data was lost, see `loss.rs`) |
 //! | `{n}:config` | string | the deciding settings, stored by the first handle (`name=value` lines); a handle configured otherwise is refused |
@@ -89,7 +89,7 @@
 //!
 //! **Maintenance** runs in bounded steps (see `sweep.rs`): every replica's
 //! [`sweep`](crate::Maintenance::sweep) runs the sweep script a step at a time, each step its own
-//! script call of about [`SWEEP_STEP_BUDGET`] commands, so other replicas' calls run between
+//! script call of about 100 commands (`SWEEP_STEP_BUDGET`), so other replicas' calls run between
 //! steps; the sweep repeats steps until one answers that nothing more is due and merges their
 //! answers into one report, judged at the first step's time. The first step applies the stall
 //! rule (a sweep more than two intervals after the previous one,
@@ -140,9 +140,9 @@
 //! place by the brake may push one to the next sweep). `drain_all_within` walks `{n}:live`
 //! with `ZSCAN` (`COUNT` 128) and drains each batch with one `drain` call, so it is not one
 //! atomic step: a worker admitted or registered during the walk may be missed, as the in-memory
-//! backend's shard-by-shard collection misses one created behind it. A sweep step is about [`SWEEP_STEP_BUDGET`] commands, a publish
-//! step [`PUBLISH_STEP`] workers, a change-log answer [`CHANGES_PAGE`] entries, a rebuild page
-//! [`SNAP_PAGE`] lines, an acknowledgement 64 receipts, and a completion evicts at most 4. What
+//! backend's shard-by-shard collection misses one created behind it. A sweep step is about 100 commands (`SWEEP_STEP_BUDGET`), a publish
+//! step 64 workers (`PUBLISH_STEP`), a change-log answer 4 entries (`CHANGES_PAGE`), a rebuild page
+//! 256 lines (`SNAP_PAGE`), an acknowledgement 64 receipts, and a completion evicts at most 4. What
 //! a sweep costs in total is what is due: the candidates past their score, the queues' due
 //! entries, the workers written since the last publish (heartbeats included). A retained claim
 //! costs about 400 bytes of server memory (see the README); an in-flight one also has its entry
@@ -198,10 +198,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::builder::RedisRegistryBuilder;
-pub use self::lease::MIN_LEASE_TTL;
-pub use self::publish::{CHANGES_PAGE, CHANGE_LOG_VERSIONS, PUBLISH_STEP, SNAP_PAGE};
-pub use self::stream::{EXPIRY_BATCH, HANDOUT_BATCH};
-pub use self::sweep::{MAX_SWEEP_STEPS, SWEEP_STEP_BUDGET};
 
 use self::counters::Counters;
 use self::keys::Keys;
@@ -368,6 +364,7 @@ impl RedisRegistry {
             sentinel: None,
             cluster: None,
             tls_roots: None,
+            given: None,
         }
     }
 
@@ -388,7 +385,10 @@ impl RedisRegistry {
     /// # }
     /// ```
     pub async fn connect_replica(&self) -> Result<RedisRegistry, ConnectError> {
-        self.inner.settings.clone().connect().await
+        let mut settings = self.inner.settings.clone();
+        // Its own connection, even if this handle's is the application's.
+        settings.given = None;
+        settings.connect().await
     }
 
     /// The registry's name (the hash tag of its keys).

@@ -26,17 +26,17 @@ use crate::api::snapshot::ClaimCounts;
 use crate::remote::snapshot::Change;
 
 /// Workers one publish step moves into the change log.
-pub const PUBLISH_STEP: usize = 64;
+pub(crate) const PUBLISH_STEP: usize = 64;
 
 /// Versions the change log keeps (a handle further behind rebuilds).
-pub const CHANGE_LOG_VERSIONS: usize = 1_000;
+pub(crate) const CHANGE_LOG_VERSIONS: usize = 1_000;
 
 /// Change-log entries one `changes` call returns (each holds at most [`PUBLISH_STEP`] lines, so
 /// one answer stays around a hundred kilobytes).
-pub const CHANGES_PAGE: usize = 4;
+pub(crate) const CHANGES_PAGE: usize = 4;
 
 /// Worker lines one rebuild page asks for (`HSCAN ... COUNT`).
-pub const SNAP_PAGE: usize = 256;
+pub(crate) const SNAP_PAGE: usize = 256;
 
 /// The most calls one refresh makes before it gives up (the log moving faster than this handle
 /// reads it): the copy stays at the last complete version it reached.

@@ -11,10 +11,4 @@
 //! `acknowledge` `XACK`s and `XDEL`s it.
 
 /// The most released entries one sweep hands out; the rest follow in the next sweeps.
-pub const HANDOUT_BATCH: usize = 1_000;
-
-/// No longer a bound of its own: the sweep deletes expired completed claims in its bounded steps
-/// (as many as each step's budget allows, see
-/// [`SWEEP_STEP_BUDGET`](super::SWEEP_STEP_BUDGET)); kept for code that names it. Expired claims
-/// count as absent until deleted.
-pub const EXPIRY_BATCH: usize = 10_000;
+pub(crate) const HANDOUT_BATCH: usize = 1_000;

@@ -25,11 +25,11 @@ use crate::api::report::SweepReport;
 /// see `scripts/sweep.lua`). At one to two microseconds per command, a step stays well under a
 /// millisecond of server time (the scale bench: 200 gave steps up to 2.9 ms; see
 /// `docs::redis`, "How long another client waits").
-pub const SWEEP_STEP_BUDGET: usize = 100;
+pub(crate) const SWEEP_STEP_BUDGET: usize = 100;
 
 /// The most steps one sweep call runs (enough for a mass death of tens of thousands of workers);
 /// a call that runs out reports what it did and the next sweep continues.
-pub const MAX_SWEEP_STEPS: usize = 4_096;
+pub(crate) const MAX_SWEEP_STEPS: usize = 4_096;
 
 /// The most released entries one step hands out.
 const STEP_HANDOUT: usize = 64;

@@ -144,6 +144,8 @@ impl SnapshotCache {
     /// Installs the snapshot `change` makes from nothing (its upserts are every worker), if it
     /// is newer than the cached one, as of registry time `now`: for a handle with nothing yet,
     /// or further behind than the server's change log reaches, which reads every worker once.
+    // Only the PostgreSQL backend installs whole snapshots and restamps unchanged ones.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn replace(&self, change: Change, now: Duration) {
         if change.version > self.version() {
             let cur = self.load();
@@ -157,6 +159,7 @@ impl SnapshotCache {
     /// (the same version and entries, their ages moved on to then) if it is that version and
     /// older, as of registry time `now`. A backend whose version moves only when something
     /// changed calls this when told it did not.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn restamp(
         &self,
         version: u64,

@@ -23,8 +23,8 @@ impl Cluster {
     }
 
     fn start_inner(primaries: usize, removed: bool, what: &str) -> Option<Self> {
-        if !have_or_skip("redis-server", "redis-server", what)
-            || !have_or_skip("redis-cli", "redis-tools", what)
+        if !have_or_skip(&crate::redis::server_binary(), "redis-server", what)
+            || !have_or_skip(&crate::redis::cli_binary(), "redis-tools", what)
         {
             return None;
         }
@@ -39,7 +39,7 @@ impl Cluster {
         let nodes: Vec<Server> = (0..primaries.max(3))
             .map(|_| start(what).expect("redis-server is installed"))
             .collect();
-        let out = Command::new("redis-cli")
+        let out = Command::new(crate::redis::cli_binary())
             .arg("--cluster")
             .arg("create")
             .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
@@ -181,7 +181,7 @@ impl Cluster {
 
 /// `redis-cli -p port args…`, its standard output (empty if it could not run).
 fn cli(port: u16, args: &[&str]) -> String {
-    Command::new("redis-cli")
+    Command::new(crate::redis::cli_binary())
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
         .output()

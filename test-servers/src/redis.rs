@@ -16,6 +16,21 @@ use std::time::{Duration, Instant};
 
 /// The variable naming an existing server.
 pub const URL_VAR: &str = "WORKER_REGISTRY_REDIS_URL";
+/// The variable naming the server binary the throwaway servers run (default `redis-server` on the
+/// `PATH`): a Valkey `valkey-server`, say.
+pub const SERVER_VAR: &str = "WORKER_REGISTRY_REDIS_SERVER";
+/// The variable naming the command-line client that forms clusters (default `redis-cli`).
+pub const CLI_VAR: &str = "WORKER_REGISTRY_REDIS_CLI";
+
+/// The server binary: [`SERVER_VAR`]'s, or `redis-server`.
+pub fn server_binary() -> String {
+    std::env::var(SERVER_VAR).unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// The client binary: [`CLI_VAR`]'s, or `redis-cli`.
+pub fn cli_binary() -> String {
+    std::env::var(CLI_VAR).unwrap_or_else(|_| "redis-cli".to_owned())
+}
 
 /// Whether the skip line was printed already (once per test binary).
 static SKIP_PRINTED: AtomicBool = AtomicBool::new(false);
@@ -30,7 +45,7 @@ fn skip(what: &str) {
         // Straight to the file descriptor: the test harness captures `eprintln!`.
         let _ = writeln!(
             std::io::stderr().lock(),
-            "skipped: Redis tests (install redis-server or set {URL_VAR})"
+            "skipped: Redis tests (install redis-server, or set {URL_VAR} or {SERVER_VAR})"
         );
     }
 }
@@ -39,7 +54,7 @@ fn skip(what: &str) {
 pub fn have_binary() -> bool {
     static HAVE: OnceLock<bool> = OnceLock::new();
     *HAVE.get_or_init(|| {
-        Command::new("redis-server")
+        Command::new(server_binary())
             .arg("--version")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -147,9 +162,10 @@ impl Server {
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(
-                r#"redis-server "$@" & pid=$!; read _ignored; kill $pid; wait $pid
+                r#""$WR_SERVER" "$@" & pid=$!; read _ignored; kill $pid; wait $pid
                    if [ -n "$WR_REMOVE_DIR" ]; then rm -rf "$WR_REMOVE_DIR"; fi"#,
             )
+            .env("WR_SERVER", server_binary())
             .env(
                 "WR_REMOVE_DIR",
                 if self.remove_dir {

@@ -222,3 +222,64 @@ async fn a_cluster_failover_of_the_slots_primary_is_followed_by_the_same_handle(
         .await
         .expect("the first worker is alive on the promoted replica");
 }
+
+/// `cluster_connection`: the registry's commands over the application's cluster connection. On a
+/// cluster of its own, so that connections can be counted: connecting adds only the listener's
+/// pub/sub connection (the cluster client would open one per primary), the application's
+/// connection sees the registry's writes, and it outlives the registry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_on_the_applications_cluster_connection_decides_over_it() {
+    let Some(cluster) = Cluster::start(3, "Redis Cluster given-connection test") else {
+        return;
+    };
+    let urls = cluster.urls();
+    let count = |c: &Cluster| -> usize {
+        (0..urls.len())
+            .map(|n| c.cli(n, &["CLIENT", "LIST"]).lines().count())
+            .sum()
+    };
+    let mut app = redis::cluster::ClusterClient::new(urls.clone())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("app-key")
+        .arg("v")
+        .query_async(&mut app)
+        .await
+        .unwrap();
+    // Each count is taken by a `redis-cli` of its own, which is in its own list.
+    let before = count(&cluster);
+    let name = harness::unique_name("given-cluster");
+    let registry = RedisRegistry::builder(urls[0].as_str())
+        .cluster_connection(app.clone())
+        .name(&name)
+        .connect()
+        .await
+        .expect("connect over the application's cluster connection");
+    assert_eq!(
+        count(&cluster),
+        before + 1,
+        "the registry opened its listener's pub/sub connection and nothing else"
+    );
+    let target = Target::new("octo/repo", 1).unwrap();
+    harness::admit_fresh(&registry, &target).await;
+    // The application's connection reads what the registry wrote (the sticky mapping's key).
+    let holder: Option<String> = redis::cmd("GET")
+        .arg(format!("{{{name}}}:t:{target}"))
+        .query_async(&mut app)
+        .await
+        .unwrap();
+    assert!(
+        holder.is_some(),
+        "the registry's key, read by the application"
+    );
+    drop(registry);
+    let got: String = redis::cmd("GET")
+        .arg("app-key")
+        .query_async(&mut app)
+        .await
+        .expect("the application's connection outlives the registry");
+    assert_eq!(got, "v");
+}

@@ -8,8 +8,12 @@
 #[allow(unused_imports)] // the benchmarks use part of it
 pub use test_servers::redis::*;
 
+use std::time::Duration;
+
 use worker_registry::redis::RedisRegistry;
-use worker_registry::RegistryConfig;
+use worker_registry::{
+    Admission, Assignment, DeliveryId, Event, RegistryConfig, Subscribe, Target, WorkerRegistry,
+};
 
 /// A fresh registry on `url` with `config`, under a unique name.
 pub async fn registry(url: &str, test: &str, config: RegistryConfig) -> RedisRegistry {
@@ -28,4 +32,26 @@ pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .expect("raw connection")
+}
+
+/// Admits a delivery of `target`, which no worker holds, on `r` with a subscription open, and
+/// returns the assignment once its `WorkerCreated` event arrived (within 10 s).
+pub async fn admit_fresh(r: &RedisRegistry, target: &Target) -> Assignment {
+    let mut events = r.subscribe();
+    let delivery = DeliveryId::new("fresh").unwrap();
+    let Admission::Assigned(a) = r.admit(target, &delivery).await.unwrap() else {
+        panic!("a fresh target is assigned")
+    };
+    let created = tokio::time::timeout(Duration::from_secs(10), events.recv())
+        .await
+        .expect("the event within 10 s")
+        .unwrap();
+    assert_eq!(
+        created,
+        Event::WorkerCreated {
+            worker: a.worker,
+            target: Some(target.clone()),
+        }
+    );
+    a
 }

@@ -20,6 +20,7 @@ mod differential;
 mod drain_stall;
 mod failover;
 mod faults;
+mod given;
 mod growth;
 #[path = "../support/differential.rs"]
 mod histories;

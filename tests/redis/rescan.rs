@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use worker_registry::config::RegistryConfigBuilder;
 use worker_registry::{
     Admission, DeadReason, DeliveryId, InMemoryRegistry, Maintenance, ManualClock, RegistryConfig,
-    RegistryConfigBuilder, ReleaseReason, Status, SweepReport, Target, WorkerId, WorkerRegistry,
+    ReleaseReason, Status, SweepReport, Target, WorkerId, WorkerRegistry,
 };
 
 use crate::harness;

@@ -5,7 +5,13 @@
 
 use std::time::Duration;
 
-use worker_registry::redis::{RedisRegistry, PUBLISH_STEP, SWEEP_STEP_BUDGET};
+use worker_registry::redis::RedisRegistry;
+
+/// The backend's step sizes (private: `SWEEP_STEP_BUDGET` in `src/redis/sweep.rs`,
+/// `PUBLISH_STEP` in `src/redis/publish.rs`, both stated in `docs::redis`); raising either there
+/// fails the floor below until these follow.
+const SWEEP_STEP_BUDGET: usize = 100;
+const PUBLISH_STEP: usize = 64;
 use worker_registry::{Maintenance, RegistryConfig, WorkerRegistry};
 
 use crate::harness;

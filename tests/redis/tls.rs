@@ -54,14 +54,17 @@ impl Pki {
 
 /// Whether this `redis-server` was built with TLS (`--tls-port` is an unknown option otherwise).
 fn server_has_tls() -> bool {
-    std::process::Command::new("redis-server")
+    let binary = test_servers::redis::server_binary();
+    std::process::Command::new(&binary)
         .arg("--help")
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).contains("tls-port"))
         .unwrap_or(false)
         || std::process::Command::new("sh")
             .arg("-c")
-            .arg("ldd \"$(command -v redis-server)\" | grep -q libssl")
+            .arg("ldd \"$(command -v \"$1\")\" | grep -q libssl")
+            .arg("sh")
+            .arg(&binary)
             .status()
             .is_ok_and(|s| s.success())
 }

@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 command -v schemathesis >/dev/null || python3 -m pip install --quiet --root-user-action=ignore schemathesis
-cargo build -q -p webhook-router
+cargo build -q -p worker-registry-router
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 ./target/debug/webhook-router --bind "127.0.0.1:$port" --heartbeat-ms 1000 --work-ms 20 >/tmp/webhook-router-schemathesis.log 2>&1 &
 router=$!

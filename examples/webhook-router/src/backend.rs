@@ -22,7 +22,7 @@ use worker_registry::{Clock, DynRegistry, InMemoryRegistry, RegistryConfig, Syst
 /// The registry name replicas share unless `--registry-name` says otherwise.
 pub const DEFAULT_REGISTRY_NAME: &str = "webhook-router";
 /// The longest registry name (the Redis backend's limit, applied to both shared backends).
-pub const MAX_REGISTRY_NAME_LEN: usize = worker_registry::MAX_REGISTRY_NAME_LEN;
+pub const MAX_REGISTRY_NAME_LEN: usize = worker_registry::limits::MAX_REGISTRY_NAME_LEN;
 /// How long one call to a shared backend may wait for its answer before the router answers 503
 /// (well under GitHub's 10 s delivery timeout).
 pub const BACKEND_CALL_TIMEOUT: Duration = Duration::from_secs(2);

@@ -17,11 +17,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use rand::Rng;
-use worker_registry::{
-    RegistryConfig, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_WAITING_PER_OWNER, DEFAULT_MAX_WORKERS,
+use worker_registry::config::{
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_WAITING_PER_OWNER, DEFAULT_MAX_WORKERS,
     DEFAULT_MAX_WORKERS_PER_OWNER, DEFAULT_MISSED_HEARTBEATS, DEFAULT_RELEASE_ACK_TIMEOUT,
     DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
 };
+use worker_registry::RegistryConfig;
 
 /// A heartbeat timeout must span at least this many ticks of the registry's clock: a coarser one
 /// would declare healthy workers dead between two ticks (4 ms ticks and a 2 ms timeout killed 251

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use axum::http::{header, HeaderMap, StatusCode};
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use sha2::Sha256;

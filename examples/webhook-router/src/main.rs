@@ -2,8 +2,8 @@
 //! request, the worker registry in between.
 //!
 //! ```text
-//! cargo run --release -p webhook-router -- --simulate
-//! cargo run --release -p webhook-router -- --webhook-secret s3cret
+//! cargo run --release -p worker-registry-router -- --simulate
+//! cargo run --release -p worker-registry-router -- --webhook-secret s3cret
 //! ```
 //!
 //! * `POST /webhook` takes GitHub deliveries (`X-GitHub-Event`, `X-GitHub-Delivery`,

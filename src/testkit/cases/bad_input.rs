@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
+use crate::limits::{MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN};
 use crate::testkit::support::*;
 use crate::testkit::Fixture;
 use crate::{
     ClaimOutcome, ClaimState, DeadReason, DeliveryId, HeartbeatAck, RegistryError, Target,
-    WorkerId, WorkerRegistry, MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN,
+    WorkerId, WorkerRegistry,
 };
 
 /// Every call that takes a worker id refuses an unknown one with `UnknownWorker` carrying that id,

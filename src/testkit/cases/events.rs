@@ -7,11 +7,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::events::EVENT_BUFFER;
 use crate::testkit::support::*;
 use crate::testkit::Fixture;
-use crate::{
-    DeadReason, Event, RecvError, Status, Subscribe, WorkerId, WorkerRegistry, EVENT_BUFFER,
-};
+use crate::{DeadReason, Event, RecvError, Status, Subscribe, WorkerId, WorkerRegistry};
 
 /// Each worker's events, in the order received.
 fn by_worker(events: &[Event]) -> BTreeMap<WorkerId, Vec<Event>> {
