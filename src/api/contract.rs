@@ -542,7 +542,9 @@ pub trait WorkerRegistry: Send + Sync {
     /// snapshot the last sweep published (in a shared backend, as this replica last fetched it,
     /// which its own sweeps keep fresh), at most about one
     /// [`sweep_interval`](RegistryConfig::sweep_interval) old while a
-    /// [`Sweeper`](crate::Sweeper) runs. Its counts always agree with its list, and its
+    /// [`Sweeper`](crate::Sweeper) runs. A sweep's snapshot shows the registry after that sweep:
+    /// the workers its promotion out of the waiting room created, or placed deliveries on, are
+    /// listed as they are then. Its counts always agree with its list, and its
     /// [`version`](StatusSnapshot::version) never goes backwards, with one exception: a shared
     /// backend's handle that finds the server lost or rewound the registry's data
     /// ([`Event::DataLost`](crate::Event::DataLost)) starts its copy over.

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::claims::Standing;
 use super::record::WorkerRecord;
@@ -13,7 +13,7 @@ use super::table::Verdict;
 use super::Direct;
 use crate::api::ids::WorkerId;
 use crate::api::report::{ReleaseReason, ReleasedEvent, SweepReport};
-use crate::api::snapshot::{ClaimCounts, StatusSnapshot};
+use crate::api::snapshot::{ClaimCounts, StatusSnapshot, WorkerInfo};
 use crate::api::status::{DeadReason, Status};
 use crate::clock::Clock;
 use crate::state;
@@ -321,10 +321,6 @@ impl<C: Clock> Direct<C> {
             .counters
             .claims_evicted
             .add(report.evicted_claims as u64);
-        let counts = ClaimCounts {
-            in_flight: inner.claims.counts().0,
-            retained: inner.claims.retained(),
-        };
 
         // Pass 3: purge dead records past retention: out of the workers map (re-checked under
         // its shard lock), the roster and the snapshot.
@@ -342,8 +338,14 @@ impl<C: Clock> Direct<C> {
             .workers_purged
             .add(report.purged_workers as u64);
 
-        // The waiting room: expiry, then promotion into the room this sweep made.
+        // The waiting room: expiry, then promotion into the room this sweep made. The snapshot
+        // shows the registry after it: the workers it placed deliveries on, and its claims.
         self.promote(now, &mut report);
+        Self::list_promoted(roster, &mut infos, &report, now, origin);
+        let counts = ClaimCounts {
+            in_flight: inner.claims.counts().0,
+            retained: inner.claims.retained(),
+        };
 
         // Publish.
         *version += 1;
@@ -367,6 +369,36 @@ impl<C: Clock> Direct<C> {
         inner.events.released(&report);
         inner.events.waiting(&report);
         report
+    }
+
+    /// Brings the snapshot's entries up to date after the sweep's promotion: the workers it
+    /// created (announced to the roster since pass 1) are added, and a live worker it placed a
+    /// delivery on is read again (it is busy now). Bounded by what the promotion placed.
+    fn list_promoted(
+        roster: &mut Roster,
+        infos: &mut Vec<WorkerInfo>,
+        report: &SweepReport,
+        now: u64,
+        origin: SystemTime,
+    ) {
+        let listed = roster.records().len();
+        roster.take_newborns();
+        for rec in &roster.records()[listed..] {
+            infos.push(rec.info(rec.state.load(), now, origin));
+        }
+        let onto: std::collections::HashSet<WorkerId> = report
+            .released
+            .iter()
+            .filter_map(|e| e.assignment.filter(|a| !a.new).map(|a| a.worker))
+            .collect();
+        if onto.is_empty() {
+            return;
+        }
+        for (rec, entry) in roster.records()[..listed].iter().zip(infos.iter_mut()) {
+            if onto.contains(&rec.id) {
+                rec.write_info(entry, rec.state.load(), now, origin);
+            }
+        }
     }
 
     /// The sweeper's kill: by CAS, only if the worker is still stale on the word the CAS sees (a

@@ -185,6 +185,7 @@
 //!   - `the_owner_cap_holds_under_races_between_replicas`
 //!   - `a_promoted_delivery_survives_the_crash_of_its_replica`
 //!   - `a_mass_death_promotes_every_waiting_delivery_once`
+//!   - `a_sweeps_snapshot_lists_the_workers_its_promotion_placed`
 //!   - `without_parking_a_refused_admission_is_rejected`
 //!
 //! Worker identity across restarts is particular to the in-memory backend (a shared backend's

@@ -212,6 +212,11 @@ impl Model {
         c.workers_purged += report.purged_workers as u64;
         c.sweeps += 1;
 
+        // The waiting room last, into the room this sweep made; the snapshot shows the registry
+        // after it (the workers the promotion created or placed deliveries on, its claims).
+        self.sweeping = false;
+        counts.in_flight += self.promote(&mut report);
+
         // Publish.
         self.version += 1;
         report.version = self.version;
@@ -221,10 +226,6 @@ impl Model {
             .filter(|w| !w.purged)
             .map(|w| w.info(now))
             .collect();
-        // The waiting room last, into the room this sweep made (the snapshot lists the workers
-        // as they were before it, as the in-memory backend's does).
-        self.sweeping = false;
-        self.promote(&mut report);
         let mut snapshot = StatusSnapshot::new(
             self.version,
             wall(now),

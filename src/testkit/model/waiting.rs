@@ -298,12 +298,12 @@ impl Model {
     }
 
     /// The sweep's step: hand over what deaths promoted, drop what waited past `max_wait`,
-    /// promote what fits.
-    pub(super) fn promote(&mut self, report: &mut SweepReport) {
+    /// promote what fits. Returns how many deliveries it placed (in flight now).
+    pub(super) fn promote(&mut self, report: &mut SweepReport) -> usize {
         let now = self.ms();
         let limit = self.config.max_wait();
         let Some(room) = self.room.as_mut() else {
-            return;
+            return 0;
         };
         report.released.append(&mut room.handover);
         if let Some(cutoff) = now.checked_sub(millis(limit)) {
@@ -336,8 +336,10 @@ impl Model {
             }
         }
         self.counts.waiting_expired += report.expired_waiting.len() as u64;
+        let handed = report.released.len();
         self.fill(&mut report.released);
         report.waiting = self.waiting();
+        report.released.len() - handed
     }
 
     /// Promotes the oldest waiting deliveries that fit, into `out`.
