@@ -98,8 +98,15 @@ pub use api::outcome::{
     Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
     HeartbeatAck, Rejection, Waiting,
 };
+pub use api::payload::{
+    Payload, PayloadBuilder, PayloadError, DEFAULT_CONTENT_TYPE, MAX_CONTENT_TYPE_LEN,
+    MAX_EVENT_NAME_LEN, MAX_HEADER_NAME_LEN, MAX_HEADER_VALUE_LEN, MAX_PAYLOAD_HEADERS,
+    MAX_PAYLOAD_META_LEN,
+};
 pub use api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
-pub use api::snapshot::{Capacity, ClaimCounts, StatusCounts, StatusSnapshot, WorkerInfo};
+pub use api::snapshot::{
+    Capacity, ClaimCounts, PayloadUsage, StatusCounts, StatusSnapshot, WorkerInfo,
+};
 pub use api::stats::{Stats, SweepDurations, SWEEP_DURATION_BUCKETS};
 pub use api::status::{Activity, DeadReason, PoolStatus, Status, WorkerKind};
 pub use api::waiting::{ExpireReason, ExpiredWaiting};
@@ -116,6 +123,9 @@ pub use config::{
     DEFAULT_MAX_WAITING_PER_OWNER, DEFAULT_MAX_WORKERS, DEFAULT_MAX_WORKERS_PER_OWNER,
     DEFAULT_MISSED_HEARTBEATS, DEFAULT_RELEASE_ACK_TIMEOUT, DEFAULT_SHARDS, DEFAULT_STARTUP_GRACE,
     DEFAULT_SUSPECT_GRACE, DEFAULT_SWEEP_INTERVAL, MAX_DURATION,
+};
+pub use config::{
+    DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PAYLOAD_BUDGET, MAX_PAYLOAD_BUDGET, MAX_PAYLOAD_LIMIT,
 };
 pub use memory::{InMemoryRegistry, WorkerHandle};
 #[cfg(feature = "tokio")]

@@ -7,6 +7,7 @@ use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{Admission, AlreadyClaimed, AssignOutcome, Assignment, Rejection};
+use crate::api::payload::Payload;
 use crate::clock::Clock;
 use crate::state::{self, Word};
 use crate::sync::{Arc, Op, Ordering};
@@ -70,19 +71,73 @@ impl<C: Clock> Direct<C> {
     /// assert!(second.token > first.token);
     /// ```
     pub fn admit(&self, target: &Target, event: &DeliveryId) -> Admission {
-        match self.admit_with(target, event, true) {
-            Admission::Rejected(r) => self.refused_admission(target, event, r),
+        match self.admit_unparked(target, event, true, Carry::Nothing) {
+            Admission::Rejected(r) => self.refused_admission(target, event, r, None),
             other => other,
         }
     }
 
+    /// [`admit`](Self::admit), carrying the delivery's payload (see
+    /// [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)): refused with
+    /// [`RegistryError::PayloadTooLarge`] past `max_payload_bytes`, before anything else; stored
+    /// with the claim (or the parked delivery) under the same lock, its bytes reserved against
+    /// `payload_budget` by one CAS, refused with
+    /// [`Rejection::PayloadBudget`] (no claim) if they do not fit.
+    ///
+    /// **Locking behaviour:** as [`admit`](Self::admit), plus one compare-and-swap on the budget
+    /// counter (under the claims-shard lock) when the delivery is new; a completion gives the
+    /// bytes back outside the lock. Without a payload it is `admit`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{Admission, DeliveryId, memory::Direct, Payload, Target};
+    ///
+    /// let registry = Direct::default();
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+    /// let p = Payload::builder("ping", &b"{}"[..]).build().unwrap();
+    /// assert!(matches!(registry.admit_with(&t, &d, Some(&p)), Ok(Admission::Assigned(_))));
+    /// assert_eq!(registry.stats().payload_bytes_held, p.size());
+    /// ```
+    pub fn admit_with(
+        &self,
+        target: &Target,
+        event: &DeliveryId,
+        payload: Option<&Payload>,
+    ) -> Result<Admission, RegistryError> {
+        let Some(p) = payload else {
+            return Ok(self.admit(target, event));
+        };
+        let limit = self.inner.config.max_payload_bytes();
+        if p.size() > limit {
+            self.inner.counters.payloads_too_large.inc();
+            return Err(RegistryError::PayloadTooLarge {
+                size: p.size(),
+                limit,
+            });
+        }
+        Ok(
+            match self.admit_unparked(target, event, true, Carry::Fresh(p)) {
+                Admission::Rejected(r) => self.refused_admission(target, event, r, Some(p)),
+                other => other,
+            },
+        )
+    }
+
     /// A refused admission: parked if the room is on (and has space), else the refusal, counted
-    /// (only a refusal answered counts as one: a parked admission is not a rejection).
+    /// (only a refusal answered counts as one: a parked admission is not a rejection). A refusal
+    /// for the payload budget is never parked (but is a duplicate if the pair waits).
     #[cold]
     #[inline(never)]
-    fn refused_admission(&self, target: &Target, event: &DeliveryId, r: Rejection) -> Admission {
+    fn refused_admission(
+        &self,
+        target: &Target,
+        event: &DeliveryId,
+        r: Rejection,
+        payload: Option<&Payload>,
+    ) -> Admission {
         let out = if self.inner.room.is_some() {
-            self.park(target, event, r)
+            self.park(target, event, r, payload)
         } else {
             Admission::Rejected(r)
         };
@@ -94,18 +149,26 @@ impl<C: Clock> Direct<C> {
 
     /// Counts a refusal answered to the caller.
     #[cold]
-    fn count_rejection(&self, r: &Rejection) {
+    pub(super) fn count_rejection(&self, r: &Rejection) {
         let c = &self.inner.counters;
         match r {
             Rejection::CapacityFull { .. } => c.rejected_capacity.inc(),
             Rejection::TargetDraining { .. } => c.rejected_draining.inc(),
+            Rejection::PayloadBudget { .. } => c.rejected_payload_budget.inc(),
         }
     }
 
     /// [`admit`](Self::admit) without parking; with `defer`, a new worker is not created while
-    /// targets wait for capacity (see `waiting.rs`).
+    /// targets wait for capacity (see `waiting.rs`); `carry` is the payload to store with the
+    /// claim.
     #[inline]
-    pub(super) fn admit_with(&self, target: &Target, event: &DeliveryId, defer: bool) -> Admission {
+    pub(super) fn admit_unparked(
+        &self,
+        target: &Target,
+        event: &DeliveryId,
+        defer: bool,
+        carry: Carry<'_>,
+    ) -> Admission {
         let hash = pair_hash(target, event.key_hash());
         // The lock, the probe and a duplicate's answer in this one frame (no closure, no call).
         let table = &self.inner.claims;
@@ -121,12 +184,13 @@ impl<C: Clock> Direct<C> {
         }
         let loc = found.map(|(loc, _)| loc);
         let now = now();
-        self.admit_new(&mut shard, hash, loc, target, event, now, defer)
+        self.admit_new(&mut shard, hash, loc, target, event, now, defer, carry)
     }
 
-    /// The rest of `admit_with` for a delivery that is not a duplicate, still under the claims
-    /// shard's lock: assigns the target and records the claim where `loc` pointed (or anew).
-    /// Out of line, so that the duplicate path keeps a small frame.
+    /// The rest of `admit_unparked` for a delivery that is not a duplicate, still under the
+    /// claims shard's lock: reserves a fresh payload's bytes, assigns the target and records the
+    /// claim (with its payload) where `loc` pointed (or anew). Out of line, so that the duplicate
+    /// path keeps a small frame.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn admit_new(
@@ -138,7 +202,21 @@ impl<C: Clock> Direct<C> {
         event: &DeliveryId,
         now: u64,
         defer: bool,
+        carry: Carry<'_>,
     ) -> Admission {
+        // Reserved before the assignment, which cannot be undone; given back if it fails. A
+        // released claim this one replaces frees its payload in the same step: its bytes count as
+        // available (see `Budget::reserve`).
+        let reserved = match carry {
+            Carry::Fresh(p) => {
+                let credit = Self::released_payload(shard, loc);
+                if let Err(r) = self.inner.payloads.reserve(p.size(), credit) {
+                    return Admission::Rejected(r);
+                }
+                Some(p.size())
+            }
+            Carry::Nothing | Carry::Reserved(_) => None,
+        };
         match self.assign_at(target, now, true, defer) {
             Ok((assignment, holder)) => {
                 // The claim keeps the worker's own copy of the target: one shared allocation
@@ -148,6 +226,7 @@ impl<C: Clock> Direct<C> {
                     .and_then(|h| h.target.clone())
                     .unwrap_or_else(|| target.clone());
                 let claim = InFlight {
+                    payload: carry.payload().cloned(),
                     hash,
                     target: kept,
                     delivery: DeliveryKey::of(event),
@@ -159,8 +238,13 @@ impl<C: Clock> Direct<C> {
                 Admission::Assigned(assignment)
             }
             // A released or expired claim stays as it was (it blocks nothing, and the sweep
-            // still reports it); a vacant slot stays vacant.
-            Err(rejection) => Admission::Rejected(rejection),
+            // still reports it); a vacant slot stays vacant; a reservation is given back.
+            Err(rejection) => {
+                if let Some(size) = reserved {
+                    self.inner.payloads.release(size);
+                }
+                Admission::Rejected(rejection)
+            }
         }
     }
 
@@ -318,6 +402,27 @@ impl<C: Clock> Direct<C> {
         // The roster lives as long as the registry, so the receiver is never gone.
         let _ = inner.newborns.send(rec.clone());
         Ok(rec)
+    }
+}
+
+/// The payload an admission stores with its claim, and whether its bytes are reserved yet.
+#[derive(Clone, Copy)]
+pub(super) enum Carry<'a> {
+    /// No payload.
+    Nothing,
+    /// A payload whose bytes the admission reserves (and gives back if it places nothing).
+    Fresh(&'a Payload),
+    /// A parked delivery's payload, whose bytes its parking reserved: a placement takes the
+    /// reservation over, a refusal leaves it with the parked delivery.
+    Reserved(&'a Payload),
+}
+
+impl<'a> Carry<'a> {
+    fn payload(self) -> Option<&'a Payload> {
+        match self {
+            Self::Nothing => None,
+            Self::Fresh(p) | Self::Reserved(p) => Some(p),
+        }
     }
 }
 

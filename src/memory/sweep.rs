@@ -12,8 +12,9 @@ use super::stall::{StallWatch, Stalls};
 use super::table::Verdict;
 use super::Direct;
 use crate::api::ids::WorkerId;
+use crate::api::payload::Payload;
 use crate::api::report::{ReleaseReason, ReleasedEvent, SweepReport};
-use crate::api::snapshot::{ClaimCounts, StatusSnapshot, WorkerInfo};
+use crate::api::snapshot::{ClaimCounts, PayloadUsage, StatusSnapshot, WorkerInfo};
 use crate::api::status::{DeadReason, Status};
 use crate::clock::Clock;
 use crate::state;
@@ -239,12 +240,18 @@ impl<C: Clock> Direct<C> {
                     }
                     match claim.standing(now, l.timeout_ms) {
                         Standing::Released(reason) => {
-                            report.released.push(ReleasedEvent::new(
-                                claim.target.clone(),
-                                claim.delivery.to_id(),
-                                claim.holder.as_ref().map(|h| h.id),
-                                reason,
-                            ));
+                            // Its payload goes with the event: this registry keeps nothing of
+                            // a released delivery once it is handed over.
+                            let payload = self.hand_over(&mut claim.payload);
+                            report.released.push(
+                                ReleasedEvent::new(
+                                    claim.target.clone(),
+                                    claim.delivery.to_id(),
+                                    claim.holder.as_ref().map(|h| h.id),
+                                    reason,
+                                )
+                                .with_payload(payload),
+                            );
                             inner.counters.claims_released.inc();
                             Verdict::Remove
                         }
@@ -264,12 +271,16 @@ impl<C: Clock> Direct<C> {
                                 return Verdict::Keep;
                             }
                             let delivery = claim.delivery.to_id();
-                            report.released.push(ReleasedEvent::new(
-                                claim.target.clone(),
-                                delivery.clone(),
-                                Some(holder.id),
-                                ReleaseReason::Stuck,
-                            ));
+                            let payload = self.hand_over(&mut claim.payload);
+                            report.released.push(
+                                ReleasedEvent::new(
+                                    claim.target.clone(),
+                                    delivery.clone(),
+                                    Some(holder.id),
+                                    ReleaseReason::Stuck,
+                                )
+                                .with_payload(payload),
+                            );
                             inner.events.stuck(holder, &claim.target, &delivery);
                             stuck.push(holder.clone());
                             Verdict::Stuck
@@ -361,6 +372,8 @@ impl<C: Clock> Direct<C> {
         );
         let mut snapshot = snapshot;
         snapshot.waiting = report.waiting;
+        let budget = &inner.payloads;
+        snapshot.payloads = PayloadUsage::new(budget.count(), budget.bytes(), budget.limit());
         let old = inner.snapshot.swap(std::sync::Arc::new(snapshot));
         roster.keep_spare(old);
         inner.counters.sweeps.inc();
@@ -369,6 +382,16 @@ impl<C: Clock> Direct<C> {
         inner.events.released(&report);
         inner.events.waiting(&report);
         report
+    }
+
+    /// Takes a released claim's payload out of the table, for its released event: the registry
+    /// no longer holds it (its bytes leave the budget), the event's copy is the only one.
+    fn hand_over(&self, stored: &mut Option<Payload>) -> Option<Payload> {
+        let payload = stored.take();
+        if let Some(p) = &payload {
+            self.inner.payloads.release(p.size());
+        }
+        payload
     }
 
     /// Brings the snapshot's entries up to date after the sweep's promotion: the workers it

@@ -31,6 +31,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::record::WorkerRecord;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
+use crate::api::payload::Payload;
 use crate::api::report::ReleasedEvent;
 use crate::sync::Arc;
 
@@ -49,6 +50,8 @@ pub(crate) struct Item {
     pub(crate) delivery: DeliveryId,
     /// When it was parked (registry ms).
     pub(crate) at: u64,
+    /// What it was admitted with (its bytes reserved in the payload budget while it waits).
+    pub(crate) payload: Option<Payload>,
 }
 
 /// Where a waiting target waits.
@@ -111,14 +114,13 @@ impl Room {
         &mut self,
         target: &Target,
         delivery: &DeliveryId,
+        payload: Option<&Payload>,
         blocker: Option<Arc<WorkerRecord>>,
         now: u64,
         (max, per_owner): (usize, usize),
     ) -> Parked {
-        if let Some(q) = self.targets.get(target) {
-            if let Some(item) = q.items.iter().find(|i| i.delivery == *delivery) {
-                return Parked::Duplicate(item.at);
-            }
+        if let Some(at) = self.waits_since(target, delivery) {
+            return Parked::Duplicate(at);
         }
         let owner = owner_of(target);
         let mine = self.per_owner.get(owner).copied().unwrap_or(0);
@@ -130,6 +132,7 @@ impl Room {
             seq: self.seq,
             delivery: delivery.clone(),
             at: now,
+            payload: payload.cloned(),
         };
         self.order.push_back((self.seq, now, target.clone()));
         *self.per_owner.entry(owner.to_owned()).or_default() += 1;
@@ -162,6 +165,13 @@ impl Room {
             },
         );
         Parked::At(self.len)
+    }
+
+    /// When the pair was parked, if it waits (a walk of the target's own queue, at most
+    /// `max_waiting_per_owner` long).
+    pub(crate) fn waits_since(&self, target: &Target, delivery: &DeliveryId) -> Option<u64> {
+        let q = self.targets.get(target)?;
+        Some(q.items.iter().find(|i| i.delivery == *delivery)?.at)
     }
 
     /// Puts `target` at the back of its owner's capacity queue.
@@ -293,9 +303,22 @@ impl Room {
         }
     }
 
-    /// The delivery at the front of `target`'s queue.
-    pub(crate) fn front(&self, target: &Target) -> Option<DeliveryId> {
-        Some(self.targets.get(target)?.items.front()?.delivery.clone())
+    /// The delivery at the front of `target`'s queue, and its payload.
+    pub(crate) fn front(&self, target: &Target) -> Option<(DeliveryId, Option<Payload>)> {
+        let item = self.targets.get(target)?.items.front()?;
+        Some((item.delivery.clone(), item.payload.clone()))
+    }
+
+    /// If the pair waits, its payload (`Some(None)`: it waits without one). Walks the target's
+    /// own queue, as parking does (at most `max_waiting_per_owner` long).
+    pub(crate) fn payload(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Option<Option<Payload>> {
+        let q = self.targets.get(target)?;
+        let item = q.items.iter().find(|i| i.delivery == *delivery)?;
+        Some(item.payload.clone())
     }
 
     /// Sets the last [`candidate`](Self::candidate) aside for this pass (its owner is at its

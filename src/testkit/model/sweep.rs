@@ -129,7 +129,10 @@ impl Model {
                         && self.ran_since(c.claimed_at) > millis(cfg.max_in_flight()) =>
                 {
                     let holder = c.holder.expect("checked");
-                    self.claims.get_mut(&key).expect("looked up").stuck = true;
+                    let claim = self.claims.get_mut(&key).expect("looked up");
+                    claim.stuck = true;
+                    // Handed over with the event: the tombstone keeps no payload.
+                    let payload = claim.payload.take();
                     self.counts.claims_stuck += 1;
                     stuck.push(holder);
                     let (target, delivery) = key;
@@ -138,12 +141,10 @@ impl Model {
                         target: target.clone(),
                         delivery: delivery.clone(),
                     });
-                    report.released.push(ReleasedEvent::new(
-                        target,
-                        delivery,
-                        Some(holder),
-                        ReleaseReason::Stuck,
-                    ));
+                    report.released.push(
+                        ReleasedEvent::new(target, delivery, Some(holder), ReleaseReason::Stuck)
+                            .with_payload(payload),
+                    );
                 }
                 Standing::InFlight => counts.in_flight += 1,
                 Standing::Completed => counts.retained += 1,
@@ -154,11 +155,11 @@ impl Model {
                 }
                 Standing::Released(reason) => {
                     let holder = c.holder;
-                    self.claims.remove(&key);
+                    let payload = self.claims.remove(&key).and_then(|c| c.payload);
                     let (target, delivery) = key;
-                    report
-                        .released
-                        .push(ReleasedEvent::new(target, delivery, holder, reason));
+                    report.released.push(
+                        ReleasedEvent::new(target, delivery, holder, reason).with_payload(payload),
+                    );
                 }
             }
         }
@@ -236,6 +237,7 @@ impl Model {
             counts,
         );
         snapshot.waiting = report.waiting;
+        snapshot.payloads = self.payload_usage();
         self.snapshot = Arc::new(snapshot);
         report.took = started.elapsed();
         self.counts.sweep_durations.observe(report.took);
