@@ -225,8 +225,9 @@ pub trait WorkerRegistry: Send + Sync {
     ///   one step that decides the admission (the same script, transaction or shard lock): there
     ///   is no instant at which the claim exists without its payload. If the bytes held would go
     ///   past the budget, the answer is [`Admission::Rejected`] with
-    ///   [`Rejection::PayloadBudget`] (never parked: a parked delivery holds its payload too),
-    ///   and **no claim is left behind**, as for every rejection.
+    ///   [`Rejection::PayloadBudget`], decided before the placement (so whatever capacity says,
+    ///   and never parked: a parked delivery holds its payload too), and **no claim is left
+    ///   behind**, as for every rejection.
     /// * **Handed out with the delivery.** A released delivery (its worker died, deregistered or
     ///   ran out its drain deadline, or it was stuck) and a promoted one carry it in their
     ///   [`ReleasedEvent::payload`]: the re-dispatcher admits it again with
