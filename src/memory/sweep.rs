@@ -145,6 +145,11 @@ impl<C: Clock> Direct<C> {
             }
         }
         infos.truncate(roster.records().len());
+        // Deaths in worker id order, whatever the roster's order (a purge reorders it): the
+        // targets parked behind draining workers that die in one sweep get their successors in
+        // that order, as the reference model's.
+        stale.sort_unstable_by_key(|(_, rec)| rec.id);
+        overdue.sort_unstable_by_key(|(_, rec)| rec.id);
 
         // The brake: too many silent at once means suspect ourselves, not them. The condition
         // decides what happens to workers newly found silent; a worker already suspect is judged

@@ -168,6 +168,7 @@ macro_rules! conformance_suite {
                 a_dead_workers_deliveries_are_handed_over_with_their_payloads,
                 a_stuck_delivery_is_handed_over_with_its_payload,
                 a_promoted_delivery_carries_its_payload,
+                a_waiting_delivery_dropped_past_max_wait_frees_its_payload,
                 a_payload_is_found_while_its_delivery_has_work_left_and_gone_after,
                 the_budget_refuses_past_its_bound_and_recovers_below_it,
                 a_too_large_payload_is_refused_and_leaves_no_claim,

@@ -241,6 +241,37 @@ pub async fn a_promoted_delivery_carries_its_payload<F: Fixture>(fixture: &F) {
     assert_eq!(held(&r).await, (0, 0));
 }
 
+/// A parked delivery dropped after `max_wait` loses its payload with it: reported (without the
+/// bytes), nothing left to find, the bytes held back to zero.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn a_waiting_delivery_dropped_past_max_wait_frees_its_payload<F: Fixture>(fixture: &F) {
+    let max_wait = Duration::from_secs(20);
+    let r = registry(
+        fixture,
+        config().max_workers(1).max_waiting(8).max_wait(max_wait),
+    )
+    .await;
+    if !keeps(&r).await || !r.parks() {
+        return;
+    }
+    let w = assigned(r.admit(&t(1), &d("a")).await).worker;
+    let p = sample("expires", 9_000);
+    assert!(matches!(
+        r.admit_with(&t(2), &d("late"), Some(&p)).await,
+        Ok(Admission::Waiting(_))
+    ));
+    assert_eq!(held(&r).await, (1, p.size()));
+    let reports = run_beating(fixture, &r, &[w], max_wait + PAST).await;
+    let expired: Vec<_> = reports.iter().flat_map(|r| &r.expired_waiting).collect();
+    assert_eq!(expired.len(), 1, "{reports:?}");
+    assert_eq!(expired[0].delivery, d("late"));
+    assert_eq!(r.payload(&t(2), &d("late")).await, Ok(None));
+    assert_eq!(held(&r).await, (0, 0));
+}
+
 /// The lookup by (target, delivery) finds a payload while its delivery is in flight, not before
 /// and not after: a redelivery with another payload does not replace it; a completion deletes it
 /// (the completed claim, still a duplicate, keeps none) and the bytes held go back to zero; an
