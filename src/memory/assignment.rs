@@ -71,7 +71,7 @@ impl<C: Clock> Direct<C> {
     /// assert!(second.token > first.token);
     /// ```
     pub fn admit(&self, target: &Target, event: &DeliveryId) -> Admission {
-        match self.admit_unparked(target, event, true, Carry::Nothing) {
+        match self.admit_unparked(target, event, PLAIN) {
             Admission::Rejected(r) => self.refused_admission(target, event, r, None),
             other => other,
         }
@@ -99,6 +99,7 @@ impl<C: Clock> Direct<C> {
     /// assert!(matches!(registry.admit_with(&t, &d, Some(&p)), Ok(Admission::Assigned(_))));
     /// assert_eq!(registry.stats().payload_bytes_held, p.size());
     /// ```
+    #[inline]
     pub fn admit_with(
         &self,
         target: &Target,
@@ -116,12 +117,14 @@ impl<C: Clock> Direct<C> {
                 limit,
             });
         }
-        Ok(
-            match self.admit_unparked(target, event, true, Carry::Fresh(p)) {
-                Admission::Rejected(r) => self.refused_admission(target, event, r, Some(p)),
-                other => other,
-            },
-        )
+        let how = Placing {
+            defer: true,
+            carry: Carry::Fresh(p),
+        };
+        Ok(match self.admit_unparked(target, event, &how) {
+            Admission::Rejected(r) => self.refused_admission(target, event, r, Some(p)),
+            other => other,
+        })
     }
 
     /// A refused admission: parked if the room is on (and has space), else the refusal, counted
@@ -158,16 +161,15 @@ impl<C: Clock> Direct<C> {
         }
     }
 
-    /// [`admit`](Self::admit) without parking; with `defer`, a new worker is not created while
-    /// targets wait for capacity (see `waiting.rs`); `carry` is the payload to store with the
-    /// claim.
+    /// [`admit`](Self::admit) without parking, placed as `how` says: with `defer`, a new worker
+    /// is not created while targets wait for capacity (see `waiting.rs`); `carry` is the payload
+    /// to store with the claim.
     #[inline]
     pub(super) fn admit_unparked(
         &self,
         target: &Target,
         event: &DeliveryId,
-        defer: bool,
-        carry: Carry<'_>,
+        how: &Placing<'_>,
     ) -> Admission {
         let hash = pair_hash(target, event.key_hash());
         // The lock, the probe and a duplicate's answer in this one frame (no closure, no call).
@@ -184,7 +186,7 @@ impl<C: Clock> Direct<C> {
         }
         let loc = found.map(|(loc, _)| loc);
         let now = now();
-        self.admit_new(&mut shard, hash, loc, target, event, now, defer, carry)
+        self.admit_new(&mut shard, hash, loc, target, event, now, how)
     }
 
     /// The rest of `admit_unparked` for a delivery that is not a duplicate, still under the
@@ -201,20 +203,15 @@ impl<C: Clock> Direct<C> {
         target: &Target,
         event: &DeliveryId,
         now: u64,
-        defer: bool,
-        carry: Carry<'_>,
+        how: &Placing<'_>,
     ) -> Admission {
-        // Reserved before the assignment, which cannot be undone; given back if it fails. A
-        // released claim this one replaces frees its payload in the same step: its bytes count as
-        // available (see `Budget::reserve`).
+        let (defer, carry) = (how.defer, how.carry);
+        // Reserved before the assignment, which cannot be undone; given back if it fails.
         let reserved = match carry {
-            Carry::Fresh(p) => {
-                let credit = Self::released_payload(shard, loc);
-                if let Err(r) = self.inner.payloads.reserve(p.size(), credit) {
-                    return Admission::Rejected(r);
-                }
-                Some(p.size())
-            }
+            Carry::Fresh(p) => match self.reserve_fresh(shard, loc, p) {
+                Ok(size) => Some(size),
+                Err(r) => return Admission::Rejected(r),
+            },
             Carry::Nothing | Carry::Reserved(_) => None,
         };
         match self.assign_at(target, now, true, defer) {
@@ -248,6 +245,22 @@ impl<C: Clock> Direct<C> {
         }
     }
 
+    /// Reserves a fresh payload's bytes for the claim about to be recorded where `loc` points
+    /// (out of line: an admission without a payload does not carry this code in its frame). A
+    /// released claim there frees its payload in the same step: its bytes count as available
+    /// (see `Budget::reserve`). Returns the bytes reserved.
+    #[inline(never)]
+    fn reserve_fresh(
+        &self,
+        shard: &mut Shard,
+        loc: Option<Loc>,
+        p: &Payload,
+    ) -> Result<u64, Rejection> {
+        let credit = Self::released_payload(shard, loc);
+        self.inner.payloads.reserve(p.size(), credit)?;
+        Ok(p.size())
+    }
+
     /// Whether (target, delivery) is in flight or retained: the duplicate check of `admit` alone.
     pub(super) fn probe(&self, target: &Target, event: &DeliveryId) -> Option<AlreadyClaimed> {
         let hash = pair_hash(target, event.key_hash());
@@ -261,7 +274,9 @@ impl<C: Clock> Direct<C> {
 
     /// Assigns `target` at `now`; with `want_holder`, also returns the worker record for a claim.
     /// With `defer`, a target without a worker gets none while others wait for capacity (it is
-    /// refused as if capacity were full, and parked by the caller).
+    /// refused as if capacity were full, and parked by the caller). Inlined into its callers
+    /// (`admit`'s new delivery above all): out of line it costs a call and a frame per admission.
+    #[inline(always)]
     pub(super) fn assign_at(
         &self,
         target: &Target,
@@ -416,6 +431,22 @@ pub(super) enum Carry<'a> {
     /// reservation over, a refusal leaves it with the parked delivery.
     Reserved(&'a Payload),
 }
+
+/// How [`Direct::admit_unparked`] places a delivery that is not a duplicate: whether it defers to
+/// targets waiting for capacity, and the payload it stores with the claim. Passed by reference,
+/// one pointer (a plain admission's is a constant), so that the duplicate path's frame is what it
+/// was before payloads (the instruction gate's `admit_duplicate`).
+#[derive(Clone, Copy)]
+pub(super) struct Placing<'a> {
+    pub(super) defer: bool,
+    pub(super) carry: Carry<'a>,
+}
+
+/// A plain admission: deferring, no payload.
+pub(super) const PLAIN: &Placing<'static> = &Placing {
+    defer: true,
+    carry: Carry::Nothing,
+};
 
 impl<'a> Carry<'a> {
     fn payload(self) -> Option<&'a Payload> {

@@ -364,12 +364,12 @@ impl<C: Clock> Direct<C> {
     ) {
         match shard.put(hash, loc, claim) {
             PutOutcome::Inserted => {}
-            PutOutcome::Replaced(old) => {
-                unhold(old.holder.as_ref());
+            PutOutcome::Replaced { holder, payload } => {
+                unhold(holder.as_ref());
                 // A released claim taken back before the sweep reported it: its payload goes
                 // (freed here, under the lock: the rare path of a redelivery within a sweep
                 // interval of its worker's death).
-                self.drop_payload(old.payload);
+                self.drop_payload(payload);
             }
             PutOutcome::ReplacedRetained => self.inner.claims.sub_retained(1),
         }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::assignment::Carry;
+use super::assignment::{Carry, Placing};
 use super::record::WorkerRecord;
 use super::waiting::{owner_of, Parked, Room};
 use super::Direct;
@@ -92,7 +92,14 @@ impl<C: Clock> Direct<C> {
             // with them): place it after all, if capacity allows.
             Parked::Full if matches!(reason, Rejection::CapacityFull { .. }) => {
                 let carry = payload.map_or(Carry::Nothing, Carry::Fresh);
-                self.admit_unparked(target, event, false, carry)
+                self.admit_unparked(
+                    target,
+                    event,
+                    &Placing {
+                        defer: false,
+                        carry,
+                    },
+                )
             }
             Parked::Full => Admission::Rejected(reason),
         }
@@ -276,7 +283,14 @@ impl<C: Clock> Direct<C> {
             while let Some((item, payload)) = room.front(&target) {
                 // Its parking reserved the payload's bytes: the claim takes them over.
                 let carry = payload.as_ref().map_or(Carry::Nothing, Carry::Reserved);
-                match self.admit_unparked(&target, &item, false, carry) {
+                match self.admit_unparked(
+                    &target,
+                    &item,
+                    &Placing {
+                        defer: false,
+                        carry,
+                    },
+                ) {
                     Admission::Assigned(a) => {
                         room.pop(&target);
                         self.inner.counters.promoted.inc();

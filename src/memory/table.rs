@@ -288,7 +288,10 @@ impl Shard {
                 if old.stuck {
                     self.in_flight += 1;
                 }
-                PutOutcome::Replaced(old)
+                PutOutcome::Replaced {
+                    holder: old.holder,
+                    payload: old.payload,
+                }
             }
             Some(Loc(seq)) => {
                 // The retained claim stays in the ring, dead, until it reaches the front.
@@ -470,8 +473,11 @@ impl Shard {
 /// What [`Shard::put`] replaced.
 pub(crate) enum PutOutcome {
     Inserted,
-    /// A released in-flight claim (with its payload, if it had one).
-    Replaced(InFlight),
+    /// A released in-flight claim: its holder and its payload, if it had one.
+    Replaced {
+        holder: Option<Arc<WorkerRecord>>,
+        payload: Option<Payload>,
+    },
     ReplacedRetained,
 }
 
