@@ -571,6 +571,24 @@ fn successors_of_workers_dying_in_one_sweep_come_in_id_order() {
     );
 }
 
+/// A pair parked with a payload, then claimed bare (`claim` does not look at the waiting room):
+/// the lookup answers the in-flight claim's (none), not the parked delivery's, in both (the
+/// random search's find: the in-memory lookup fell through to the room).
+#[test]
+fn a_bare_claim_of_a_waiting_pair_is_looked_up_first() {
+    use Op::*;
+    fixed_in(
+        &[
+            Admit(3, 0),
+            DrainAll,
+            AdmitWith(1, 1, 0),
+            Claim(1, 1),
+            Payload(1, 1),
+        ],
+        Room::Capped,
+    );
+}
+
 /// Released, completed, expired and replaced claims all keep the retained-claims gauge exact.
 #[test]
 fn claim_life_cycle_keeps_the_gauges_exact() {

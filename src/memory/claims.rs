@@ -413,23 +413,26 @@ impl<C: Clock> Direct<C> {
     pub fn payload(&self, target: &Target, event: &DeliveryId) -> Option<Payload> {
         let hash = pair_hash(target, event.key_hash());
         let now = || self.now_ms();
-        let stored = |want_live: bool| {
+        // The pair's in-flight claim's payload (`Some(None)`: a claim without one), a live one
+        // only with `live`.
+        let stored = |live: bool| {
             self.inner.claims.with(hash, |shard| {
                 let loc = shard.find(hash, target, event)?;
                 match shard.get(loc) {
-                    Found::InFlight(c) => {
-                        let live = c.standing_lazy(now, self.inner.limits.timeout_ms)
-                            == Standing::InFlight;
-                        (live || !want_live).then(|| c.payload.clone()).flatten()
-                    }
+                    Found::InFlight(c) => (!live
+                        || c.standing_lazy(now, self.inner.limits.timeout_ms)
+                            == Standing::InFlight)
+                        .then(|| c.payload.clone()),
                     Found::Retained(_) => None,
                 }
             })
         };
+        // In flight first (a bare claim of a waiting pair is in flight, without a payload), then
+        // waiting, then a released claim not yet handed over.
         if let Some(p) = stored(true) {
-            return Some(p);
+            return p;
         }
-        self.waiting_payload(target, event, || stored(false))
+        self.waiting_payload(target, event, || stored(false).flatten())
     }
 }
 
