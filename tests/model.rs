@@ -589,6 +589,57 @@ fn a_bare_claim_of_a_waiting_pair_is_looked_up_first() {
     );
 }
 
+/// The promotion passes over a waiting target whose owner is at its cap only if placing it takes
+/// a new slot: here a target without a worker (its owner capped) is set aside and the next owner's
+/// target is promoted. (The random search's find against a `has_live_worker` that answers the
+/// opposite of the truth: the capped target was then tried, refused, and ended the pass.)
+#[test]
+fn a_capped_owners_target_without_a_worker_is_passed_over() {
+    use Op::*;
+    let run = fixed_in(
+        &[
+            Admit(1, 0),
+            Claim(0, 0),
+            Admit(0, 0),
+            AdmitWith(3, 0, 0),
+            Admit(2, 0),
+        ],
+        Room::Capped,
+    );
+    assert_eq!(WorkerRegistry::stats(&run.memory).promoted, 1);
+}
+
+/// ... and a waiting target that has a live worker of its own (a later delivery of it found the
+/// room full and was placed after all, capacity allowing, while its earlier ones waited) is
+/// promoted onto that worker even with its owner at the cap: it takes no new slot. (The random
+/// search's find against a `has_live_worker` that always answers false: the target's waiting
+/// deliveries then stayed behind.)
+#[test]
+fn a_capped_owners_target_with_a_live_worker_is_promoted_onto_it() {
+    use Op::*;
+    fixed_in(
+        &[
+            Assign(3),
+            AdmitWith(0, 1, 0),
+            LoopFinished(W::Known(1)),
+            DrainWithin(W::Known(0), 0),
+            Admit(0, 1),
+            Drain(W::Known(0)),
+            Admit(0, 0),
+            DrainAll,
+            Admit(3, 1),
+            LoopFinished(W::Known(5)),
+            Admit(1, 1),
+            Admit(2, 0),
+            Admit(3, 0),
+            Admit(0, 0),
+            Admit(0, 1),
+            Admit(2, 1),
+        ],
+        Room::Capped,
+    );
+}
+
 /// Released, completed, expired and replaced claims all keep the retained-claims gauge exact.
 #[test]
 fn claim_life_cycle_keeps_the_gauges_exact() {

@@ -354,3 +354,42 @@ impl<C: Clock> Direct<C> {
             .unwrap_or(false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::api::ids::{DeliveryId, Target};
+    use crate::api::outcome::Admission;
+    use crate::clock::ManualClock;
+    use crate::config::RegistryConfig;
+    use crate::memory::Direct;
+
+    /// The per-owner counts hold an entry only while the owner has live workers: the last one's
+    /// death removes it, so the map does not grow with every owner ever seen.
+    #[test]
+    fn an_owner_with_no_live_worker_left_has_no_entry() {
+        let config = RegistryConfig::builder()
+            .max_workers(8)
+            .max_workers_per_owner(2)
+            .build()
+            .unwrap();
+        let r = Direct::with_clock(config, ManualClock::new());
+        let count = |owner: &str| r.inner.owner_live.get_with(owner, |n| *n);
+        let mut workers = Vec::new();
+        for n in 1..=2 {
+            let t = Target::new("someone/repo", n).unwrap();
+            let Admission::Assigned(a) = r.admit(&t, &DeliveryId::new("d").unwrap()) else {
+                panic!("room for two of the owner's workers")
+            };
+            workers.push(a.worker);
+        }
+        assert_eq!(count("someone"), Some(2));
+        r.deregister(workers[0]).unwrap();
+        assert_eq!(count("someone"), Some(1));
+        r.deregister(workers[1]).unwrap();
+        assert_eq!(
+            count("someone"),
+            None,
+            "the entry goes with the last worker"
+        );
+    }
+}
