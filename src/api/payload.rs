@@ -64,6 +64,9 @@ pub const DEFAULT_CONTENT_TYPE: &str = "application/json";
 #[derive(Clone, PartialEq, Eq)]
 pub struct Payload(Arc<Inner>);
 
+/// Extra headers: (name, value) pairs.
+type Headers = Box<[(Box<str>, Box<str>)]>;
+
 #[derive(PartialEq, Eq)]
 struct Inner {
     event: Box<str>,
@@ -71,7 +74,7 @@ struct Inner {
     content_type: Box<str>,
     body: Bytes,
     /// Names in lower case, in the order given.
-    headers: Box<[(Box<str>, Box<str>)]>,
+    headers: Headers,
     /// See [`Payload::size`].
     size: u64,
 }
@@ -322,7 +325,7 @@ fn text(field: &'static str, s: &str, max: usize, ok: fn(u8) -> bool) -> Result<
 }
 
 /// The extra headers, validated, names in lower case.
-fn headers(given: Vec<(String, String)>) -> Result<Box<[(Box<str>, Box<str>)]>, PayloadError> {
+fn headers(given: Vec<(String, String)>) -> Result<Headers, PayloadError> {
     if given.len() > MAX_PAYLOAD_HEADERS {
         return Err(PayloadError::TooManyHeaders {
             count: given.len(),

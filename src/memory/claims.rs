@@ -395,9 +395,10 @@ impl<C: Clock> Direct<C> {
     /// [`WorkerRegistry::payload`](crate::WorkerRegistry::payload)): in flight, waiting, or
     /// released and not yet handed over by a sweep; `None` otherwise.
     ///
-    /// **Locking behaviour:** one claims-shard lock; while deliveries wait, the waiting room's
-    /// mutex first and the claims-shard lock under it (so that a delivery promoted meanwhile is
-    /// found on one side or the other). Clones the payload (one reference count).
+    /// **Locking behaviour:** one claims-shard lock; if the pair has no live claim and the
+    /// waiting room is on, then the room's mutex and, under it, that claims-shard lock again (so
+    /// that a delivery promoted meanwhile is found on one side or the other). Clones the payload
+    /// (one reference count).
     ///
     /// # Examples
     ///
