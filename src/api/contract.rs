@@ -159,7 +159,8 @@ pub trait WorkerRegistry: Send + Sync {
     ///   [`SweepReport::released`] as a [`ReleasedEvent`] with
     ///   [`ReleaseReason::Promoted`](crate::ReleaseReason::Promoted) and its
     ///   [`assignment`](ReleasedEvent::assignment): the caller starts the worker if the
-    ///   assignment is `new`, delivers the event to it, and acknowledges it like a released event.
+    ///   assignment is `new`, delivers the event to it (with its
+    ///   [`payload`](ReleasedEvent::payload)), and acknowledges it like a released event.
     ///   If the caller never delivers it, the worker never heartbeats, dies, and the delivery is
     ///   released for re-dispatch: nothing is lost.
     /// * A delivery still waiting [`max_wait`](RegistryConfig::max_wait) after it was parked is
@@ -735,9 +736,11 @@ pub trait WorkerRegistry: Send + Sync {
 ///
 /// A released event is an in-flight delivery whose worker died, that stayed in flight longer than
 /// [`max_in_flight`](RegistryConfig::max_in_flight), or a bare claim that nobody completed. Each
-/// is handed to exactly one caller of `sweep` in [`SweepReport::released`]; that caller re-dispatches
-/// it (with [`WorkerRegistry::admit`], which treats a released pair as new and so makes a second
-/// re-dispatch a harmless duplicate) and then calls [`acknowledge`](Self::acknowledge). A shared
+/// is handed to exactly one caller of `sweep` in [`SweepReport::released`], with the payload its
+/// delivery was admitted with; that caller re-dispatches it (with
+/// [`WorkerRegistry::admit_with`] and that payload, which treats a released pair as new and so
+/// makes a second re-dispatch a harmless duplicate) and then calls
+/// [`acknowledge`](Self::acknowledge). A shared
 /// backend offers an event that was not acknowledged within
 /// [`release_ack_timeout`](RegistryConfig::release_ack_timeout) to another replica, so a replica
 /// that dies between the two loses nothing. An event nobody acknowledges within
