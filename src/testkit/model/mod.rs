@@ -19,7 +19,10 @@
 //! | `sweep.rs` | the maintenance pass |
 //! | `waiting.rs` | the waiting room: parking, promotion, expiry, the per-owner cap |
 //!
-//! The stall rule and stuck deliveries are modelled as the contract states them (durations judged
+//! Payloads are modelled as `WorkerRegistry::admit_with` states them: kept with a claim in flight
+//! (and a released one until the sweep hands it over), with a parked delivery, never with a
+//! completed claim; the bytes held are summed over what is kept, not counted, so the model's
+//! budget cannot drift. The stall rule and stuck deliveries are modelled as the contract states them (durations judged
 //! on registry running time; a stuck delivery released, its worker drained). Worker ids count from
 //! 1 (a backend may start higher, as the in-memory one does from its start time; the property test
 //! starts both at the same instant).
