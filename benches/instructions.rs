@@ -100,6 +100,11 @@ fn gate_run(selected: &[&rows::Row], all: bool) -> i32 {
         ("heartbeat_by_id", "floor_fence"),
         ("heartbeat_by_id", "floor_dashmap_get_store"),
         ("admit_duplicate", "floor_dashmap_get_claim"),
+        ("admit_payload_duplicate", "admit_duplicate"),
+        (
+            "admit_payload_fresh_complete_at_limit",
+            "admit_fresh_complete_at_limit",
+        ),
     ] {
         if let Some(r) = ratio(op, floor) {
             println!("  {op} / {floor}: {r:.2}x instructions");

@@ -54,6 +54,25 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(60 * 60);
 /// The most live workers one repository owner may hold at once; 0 (the default) means no cap
 /// beyond `max_workers`.
 pub const DEFAULT_MAX_WORKERS_PER_OWNER: usize = 0;
+/// The largest payload one delivery may carry ([`Payload::size`](crate::Payload::size): body plus
+/// metadata): GitHub's cap on a webhook's body, 25 MB (taken as 25 MiB), plus the most metadata a
+/// payload can have ([`MAX_PAYLOAD_META_LEN`](crate::limits::MAX_PAYLOAD_META_LEN)), so that every
+/// delivery GitHub can send fits whatever headers ride with it.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: u64 =
+    25 * 1024 * 1024 + crate::limits::MAX_PAYLOAD_META_LEN as u64;
+/// How many bytes of payloads the registry holds at most, all deliveries together (in flight,
+/// waiting, released and not yet re-admitted): 256 MiB. GitHub's payloads are typically tens of KB
+/// (a `pull_request` event is 20 to 60 KB), so this holds about 8 000 of 30 KB, far more than the
+/// default 64 workers have in flight, or ten of the largest GitHub sends at once; and it keeps an
+/// in-memory registry's payloads, or a Redis server's, at a size a router's container or a cache
+/// server has room for.
+pub const DEFAULT_PAYLOAD_BUDGET: u64 = 256 * 1024 * 1024;
+/// The largest [`max_payload_bytes`](RegistryConfig::max_payload_bytes) accepted: 512 MiB, the
+/// largest string Redis stores, so that every backend can hold any payload the limit lets in.
+pub const MAX_PAYLOAD_LIMIT: u64 = 512 * 1024 * 1024;
+/// The largest [`payload_budget`](RegistryConfig::payload_budget) accepted: 1 TiB (a bound that
+/// keeps every sum of sizes far from overflow).
+pub const MAX_PAYLOAD_BUDGET: u64 = 1 << 40;
 /// The longest any duration setting may be: a year. Longer values are almost certainly a unit
 /// mistake, and bounding them keeps every sum of durations far from overflow.
 pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 60 * 60);
@@ -104,6 +123,8 @@ pub struct RegistryConfig {
     max_waiting_per_owner: usize,
     max_wait: Duration,
     max_workers_per_owner: usize,
+    max_payload_bytes: u64,
+    payload_budget: u64,
 }
 
 impl Default for RegistryConfig {
@@ -128,6 +149,8 @@ impl Default for RegistryConfig {
             max_waiting_per_owner: DEFAULT_MAX_WAITING_PER_OWNER,
             max_wait: DEFAULT_MAX_WAIT,
             max_workers_per_owner: DEFAULT_MAX_WORKERS_PER_OWNER,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            payload_budget: DEFAULT_PAYLOAD_BUDGET,
         }
     }
 }
@@ -371,6 +394,38 @@ impl RegistryConfig {
         self.max_workers_per_owner
     }
 
+    /// The largest payload one admission may carry, as [`Payload::size`](crate::Payload::size)
+    /// counts it: a larger one is refused with [`RegistryError::PayloadTooLarge`](crate::RegistryError::PayloadTooLarge)
+    /// and leaves no claim (see [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)).
+    /// At least 1, at most [`MAX_PAYLOAD_LIMIT`] and at most the budget.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.max_payload_bytes(), worker_registry::config::DEFAULT_MAX_PAYLOAD_BYTES);
+    /// ```
+    pub fn max_payload_bytes(&self) -> u64 {
+        self.max_payload_bytes
+    }
+
+    /// How many bytes of payloads (as [`Payload::size`](crate::Payload::size) counts them) the
+    /// registry holds at most, every delivery's together: an admission whose payload would take
+    /// it past this is refused with [`Rejection::PayloadBudget`](crate::Rejection::PayloadBudget)
+    /// and leaves no claim (see [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)).
+    /// At least [`max_payload_bytes`](Self::max_payload_bytes) (so any payload the limit lets in
+    /// can be admitted into an empty registry), at most [`MAX_PAYLOAD_BUDGET`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let c = worker_registry::RegistryConfig::default();
+    /// assert_eq!(c.payload_budget(), worker_registry::config::DEFAULT_PAYLOAD_BUDGET);
+    /// ```
+    pub fn payload_budget(&self) -> u64 {
+        self.payload_budget
+    }
+
     /// A builder starting from the defaults.
     ///
     /// # Examples
@@ -399,7 +454,8 @@ impl RegistryConfig {
         self.check_liveness()?;
         self.check_capacity_and_retention()?;
         self.check_brake_and_deadlines()?;
-        self.check_waiting_owners_and_shards()
+        self.check_waiting_owners_and_shards()?;
+        self.check_payloads()
     }
 
     /// No duration above [`MAX_DURATION`], the heartbeat timeout included.
@@ -566,6 +622,34 @@ impl RegistryConfig {
     }
 }
 
+impl RegistryConfig {
+    /// The payload limit and the payload budget.
+    fn check_payloads(&self) -> Result<(), ConfigError> {
+        if self.max_payload_bytes == 0 || self.max_payload_bytes > MAX_PAYLOAD_LIMIT {
+            return bad(
+                "max_payload_bytes",
+                self.max_payload_bytes.to_string(),
+                "between 1 and 512 MiB (MAX_PAYLOAD_LIMIT)",
+            );
+        }
+        if self.payload_budget < self.max_payload_bytes {
+            return bad(
+                "payload_budget",
+                self.payload_budget.to_string(),
+                "at least max_payload_bytes (the largest payload must fit an empty registry)",
+            );
+        }
+        if self.payload_budget > MAX_PAYLOAD_BUDGET {
+            return bad(
+                "payload_budget",
+                self.payload_budget.to_string(),
+                "at most 1 TiB (MAX_PAYLOAD_BUDGET)",
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A [`ConfigError::Invalid`] for `field`.
 fn bad(field: &'static str, found: String, expected: &'static str) -> Result<(), ConfigError> {
     Err(ConfigError::Invalid {
@@ -653,6 +737,10 @@ impl RegistryConfigBuilder {
         max_wait: Duration,
         /// Sets [`RegistryConfig::max_workers_per_owner`].
         max_workers_per_owner: usize,
+        /// Sets [`RegistryConfig::max_payload_bytes`].
+        max_payload_bytes: u64,
+        /// Sets [`RegistryConfig::payload_budget`].
+        payload_budget: u64,
     }
 
     /// Validates and returns the configuration.

@@ -113,8 +113,11 @@ pub use api::outcome::{
     Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
     HeartbeatAck, Rejection, Waiting,
 };
+pub use api::payload::{Payload, PayloadBuilder, PayloadError};
 pub use api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
-pub use api::snapshot::{Capacity, ClaimCounts, StatusCounts, StatusSnapshot, WorkerInfo};
+pub use api::snapshot::{
+    Capacity, ClaimCounts, PayloadUsage, StatusCounts, StatusSnapshot, WorkerInfo,
+};
 pub use api::stats::{Stats, SweepDurations};
 pub use api::status::{Activity, DeadReason, PoolStatus, Status, WorkerKind};
 pub use api::waiting::{ExpireReason, ExpiredWaiting};

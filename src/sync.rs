@@ -41,6 +41,10 @@ pub(crate) use loom::sync::mpsc::{channel, Receiver, Sender};
 #[cfg(worker_registry_loom)]
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 
+/// Pads a value to a cache line of its own (an atomic that many threads write, so that it shares
+/// its line with nothing else). Layout only: under loom it wraps loom's atomics the same way.
+pub(crate) use crossbeam_utils::CachePadded;
+
 /// The hasher used for every map keyed by network input (targets, event ids) and worker ids.
 ///
 /// `ahash::RandomState` is keyed with per-process random seeds, so an attacker who controls repository
@@ -690,6 +694,39 @@ impl Counter {
             .iter()
             .map(|s| s.load(std::sync::atomic::Ordering::Relaxed))
             .sum()
+    }
+}
+
+/// A statistics gauge that goes up and down (how many of something are held now), one word.
+///
+/// Statistics only, as [`Counter`]: no control flow reads it, so under loom it stays a plain
+/// `std` atomic and adds no states to the models.
+pub(crate) struct Gauge(std::sync::atomic::AtomicUsize);
+
+impl Gauge {
+    pub(crate) fn new() -> Self {
+        Self(std::sync::atomic::AtomicUsize::new(0))
+    }
+
+    /// One more. Relaxed: a pure count; nothing is published through it.
+    #[inline]
+    pub(crate) fn inc(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// One fewer (never below zero). Relaxed: as `inc`.
+    #[inline]
+    pub(crate) fn dec(&self) {
+        let _ = self.0.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |n| n.checked_sub(1),
+        );
+    }
+
+    /// The value now. Relaxed: exact once writers are quiet.
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -1,16 +1,22 @@
 //! Bad input: arbitrary strings, bytes and lengths fed to every constructor that takes network input
-//! (`Target::new`, `Target::from_str`, `DeliveryId::new`, `WorkerId::from_str`) and arbitrary worker ids
-//! fed to every registry call that takes one. Every call returns a value or a typed error (a panic
+//! (`Target::new`, `Target::from_str`, `DeliveryId::new`, `WorkerId::from_str`, `Payload::builder`),
+//! payloads of every size to `admit_with`, and arbitrary worker ids fed to every registry call that
+//! takes one. Every call returns a value or a typed error (a panic
 //! fails the property), and each error carries exactly what was observed.
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
 use proptest::prelude::*;
-use worker_registry::limits::{MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN};
+use worker_registry::limits::{
+    MAX_CONTENT_TYPE_LEN, MAX_DELIVERY_ID_LEN, MAX_EVENT_NAME_LEN, MAX_HEADER_NAME_LEN,
+    MAX_HEADER_VALUE_LEN, MAX_OWNER_LEN, MAX_PAYLOAD_HEADERS, MAX_PAYLOAD_META_LEN,
+    MAX_REPO_NAME_LEN,
+};
 use worker_registry::{
     memory::Direct, Admission, ClaimOutcome, DeliveryId, DeliveryIdError, HeartbeatAck,
-    ManualClock, RegistryConfig, RegistryError, Target, TargetError, WorkerId, WorkerIdError,
+    ManualClock, Payload, PayloadError, RegistryConfig, RegistryError, Target, TargetError,
+    WorkerId, WorkerIdError,
 };
 
 // ---- input generators ----------------------------------------------------------------------------
@@ -440,4 +446,185 @@ fn worker_id_max_parses_and_max_plus_one_is_out_of_range() {
             input: "18446744073709551616".into()
         })
     );
+}
+
+// ---- payloads ------------------------------------------------------------------------------------
+
+/// Payload fields: mostly valid (so that one bad field at a time is what a refusal is about),
+/// sometimes almost (a space, a length at the bound), sometimes anything at all.
+fn event_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        12 => re("[a-z_]{1,30}"),
+        1 => re("[A-Za-z0-9._-]{63,66}"),
+        1 => re("[a-z]{1,5}[ /:][a-z]{1,5}"),
+        1 => nasty_text(),
+    ]
+}
+
+fn content_type_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        12 => re("[a-z]{1,10}/[a-z+.-]{1,20}(; charset=utf-8)?"),
+        1 => re("[!-~ ]{254,257}"),
+        1 => re("[a-z]{1,5}[\\t\\n\\x00\\x7f][a-z]{1,5}"),
+        1 => nasty_text(),
+    ]
+}
+
+fn header() -> impl Strategy<Value = (String, String)> {
+    let name = prop_oneof![
+        12 => re("[A-Za-z0-9!#$%&'*+.^_`|~-]{1,20}"),
+        2 => prop_oneof![Just("X-A".to_owned()), Just("x-a".to_owned())],
+        1 => re("[A-Za-z-]{63,66}"),
+        1 => re("[a-z]{1,5}[ :/(][a-z]{1,5}"),
+        1 => nasty_text(),
+    ];
+    let value = prop_oneof![
+        12 => re("[ -~\\t]{0,40}"),
+        1 => re("[a-z]{510,514}"),
+        1 => re("[a-z]{1,5}[\\r\\n\\x00\\x7f][a-z]{1,5}"),
+        1 => nasty_text(),
+    ];
+    (name, value)
+}
+
+/// The first rule `build()` must report for these fields, as `Payload`'s documentation states
+/// them (event, action, content type, then the headers in order), or `None` if all hold.
+fn first_payload_problem(
+    event: &str,
+    action: Option<&str>,
+    content_type: &str,
+    headers: &[(String, String)],
+) -> Option<&'static str> {
+    let name_ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= MAX_EVENT_NAME_LEN
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    };
+    if !name_ok(event) {
+        return Some("event");
+    }
+    if action.is_some_and(|a| !name_ok(a)) {
+        return Some("action");
+    }
+    if content_type.is_empty()
+        || content_type.len() > MAX_CONTENT_TYPE_LEN
+        || !content_type
+            .bytes()
+            .all(|b| b == b' ' || b.is_ascii_graphic())
+    {
+        return Some("content type");
+    }
+    if headers.len() > MAX_PAYLOAD_HEADERS {
+        return Some("headers");
+    }
+    let mut seen = BTreeSet::new();
+    for (n, v) in headers {
+        let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if n.is_empty()
+            || n.len() > MAX_HEADER_NAME_LEN
+            || !n.bytes().all(tchar)
+            || v.len() > MAX_HEADER_VALUE_LEN
+            || !v
+                .bytes()
+                .all(|b| b == b'\t' || b == b' ' || b.is_ascii_graphic())
+            || !seen.insert(n.to_ascii_lowercase())
+        {
+            return Some("header");
+        }
+    }
+    None
+}
+
+proptest! {
+    #![proptest_config(proptest_config(256))]
+
+    /// `Payload::builder(..).build()` accepts exactly what its documentation says, never panics,
+    /// keeps the body byte for byte and counts its size as documented; a refusal names the first
+    /// field that broke a rule, with what it saw.
+    #[test]
+    fn payload_builder_never_panics_and_explains_refusals(
+        event in event_text(),
+        action in proptest::option::of(event_text()),
+        content_type in content_type_text(),
+        headers in proptest::collection::vec(header(), 0..20),
+        body in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let mut b = Payload::builder(event.clone(), body.clone()).content_type(content_type.clone());
+        if let Some(a) = &action {
+            b = b.action(a.clone());
+        }
+        for (n, v) in &headers {
+            b = b.header(n.clone(), v.clone());
+        }
+        let expected = first_payload_problem(&event, action.as_deref(), &content_type, &headers);
+        match b.build() {
+            Ok(p) => {
+                prop_assert_eq!(expected, None);
+                prop_assert_eq!(&p.body()[..], &body[..]);
+                prop_assert_eq!((p.event(), p.action(), p.content_type()),
+                    (event.as_str(), action.as_deref(), content_type.as_str()));
+                let meta: usize = event.len() + action.as_ref().map_or(0, String::len)
+                    + content_type.len() + headers.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>();
+                prop_assert_eq!(p.size(), (body.len() + meta) as u64);
+                prop_assert!(meta <= MAX_PAYLOAD_META_LEN);
+                for (n, v) in &headers {
+                    prop_assert_eq!(p.header(n), Some(v.as_str()));
+                }
+            }
+            Err(e) => {
+                let field = match &e {
+                    PayloadError::Empty { field }
+                    | PayloadError::TooLong { field, .. }
+                    | PayloadError::BadByte { field, .. } => *field,
+                    PayloadError::TooManyHeaders { count, max } => {
+                        prop_assert_eq!((*count, *max), (headers.len(), MAX_PAYLOAD_HEADERS));
+                        "headers"
+                    }
+                    PayloadError::BadHeader { .. } | PayloadError::DuplicateHeader { .. } => "header",
+                    other => panic!("unknown refusal {other:?}"),
+                };
+                prop_assert_eq!(Some(field), expected, "{}", e);
+                if let PayloadError::BadByte { field, found } = &e {
+                    let text = match *field {
+                        "event" => event.as_str(),
+                        "action" => action.as_deref().unwrap_or_default(),
+                        _ => content_type.as_str(),
+                    };
+                    prop_assert!(text.as_bytes().contains(found), "{e}");
+                }
+                prop_assert!(!e.to_string().is_empty());
+            }
+        }
+    }
+
+    /// An admission whose payload is larger than `max_payload_bytes` is refused with its size
+    /// and the limit, whatever the pair's state, and leaves no claim; one within it is admitted
+    /// and found again byte for byte.
+    #[test]
+    fn oversized_payloads_are_refused_with_their_size_and_leave_no_claim(
+        body in 0usize..4000,
+        limit in 1u64..4000,
+    ) {
+        let registry = Direct::with_clock(
+            RegistryConfig::builder().max_payload_bytes(limit).build().unwrap(),
+            ManualClock::new(),
+        );
+        let p = Payload::builder("push", vec![0xA5u8; body]).build().unwrap();
+        let (t, d) = (Target::new("octo/repo", 1).unwrap(), DeliveryId::new("d").unwrap());
+        match registry.admit_with(&t, &d, Some(&p)) {
+            Err(RegistryError::PayloadTooLarge { size, limit: l }) => {
+                prop_assert_eq!((size, l), (p.size(), limit));
+                prop_assert!(p.size() > limit);
+                prop_assert_eq!(registry.claim_count(), 0);
+                prop_assert_eq!(registry.stats().payloads_too_large, 1);
+            }
+            Ok(Admission::Assigned(_)) => {
+                prop_assert!(p.size() <= limit);
+                prop_assert_eq!(registry.payload(&t, &d), Some(p.clone()));
+                prop_assert_eq!(registry.stats().payload_bytes_held, p.size());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -111,7 +111,14 @@ async fn list_serves_the_snapshot_with_counts_capacity_and_rfc3339_times() {
 
     clock.advance(Duration::from_millis(1500));
     let busy = assigned(registry.admit(&t(1), &e("d1")));
-    let draining = assigned(registry.admit(&t(2), &e("d2")));
+    let payload = worker_registry::Payload::builder("ping", &b"{}"[..])
+        .build()
+        .unwrap();
+    let draining = assigned(
+        registry
+            .admit_with(&t(2), &e("d2"), Some(&payload))
+            .unwrap(),
+    );
     registry.drain(draining).unwrap();
     let pool = registry.register().unwrap();
     pool.heartbeat().unwrap();
@@ -129,6 +136,10 @@ async fn list_serves_the_snapshot_with_counts_capacity_and_rfc3339_times() {
     );
     assert_eq!(body["capacity"], json!({"used": 3, "limit": 8}));
     assert_eq!(body["claims"], json!({"in_flight": 2, "retained": 0}));
+    assert_eq!(
+        body["payloads"],
+        json!({"held": 1, "bytes": payload.size(), "budget": worker_registry::config::DEFAULT_PAYLOAD_BUDGET})
+    );
     assert_eq!(body["brake_engaged"], false);
 
     let workers = body["workers"].as_array().unwrap();

@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 use worker_registry::{
     Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimCounts, ClaimOutcome, ClaimState,
     DeadReason, DeliveryId, DrainAll, DynRegistry, FencingToken, HeartbeatAck, InMemoryRegistry,
-    Maintenance, RegistryConfig, RegistryError, Rejection, ReleaseReason, ReleasedEvent, Stats,
-    Status, StatusSnapshot, Subscribe, Subscription, SweepReport, Target, WorkerId, WorkerInfo,
-    WorkerKind, WorkerRegistry,
+    Maintenance, Payload, RegistryConfig, RegistryError, Rejection, ReleaseReason, ReleasedEvent,
+    Stats, Status, StatusSnapshot, Subscribe, Subscription, SweepReport, Target, WorkerId,
+    WorkerInfo, WorkerKind, WorkerRegistry,
 };
 
 /// What a router does with one delivery, written against the trait only.
@@ -89,10 +89,11 @@ impl Scripted {
 }
 
 impl WorkerRegistry for Scripted {
-    fn admit(
+    fn admit_with(
         &self,
         target: &Target,
         delivery: &DeliveryId,
+        _: Option<&Payload>,
     ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
         let token = FencingToken::new(WORKER, 4).unwrap();
         let outcome = match delivery.as_str() {
@@ -103,9 +104,21 @@ impl WorkerRegistry for Scripted {
                 ClaimState::Completed,
             )),
             "full" => Admission::Rejected(Rejection::CapacityFull { limit: 8 }),
+            "budget" => Admission::Rejected(Rejection::PayloadBudget {
+                held: 90,
+                needed: 20,
+                limit: 100,
+            }),
             _ => Admission::Rejected(Rejection::TargetDraining { worker: WORKER }),
         };
         self.answer(format!("admit {target} {delivery}"), Ok(outcome))
+    }
+    fn payload(
+        &self,
+        _: &Target,
+        _: &DeliveryId,
+    ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send {
+        self.answer("payload".into(), Ok(None))
     }
     fn claim(
         &self,
@@ -284,11 +297,19 @@ fn down<T: Send>() -> impl Future<Output = Result<T, RegistryError>> + Send {
 }
 
 impl WorkerRegistry for Unreachable {
-    fn admit(
+    fn admit_with(
         &self,
         _: &Target,
         _: &DeliveryId,
+        _: Option<&Payload>,
     ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
+        down()
+    }
+    fn payload(
+        &self,
+        _: &Target,
+        _: &DeliveryId,
+    ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send {
         down()
     }
     fn claim(
@@ -407,6 +428,18 @@ async fn a_fake_returns_every_outcome_through_the_seam() {
     assert_eq!(route(&fake, &t(1), &d("dup")).await, 200);
     assert_eq!(route(&fake, &t(1), &d("full")).await, 503);
     assert_eq!(route(&fake, &t(1), &d("draining")).await, 503);
+    assert_eq!(route(&fake, &t(1), &d("budget")).await, 503);
+    // A payload passes through the trait's `admit_with`; `admit` is that call without one.
+    let p = Payload::builder("ping", &b"{}"[..]).build().unwrap();
+    assert!(matches!(
+        fake.admit_with(&t(1), &d("new"), Some(&p)).await,
+        Ok(Admission::Assigned(_))
+    ));
+    assert_eq!(fake.payload(&t(1), &d("new")).await, Ok(None));
+    assert!(
+        !fake.keeps_payloads(),
+        "the default: a backend says it keeps them"
+    );
     assert_eq!(fake.heartbeat(WORKER).await, Ok(HeartbeatAck::Draining));
     assert!(matches!(
         fake.heartbeat(WorkerId::new(1)).await,

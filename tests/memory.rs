@@ -1,6 +1,7 @@
-//! Memory per worker record and per retained claim, measured with a counting global allocator, the
-//! documented budgets (a retained claim with a GitHub delivery id, keys included, at most
-//! `CLAIM_BUDGET` bytes), and that the hot paths allocate nothing once the registry is warm.
+//! Memory per worker record, per retained claim and per payload held, measured with a counting
+//! global allocator, the documented budgets (a retained claim with a GitHub delivery id, keys
+//! included, at most `CLAIM_BUDGET` bytes; a completed claim keeps nothing of its payload), and
+//! that the hot paths allocate nothing once the registry is warm.
 //!
 //! Counts are per thread (each test counts only its own allocations) and deterministic up to the
 //! maps' hash seeds (which shard a key lands in moves table growth a little), so the budgets have
@@ -331,4 +332,93 @@ fn a_retained_claim_costs_at_most_the_budget_after_a_burst_in_flight() {
             Admission::Duplicate(_)
         ));
     }
+}
+
+/// What a held payload costs beyond what `Payload::size` counts, at most: its shared record
+/// (the `Arc` with the body's `Bytes` and the metadata's boxes, seven allocations with the
+/// allocator's overhead); measured 280 B for a `pull_request` payload with one extra header.
+const PAYLOAD_OVERHEAD_BUDGET: usize = 320;
+
+/// Payloads in flight: storing one with a claim costs the registry nothing beyond the claim (the
+/// slab entry holds a pointer whether or not there is a payload, and the payload is the caller's
+/// value, shared, not copied), and a completion frees it: the bytes of N completed claims with
+/// payloads equal those of N completed claims without, up to hash-seed noise; a payload itself
+/// costs its `size()` plus at most `PAYLOAD_OVERHEAD_BUDGET` bytes while held.
+#[test]
+fn a_payload_costs_its_size_plus_a_bounded_overhead_and_nothing_once_completed() {
+    use worker_registry::Payload;
+    const N: usize = 20_000;
+    const BODY: usize = 1_000;
+    let t = Target::new("org/repo", 1).unwrap();
+    let run = |with: bool| {
+        measure(|| {
+            let registry = Direct::with_clock(config(N), ManualClock::new());
+            for i in 0..N {
+                let e = event(i);
+                let p = with.then(|| {
+                    Payload::builder("pull_request", vec![i as u8; BODY])
+                        .action("opened")
+                        .header("x-github-hook-id", "12345")
+                        .build()
+                        .unwrap()
+                });
+                let a = registry.admit_with(&t, &e, p.as_ref()).unwrap();
+                assert!(matches!(a, Admission::Assigned(_)));
+                registry.complete(&t, &e).unwrap();
+            }
+            registry
+        })
+    };
+    let (plain_bytes, plain_allocs, plain) = run(false);
+    let (with_bytes, with_allocs, with) = run(true);
+    assert_eq!(with.stats().payload_bytes_held, 0);
+    let (plain_total, with_total) = (
+        footprint(plain_bytes, plain_allocs),
+        footprint(with_bytes, with_allocs),
+    );
+    println!(
+        "{N} completed claims: {plain_total} B without payloads, {with_total} B with ({:+.2} B per claim)",
+        (with_total as f64 - plain_total as f64) / N as f64
+    );
+    assert!(
+        with_total.abs_diff(plain_total) <= plain_total / 50,
+        "a completed claim keeps no payload: {with_total} B vs {plain_total} B"
+    );
+    drop((plain, with));
+
+    // Held: N payloads in flight (a fresh registry), the payloads made inside the measurement.
+    let (bytes, allocs, (registry, sizes)) = measure(|| {
+        let registry = Direct::with_clock(config(N), ManualClock::new());
+        let mut sizes = 0u64;
+        for i in 0..N {
+            let p = Payload::builder("pull_request", vec![i as u8; BODY])
+                .action("opened")
+                .header("x-github-hook-id", "12345")
+                .build()
+                .unwrap();
+            sizes += p.size();
+            registry.admit_with(&t, &event(i), Some(&p)).unwrap();
+        }
+        (registry, sizes)
+    });
+    assert_eq!(registry.stats().payload_bytes_held, sizes);
+    let (plain_bytes, plain_allocs, _) = measure(|| {
+        let registry = Direct::with_clock(config(N), ManualClock::new());
+        for i in 0..N {
+            registry.admit(&t, &event(i));
+        }
+        registry
+    });
+    let per_payload = (footprint(bytes, allocs) as f64
+        - footprint(plain_bytes, plain_allocs) as f64
+        - sizes as f64)
+        / N as f64;
+    println!(
+        "{N} payloads of {} B held in flight: {per_payload:.1} B each beyond size() (budget {PAYLOAD_OVERHEAD_BUDGET} B)",
+        sizes / N as u64
+    );
+    assert!(
+        per_payload <= PAYLOAD_OVERHEAD_BUDGET as f64,
+        "{per_payload:.1} B per payload beyond its size"
+    );
 }

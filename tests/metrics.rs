@@ -231,3 +231,45 @@ fn a_stuck_delivery_is_counted() {
     assert_eq!(m.get("worker_registry_claims_in_flight"), 0.0);
     assert_eq!(m.types["worker_registry_claims_stuck"], "counter");
 }
+
+#[test]
+fn payload_metrics_count_what_is_held_and_what_was_refused() {
+    use worker_registry::{Payload, RegistryError, Rejection};
+
+    let p = |n: usize| Payload::builder("ping", vec![0u8; n]).build().unwrap();
+    let size = p(1000).size();
+    let config = RegistryConfig::builder()
+        .max_payload_bytes(size)
+        .payload_budget(2 * size)
+        .build()
+        .unwrap();
+    let registry = Direct::with_clock(config, ManualClock::new());
+    for n in 1..=2 {
+        let a = registry.admit_with(&t(n), &e("d"), Some(&p(1000))).unwrap();
+        assert!(matches!(a, Admission::Assigned(_)));
+    }
+    assert!(matches!(
+        registry.admit_with(&t(3), &e("d"), Some(&p(1000))),
+        Ok(Admission::Rejected(Rejection::PayloadBudget { .. }))
+    ));
+    assert!(matches!(
+        registry.admit_with(&t(3), &e("d"), Some(&p(1001))),
+        Err(RegistryError::PayloadTooLarge { .. })
+    ));
+    registry.complete(&t(1), &e("d")).unwrap();
+
+    let metrics = Metrics::new(&InMemoryRegistry::from(registry.clone()));
+    let text = metrics.encode();
+    let m = metrics_format::parse(&text).unwrap_or_else(|err| panic!("{err}\n{text}"));
+    assert_eq!(m.get("worker_registry_payloads_held"), 1.0);
+    assert_eq!(m.get("worker_registry_payload_bytes_held"), size as f64);
+    assert_eq!(
+        m.get("worker_registry_payload_budget_bytes"),
+        (2 * size) as f64
+    );
+    assert_eq!(
+        m.get("worker_registry_rejected_total{reason=\"payload_budget\"}"),
+        1.0
+    );
+    assert_eq!(m.get("worker_registry_payloads_too_large_total"), 1.0);
+}

@@ -2,10 +2,11 @@
 //! in-memory registry and against the sequential reference model
 //! (`worker_registry::testkit::ReferenceRegistry`: maps and vectors under one lock, written from
 //! the contract's documentation, not from the in-memory code). After every operation both must
-//! give the same answer: admission outcome and worker identity, assignment tokens, heartbeat acks
+//! give the same answer: admission outcome (with a payload or without) and worker identity, the
+//! payload found by (target, delivery), assignment tokens, heartbeat acks
 //! and errors, loop/drain/deregister results, claim and completion results (fenced or not), sweep
-//! reports (deaths and their reasons, suspects, brake, released targets and events with holders
-//! and reasons, expiries, evictions, purges), every field of the published snapshot, every
+//! reports (deaths and their reasons, suspects, brake, released targets and events with holders,
+//! reasons and payloads, expiries, evictions, purges), every field of the published snapshot, every
 //! worker's live record, the counters and the gauges. Time moves only through `Advance` steps: a
 //! `ManualClock` for the in-memory registry, the model's own time for the reference.
 //!
@@ -26,9 +27,9 @@ use proptest::test_runner::TestCaseError;
 use worker_registry::testkit::ReferenceRegistry;
 use worker_registry::{
     Activity, Admission, AssignOutcome, ClaimOutcome, Clock, DeadReason, DeliveryId, DrainAll,
-    HeartbeatAck, InMemoryRegistry, Maintenance, ManualClock, RegistryConfig, RegistryError, Stats,
-    Status, StatusCounts, StatusSnapshot, SweepDurations, SweepReport, Target, WorkerId,
-    WorkerRegistry,
+    HeartbeatAck, InMemoryRegistry, Maintenance, ManualClock, Payload, RegistryConfig,
+    RegistryError, Stats, Status, StatusCounts, StatusSnapshot, SweepDurations, SweepReport,
+    Target, WorkerId, WorkerRegistry,
 };
 
 const TARGETS: usize = 4;
@@ -63,6 +64,13 @@ enum Room {
 
 /// How long a parked delivery may wait in the runs with a room: reached by a run.
 const MAX_WAIT_MS: u64 = 400;
+/// The largest payload admitted (its body is at most 200 bytes; `AdmitWith` sometimes sends one
+/// a little larger), and the budget: about three of the largest, so runs reach it.
+const MAX_PAYLOAD: u64 = 200 + PAYLOAD_META;
+const PAYLOAD_BUDGET: u64 = 3 * MAX_PAYLOAD + 50;
+/// What a `payload()` body adds: the event name and the content type.
+const PAYLOAD_META: u64 =
+    "push".len() as u64 + worker_registry::limits::DEFAULT_CONTENT_TYPE.len() as u64;
 
 fn config(room: Room) -> RegistryConfig {
     let ms = Duration::from_millis;
@@ -80,7 +88,10 @@ fn config(room: Room) -> RegistryConfig {
         .drain_deadline(ms(DRAIN_DEADLINE_MS))
         // Eviction order among claims completed in the same millisecond is unspecified, so the
         // test keeps eviction out of reach (the key space is TARGETS x EVENTS).
-        .max_retained_claims(1_000);
+        .max_retained_claims(1_000)
+        // A few payloads fill the budget; some are too large.
+        .max_payload_bytes(MAX_PAYLOAD)
+        .payload_budget(PAYLOAD_BUDGET);
     let b = match room {
         Room::Off => b.max_workers(MAX_WORKERS),
         Room::On => b
@@ -109,6 +120,14 @@ fn event(e: usize) -> DeliveryId {
     DeliveryId::new(&format!("d{e}")).unwrap()
 }
 
+/// A payload of `body` bytes, its content set by the delivery (so a redelivery may carry the
+/// same payload or, at another size, another one).
+fn payload(e: usize, body: usize) -> Payload {
+    Payload::builder("push", vec![e as u8; body])
+        .build()
+        .unwrap()
+}
+
 /// Both registries answer with already-completed futures: poll once.
 fn now<T>(f: impl Future<Output = T>) -> T {
     match pin!(f).poll(&mut Context::from_waker(Waker::noop())) {
@@ -130,6 +149,10 @@ enum W {
 #[derive(Debug, Clone)]
 enum Op {
     Admit(usize, usize),
+    /// `admit_with` a payload of this many body bytes.
+    AdmitWith(usize, usize, usize),
+    /// The `payload` lookup.
+    Payload(usize, usize),
     Assign(usize),
     Claim(usize, usize),
     Release(usize, usize),
@@ -162,7 +185,10 @@ fn op() -> impl Strategy<Value = Op> {
     let t = 0..TARGETS;
     let e = 0..EVENTS;
     prop_oneof![
-        8 => (t.clone(), e.clone()).prop_map(|(t, e)| Op::Admit(t, e)),
+        5 => (t.clone(), e.clone()).prop_map(|(t, e)| Op::Admit(t, e)),
+        5 => (t.clone(), e.clone(), prop_oneof![0usize..=60, 150usize..=200, 201usize..=210])
+            .prop_map(|(t, e, n)| Op::AdmitWith(t, e, n)),
+        2 => (t.clone(), e.clone()).prop_map(|(t, e)| Op::Payload(t, e)),
         1 => t.clone().prop_map(Op::Assign),
         1 => (t.clone(), e.clone()).prop_map(|(t, e)| Op::Claim(t, e)),
         1 => (t.clone(), e.clone()).prop_map(|(t, e)| Op::Release(t, e)),
@@ -190,6 +216,7 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Debug, PartialEq)]
 enum Outcome {
     Admission(Result<Admission, RegistryError>),
+    Payload(Result<Option<Payload>, RegistryError>),
     Assign(Result<AssignOutcome, RegistryError>),
     Claim(Result<ClaimOutcome, RegistryError>),
     Done(Result<(), RegistryError>),
@@ -235,6 +262,11 @@ async fn apply<R: WorkerRegistry + Maintenance>(
 ) -> Outcome {
     match *op {
         Op::Admit(t, e) => Outcome::Admission(r.admit(&target(t), &event(e)).await),
+        Op::AdmitWith(t, e, n) => {
+            let p = payload(e, n);
+            Outcome::Admission(r.admit_with(&target(t), &event(e), Some(&p)).await)
+        }
+        Op::Payload(t, e) => Outcome::Payload(r.payload(&target(t), &event(e)).await),
         Op::Assign(t) => Outcome::Assign(r.assign(&target(t)).await),
         Op::Claim(t, e) => Outcome::Claim(r.claim(&target(t), &event(e)).await),
         Op::Release(t, e) => Outcome::Done(r.release(&target(t), &event(e)).await),
@@ -371,6 +403,7 @@ impl Run {
         prop_assert_eq!(sweeps, stats.sweeps);
         prop_assert_eq!(mem.direct().live_workers(), stats.live_workers);
         prop_assert!(stats.live_workers <= self.max_workers);
+        prop_assert!(stats.payload_bytes_held <= PAYLOAD_BUDGET, "{stats:?}");
         // A worker a promotion made is known once a sweep has handed it over.
         prop_assert!(live <= stats.live_workers);
         if stats.waiting == 0 && stats.promoted == 0 {
@@ -505,6 +538,106 @@ fn staggered_recovery_after_a_stall_kills_nobody() {
     assert_eq!(
         WorkerRegistry::stats(&run.memory).deaths_missed_heartbeats,
         0
+    );
+}
+
+/// Two draining workers die in one sweep after a purge has reordered the in-memory registry's
+/// roster: the targets parked behind them get their successors in the order of the workers'
+/// ids, in both (the random search's find; the roster's order decided it before).
+#[test]
+fn successors_of_workers_dying_in_one_sweep_come_in_id_order() {
+    use Op::*;
+    fixed_in(
+        &[
+            Admit(1, 0),
+            Admit(2, 0),
+            Admit(0, 0),
+            Advance(435),
+            Admit(3, 1),
+            Sweep,
+            Admit(2, 0),
+            DrainAll,
+            Advance(95),
+            Register,
+            Sweep,
+            Advance(195),
+            Sweep,
+            Advance(10),
+            Admit(3, 0),
+            Admit(2, 1),
+            Sweep,
+            Advance(96),
+        ],
+        Room::Capped,
+    );
+}
+
+/// A pair parked with a payload, then claimed bare (`claim` does not look at the waiting room):
+/// the lookup answers the in-flight claim's (none), not the parked delivery's, in both (the
+/// random search's find: the in-memory lookup fell through to the room).
+#[test]
+fn a_bare_claim_of_a_waiting_pair_is_looked_up_first() {
+    use Op::*;
+    fixed_in(
+        &[
+            Admit(3, 0),
+            DrainAll,
+            AdmitWith(1, 1, 0),
+            Claim(1, 1),
+            Payload(1, 1),
+        ],
+        Room::Capped,
+    );
+}
+
+/// The promotion passes over a waiting target whose owner is at its cap only if placing it takes
+/// a new slot: here a target without a worker (its owner capped) is set aside and the next owner's
+/// target is promoted. (The random search's find against a `has_live_worker` that answers the
+/// opposite of the truth: the capped target was then tried, refused, and ended the pass.)
+#[test]
+fn a_capped_owners_target_without_a_worker_is_passed_over() {
+    use Op::*;
+    let run = fixed_in(
+        &[
+            Admit(1, 0),
+            Claim(0, 0),
+            Admit(0, 0),
+            AdmitWith(3, 0, 0),
+            Admit(2, 0),
+        ],
+        Room::Capped,
+    );
+    assert_eq!(WorkerRegistry::stats(&run.memory).promoted, 1);
+}
+
+/// ... and a waiting target that has a live worker of its own (a later delivery of it found the
+/// room full and was placed after all, capacity allowing, while its earlier ones waited) is
+/// promoted onto that worker even with its owner at the cap: it takes no new slot. (The random
+/// search's find against a `has_live_worker` that always answers false: the target's waiting
+/// deliveries then stayed behind.)
+#[test]
+fn a_capped_owners_target_with_a_live_worker_is_promoted_onto_it() {
+    use Op::*;
+    fixed_in(
+        &[
+            Assign(3),
+            AdmitWith(0, 1, 0),
+            LoopFinished(W::Known(1)),
+            DrainWithin(W::Known(0), 0),
+            Admit(0, 1),
+            Drain(W::Known(0)),
+            Admit(0, 0),
+            DrainAll,
+            Admit(3, 1),
+            LoopFinished(W::Known(5)),
+            Admit(1, 1),
+            Admit(2, 0),
+            Admit(3, 0),
+            Admit(0, 0),
+            Admit(0, 1),
+            Admit(2, 1),
+        ],
+        Room::Capped,
     );
 }
 

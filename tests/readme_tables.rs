@@ -58,6 +58,14 @@ enum Said {
 
 fn said(cell: &str) -> Said {
     let cell = cell.split(" (").next().unwrap_or(cell);
+    // A sum of sizes, `25 MiB + 9 599 B`, is read as its number of bytes.
+    if cell.contains(" + ") {
+        let bytes = cell.split(" + ").map(|part| match said(part) {
+            Said::Number(n) => n,
+            Said::Duration(_) => panic!("a sum of durations in {cell:?}"),
+        });
+        return Said::Number(bytes.sum());
+    }
     let (number, unit) = match cell.rsplit_once(' ') {
         Some((n, u)) if u.chars().all(char::is_alphabetic) => (n, Some(u)),
         _ => (cell, None),
@@ -68,6 +76,10 @@ fn said(cell: &str) -> Said {
         .unwrap_or_else(|_| panic!("not a number: {cell:?}"));
     let secs = match unit {
         None => return Said::Number(number),
+        Some("B") => return Said::Number(number),
+        Some("KiB") => return Said::Number(number * 1024.0),
+        Some("MiB") => return Said::Number(number * 1024.0 * 1024.0),
+        Some("GiB") => return Said::Number(number * 1024.0 * 1024.0 * 1024.0),
         Some("ms") => 0.001,
         Some("s") => 1.0,
         Some("min") => 60.0,
@@ -102,6 +114,8 @@ fn constant(name: &str) -> Said {
         "DEFAULT_MAX_WAITING_PER_OWNER" => n(config::DEFAULT_MAX_WAITING_PER_OWNER as f64),
         "DEFAULT_MAX_WAIT" => d(config::DEFAULT_MAX_WAIT),
         "DEFAULT_MAX_WORKERS_PER_OWNER" => n(config::DEFAULT_MAX_WORKERS_PER_OWNER as f64),
+        "DEFAULT_MAX_PAYLOAD_BYTES" => n(config::DEFAULT_MAX_PAYLOAD_BYTES as f64),
+        "DEFAULT_PAYLOAD_BUDGET" => n(config::DEFAULT_PAYLOAD_BUDGET as f64),
         other => panic!("the README names {other}, which this test does not know: add it"),
     }
 }

@@ -1623,3 +1623,245 @@ fn waiting_room_parks_and_promotes_each_delivery_exactly_once() {
     );
     assert_eq!(reg.status().waiting, 0);
 }
+
+// ---- payloads ------------------------------------------------------------------------------------
+
+/// Payloads under concurrency: two router threads admit deliveries with payloads of random sizes
+/// (fresh ones, and redeliveries of recent ones with a different payload) on a registry whose
+/// budget holds a few dozen, a worker thread completes, releases, deregisters and heartbeats,
+/// and a sweeper thread re-dispatches every released delivery with the payload its event
+/// carries, as a router does. At the end every worker leaves and the room is dropped. Checked:
+///
+/// * a payload found by `payload()`, and every payload a released or promoted event carries, is
+///   one that was admitted for that very pair (never another pair's, never a redelivery's that
+///   was answered `Duplicate`);
+/// * the bytes held never pass the budget by more than the replacements under way (each counts
+///   a released copy and its successor for an instant), and a budget refusal's `held` is above
+///   what its payload fits under;
+/// * at the end, with nothing in flight or waiting, the registry holds no payload: every byte
+///   reserved was given back (none leaked, none given back twice).
+#[test]
+fn payload_bytes_are_accounted_exactly_under_concurrency() {
+    use std::sync::Mutex;
+    use worker_registry::{Payload, ReleasedEvent};
+
+    let seed = env_u64("WORKER_REGISTRY_SEED").unwrap_or_else(rand::random);
+    let ops = env_u64("WORKER_REGISTRY_STRESS_OPS").map_or(20_000, |n| n as usize / 10 + 1);
+    eprintln!("payload stress: seed {seed}, {ops} admissions per router thread");
+    const MAX_BODY: usize = 2_000;
+    let payload = |tag: u64, body: usize| {
+        Payload::builder("push", vec![(tag % 251) as u8; body])
+            .header("x-tag", tag.to_string())
+            .build()
+            .unwrap()
+    };
+    let max = payload(u64::MAX, MAX_BODY).size();
+    let budget = 24 * max;
+    let ms = Duration::from_millis;
+    let clock = ManualClock::new();
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(ms(1000))
+        .missed_heartbeats(3)
+        .sweep_interval(ms(10))
+        .startup_grace(ms(1000))
+        .max_workers(6)
+        .max_waiting(16)
+        .max_waiting_per_owner(16)
+        .max_wait(Duration::from_secs(3600))
+        .claim_retention(Duration::from_secs(24 * 3600))
+        .max_retained_claims(10_000_000)
+        .max_payload_bytes(max)
+        .payload_budget(budget)
+        .build()
+        .unwrap();
+    let reg = Direct::with_clock(config, clock.clone());
+    let targets: Vec<Target> = (0..10)
+        .map(|i| Target::new(&format!("owner{}/repo", i % 2), 1 + i as u64).unwrap())
+        .collect();
+    // Every payload admitted (answered Assigned or Waiting) per pair; a pair may be admitted
+    // again after its claim was let go, with another payload.
+    let admitted: Mutex<HashMap<(Target, DeliveryId), Vec<Payload>>> = Mutex::new(HashMap::new());
+    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let fail = |m: String| failures.lock().unwrap().push(m);
+    let finished = AtomicUsize::new(0);
+    let known = |t: &Target, d: &DeliveryId, p: &Payload| {
+        admitted
+            .lock()
+            .unwrap()
+            .get(&(t.clone(), d.clone()))
+            .is_some_and(|ps| ps.contains(p))
+    };
+    let check_held = |reg: &Direct<ManualClock>| {
+        let held = reg.stats().payload_bytes_held;
+        if held > budget + 4 * max {
+            fail(format!("{held} bytes held, budget {budget}"));
+        }
+    };
+    // Re-dispatches released deliveries as a router does (promoted ones are placed already).
+    let redispatch = |reg: &Direct<ManualClock>, released: &[ReleasedEvent]| {
+        for e in released {
+            if let Some(p) = &e.payload {
+                if !known(&e.target, &e.delivery, p) {
+                    fail(format!("{e} carries a payload never admitted for it"));
+                }
+            }
+            if e.reason == worker_registry::ReleaseReason::Promoted {
+                continue;
+            }
+            match reg.admit_with(&e.target, &e.delivery, e.payload.as_ref()) {
+                Ok(Admission::Assigned(_) | Admission::Waiting(_)) => {}
+                Ok(Admission::Duplicate(_) | Admission::Rejected(_)) => {}
+                Err(err) => fail(format!("re-dispatch of {e}: {err}")),
+            }
+        }
+    };
+
+    std::thread::scope(|s| {
+        for thread in 0..2u64 {
+            let (reg, targets, admitted) = (&reg, &targets, &admitted);
+            let (fail, finished, known, check_held) = (&fail, &finished, &known, &check_held);
+            s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(seed ^ (thread + 1));
+                let mut sent: Vec<(usize, DeliveryId)> = Vec::new();
+                for i in 0..ops {
+                    let (t, d) = if !sent.is_empty() && rng.gen_bool(0.2) {
+                        sent[rng.gen_range(0..sent.len())].clone()
+                    } else {
+                        let d = DeliveryId::new(&format!("t{thread}-{i}")).unwrap();
+                        sent.push((rng.gen_range(0..targets.len()), d.clone()));
+                        if sent.len() > 64 {
+                            sent.remove(0);
+                        }
+                        (sent[sent.len() - 1].0, d)
+                    };
+                    let p = payload(rng.gen(), rng.gen_range(0..=MAX_BODY));
+                    let target = &targets[t];
+                    // Recorded before the call: a sweep may hand it over before this returns.
+                    admitted
+                        .lock()
+                        .unwrap()
+                        .entry((target.clone(), d.clone()))
+                        .or_default()
+                        .push(p.clone());
+                    let stored = match reg.admit_with(target, &d, Some(&p)) {
+                        Ok(Admission::Assigned(_) | Admission::Waiting(_)) => true,
+                        Ok(Admission::Rejected(Rejection::PayloadBudget {
+                            held,
+                            needed,
+                            limit,
+                        })) => {
+                            if (limit, needed) != (budget, p.size()) || held + needed <= limit {
+                                fail(format!("budget refusal {held}+{needed} of {limit}"));
+                            }
+                            false
+                        }
+                        Ok(Admission::Duplicate(_) | Admission::Rejected(_)) => false,
+                        Err(e) => {
+                            fail(format!("{e}"));
+                            false
+                        }
+                    };
+                    if !stored {
+                        // Not stored: from now on, finding it is a failure.
+                        if let Some(ps) = admitted
+                            .lock()
+                            .unwrap()
+                            .get_mut(&(target.clone(), d.clone()))
+                        {
+                            ps.retain(|q| *q != p);
+                        }
+                    }
+                    if let Some(found) = reg.payload(target, &d) {
+                        if !known(target, &d, &found) {
+                            fail(format!("{d} on {target}: a payload never admitted for it"));
+                        }
+                    }
+                    check_held(reg);
+                }
+                finished.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        // The workers: complete or give back some of what they hold, finish loops, deregister.
+        {
+            let (reg, finished, clock, targets) = (&reg, &finished, &clock, &targets);
+            s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(seed ^ 0xfeed);
+                while finished.load(Ordering::SeqCst) < 2 {
+                    for w in reg.status().workers.iter().filter(|w| w.status.is_alive()) {
+                        let _ = reg.heartbeat(w.id);
+                        match rng.gen_range(0..8) {
+                            0 => {
+                                let _ = reg.deregister(w.id);
+                            }
+                            1 => {
+                                let _ = reg.loop_finished(w.id);
+                            }
+                            _ => {}
+                        }
+                    }
+                    // Complete or release recent deliveries of both routers.
+                    for _ in 0..8 {
+                        let t = &targets[rng.gen_range(0..targets.len())];
+                        let thread = rng.gen_range(0..2);
+                        let i = rng.gen_range(0..ops);
+                        let d = DeliveryId::new(&format!("t{thread}-{i}")).unwrap();
+                        if rng.gen_bool(0.8) {
+                            let _ = reg.complete(t, &d);
+                        } else {
+                            let _ = reg.release(t, &d);
+                        }
+                    }
+                    clock.advance(ms(1));
+                    std::thread::yield_now();
+                }
+            });
+        }
+        {
+            let (reg, finished, redispatch, check_held) =
+                (&reg, &finished, &redispatch, &check_held);
+            s.spawn(move || {
+                while finished.load(Ordering::SeqCst) < 2 {
+                    let report = reg.sweep();
+                    redispatch(reg, &report.released);
+                    check_held(reg);
+                    std::thread::yield_now();
+                }
+            });
+        }
+    });
+    // Nothing more is admitted: every worker leaves, what they held is handed over (and not
+    // re-dispatched), the room is dropped. Then nothing may be held.
+    let mut handed = 0usize;
+    for _ in 0..200 {
+        for w in reg.status().workers.iter().filter(|w| w.status.is_alive()) {
+            let _ = reg.deregister(w.id);
+        }
+        let report = reg.sweep();
+        for e in &report.released {
+            if let Some(p) = &e.payload {
+                handed += 1;
+                if !known(&e.target, &e.delivery, p) {
+                    fail(format!("{e} carries a payload never admitted for it"));
+                }
+            }
+        }
+        if report.waiting == 0 && report.released.is_empty() {
+            break;
+        }
+    }
+    clock.advance(Duration::from_secs(3601));
+    reg.sweep();
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "seed {seed}: {failures:?}");
+    let s = reg.stats();
+    assert!(
+        s.rejected_payload_budget > 0 && handed > 0,
+        "seed {seed}: the run reached the budget and released payloads: {s:?}"
+    );
+    assert_eq!(
+        (s.payloads_held, s.payload_bytes_held, s.waiting),
+        (0, 0, 0),
+        "seed {seed}: every byte reserved was given back"
+    );
+    assert_eq!(reg.status().payloads.bytes, 0);
+}

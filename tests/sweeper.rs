@@ -115,3 +115,59 @@ async fn abort_abandons_a_callback_in_progress() {
     );
     assert_eq!(registry.status().version, 1, "no sweep after the abort");
 }
+
+/// An exit that promotes a waiting delivery wakes the sweeper, which hands the promoted delivery
+/// over (with its payload) at once, not at its next interval: on paused time, the report arrives
+/// before any time passes.
+#[tokio::test(start_paused = true)]
+async fn a_promotion_at_an_exit_is_handed_over_at_once() {
+    use worker_registry::{Admission, DeliveryId, Payload, ReleaseReason, Target};
+
+    let config = RegistryConfig::builder()
+        .heartbeat_interval(Duration::from_secs(30))
+        .sweep_interval(Duration::from_secs(5))
+        .max_workers(1)
+        .max_waiting(8)
+        .build()
+        .unwrap();
+    let registry = Direct::with_clock(config, TokioClock::new());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let sweeper = Sweeper::spawn(InMemoryRegistry::from(registry.clone()), move |r| {
+        let promoted: Vec<_> = r
+            .released
+            .iter()
+            .filter(|e| e.reason == ReleaseReason::Promoted)
+            .cloned()
+            .collect();
+        if !promoted.is_empty() {
+            let _ = tx.send(promoted);
+        }
+    });
+    let holder = registry.register().unwrap();
+    let (t, d) = (
+        Target::new("o/r", 1).unwrap(),
+        DeliveryId::new("waits").unwrap(),
+    );
+    let p = Payload::builder("pull_request", &b"{}"[..])
+        .build()
+        .unwrap();
+    assert!(matches!(
+        registry.admit_with(&t, &d, Some(&p)),
+        Ok(Admission::Waiting(_))
+    ));
+    // Between two sweeps: the next one is 4 s away.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let before = tokio::time::Instant::now();
+    holder.deregister().unwrap();
+    let promoted = tokio::time::timeout(Duration::from_secs(1), rx.recv())
+        .await
+        .expect("the sweeper was woken: the promoted delivery is handed over at once")
+        .expect("a report");
+    assert_eq!(before.elapsed(), Duration::ZERO, "no time passed");
+    assert_eq!(promoted.len(), 1);
+    assert_eq!(
+        (&promoted[0].delivery, &promoted[0].payload),
+        (&d, &Some(p))
+    );
+    sweeper.shutdown().await;
+}

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dashmap::DashMap;
 use rand::{Rng, SeedableRng};
 use worker_registry::config::DEFAULT_SHARDS;
-use worker_registry::{Admission, Clock, DeliveryId, SystemClock, Target, WorkerId};
+use worker_registry::{Admission, Clock, DeliveryId, Payload, SystemClock, Target, WorkerId};
 
 pub use crate::common::WORKERS;
 use crate::common::{events, targets, Fixture, Hasher};
@@ -46,6 +46,8 @@ pub const ROWS: &[Row] = &[
     Row { name: "heartbeat_handle", what: "WorkerHandle::heartbeat()", calls: CALLS, run: heartbeat_handle },
     Row { name: "admit_duplicate", what: "admit of an in-flight delivery (redelivery)", calls: CALLS, run: admit_duplicate },
     Row { name: "admit_fresh_complete_at_limit", what: "admit + complete of a fresh delivery at the default retained bound (every completion evicts)", calls: CALLS, run: admit_fresh_complete_at_limit },
+    Row { name: "admit_payload_duplicate", what: "admit_with(30 KB payload) of an in-flight delivery (redelivery)", calls: CALLS, run: admit_payload_duplicate },
+    Row { name: "admit_payload_fresh_complete_at_limit", what: "admit_with(30 KB payload) + complete of a fresh delivery at the retained bound", calls: CALLS, run: admit_payload_fresh_complete_at_limit },
     Row { name: "status", what: "status() (Arc of the snapshot)", calls: CALLS, run: status },
     Row { name: "status_with", what: "status_with(|s| s.version)", calls: CALLS, run: status_with },
     Row { name: "sweep_idle_10k", what: "sweep(), 10k idle workers (per sweep)", calls: SWEEPS, run: sweep_idle_10k },
@@ -108,7 +110,66 @@ fn admit_duplicate(count: bool) {
     });
 }
 
+/// A typical `pull_request` delivery's payload: a 30 KB body and GitHub's headers. Built once:
+/// what an admission costs is the registry's work, not building the payload.
+fn payload() -> Payload {
+    Payload::builder("pull_request", vec![b'x'; 30 * 1024])
+        .action("synchronize")
+        .header("x-github-hook-id", "123456789")
+        .header("x-hub-signature-256", format!("sha256={}", "ab".repeat(32)))
+        .build()
+        .unwrap()
+}
+
+fn admit_payload_duplicate(count: bool) {
+    let f = Fixture::new(WORKERS);
+    let p = Pattern::new(WORKERS);
+    let payload = payload();
+    run(count, CALLS, |i| {
+        let k = p.at(i);
+        matches!(
+            f.registry
+                .admit_with(&f.targets[k], &f.events[k], Some(&payload)),
+            Ok(Admission::Duplicate(_))
+        )
+    });
+}
+
 fn admit_fresh_complete_at_limit(count: bool) {
+    let (f, p, pool) = at_limit();
+    let mask = pool.len() - 1;
+    let mut next = worker_registry::config::DEFAULT_MAX_RETAINED_CLAIMS;
+    run(count, CALLS, |i| {
+        let (t, e) = (&f.targets[p.at(i)], &pool[next & mask]);
+        next += 1;
+        let a = f.registry.admit(t, e);
+        (
+            matches!(a, Admission::Assigned(_)),
+            f.registry.complete(t, e).is_ok(),
+        )
+    });
+}
+
+fn admit_payload_fresh_complete_at_limit(count: bool) {
+    let (f, p, pool) = at_limit();
+    let payload = payload();
+    let mask = pool.len() - 1;
+    let mut next = worker_registry::config::DEFAULT_MAX_RETAINED_CLAIMS;
+    run(count, CALLS, |i| {
+        let (t, e) = (&f.targets[p.at(i)], &pool[next & mask]);
+        next += 1;
+        let a = f.registry.admit_with(t, e, Some(&payload));
+        (
+            matches!(a, Ok(Admission::Assigned(_))),
+            f.registry.complete(t, e).is_ok(),
+        )
+    });
+}
+
+/// The fixture of the at-limit rows: the registry filled to the default retained bound
+/// (untimed), so that every counted completion evicts the oldest claim, an access pattern, and
+/// the pool of fresh delivery ids (the first `DEFAULT_MAX_RETAINED_CLAIMS` used).
+fn at_limit() -> (Fixture, Pattern, Vec<DeliveryId>) {
     let f = Fixture::new(WORKERS);
     let p = Pattern::new(WORKERS);
     // Fill to the bound (untimed), then every counted completion evicts the oldest claim.
@@ -120,17 +181,7 @@ fn admit_fresh_complete_at_limit(count: bool) {
         f.registry.admit(t, e);
         let _ = f.registry.complete(t, e);
     }
-    let mask = pool.len() - 1;
-    let mut next = bound;
-    run(count, CALLS, |i| {
-        let (t, e) = (&f.targets[p.at(i)], &pool[next & mask]);
-        next += 1;
-        let a = f.registry.admit(t, e);
-        (
-            matches!(a, Admission::Assigned(_)),
-            f.registry.complete(t, e).is_ok(),
-        )
-    });
+    (f, p, pool)
 }
 
 fn status(count: bool) {

@@ -68,6 +68,8 @@ const ROWS: &[Row] = &[
     Row { metric: Metric::Median, name: "admit_fresh_complete_at_limit", op: "admit/fresh_complete_at_limit", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Ratio(3.0), goal_at: BOTH },
     Row { metric: Metric::Median, name: "admit_at_limit_vs_floor", op: "admit/fresh_complete_at_limit", base: "baseline/bounded_insert_remove", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
     Row { metric: Metric::Median, name: "admit_at_limit_vs_fresh", op: "admit/fresh_complete_at_limit", base: "admit/fresh_complete", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "admit_payload_duplicate", op: "admit/payload_duplicate", base: "admit/duplicate", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "admit_payload_at_limit", op: "admit/payload_fresh_complete_at_limit", base: "admit/fresh_complete_at_limit", base_1t: false, goal: Goal::Info, goal_at: BOTH },
     Row { metric: Metric::Median, name: "admit_sticky", op: "admit/sticky", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Info, goal_at: BOTH },
     Row { metric: Metric::Median, name: "admit_sticky_vs_mutex", op: "admit/sticky", base: "admit/mutex_sticky", base_1t: false, goal: Goal::Info, goal_at: BOTH },
     Row { metric: Metric::Median, name: "status_10", op: "status/arc_10", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },
@@ -88,6 +90,8 @@ const ROWS: &[Row] = &[
     Row { metric: Metric::Median, name: "sweep_vs_mutex", op: "sweep/idle_10k", base: "sweep/mutex_idle_10k", base_1t: true, goal: Goal::Info, goal_at: ONE },
     Row { metric: Metric::P999, name: "tail_p999_vs_mutex", op: "tail/registry", base: "tail/mutex", base_1t: false, goal: Goal::Ratio(1.0), goal_at: BOTH },
     Row { metric: Metric::Max, name: "tail_max_vs_mutex", op: "tail/registry", base: "tail/mutex", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::P999, name: "tail_p999_payload", op: "tail/registry_payload", base: "tail/registry", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Max, name: "tail_max_payload", op: "tail/registry_payload", base: "tail/registry", base_1t: false, goal: Goal::Info, goal_at: BOTH },
     Row { metric: Metric::Median, name: "mixed_vs_mutex", op: "mixed/registry", base: "mixed/mutex", base_1t: false, goal: Goal::Faster(3.0), goal_at: TWO },
     Row { metric: Metric::Median, name: "mixed_vs_rwlock", op: "mixed/registry", base: "mixed/rwlock", base_1t: false, goal: Goal::Info, goal_at: BOTH },
 ];

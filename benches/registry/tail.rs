@@ -1,6 +1,7 @@
 //! Tail latency of the hot path at steady state: fresh admit + complete at the default
 //! retained-claims bound (so every completion evicts), while another thread sweeps every
-//! millisecond, on the registry and on the `Mutex<HashMap>` registry doing the same.
+//! millisecond, on the registry (without payloads, and with a typical one on every delivery) and
+//! on the `Mutex<HashMap>` registry doing the same.
 //!
 //! Every operation is timed on its own (`Instant`, wall time: preemption and lock waits count)
 //! into an HDR histogram, corrected for coordinated omission (a stalled call stands for the calls
@@ -17,10 +18,10 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use hdrhistogram::Histogram;
 use worker_registry::config::DEFAULT_MAX_RETAINED_CLAIMS;
-use worker_registry::{memory::Direct, DeliveryId};
+use worker_registry::{memory::Direct, Admission, DeliveryId, Payload, Target, WorkerId};
 
 use crate::common::{config, events, id, run, Fixture, Ring, THREADS, WORKERS};
-use crate::naive::{populate, MutexRegistry, Router};
+use crate::naive::{populate, Admit, MutexRegistry, Router};
 
 /// The interval at which a busy router would issue these calls (about a thousand webhooks per
 /// second per core would be far slower; this is the rate the loop itself runs at).
@@ -121,11 +122,52 @@ fn measure<R: Router + ?Sized>(
     let _ = std::fs::write(dir.join("tail.json"), json);
 }
 
+/// The registry admitting every delivery with the same typical payload (a 30 KB body, GitHub's
+/// headers): the same loop, plus the budget's CAS at admission and its release at completion.
+struct WithPayload<'a>(&'a Direct, Payload);
+
+impl Router for WithPayload<'_> {
+    fn heartbeat(&self, id: WorkerId) -> bool {
+        self.0.heartbeat(id).is_ok()
+    }
+    fn admit(&self, target: &Target, event: &DeliveryId) -> Admit {
+        match self.0.admit_with(target, event, Some(&self.1)) {
+            Ok(Admission::Assigned(a)) => Admit::Assigned(a.worker),
+            Ok(Admission::Duplicate(_)) => Admit::Duplicate,
+            _ => Admit::Rejected,
+        }
+    }
+    fn complete(&self, target: &Target, event: &DeliveryId) -> bool {
+        self.0.complete(target, event).is_ok()
+    }
+    fn release(&self, target: &Target, event: &DeliveryId) {
+        let _ = self.0.release(target, event);
+    }
+    fn sweep(&self) -> usize {
+        self.0.sweep().died.len()
+    }
+    fn status(&self) -> usize {
+        self.0.status().workers.len()
+    }
+}
+
 pub fn bench(c: &mut Criterion) {
+    let payload = Payload::builder("pull_request", vec![b'x'; 30 * 1024])
+        .action("synchronize")
+        .header("x-github-hook-id", "123456789")
+        .header("x-hub-signature-256", format!("sha256={}", "ab".repeat(32)))
+        .build()
+        .expect("a valid payload");
     for threads in THREADS {
         let f = Fixture::with(Direct::new(config()), WORKERS);
         fill(&f.registry, &f.targets);
         measure(c, "registry", threads, &f.registry, &f.targets);
+        drop(f);
+
+        let f = Fixture::with(Direct::new(config()), WORKERS);
+        fill(&f.registry, &f.targets);
+        let with = WithPayload(&f.registry, payload.clone());
+        measure(c, "registry_payload", threads, &with, &f.targets);
         drop(f);
 
         let targets = crate::common::targets(WORKERS);

@@ -40,6 +40,7 @@ use std::time::Duration;
 use super::error::RegistryError;
 use super::ids::{DeliveryId, Target, WorkerId};
 use super::outcome::{Admission, AssignOutcome, ClaimOutcome, DrainAll, HeartbeatAck};
+use super::payload::Payload;
 use super::report::{ReleasedEvent, SweepReport};
 use super::snapshot::{StatusSnapshot, WorkerInfo};
 use super::stats::Stats;
@@ -158,7 +159,8 @@ pub trait WorkerRegistry: Send + Sync {
     ///   [`SweepReport::released`] as a [`ReleasedEvent`] with
     ///   [`ReleaseReason::Promoted`](crate::ReleaseReason::Promoted) and its
     ///   [`assignment`](ReleasedEvent::assignment): the caller starts the worker if the
-    ///   assignment is `new`, delivers the event to it, and acknowledges it like a released event.
+    ///   assignment is `new`, delivers the event to it (with its
+    ///   [`payload`](ReleasedEvent::payload)), and acknowledges it like a released event.
     ///   If the caller never delivers it, the worker never heartbeats, dies, and the delivery is
     ///   released for re-dispatch: nothing is lost.
     /// * A delivery still waiting [`max_wait`](RegistryConfig::max_wait) after it was parked is
@@ -174,6 +176,9 @@ pub trait WorkerRegistry: Send + Sync {
     ///
     /// A pair whose claim was released (its worker died) or forgotten (retention ended) is admitted
     /// again as new.
+    ///
+    /// This is [`admit_with`](Self::admit_with) without a payload; call that one to keep what
+    /// GitHub sent with the claim, so that whichever worker runs the delivery gets it.
     ///
     /// # Examples
     ///
@@ -194,7 +199,107 @@ pub trait WorkerRegistry: Send + Sync {
         &self,
         target: &Target,
         delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
+        self.admit_with(target, delivery, None)
+    }
+
+    /// [`admit`](Self::admit), carrying what GitHub sent with the delivery: its [`Payload`],
+    /// stored with the claim and handed out wherever the delivery goes next. With `None` it is
+    /// `admit` exactly (which is this call with `None`).
+    ///
+    /// # Payloads
+    ///
+    /// The registry keeps a delivery's payload for as long as the delivery has work left, so
+    /// that whichever worker runs it (again) gets the bytes GitHub sent, and drops it when the
+    /// work is done. On a backend that [`keeps_payloads`](Self::keeps_payloads):
+    ///
+    /// * **Bad input first.** A payload larger than
+    ///   [`max_payload_bytes`](RegistryConfig::max_payload_bytes) (by
+    ///   [`Payload::size`]) is refused with [`RegistryError::PayloadTooLarge`], before anything
+    ///   else is looked at (a duplicate included): nothing is claimed or placed.
+    /// * **A duplicate keeps what it has.** A redelivery of a pair in flight, waiting or retained
+    ///   is [`Admission::Duplicate`], as without a payload; the payload stored with the pair (or
+    ///   none) stays, the one given is not stored.
+    /// * **Stored in the same atomic step as the claim.** Otherwise the payload's size is counted
+    ///   against [`payload_budget`](RegistryConfig::payload_budget) and stored with the claim
+    ///   ([`Admission::Assigned`]) or with the parked delivery ([`Admission::Waiting`]) in the
+    ///   one step that decides the admission (the same script, transaction or shard lock): there
+    ///   is no instant at which the claim exists without its payload. If the bytes held would go
+    ///   past the budget, the answer is [`Admission::Rejected`] with
+    ///   [`Rejection::PayloadBudget`], decided before the placement (so whatever capacity says,
+    ///   and never parked: a parked delivery holds its payload too), and **no claim is left
+    ///   behind**, as for every rejection.
+    /// * **Handed out with the delivery.** A released delivery (its worker died, deregistered or
+    ///   ran out its drain deadline, or it was stuck) and a promoted one carry it in their
+    ///   [`ReleasedEvent::payload`]: the re-dispatcher admits it again with
+    ///   `admit_with(&e.target, &e.delivery, e.payload.as_ref())`, and a promoted one is delivered
+    ///   with it to its assignment's worker. While the claim is in flight or waiting,
+    ///   [`payload`](Self::payload) answers it by (target, delivery).
+    /// * **Kept across the re-dispatch.** A released delivery's payload stays held (and counted)
+    ///   until the delivery is admitted again, its released event is acknowledged, or the release
+    ///   expires (after [`claim_retention`](RegistryConfig::claim_retention), counted in
+    ///   [`Stats::released_expired`](crate::Stats::released_expired)), whichever comes first; a
+    ///   backend that hands each released event over once and keeps nothing after (the in-memory
+    ///   one) holds it until that hand-over, after which the event's copy is the only one. The
+    ///   admission that takes a released pair back frees the released copy in the same step, and
+    ///   its own payload (or none) replaces it: re-dispatching a delivery never needs more budget
+    ///   than its released copy frees, so released payloads cannot keep their own re-dispatch out.
+    /// * **Dropped when the work is done.** Completion deletes the payload in the same step: a
+    ///   retained (completed) claim keeps only ids, so
+    ///   [`max_retained_claims`](RegistryConfig::max_retained_claims) costs what it costs without
+    ///   payloads. So does [`release`](Self::release). A waiting delivery dropped after
+    ///   [`max_wait`](RegistryConfig::max_wait) loses its payload with it (reported in
+    ///   [`SweepReport::expired_waiting`], counted and published as before, without the bytes).
+    /// * **Accounted.** The payloads held and their bytes are in [`Stats::payloads_held`] and
+    ///   [`Stats::payload_bytes_held`] and in [`StatusSnapshot::payloads`]; refusals in
+    ///   [`Stats::rejected_payload_budget`] and [`Stats::payloads_too_large`].
+    ///
+    /// A backend that does not keep payloads refuses an admission that carries one with
+    /// [`RegistryError::Unsupported`] (nothing claimed) and answers [`payload`](Self::payload)
+    /// with `None`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Payload, Target, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d-1").unwrap());
+    /// let p = Payload::builder("pull_request", &br#"{"action":"opened"}"#[..]).action("opened").build().unwrap();
+    /// assert!(matches!(r.admit_with(&t, &d, Some(&p)).await, Ok(Admission::Assigned(_))));
+    /// assert_eq!(r.payload(&t, &d).await, Ok(Some(p.clone())));
+    /// assert_eq!(r.stats().payload_bytes_held, p.size());
+    /// r.complete(&t, &d).await.unwrap();
+    /// assert_eq!(r.payload(&t, &d).await, Ok(None)); // the work is done: the bytes are gone
+    /// assert_eq!(r.stats().payload_bytes_held, 0);
+    /// # }
+    /// ```
+    ///
+    /// [`Rejection::PayloadBudget`]: crate::Rejection::PayloadBudget
+    fn admit_with(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        payload: Option<&Payload>,
     ) -> impl Future<Output = Result<Admission, RegistryError>> + Send;
+
+    /// The payload stored with the pair's delivery (see [`admit_with`](Self::admit_with)): while
+    /// its claim is in flight or it waits; `None` if there is no claim, it is completed, or it was
+    /// admitted without one. A released delivery's payload is answered as long as the registry
+    /// still holds it (see "Kept across the re-dispatch" there); its [`ReleasedEvent`] carries it
+    /// anyway. One atomic read: a delivery moving from the waiting room onto a worker is found in
+    /// one place or the other, never in neither.
+    ///
+    /// # Examples
+    ///
+    /// See [`admit_with`](Self::admit_with).
+    fn payload(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send;
 
     /// Records that this pair is being handled, bound to no worker, unless it already is (the
     /// duplicate check of [`admit`](Self::admit) without the assignment).
@@ -542,7 +647,9 @@ pub trait WorkerRegistry: Send + Sync {
     /// snapshot the last sweep published (in a shared backend, as this replica last fetched it,
     /// which its own sweeps keep fresh), at most about one
     /// [`sweep_interval`](RegistryConfig::sweep_interval) old while a
-    /// [`Sweeper`](crate::Sweeper) runs. Its counts always agree with its list, and its
+    /// [`Sweeper`](crate::Sweeper) runs. A sweep's snapshot shows the registry after that sweep:
+    /// the workers its promotion out of the waiting room created, or placed deliveries on, are
+    /// listed as they are then. Its counts always agree with its list, and its
     /// [`version`](StatusSnapshot::version) never goes backwards, with one exception: a shared
     /// backend's handle that finds the server lost or rewound the registry's data
     /// ([`Event::DataLost`](crate::Event::DataLost)) starts its copy over.
@@ -588,6 +695,22 @@ pub trait WorkerRegistry: Send + Sync {
         false
     }
 
+    /// Whether this backend keeps payloads (see [`admit_with`](Self::admit_with)). One that does
+    /// not refuses an admission that carries a payload with [`RegistryError::Unsupported`] and
+    /// answers [`payload`](Self::payload) with `None`; an admission without one is unaffected.
+    /// The in-memory backend keeps them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
+    ///
+    /// assert!(InMemoryRegistry::default().keeps_payloads());
+    /// ```
+    fn keeps_payloads(&self) -> bool {
+        false
+    }
+
     /// The configuration this registry runs with.
     ///
     /// # Examples
@@ -614,9 +737,11 @@ pub trait WorkerRegistry: Send + Sync {
 ///
 /// A released event is an in-flight delivery whose worker died, that stayed in flight longer than
 /// [`max_in_flight`](RegistryConfig::max_in_flight), or a bare claim that nobody completed. Each
-/// is handed to exactly one caller of `sweep` in [`SweepReport::released`]; that caller re-dispatches
-/// it (with [`WorkerRegistry::admit`], which treats a released pair as new and so makes a second
-/// re-dispatch a harmless duplicate) and then calls [`acknowledge`](Self::acknowledge). A shared
+/// is handed to exactly one caller of `sweep` in [`SweepReport::released`], with the payload its
+/// delivery was admitted with; that caller re-dispatches it (with
+/// [`WorkerRegistry::admit_with`] and that payload, which treats a released pair as new and so
+/// makes a second re-dispatch a harmless duplicate) and then calls
+/// [`acknowledge`](Self::acknowledge). A shared
 /// backend offers an event that was not acknowledged within
 /// [`release_ack_timeout`](RegistryConfig::release_ack_timeout) to another replica, so a replica
 /// that dies between the two loses nothing. An event nobody acknowledges within

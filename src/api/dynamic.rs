@@ -7,8 +7,8 @@
 //! implemented for every backend; [`DynRegistry`] wraps an `Arc<dyn DynBackend>` and implements the
 //! contract traits again, so code generic over them (the admin API, the `Sweeper`, a router) takes
 //! either a concrete backend or a `DynRegistry`. The price is an allocation per call and, for
-//! calls that take a key, cloning it (two reference-count increments), so that the boxed future
-//! owns what it borrows.
+//! calls that take a key, cloning it (two reference-count increments; a payload is one more), so
+//! that the boxed future owns what it borrows.
 
 use std::fmt;
 use std::future::Future;
@@ -20,6 +20,7 @@ use super::contract::{Maintenance, WorkerRegistry};
 use super::error::RegistryError;
 use super::ids::{DeliveryId, Target, WorkerId};
 use super::outcome::{Admission, AssignOutcome, ClaimOutcome, DrainAll, HeartbeatAck};
+use super::payload::Payload;
 use super::report::{ReleasedEvent, SweepReport};
 use super::snapshot::{StatusSnapshot, WorkerInfo};
 use super::stats::Stats;
@@ -52,6 +53,19 @@ pub trait DynBackend: Send + Sync + 'static {
         target: &'a Target,
         delivery: &'a DeliveryId,
     ) -> BoxFuture<'a, Result<Admission, RegistryError>>;
+    /// See [`WorkerRegistry::admit_with`].
+    fn admit_with<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+        payload: Option<&'a Payload>,
+    ) -> BoxFuture<'a, Result<Admission, RegistryError>>;
+    /// See [`WorkerRegistry::payload`].
+    fn payload<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<Option<Payload>, RegistryError>>;
     /// See [`WorkerRegistry::claim`].
     fn claim<'a>(
         &'a self,
@@ -135,6 +149,8 @@ pub trait DynBackend: Send + Sync + 'static {
     fn config(&self) -> &RegistryConfig;
     /// See [`WorkerRegistry::parks`].
     fn parks(&self) -> bool;
+    /// See [`WorkerRegistry::keeps_payloads`].
+    fn keeps_payloads(&self) -> bool;
     /// See [`Subscribe::subscribe`](crate::Subscribe::subscribe).
     #[cfg(feature = "tokio")]
     fn subscribe(&self) -> crate::Subscription;
@@ -147,6 +163,23 @@ impl<T: Backend> DynBackend for T {
         delivery: &'a DeliveryId,
     ) -> BoxFuture<'a, Result<Admission, RegistryError>> {
         Box::pin(<T as WorkerRegistry>::admit(self, target, delivery))
+    }
+    fn admit_with<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+        payload: Option<&'a Payload>,
+    ) -> BoxFuture<'a, Result<Admission, RegistryError>> {
+        Box::pin(<T as WorkerRegistry>::admit_with(
+            self, target, delivery, payload,
+        ))
+    }
+    fn payload<'a>(
+        &'a self,
+        target: &'a Target,
+        delivery: &'a DeliveryId,
+    ) -> BoxFuture<'a, Result<Option<Payload>, RegistryError>> {
+        Box::pin(<T as WorkerRegistry>::payload(self, target, delivery))
     }
     fn claim<'a>(
         &'a self,
@@ -255,6 +288,9 @@ impl<T: Backend> DynBackend for T {
     fn parks(&self) -> bool {
         WorkerRegistry::parks(self)
     }
+    fn keeps_payloads(&self) -> bool {
+        WorkerRegistry::keeps_payloads(self)
+    }
     #[cfg(feature = "tokio")]
     fn subscribe(&self) -> crate::Subscription {
         crate::Subscribe::subscribe(self)
@@ -271,6 +307,32 @@ impl WorkerRegistry for DynRegistry {
         let target = target.to_owned();
         let delivery = delivery.to_owned();
         async move { backend.admit(&target, &delivery).await }
+    }
+    fn admit_with(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        payload: Option<&Payload>,
+    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
+        let backend = self.0.clone();
+        let target = target.to_owned();
+        let delivery = delivery.to_owned();
+        let payload = payload.cloned();
+        async move {
+            backend
+                .admit_with(&target, &delivery, payload.as_ref())
+                .await
+        }
+    }
+    fn payload(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send {
+        let backend = self.0.clone();
+        let target = target.to_owned();
+        let delivery = delivery.to_owned();
+        async move { backend.payload(&target, &delivery).await }
     }
     fn claim(
         &self,
@@ -386,6 +448,9 @@ impl WorkerRegistry for DynRegistry {
     }
     fn parks(&self) -> bool {
         self.0.parks()
+    }
+    fn keeps_payloads(&self) -> bool {
+        self.0.keeps_payloads()
     }
 }
 

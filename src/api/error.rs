@@ -82,6 +82,24 @@ pub enum RegistryError {
     Rejected(Rejection),
     /// This registry has handed out every worker id it can ([`WorkerId::MAX`]).
     IdsExhausted,
+    /// The payload an admission carried is larger than
+    /// [`max_payload_bytes`](crate::RegistryConfig::max_payload_bytes): bad input, refused before
+    /// anything was claimed or placed.
+    PayloadTooLarge {
+        /// Its [`size`](crate::Payload::size).
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// This backend does not offer what the call asked for (an admission that carries a
+    /// [`Payload`](crate::Payload), on a backend whose
+    /// [`keeps_payloads`](crate::WorkerRegistry::keeps_payloads) is false): nothing was done.
+    Unsupported {
+        /// Which backend.
+        backend: &'static str,
+        /// What it does not offer (`"payloads"`).
+        feature: &'static str,
+    },
     /// A shared backend's registry was opened with another configuration than the one stored
     /// with it (by the first handle that opened it): the handle is refused, since replicas that
     /// decide with different limits disagree on capacity and on who is dead.
@@ -205,6 +223,13 @@ impl fmt::Display for RegistryError {
             ),
             Self::Rejected(r) => r.fmt(f),
             Self::IdsExhausted => write!(f, "worker ids exhausted"),
+            Self::PayloadTooLarge { size, limit } => write!(
+                f,
+                "the payload is {size} bytes; max_payload_bytes is {limit}"
+            ),
+            Self::Unsupported { backend, feature } => {
+                write!(f, "the {backend} backend does not support {feature}")
+            }
             Self::ConfigDisagrees {
                 setting,
                 stored,

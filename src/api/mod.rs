@@ -9,6 +9,7 @@ pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod ids;
 pub(crate) mod outcome;
+pub(crate) mod payload;
 pub(crate) mod report;
 pub(crate) mod snapshot;
 pub(crate) mod stats;

@@ -63,10 +63,21 @@ pub enum Rejection {
         /// The draining worker.
         worker: WorkerId,
     },
+    /// The delivery's payload would take the bytes of payloads the registry holds past
+    /// [`payload_budget`](crate::RegistryConfig::payload_budget). Never parked (a parked delivery
+    /// holds its payload too); admitted again once completions have freed room.
+    PayloadBudget {
+        /// Bytes of payloads held when it was refused (as that decision read them).
+        held: u64,
+        /// The payload's [`size`](crate::Payload::size).
+        needed: u64,
+        /// The budget.
+        limit: u64,
+    },
 }
 
 impl Rejection {
-    /// `"capacity"` or `"draining"` (a metrics label).
+    /// `"capacity"`, `"draining"` or `"payload_budget"` (a metrics label).
     ///
     /// # Examples
     ///
@@ -75,6 +86,7 @@ impl Rejection {
         match self {
             Self::CapacityFull { .. } => "capacity",
             Self::TargetDraining { .. } => "draining",
+            Self::PayloadBudget { .. } => "payload_budget",
         }
     }
 }
@@ -88,6 +100,14 @@ impl std::fmt::Display for Rejection {
             Self::TargetDraining { worker } => {
                 write!(f, "the target's worker {worker} is draining")
             }
+            Self::PayloadBudget {
+                held,
+                needed,
+                limit,
+            } => write!(
+                f,
+                "payload budget full: {held} of {limit} bytes held, {needed} more needed"
+            ),
         }
     }
 }

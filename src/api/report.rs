@@ -125,6 +125,11 @@ pub struct ReleasedEvent {
     /// its claim is in flight on that worker already, so admitting it again would be a
     /// duplicate. `None` for every other reason.
     pub assignment: Option<crate::Assignment>,
+    /// The payload the delivery was admitted with, byte for byte (`None` if it carried none):
+    /// re-dispatch it with the delivery, `admit_with(&e.target, &e.delivery, e.payload.as_ref())`
+    /// (see [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)); a promoted one
+    /// goes to its assignment's worker.
+    pub payload: Option<crate::Payload>,
     receipt: Option<Receipt>,
 }
 
@@ -146,6 +151,7 @@ impl ReleasedEvent {
             holder,
             reason,
             assignment: None,
+            payload: None,
             receipt: None,
         }
     }
@@ -169,8 +175,26 @@ impl ReleasedEvent {
             holder: Some(assignment.worker),
             reason: ReleaseReason::Promoted,
             assignment: Some(assignment),
+            payload: None,
             receipt: None,
         }
+    }
+
+    /// The same event carrying `payload` (what its delivery was admitted with).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{DeliveryId, Payload, ReleaseReason, ReleasedEvent, Target};
+    ///
+    /// let p = Payload::builder("ping", &b"{}"[..]).build().unwrap();
+    /// let e = ReleasedEvent::new(Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap(), None,
+    ///     ReleaseReason::Unbound).with_payload(Some(p.clone()));
+    /// assert_eq!(e.payload, Some(p));
+    /// ```
+    pub fn with_payload(mut self, payload: Option<crate::Payload>) -> Self {
+        self.payload = payload;
+        self
     }
 
     /// The same event carrying the backend's receipt for it.

@@ -48,6 +48,8 @@ pub struct StatusSnapshot {
     /// Deliveries parked in the waiting room when it was taken (always 0 on a backend that does
     /// not park).
     pub waiting: usize,
+    /// Payloads the registry held when it was taken, against its budget.
+    pub payloads: PayloadUsage,
 }
 
 impl StatusSnapshot {
@@ -73,6 +75,7 @@ impl StatusSnapshot {
             brake_engaged: false,
             claims: ClaimCounts::default(),
             waiting: 0,
+            payloads: PayloadUsage::default(),
         }
     }
 
@@ -112,6 +115,7 @@ impl StatusSnapshot {
             brake_engaged,
             claims,
             waiting: 0,
+            payloads: PayloadUsage::default(),
         }
     }
 
@@ -183,6 +187,41 @@ impl StatusCounts {
             }
         }
         c
+    }
+}
+
+/// Payloads held with deliveries (in flight, waiting, released and not yet admitted again)
+/// against [`payload_budget`](crate::RegistryConfig::payload_budget).
+///
+/// # Examples
+///
+/// ```
+/// let p = worker_registry::PayloadUsage::new(2, 60_000, 1 << 20);
+/// assert_eq!((p.held, p.bytes, p.budget), (2, 60_000, 1 << 20));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PayloadUsage {
+    /// Payloads held.
+    pub held: usize,
+    /// Their bytes, as [`Payload::size`](crate::Payload::size) counts them.
+    pub bytes: u64,
+    /// The configured budget.
+    pub budget: u64,
+}
+
+impl PayloadUsage {
+    /// `held` payloads of `bytes` bytes in all, against `budget`.
+    ///
+    /// # Examples
+    ///
+    /// See [`PayloadUsage`].
+    pub fn new(held: usize, bytes: u64, budget: u64) -> Self {
+        Self {
+            held,
+            bytes,
+            budget,
+        }
     }
 }
 

@@ -158,6 +158,21 @@ pub struct Stats {
     pub waiting_expired: u64,
     /// Gauge: deliveries waiting now.
     pub waiting: usize,
+    /// Deliveries refused because their payload would have taken the payloads held past
+    /// [`payload_budget`](crate::RegistryConfig::payload_budget)
+    /// ([`Rejection::PayloadBudget`](crate::Rejection::PayloadBudget)).
+    pub rejected_payload_budget: u64,
+    /// Admissions refused because their payload was larger than
+    /// [`max_payload_bytes`](crate::RegistryConfig::max_payload_bytes)
+    /// ([`RegistryError::PayloadTooLarge`](crate::RegistryError::PayloadTooLarge)).
+    pub payloads_too_large: u64,
+    /// Gauge: payloads the registry holds now (with deliveries in flight, waiting, or released
+    /// and not yet admitted again; see
+    /// [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)).
+    pub payloads_held: usize,
+    /// Gauge: their bytes, as [`Payload::size`](crate::Payload::size) counts them (what the
+    /// budget is measured against).
+    pub payload_bytes_held: u64,
     /// How long sweeps took.
     pub sweep_durations: SweepDurations,
     /// Gauge: live (non-dead) workers now.

@@ -187,6 +187,19 @@ pub(crate) struct ClaimsBody {
     retained: usize,
 }
 
+/// Payloads (what GitHub sent with deliveries) held with deliveries that still have work left,
+/// against the budget.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Payloads)]
+pub(crate) struct PayloadsBody {
+    /// Payloads held.
+    held: usize,
+    /// Their bytes (body plus metadata).
+    bytes: u64,
+    /// The configured `payload_budget`, in bytes.
+    budget: u64,
+}
+
 /// Every tracked worker, as of the last sweep's snapshot.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = WorkerList)]
@@ -205,6 +218,7 @@ pub(crate) struct WorkersBody {
     /// Deliveries parked in the waiting room when the snapshot was taken (0 on a backend that
     /// does not park).
     waiting: usize,
+    payloads: PayloadsBody,
 }
 
 impl From<&StatusSnapshot> for WorkersBody {
@@ -234,6 +248,11 @@ impl From<&StatusSnapshot> for WorkersBody {
             taken_at: rfc3339(s.taken_at),
             brake_engaged: s.brake_engaged,
             waiting: s.waiting,
+            payloads: PayloadsBody {
+                held: s.payloads.held,
+                bytes: s.payloads.bytes,
+                budget: s.payloads.budget,
+            },
         }
     }
 }

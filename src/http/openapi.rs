@@ -7,7 +7,7 @@ use utoipa::{Modify, OpenApi};
 use super::handlers;
 use super::model::{
     ActivityName, CapacityBody, ClaimsBody, CountsBody, ErrorBody, HealthBody, KindName,
-    PoolStatusName, ReasonName, StatusName, WorkerBody, WorkersBody,
+    PayloadsBody, PoolStatusName, ReasonName, StatusName, WorkerBody, WorkersBody,
 };
 
 #[derive(OpenApi)]
@@ -26,7 +26,8 @@ use super::model::{
         handlers::openapi_json,
     ),
     components(schemas(
-        WorkersBody, WorkerBody, CountsBody, CapacityBody, ClaimsBody, ErrorBody, HealthBody,
+        WorkersBody, WorkerBody, CountsBody, CapacityBody, ClaimsBody, PayloadsBody, ErrorBody,
+        HealthBody,
         StatusName, ReasonName, ActivityName, PoolStatusName, KindName,
     )),
     modifiers(&BearerScheme, &WorkerLinks),

@@ -7,6 +7,7 @@ use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{Admission, AlreadyClaimed, AssignOutcome, Assignment, Rejection};
+use crate::api::payload::Payload;
 use crate::clock::Clock;
 use crate::state::{self, Word};
 use crate::sync::{Arc, Op, Ordering};
@@ -70,19 +71,76 @@ impl<C: Clock> Direct<C> {
     /// assert!(second.token > first.token);
     /// ```
     pub fn admit(&self, target: &Target, event: &DeliveryId) -> Admission {
-        match self.admit_with(target, event, true) {
-            Admission::Rejected(r) => self.refused_admission(target, event, r),
+        match self.admit_unparked(target, event, PLAIN) {
+            Admission::Rejected(r) => self.refused_admission(target, event, r, None),
             other => other,
         }
     }
 
+    /// [`admit`](Self::admit), carrying the delivery's payload (see
+    /// [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)): refused with
+    /// [`RegistryError::PayloadTooLarge`] past `max_payload_bytes`, before anything else; stored
+    /// with the claim (or the parked delivery) under the same lock, its bytes reserved against
+    /// `payload_budget` by one CAS, refused with
+    /// [`Rejection::PayloadBudget`] (no claim) if they do not fit.
+    ///
+    /// **Locking behaviour:** as [`admit`](Self::admit), plus one compare-and-swap on the budget
+    /// counter (under the claims-shard lock) when the delivery is new; a completion gives the
+    /// bytes back outside the lock. Without a payload it is `admit`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{Admission, DeliveryId, memory::Direct, Payload, Target};
+    ///
+    /// let registry = Direct::default();
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+    /// let p = Payload::builder("ping", &b"{}"[..]).build().unwrap();
+    /// assert!(matches!(registry.admit_with(&t, &d, Some(&p)), Ok(Admission::Assigned(_))));
+    /// assert_eq!(registry.stats().payload_bytes_held, p.size());
+    /// ```
+    #[inline]
+    pub fn admit_with(
+        &self,
+        target: &Target,
+        event: &DeliveryId,
+        payload: Option<&Payload>,
+    ) -> Result<Admission, RegistryError> {
+        let Some(p) = payload else {
+            return Ok(self.admit(target, event));
+        };
+        let limit = self.inner.config.max_payload_bytes();
+        if p.size() > limit {
+            self.inner.counters.payloads_too_large.inc();
+            return Err(RegistryError::PayloadTooLarge {
+                size: p.size(),
+                limit,
+            });
+        }
+        let how = Placing {
+            defer: true,
+            carry: Carry::Fresh(p),
+        };
+        Ok(match self.admit_unparked(target, event, &how) {
+            Admission::Rejected(r) => self.refused_admission(target, event, r, Some(p)),
+            other => other,
+        })
+    }
+
     /// A refused admission: parked if the room is on (and has space), else the refusal, counted
-    /// (only a refusal answered counts as one: a parked admission is not a rejection).
+    /// (only a refusal answered counts as one: a parked admission is not a rejection). A refusal
+    /// for the payload budget is never parked (but is a duplicate if the pair waits).
     #[cold]
     #[inline(never)]
-    fn refused_admission(&self, target: &Target, event: &DeliveryId, r: Rejection) -> Admission {
+    fn refused_admission(
+        &self,
+        target: &Target,
+        event: &DeliveryId,
+        r: Rejection,
+        payload: Option<&Payload>,
+    ) -> Admission {
         let out = if self.inner.room.is_some() {
-            self.park(target, event, r)
+            self.park(target, event, r, payload)
         } else {
             Admission::Rejected(r)
         };
@@ -94,18 +152,25 @@ impl<C: Clock> Direct<C> {
 
     /// Counts a refusal answered to the caller.
     #[cold]
-    fn count_rejection(&self, r: &Rejection) {
+    pub(super) fn count_rejection(&self, r: &Rejection) {
         let c = &self.inner.counters;
         match r {
             Rejection::CapacityFull { .. } => c.rejected_capacity.inc(),
             Rejection::TargetDraining { .. } => c.rejected_draining.inc(),
+            Rejection::PayloadBudget { .. } => c.rejected_payload_budget.inc(),
         }
     }
 
-    /// [`admit`](Self::admit) without parking; with `defer`, a new worker is not created while
-    /// targets wait for capacity (see `waiting.rs`).
+    /// [`admit`](Self::admit) without parking, placed as `how` says: with `defer`, a new worker
+    /// is not created while targets wait for capacity (see `waiting.rs`); `carry` is the payload
+    /// to store with the claim.
     #[inline]
-    pub(super) fn admit_with(&self, target: &Target, event: &DeliveryId, defer: bool) -> Admission {
+    pub(super) fn admit_unparked(
+        &self,
+        target: &Target,
+        event: &DeliveryId,
+        how: &Placing<'_>,
+    ) -> Admission {
         let hash = pair_hash(target, event.key_hash());
         // The lock, the probe and a duplicate's answer in this one frame (no closure, no call).
         let table = &self.inner.claims;
@@ -121,12 +186,13 @@ impl<C: Clock> Direct<C> {
         }
         let loc = found.map(|(loc, _)| loc);
         let now = now();
-        self.admit_new(&mut shard, hash, loc, target, event, now, defer)
+        self.admit_new(&mut shard, hash, loc, target, event, now, how)
     }
 
-    /// The rest of `admit_with` for a delivery that is not a duplicate, still under the claims
-    /// shard's lock: assigns the target and records the claim where `loc` pointed (or anew).
-    /// Out of line, so that the duplicate path keeps a small frame.
+    /// The rest of `admit_unparked` for a delivery that is not a duplicate, still under the
+    /// claims shard's lock: reserves a fresh payload's bytes, assigns the target and records the
+    /// claim (with its payload) where `loc` pointed (or anew). Out of line, so that the duplicate
+    /// path keeps a small frame.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn admit_new(
@@ -137,8 +203,17 @@ impl<C: Clock> Direct<C> {
         target: &Target,
         event: &DeliveryId,
         now: u64,
-        defer: bool,
+        how: &Placing<'_>,
     ) -> Admission {
+        let (defer, carry) = (how.defer, how.carry);
+        // Reserved before the assignment, which cannot be undone; given back if it fails.
+        let reserved = match carry {
+            Carry::Fresh(p) => match self.reserve_fresh(shard, loc, p) {
+                Ok(size) => Some(size),
+                Err(r) => return Admission::Rejected(r),
+            },
+            Carry::Nothing | Carry::Reserved(_) => None,
+        };
         match self.assign_at(target, now, true, defer) {
             Ok((assignment, holder)) => {
                 // The claim keeps the worker's own copy of the target: one shared allocation
@@ -148,6 +223,7 @@ impl<C: Clock> Direct<C> {
                     .and_then(|h| h.target.clone())
                     .unwrap_or_else(|| target.clone());
                 let claim = InFlight {
+                    payload: carry.payload().cloned(),
                     hash,
                     target: kept,
                     delivery: DeliveryKey::of(event),
@@ -159,9 +235,30 @@ impl<C: Clock> Direct<C> {
                 Admission::Assigned(assignment)
             }
             // A released or expired claim stays as it was (it blocks nothing, and the sweep
-            // still reports it); a vacant slot stays vacant.
-            Err(rejection) => Admission::Rejected(rejection),
+            // still reports it); a vacant slot stays vacant; a reservation is given back.
+            Err(rejection) => {
+                if let Some(size) = reserved {
+                    self.inner.payloads.release(size);
+                }
+                Admission::Rejected(rejection)
+            }
         }
+    }
+
+    /// Reserves a fresh payload's bytes for the claim about to be recorded where `loc` points
+    /// (out of line: an admission without a payload does not carry this code in its frame). A
+    /// released claim there frees its payload in the same step: its bytes count as available
+    /// (see `Budget::reserve`). Returns the bytes reserved.
+    #[inline(never)]
+    fn reserve_fresh(
+        &self,
+        shard: &mut Shard,
+        loc: Option<Loc>,
+        p: &Payload,
+    ) -> Result<u64, Rejection> {
+        let credit = Self::released_payload(shard, loc);
+        self.inner.payloads.reserve(p.size(), credit)?;
+        Ok(p.size())
     }
 
     /// Whether (target, delivery) is in flight or retained: the duplicate check of `admit` alone.
@@ -177,7 +274,9 @@ impl<C: Clock> Direct<C> {
 
     /// Assigns `target` at `now`; with `want_holder`, also returns the worker record for a claim.
     /// With `defer`, a target without a worker gets none while others wait for capacity (it is
-    /// refused as if capacity were full, and parked by the caller).
+    /// refused as if capacity were full, and parked by the caller). Inlined into its callers
+    /// (`admit`'s new delivery above all): out of line it costs a call and a frame per admission.
+    #[inline(always)]
     pub(super) fn assign_at(
         &self,
         target: &Target,
@@ -318,6 +417,43 @@ impl<C: Clock> Direct<C> {
         // The roster lives as long as the registry, so the receiver is never gone.
         let _ = inner.newborns.send(rec.clone());
         Ok(rec)
+    }
+}
+
+/// The payload an admission stores with its claim, and whether its bytes are reserved yet.
+#[derive(Clone, Copy)]
+pub(super) enum Carry<'a> {
+    /// No payload.
+    Nothing,
+    /// A payload whose bytes the admission reserves (and gives back if it places nothing).
+    Fresh(&'a Payload),
+    /// A parked delivery's payload, whose bytes its parking reserved: a placement takes the
+    /// reservation over, a refusal leaves it with the parked delivery.
+    Reserved(&'a Payload),
+}
+
+/// How [`Direct::admit_unparked`] places a delivery that is not a duplicate: whether it defers to
+/// targets waiting for capacity, and the payload it stores with the claim. Passed by reference,
+/// one pointer (a plain admission's is a constant), so that the duplicate path's frame is what it
+/// was before payloads (the instruction gate's `admit_duplicate`).
+#[derive(Clone, Copy)]
+pub(super) struct Placing<'a> {
+    pub(super) defer: bool,
+    pub(super) carry: Carry<'a>,
+}
+
+/// A plain admission: deferring, no payload.
+pub(super) const PLAIN: &Placing<'static> = &Placing {
+    defer: true,
+    carry: Carry::Nothing,
+};
+
+impl<'a> Carry<'a> {
+    fn payload(self) -> Option<&'a Payload> {
+        match self {
+            Self::Nothing => None,
+            Self::Fresh(p) | Self::Reserved(p) => Some(p),
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{AlreadyClaimed, ClaimOutcome, ClaimState};
+use crate::api::payload::Payload;
 use crate::api::report::ReleaseReason;
 use crate::api::status::Status;
 use crate::clock::Clock;
@@ -100,6 +101,7 @@ impl<C: Clock> Direct<C> {
                 return ClaimOutcome::AlreadyClaimed(dup);
             }
             let claim = InFlight {
+                payload: None,
                 hash,
                 target: target.clone(),
                 delivery: DeliveryKey::of(event),
@@ -146,29 +148,33 @@ impl<C: Clock> Direct<C> {
             target: target.clone(),
             delivery: event.clone(),
         };
-        self.inner.claims.with(hash, |shard| {
-            let Some(loc) = shard.find(hash, target, event) else {
-                return Err(unknown());
-            };
-            if let Found::Retained(c) = shard.get(loc) {
-                // Its retention ended: forgotten, as for `claim` and `complete`; the next sweep
-                // removes and counts it.
-                let expired = self.now_ms().saturating_sub(c.completed_at)
-                    > self.inner.limits.claim_retention_ms;
-                return Err(if expired {
-                    unknown()
-                } else {
-                    RegistryError::ClaimCompleted {
-                        target: target.clone(),
-                        delivery: event.clone(),
-                    }
-                });
-            }
-            if let Some(old) = shard.remove(hash, loc) {
-                unhold(old.holder.as_ref());
-            }
-            Ok(())
-        })
+        self.inner
+            .claims
+            .with(hash, |shard| {
+                let Some(loc) = shard.find(hash, target, event) else {
+                    return Err(unknown());
+                };
+                if let Found::Retained(c) = shard.get(loc) {
+                    // Its retention ended: forgotten, as for `claim` and `complete`; the next sweep
+                    // removes and counts it.
+                    let expired = self.now_ms().saturating_sub(c.completed_at)
+                        > self.inner.limits.claim_retention_ms;
+                    return Err(if expired {
+                        unknown()
+                    } else {
+                        RegistryError::ClaimCompleted {
+                            target: target.clone(),
+                            delivery: event.clone(),
+                        }
+                    });
+                }
+                let old = shard.remove(hash, loc);
+                if let Some(old) = &old {
+                    unhold(old.holder.as_ref());
+                }
+                Ok(old.and_then(|c| c.payload))
+            })
+            .map(|payload| self.drop_payload(payload))
     }
 
     /// Marks a claim completed. It is then retained for `claim_retention` (bounded by
@@ -246,6 +252,7 @@ impl<C: Clock> Direct<C> {
         };
         let hash = pair_hash(target, event.key_hash());
         let mut completed_by: Option<Arc<WorkerRecord>> = None;
+        let mut payload: Option<Payload> = None;
         let res = self.inner.claims.with(hash, |shard| {
             // Read under the lock: each shard's completions are then in time order.
             let now = self.now_ms();
@@ -272,7 +279,7 @@ impl<C: Clock> Direct<C> {
                     match c.standing(now, limits.timeout_ms) {
                         Standing::InFlight => {
                             completed_by = c.holder.clone();
-                            shard.complete(hash, loc, now);
+                            payload = shard.complete(hash, loc, now);
                             Ok(true)
                         }
                         Standing::Released(reason) => Err(RegistryError::ClaimReleased {
@@ -286,6 +293,8 @@ impl<C: Clock> Direct<C> {
             }
         });
         if let Ok(true) = res {
+            // The work is done: its payload goes with it (freed here, outside the lock).
+            self.drop_payload(payload);
             unhold(completed_by.as_ref());
             self.inner.counters.claims_completed.inc();
             let table = &self.inner.claims;
@@ -353,15 +362,78 @@ impl<C: Clock> Direct<C> {
         loc: Option<Loc>,
         claim: InFlight,
     ) {
-        let replaced_holder = match loc.map(|l| shard.get(l)) {
-            Some(Found::InFlight(old)) => old.holder.clone(),
-            _ => None,
-        };
         match shard.put(hash, loc, claim) {
             PutOutcome::Inserted => {}
-            PutOutcome::Replaced => unhold(replaced_holder.as_ref()),
+            PutOutcome::Replaced { holder, payload } => {
+                unhold(holder.as_ref());
+                // A released claim taken back before the sweep reported it: its payload goes
+                // (freed here, under the lock: the rare path of a redelivery within a sweep
+                // interval of its worker's death).
+                self.drop_payload(payload);
+            }
             PutOutcome::ReplacedRetained => self.inner.claims.sub_retained(1),
         }
+    }
+
+    /// Gives back the budget of a payload the registry no longer holds (and drops it).
+    #[inline]
+    pub(super) fn drop_payload(&self, payload: Option<Payload>) {
+        if let Some(p) = payload {
+            self.inner.payloads.release(p.size());
+        }
+    }
+
+    /// The payload of a released in-flight claim at `loc` (what taking the pair back frees).
+    pub(super) fn released_payload(shard: &mut Shard, loc: Option<Loc>) -> u64 {
+        match loc.map(|l| shard.get(l)) {
+            Some(Found::InFlight(old)) => old.payload.as_ref().map_or(0, Payload::size),
+            _ => 0,
+        }
+    }
+
+    /// The payload stored with the pair's claim (see
+    /// [`WorkerRegistry::payload`](crate::WorkerRegistry::payload)): in flight, waiting, or
+    /// released and not yet handed over by a sweep; `None` otherwise.
+    ///
+    /// **Locking behaviour:** one claims-shard lock; if the pair has no live claim and the
+    /// waiting room is on, then the room's mutex and, under it, that claims-shard lock again (so
+    /// that a delivery promoted meanwhile is found on one side or the other). Clones the payload
+    /// (one reference count).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{DeliveryId, memory::Direct, Payload, Target};
+    ///
+    /// let registry = Direct::default();
+    /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
+    /// let p = Payload::builder("ping", &b"{}"[..]).build().unwrap();
+    /// registry.admit_with(&t, &d, Some(&p)).unwrap();
+    /// assert_eq!(registry.payload(&t, &d), Some(p));
+    /// ```
+    pub fn payload(&self, target: &Target, event: &DeliveryId) -> Option<Payload> {
+        let hash = pair_hash(target, event.key_hash());
+        let now = || self.now_ms();
+        // The pair's in-flight claim's payload (`Some(None)`: a claim without one), a live one
+        // only with `live`.
+        let stored = |live: bool| {
+            self.inner.claims.with(hash, |shard| {
+                let loc = shard.find(hash, target, event)?;
+                match shard.get(loc) {
+                    Found::InFlight(c) => (!live
+                        || c.standing_lazy(now, self.inner.limits.timeout_ms)
+                            == Standing::InFlight)
+                        .then(|| c.payload.clone()),
+                    Found::Retained(_) => None,
+                }
+            })
+        };
+        // In flight first (a bare claim of a waiting pair is in flight, without a payload), then
+        // waiting, then a released claim not yet handed over.
+        if let Some(p) = stored(true) {
+            return p;
+        }
+        self.waiting_payload(target, event, || stored(false).flatten())
     }
 }
 

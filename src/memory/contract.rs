@@ -11,6 +11,7 @@ use crate::api::contract::{Maintenance, WorkerRegistry};
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{Admission, AssignOutcome, ClaimOutcome, DrainAll, HeartbeatAck};
+use crate::api::payload::Payload;
 use crate::api::report::{ReleasedEvent, SweepReport};
 use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
 use crate::api::stats::Stats;
@@ -25,6 +26,21 @@ impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
         ready(Ok(self.direct().admit(target, delivery)))
+    }
+    fn admit_with(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        payload: Option<&Payload>,
+    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
+        ready(self.direct().admit_with(target, delivery, payload))
+    }
+    fn payload(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send {
+        ready(Ok(self.direct().payload(target, delivery)))
     }
     fn claim(
         &self,
@@ -123,6 +139,9 @@ impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
         self.direct().config()
     }
     fn parks(&self) -> bool {
+        true
+    }
+    fn keeps_payloads(&self) -> bool {
         true
     }
 }

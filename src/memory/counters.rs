@@ -31,6 +31,8 @@ pub(crate) struct Counters {
     pub(crate) parked: Counter,
     pub(crate) promoted: Counter,
     pub(crate) waiting_expired: Counter,
+    pub(crate) rejected_payload_budget: Counter,
+    pub(crate) payloads_too_large: Counter,
     pub(crate) sweep_time: SweepTimes,
 }
 
@@ -43,6 +45,8 @@ pub(crate) struct Gauges {
     pub(crate) waiting: usize,
     /// Duplicates `admit` counted in the claims shards (the rest are in `Counters::duplicates`).
     pub(crate) shard_duplicates: u64,
+    pub(crate) payloads_held: usize,
+    pub(crate) payload_bytes_held: u64,
 }
 
 impl Counters {
@@ -68,6 +72,8 @@ impl Counters {
             parked: Counter::new(),
             promoted: Counter::new(),
             waiting_expired: Counter::new(),
+            rejected_payload_budget: Counter::new(),
+            payloads_too_large: Counter::new(),
             sweep_time: SweepTimes::new(),
         }
     }
@@ -113,6 +119,10 @@ impl Counters {
             promoted: self.promoted.get(),
             waiting_expired: self.waiting_expired.get(),
             waiting: g.waiting,
+            rejected_payload_budget: self.rejected_payload_budget.get(),
+            payloads_too_large: self.payloads_too_large.get(),
+            payloads_held: g.payloads_held,
+            payload_bytes_held: g.payload_bytes_held,
         }
     }
 }

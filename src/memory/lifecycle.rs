@@ -223,7 +223,7 @@ impl<C: Clock> Direct<C> {
     /// drain, idle ones exit at once.
     ///
     /// **Locking behaviour:** visits the workers shard by shard (read locks) to collect them, then
-    /// drains each as [`drain`](Self::drain) does, holding no map lock.
+    /// drains each as [`drain`](Self::drain) does, in id order, holding no map lock.
     pub fn drain_all_within(&self, deadline: Duration) -> DrainAll {
         let mut recs = Vec::new();
         self.inner.workers.for_each(|_, rec| {
@@ -231,6 +231,9 @@ impl<C: Clock> Direct<C> {
                 recs.push(rec.clone());
             }
         });
+        // In id order, not the map's: idle workers exit, and each exit promotes waiting
+        // deliveries, in this order (as the reference model's).
+        recs.sort_unstable_by_key(|rec| rec.id);
         let mut out = DrainAll::default();
         for rec in &recs {
             match self.drain_record(rec, deadline) {

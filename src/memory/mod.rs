@@ -37,9 +37,10 @@
 //! | file | holds |
 //! |---|---|
 //! | `mod.rs` | [`Direct`] and [`InMemoryRegistry`], their shared state and reads (`status`, `stats`) |
-//! | `claims.rs` | where a claim stands; `claim`, `release`, `complete` |
+//! | `claims.rs` | where a claim stands; `claim`, `release`, `complete`, the `payload` lookup |
 //! | `table.rs` | the claims table: per-shard index, in-flight slab, retained ring in completion order |
-//! | `assignment.rs` | `assign`, `admit`, and worker creation under the capacity limit |
+//! | `assignment.rs` | `assign`, `admit`, `admit_with`, and worker creation under the capacity limit |
+//! | `budget.rs` | the payload budget: bytes of payloads held, reserved by CAS |
 //! | `lifecycle.rs` | heartbeats, loop reports, drain, register/deregister, death bookkeeping |
 //! | `handle.rs` | [`WorkerHandle`], a worker's own lookup-free handle |
 //! | `record.rs` | a worker's record and its display copy |
@@ -54,6 +55,7 @@
 //! | `contract.rs` | the contract traits on [`InMemoryRegistry`], with already-completed futures |
 
 mod assignment;
+mod budget;
 mod cell;
 mod claims;
 mod contract;
@@ -74,6 +76,7 @@ use std::time::{Duration, SystemTime};
 
 pub use self::handle::WorkerHandle;
 
+use self::budget::Budget;
 use self::counters::{Counters, Gauges};
 use self::events::EventHub;
 use self::record::WorkerRecord;
@@ -259,6 +262,8 @@ pub(crate) struct Inner<C> {
     pub(crate) claims_next_check: AtomicU64,
     /// Non-dead workers, reserved before creation and released by whoever kills one.
     pub(crate) live: AtomicUsize,
+    /// Bytes of payloads held, reserved when one is stored and given back when it leaves.
+    pub(crate) payloads: Budget,
     pub(crate) next_id: AtomicU64,
     pub(crate) snapshot: SnapshotCell<StatusSnapshot>,
     pub(crate) sweep_lock: Mutex<SweepState>,
@@ -444,6 +449,7 @@ impl<C: Clock> Direct<C> {
                 claims_due: AtomicUsize::new(0),
                 claims_next_check: AtomicU64::new(0),
                 live: AtomicUsize::new(0),
+                payloads: Budget::new(config.payload_budget()),
                 next_id: AtomicU64::new(assignment::first_id(clock.wall())),
                 snapshot: SnapshotCell::new(snapshot),
                 sweep_lock: Mutex::new(SweepState {
@@ -551,6 +557,8 @@ impl<C: Clock> Direct<C> {
             // Relaxed: a gauge.
             waiting: inner.waiting.load(Ordering::Relaxed),
             shard_duplicates: inner.claims.duplicates(),
+            payloads_held: inner.payloads.count(),
+            payload_bytes_held: inner.payloads.bytes(),
         })
     }
 

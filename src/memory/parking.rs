@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
+use super::assignment::{Carry, Placing};
 use super::record::WorkerRecord;
 use super::waiting::{owner_of, Parked, Room};
 use super::Direct;
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target};
 use crate::api::outcome::{Admission, AlreadyClaimed, ClaimState, Rejection, Waiting};
+use crate::api::payload::Payload;
 use crate::api::report::{ReleasedEvent, SweepReport};
 use crate::api::waiting::{ExpireReason, ExpiredWaiting};
 use crate::clock::Clock;
@@ -17,14 +19,21 @@ use crate::sync::{self, Op, Ordering};
 
 impl<C: Clock> Direct<C> {
     /// Parks a refused admission, or answers the refusal if the room (or the owner's share) is
-    /// full. Only called with the waiting room on.
+    /// full, or the payload budget refused it (never parked: only a duplicate changes that
+    /// answer). Only called with the waiting room on.
     ///
     /// **Locking behaviour:** the room's mutex, and under it one claims-shard lock (the pair may
     /// have been promoted since it was refused) and, for a draining target, one workers-shard
     /// read lock.
     #[cold]
     #[inline(never)]
-    pub(super) fn park(&self, target: &Target, event: &DeliveryId, reason: Rejection) -> Admission {
+    pub(super) fn park(
+        &self,
+        target: &Target,
+        event: &DeliveryId,
+        reason: Rejection,
+        payload: Option<&Payload>,
+    ) -> Admission {
         let Some(room) = &self.inner.room else {
             return Admission::Rejected(reason);
         };
@@ -37,6 +46,21 @@ impl<C: Clock> Direct<C> {
             self.inner.counters.duplicates.inc();
             return Admission::Duplicate(dup);
         }
+        if let Some(at) = room.waits_since(target, event) {
+            drop(room);
+            return self.waiting_duplicate(at);
+        }
+        if let Rejection::PayloadBudget { .. } = reason {
+            return Admission::Rejected(reason);
+        }
+        // A parked delivery holds its payload: its bytes are reserved first (and given back if
+        // it is not parked after all).
+        let size = payload.map(Payload::size);
+        if let Some(size) = size {
+            if let Err(r) = self.inner.payloads.reserve(size, 0) {
+                return Admission::Rejected(r);
+            }
+        }
         let blocker = match reason {
             Rejection::TargetDraining { worker } => self
                 .inner
@@ -48,32 +72,47 @@ impl<C: Clock> Direct<C> {
         let parked = room.park(
             target,
             event,
+            payload,
             blocker,
             now,
             (cfg.max_waiting(), cfg.max_waiting_per_owner()),
         );
         self.publish_room(&room);
         drop(room);
+        if let (Some(size), false) = (size, matches!(parked, Parked::At(_))) {
+            self.inner.payloads.release(size);
+        }
         match parked {
             Parked::At(position) => {
                 self.inner.counters.parked.inc();
                 Admission::Waiting(Waiting::new(position, reason))
             }
-            Parked::Duplicate(at) => {
-                self.inner.counters.duplicates.inc();
-                Admission::Duplicate(AlreadyClaimed::new(
-                    None,
-                    self.wall_at(at),
-                    ClaimState::Waiting,
-                ))
-            }
+            Parked::Duplicate(at) => self.waiting_duplicate(at),
             // Refused only because others wait for capacity (and there is no room to wait
             // with them): place it after all, if capacity allows.
             Parked::Full if matches!(reason, Rejection::CapacityFull { .. }) => {
-                self.admit_with(target, event, false)
+                let carry = payload.map_or(Carry::Nothing, Carry::Fresh);
+                self.admit_unparked(
+                    target,
+                    event,
+                    &Placing {
+                        defer: false,
+                        carry,
+                    },
+                )
             }
             Parked::Full => Admission::Rejected(reason),
         }
+    }
+
+    /// The answer to a redelivery of a pair parked since `at`, counted.
+    fn waiting_duplicate(&self, at: u64) -> Admission {
+        self.inner.counters.duplicates.inc();
+        Admission::Duplicate(AlreadyClaimed::new(
+            None,
+            self.wall_at(at),
+            ClaimState::Waiting,
+        ))
     }
 
     /// Copies the room's counts to the atomics the hot paths and `stats()` read.
@@ -153,6 +192,8 @@ impl<C: Clock> Direct<C> {
         report.released.append(&mut room.handover);
         let limit = cfg.max_wait();
         let cutoff = now.checked_sub(crate::clock::millis(limit));
+        // The payloads of dropped deliveries, freed once the room is unlocked.
+        let mut freed = Vec::new();
         if let Some(cutoff) = cutoff {
             for (target, item) in room.expire(cutoff) {
                 report.expired_waiting.push(ExpiredWaiting::new(
@@ -161,6 +202,7 @@ impl<C: Clock> Direct<C> {
                     Duration::from_millis(now.saturating_sub(item.at)),
                     ExpireReason::WaitedTooLong { limit },
                 ));
+                freed.extend(item.payload);
             }
         }
         self.inner
@@ -173,6 +215,10 @@ impl<C: Clock> Direct<C> {
         self.fill(&mut room, &mut report.released);
         report.waiting = room.len;
         self.publish_room(&room);
+        drop(room);
+        for p in freed {
+            self.drop_payload(Some(p));
+        }
     }
 
     /// Promotion when room appears: called by the winner of the CAS that killed `rec` (an exit,
@@ -234,16 +280,29 @@ impl<C: Clock> Direct<C> {
             }
             let mut blocker = None;
             let mut full = false;
-            while let Some(item) = room.front(&target) {
-                match self.admit_with(&target, &item, false) {
+            while let Some((item, payload)) = room.front(&target) {
+                // Its parking reserved the payload's bytes: the claim takes them over.
+                let carry = payload.as_ref().map_or(Carry::Nothing, Carry::Reserved);
+                match self.admit_unparked(
+                    &target,
+                    &item,
+                    &Placing {
+                        defer: false,
+                        carry,
+                    },
+                ) {
                     Admission::Assigned(a) => {
                         room.pop(&target);
                         self.inner.counters.promoted.inc();
-                        out.push(ReleasedEvent::promoted(target.clone(), item, a));
+                        out.push(
+                            ReleasedEvent::promoted(target.clone(), item, a).with_payload(payload),
+                        );
                     }
-                    // Its redelivery was placed meanwhile: nothing left to hand over.
+                    // Its redelivery was placed meanwhile: nothing left to hand over, and the
+                    // parked copy of the payload goes.
                     Admission::Duplicate(_) => {
                         room.pop(&target);
+                        self.drop_payload(payload);
                     }
                     Admission::Rejected(Rejection::TargetDraining { worker }) => {
                         blocker = self.inner.workers.get_with(&worker, |r| r.clone());
@@ -268,11 +327,69 @@ impl<C: Clock> Direct<C> {
         room.unskip(&mut skips);
     }
 
+    /// The payload of the pair if it waits (under the room's mutex), else what `stored` finds in
+    /// the claims table under that same mutex (a promotion, which moves a delivery from the room
+    /// to the table, holds it too).
+    pub(super) fn waiting_payload(
+        &self,
+        target: &Target,
+        event: &DeliveryId,
+        stored: impl FnOnce() -> Option<Payload>,
+    ) -> Option<Payload> {
+        let Some(room) = &self.inner.room else {
+            return stored();
+        };
+        let room = sync::lock(room);
+        match room.payload(target, event) {
+            Some(waiting) => waiting,
+            None => stored(),
+        }
+    }
+
     /// Whether `target` has a live worker (so placing it takes no new slot).
     fn has_live_worker(&self, target: &Target) -> bool {
         self.inner
             .targets
             .get_with(target, |rec| !rec.state.load().is_dead())
             .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::ids::{DeliveryId, Target};
+    use crate::api::outcome::Admission;
+    use crate::clock::ManualClock;
+    use crate::config::RegistryConfig;
+    use crate::memory::Direct;
+
+    /// The per-owner counts hold an entry only while the owner has live workers: the last one's
+    /// death removes it, so the map does not grow with every owner ever seen.
+    #[test]
+    fn an_owner_with_no_live_worker_left_has_no_entry() {
+        let config = RegistryConfig::builder()
+            .max_workers(8)
+            .max_workers_per_owner(2)
+            .build()
+            .unwrap();
+        let r = Direct::with_clock(config, ManualClock::new());
+        let count = |owner: &str| r.inner.owner_live.get_with(owner, |n| *n);
+        let mut workers = Vec::new();
+        for n in 1..=2 {
+            let t = Target::new("someone/repo", n).unwrap();
+            let Admission::Assigned(a) = r.admit(&t, &DeliveryId::new("d").unwrap()) else {
+                panic!("room for two of the owner's workers")
+            };
+            workers.push(a.worker);
+        }
+        assert_eq!(count("someone"), Some(2));
+        r.deregister(workers[0]).unwrap();
+        assert_eq!(count("someone"), Some(1));
+        r.deregister(workers[1]).unwrap();
+        assert_eq!(
+            count("someone"),
+            None,
+            "the entry goes with the last worker"
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::claims::Standing;
 use super::record::WorkerRecord;
@@ -12,8 +12,9 @@ use super::stall::{StallWatch, Stalls};
 use super::table::Verdict;
 use super::Direct;
 use crate::api::ids::WorkerId;
+use crate::api::payload::Payload;
 use crate::api::report::{ReleaseReason, ReleasedEvent, SweepReport};
-use crate::api::snapshot::{ClaimCounts, StatusSnapshot};
+use crate::api::snapshot::{ClaimCounts, PayloadUsage, StatusSnapshot, WorkerInfo};
 use crate::api::status::{DeadReason, Status};
 use crate::clock::Clock;
 use crate::state;
@@ -144,6 +145,11 @@ impl<C: Clock> Direct<C> {
             }
         }
         infos.truncate(roster.records().len());
+        // Deaths in worker id order, whatever the roster's order (a purge reorders it): the
+        // targets parked behind draining workers that die in one sweep get their successors in
+        // that order, as the reference model's.
+        stale.sort_unstable_by_key(|(_, rec)| rec.id);
+        overdue.sort_unstable_by_key(|(_, rec)| rec.id);
 
         // The brake: too many silent at once means suspect ourselves, not them. The condition
         // decides what happens to workers newly found silent; a worker already suspect is judged
@@ -239,12 +245,18 @@ impl<C: Clock> Direct<C> {
                     }
                     match claim.standing(now, l.timeout_ms) {
                         Standing::Released(reason) => {
-                            report.released.push(ReleasedEvent::new(
-                                claim.target.clone(),
-                                claim.delivery.to_id(),
-                                claim.holder.as_ref().map(|h| h.id),
-                                reason,
-                            ));
+                            // Its payload goes with the event: this registry keeps nothing of
+                            // a released delivery once it is handed over.
+                            let payload = self.hand_over(&mut claim.payload);
+                            report.released.push(
+                                ReleasedEvent::new(
+                                    claim.target.clone(),
+                                    claim.delivery.to_id(),
+                                    claim.holder.as_ref().map(|h| h.id),
+                                    reason,
+                                )
+                                .with_payload(payload),
+                            );
                             inner.counters.claims_released.inc();
                             Verdict::Remove
                         }
@@ -264,12 +276,16 @@ impl<C: Clock> Direct<C> {
                                 return Verdict::Keep;
                             }
                             let delivery = claim.delivery.to_id();
-                            report.released.push(ReleasedEvent::new(
-                                claim.target.clone(),
-                                delivery.clone(),
-                                Some(holder.id),
-                                ReleaseReason::Stuck,
-                            ));
+                            let payload = self.hand_over(&mut claim.payload);
+                            report.released.push(
+                                ReleasedEvent::new(
+                                    claim.target.clone(),
+                                    delivery.clone(),
+                                    Some(holder.id),
+                                    ReleaseReason::Stuck,
+                                )
+                                .with_payload(payload),
+                            );
                             inner.events.stuck(holder, &claim.target, &delivery);
                             stuck.push(holder.clone());
                             Verdict::Stuck
@@ -321,10 +337,6 @@ impl<C: Clock> Direct<C> {
             .counters
             .claims_evicted
             .add(report.evicted_claims as u64);
-        let counts = ClaimCounts {
-            in_flight: inner.claims.counts().0,
-            retained: inner.claims.retained(),
-        };
 
         // Pass 3: purge dead records past retention: out of the workers map (re-checked under
         // its shard lock), the roster and the snapshot.
@@ -342,8 +354,14 @@ impl<C: Clock> Direct<C> {
             .workers_purged
             .add(report.purged_workers as u64);
 
-        // The waiting room: expiry, then promotion into the room this sweep made.
+        // The waiting room: expiry, then promotion into the room this sweep made. The snapshot
+        // shows the registry after it: the workers it placed deliveries on, and its claims.
         self.promote(now, &mut report);
+        Self::list_promoted(roster, &mut infos, &report, now, origin);
+        let counts = ClaimCounts {
+            in_flight: inner.claims.counts().0,
+            retained: inner.claims.retained(),
+        };
 
         // Publish.
         *version += 1;
@@ -359,6 +377,8 @@ impl<C: Clock> Direct<C> {
         );
         let mut snapshot = snapshot;
         snapshot.waiting = report.waiting;
+        let budget = &inner.payloads;
+        snapshot.payloads = PayloadUsage::new(budget.count(), budget.bytes(), budget.limit());
         let old = inner.snapshot.swap(std::sync::Arc::new(snapshot));
         roster.keep_spare(old);
         inner.counters.sweeps.inc();
@@ -367,6 +387,46 @@ impl<C: Clock> Direct<C> {
         inner.events.released(&report);
         inner.events.waiting(&report);
         report
+    }
+
+    /// Takes a released claim's payload out of the table, for its released event: the registry
+    /// no longer holds it (its bytes leave the budget), the event's copy is the only one.
+    fn hand_over(&self, stored: &mut Option<Payload>) -> Option<Payload> {
+        let payload = stored.take();
+        if let Some(p) = &payload {
+            self.inner.payloads.release(p.size());
+        }
+        payload
+    }
+
+    /// Brings the snapshot's entries up to date after the sweep's promotion: the workers it
+    /// created (announced to the roster since pass 1) are added, and a live worker it placed a
+    /// delivery on is read again (it is busy now). Bounded by what the promotion placed.
+    fn list_promoted(
+        roster: &mut Roster,
+        infos: &mut Vec<WorkerInfo>,
+        report: &SweepReport,
+        now: u64,
+        origin: SystemTime,
+    ) {
+        let listed = roster.records().len();
+        roster.take_newborns();
+        for rec in &roster.records()[listed..] {
+            infos.push(rec.info(rec.state.load(), now, origin));
+        }
+        let onto: std::collections::HashSet<WorkerId> = report
+            .released
+            .iter()
+            .filter_map(|e| e.assignment.filter(|a| !a.new).map(|a| a.worker))
+            .collect();
+        if onto.is_empty() {
+            return;
+        }
+        for (rec, entry) in roster.records()[..listed].iter().zip(infos.iter_mut()) {
+            if onto.contains(&rec.id) {
+                rec.write_info(entry, rec.state.load(), now, origin);
+            }
+        }
     }
 
     /// The sweeper's kill: by CAS, only if the worker is still stale on the word the CAS sees (a

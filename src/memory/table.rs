@@ -16,6 +16,8 @@
 //!
 //! A retained claim is 56 bytes: its target (a shared pointer), its delivery id (the 16 bytes of a
 //! GitHub UUID, or the id's shared text otherwise), when it completed, who held it and since when.
+//! It never has a payload: an in-flight claim's payload (a pointer in the slab entry) is taken out
+//! by the completion that moves it to the ring.
 //! Equality is exact: a probe compares the stored target and delivery id, never only the hash.
 //!
 //! Every shard publishes the completion time of its oldest retained claim (its mark in
@@ -29,6 +31,7 @@ use hashbrown::HashTable;
 
 use super::record::WorkerRecord;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
+use crate::api::payload::Payload;
 use crate::sync::{Arc, AtomicUsize, Lock, LockGuard, Ordering, ShardRef, Shards};
 
 /// A location in a shard: a slab slot (in flight) or, with this bit, a ring sequence number.
@@ -91,6 +94,9 @@ impl DeliveryKey {
 
 /// A claim in flight.
 pub(crate) struct InFlight {
+    /// What GitHub sent with the delivery, if it was admitted with it: one pointer here; its bytes
+    /// are counted in the registry's payload budget while it is held.
+    pub(crate) payload: Option<Payload>,
     /// The pair's hash (see [`pair_hash`]), kept so nothing has to hash the pair again.
     pub(crate) hash: u64,
     pub(crate) target: Target,
@@ -273,7 +279,8 @@ impl Shard {
     }
 
     /// Records `claim` as the pair's in-flight claim, replacing whatever `loc` held (a released
-    /// in-flight claim, or a retained one past its retention: the caller adjusts the counts).
+    /// in-flight claim, handed back, or a retained one past its retention: the caller adjusts the
+    /// counts).
     pub(crate) fn put(&mut self, hash: u64, loc: Option<Loc>, claim: InFlight) -> PutOutcome {
         match loc {
             Some(Loc(slot)) if slot & RETAINED == 0 => {
@@ -281,7 +288,10 @@ impl Shard {
                 if old.stuck {
                     self.in_flight += 1;
                 }
-                PutOutcome::Replaced
+                PutOutcome::Replaced {
+                    holder: old.holder,
+                    payload: old.payload,
+                }
             }
             Some(Loc(seq)) => {
                 // The retained claim stays in the ring, dead, until it reaches the front.
@@ -358,18 +368,20 @@ impl Shard {
         }
     }
 
-    /// Completes the in-flight claim at `loc` at `now`: it moves to the back of the ring.
-    pub(crate) fn complete(&mut self, hash: u64, loc: Loc, now: u64) {
+    /// Completes the in-flight claim at `loc` at `now`: it moves to the back of the ring, without
+    /// its payload, which is handed back (for the caller to free outside the lock).
+    pub(crate) fn complete(&mut self, hash: u64, loc: Loc, now: u64) -> Option<Payload> {
         if loc.0 as usize >= self.slab.len() {
-            return;
+            return None;
         }
         let seq = self.head_seq.wrapping_add(self.ring.len() as u32) & SEQ_MASK;
         // Relabel its index slot first: `take` then relabels the claim it moves into `loc`.
         if let Ok(mut entry) = self.index.find_entry(hash, |&l| l == loc.0) {
             *entry.get_mut() = RETAINED | seq;
         }
-        let e = self.take(loc.0);
+        let mut e = self.take(loc.0);
         self.in_flight -= 1;
+        let payload = e.payload.take();
         if self.ring.len() == self.ring.capacity() {
             // Grow by a quarter, not double: the ring of a shard at the retained bound is most of
             // the table's memory.
@@ -386,6 +398,7 @@ impl Shard {
             dead: false,
         });
         self.retained += 1;
+        payload
     }
 
     /// The completion time of the oldest retained claim.
@@ -460,7 +473,11 @@ impl Shard {
 /// What [`Shard::put`] replaced.
 pub(crate) enum PutOutcome {
     Inserted,
-    Replaced,
+    /// A released in-flight claim: its holder and its payload, if it had one.
+    Replaced {
+        holder: Option<Arc<WorkerRecord>>,
+        payload: Option<Payload>,
+    },
     ReplacedRetained,
 }
 

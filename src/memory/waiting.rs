@@ -31,6 +31,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::record::WorkerRecord;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
+use crate::api::payload::Payload;
 use crate::api::report::ReleasedEvent;
 use crate::sync::Arc;
 
@@ -49,6 +50,8 @@ pub(crate) struct Item {
     pub(crate) delivery: DeliveryId,
     /// When it was parked (registry ms).
     pub(crate) at: u64,
+    /// What it was admitted with (its bytes reserved in the payload budget while it waits).
+    pub(crate) payload: Option<Payload>,
 }
 
 /// Where a waiting target waits.
@@ -111,14 +114,13 @@ impl Room {
         &mut self,
         target: &Target,
         delivery: &DeliveryId,
+        payload: Option<&Payload>,
         blocker: Option<Arc<WorkerRecord>>,
         now: u64,
         (max, per_owner): (usize, usize),
     ) -> Parked {
-        if let Some(q) = self.targets.get(target) {
-            if let Some(item) = q.items.iter().find(|i| i.delivery == *delivery) {
-                return Parked::Duplicate(item.at);
-            }
+        if let Some(at) = self.waits_since(target, delivery) {
+            return Parked::Duplicate(at);
         }
         let owner = owner_of(target);
         let mine = self.per_owner.get(owner).copied().unwrap_or(0);
@@ -130,6 +132,7 @@ impl Room {
             seq: self.seq,
             delivery: delivery.clone(),
             at: now,
+            payload: payload.cloned(),
         };
         self.order.push_back((self.seq, now, target.clone()));
         *self.per_owner.entry(owner.to_owned()).or_default() += 1;
@@ -162,6 +165,13 @@ impl Room {
             },
         );
         Parked::At(self.len)
+    }
+
+    /// When the pair was parked, if it waits (a walk of the target's own queue, at most
+    /// `max_waiting_per_owner` long).
+    pub(crate) fn waits_since(&self, target: &Target, delivery: &DeliveryId) -> Option<u64> {
+        let q = self.targets.get(target)?;
+        Some(q.items.iter().find(|i| i.delivery == *delivery)?.at)
     }
 
     /// Puts `target` at the back of its owner's capacity queue.
@@ -293,9 +303,22 @@ impl Room {
         }
     }
 
-    /// The delivery at the front of `target`'s queue.
-    pub(crate) fn front(&self, target: &Target) -> Option<DeliveryId> {
-        Some(self.targets.get(target)?.items.front()?.delivery.clone())
+    /// The delivery at the front of `target`'s queue, and its payload.
+    pub(crate) fn front(&self, target: &Target) -> Option<(DeliveryId, Option<Payload>)> {
+        let item = self.targets.get(target)?.items.front()?;
+        Some((item.delivery.clone(), item.payload.clone()))
+    }
+
+    /// If the pair waits, its payload (`Some(None)`: it waits without one). Walks the target's
+    /// own queue, as parking does (at most `max_waiting_per_owner` long).
+    pub(crate) fn payload(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Option<Option<Payload>> {
+        let q = self.targets.get(target)?;
+        let item = q.items.iter().find(|i| i.delivery == *delivery)?;
+        Some(item.payload.clone())
     }
 
     /// Sets the last [`candidate`](Self::candidate) aside for this pass (its owner is at its
@@ -381,5 +404,123 @@ impl Room {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::state;
+
+    fn t(owner: &str, n: u64) -> Target {
+        Target::new(&format!("{owner}/repo"), n).unwrap()
+    }
+
+    fn d(s: &str) -> DeliveryId {
+        DeliveryId::new(s).unwrap()
+    }
+
+    /// A live, busy worker record of `target`.
+    fn worker(id: u64, target: &Target) -> Arc<WorkerRecord> {
+        Arc::new(WorkerRecord::new(
+            WorkerId::new(id),
+            Some(target.clone()),
+            0,
+            SystemTime::UNIX_EPOCH,
+            true,
+            false,
+        ))
+    }
+
+    const BOUNDS: (usize, usize) = (16, 16);
+
+    /// The safety net for a death that raced a parking behind the dying worker: `unblock_dead`
+    /// moves the targets behind workers that are dead now to the front of the line, and leaves
+    /// those behind live ones blocked.
+    #[test]
+    fn unblock_dead_readies_exactly_the_targets_behind_dead_workers() {
+        let mut room = Room::default();
+        let (a, b) = (t("o", 1), t("o", 2));
+        let (wa, wb) = (worker(1, &a), worker(2, &b));
+        assert!(matches!(
+            room.park(&a, &d("a"), None, Some(wa.clone()), 0, BOUNDS),
+            Parked::At(1)
+        ));
+        assert!(matches!(
+            room.park(&b, &d("b"), None, Some(wb.clone()), 0, BOUNDS),
+            Parked::At(2)
+        ));
+        assert_eq!(
+            (room.candidate(), room.contenders),
+            (None, 0),
+            "both blocked"
+        );
+
+        wa.state.transition(state::deregister).expect("alive");
+        room.unblock_dead();
+        assert_eq!(
+            room.candidate(),
+            Some(a.clone()),
+            "a's worker is dead: a is first"
+        );
+        assert_eq!(room.contenders, 1);
+        assert_eq!(
+            room.targets[&b].place,
+            Place::Blocked(wb.id),
+            "b's worker lives"
+        );
+        assert!(room.blocked.contains_key(&wb.id) && !room.blocked.contains_key(&wa.id));
+    }
+
+    /// Setting the candidate aside counts it in the right tally (the ready line's or the
+    /// owners'), moves it to the back of its line, and `unskip` puts the line back as it was.
+    #[test]
+    fn skip_counts_what_it_set_aside_and_unskip_restores_the_order() {
+        let mut room = Room::default();
+        let (r1, r2) = (t("x", 1), t("x", 2));
+        for (n, target) in [(1, &r1), (2, &r2)] {
+            let w = worker(n, target);
+            room.park(
+                target,
+                &d(&format!("r{n}")),
+                None,
+                Some(w.clone()),
+                0,
+                BOUNDS,
+            );
+            w.state.transition(state::deregister).expect("alive");
+            room.unblock(w.id);
+        }
+        let (q1, q2) = (t("y", 1), t("z", 1));
+        room.park(&q1, &d("q1"), None, None, 0, BOUNDS);
+        room.park(&q2, &d("q2"), None, None, 0, BOUNDS);
+
+        let mut skips = (0, 0);
+        assert_eq!(room.candidate(), Some(r1.clone()));
+        room.skip(&mut skips);
+        assert_eq!(skips, (1, 0), "a ready target set aside");
+        assert_eq!(room.candidate(), Some(r2.clone()));
+        room.skip(&mut skips);
+        assert_eq!(
+            room.candidate(),
+            Some(r1.clone()),
+            "the ready line went round"
+        );
+        assert_eq!(skips, (2, 0));
+        room.unskip(&mut skips);
+        assert_eq!((skips, room.candidate()), ((0, 0), Some(r1.clone())));
+
+        // The owners' ring: with the ready line served, the queued owners take turns.
+        for r in [&r1, &r2] {
+            room.pop(r);
+            room.settle(r, None);
+        }
+        assert_eq!(room.candidate(), Some(q1.clone()));
+        room.skip(&mut skips);
+        assert_eq!((skips, room.candidate()), ((0, 1), Some(q2.clone())));
+        room.unskip(&mut skips);
+        assert_eq!((skips, room.candidate()), ((0, 0), Some(q1)));
     }
 }

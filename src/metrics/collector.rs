@@ -189,6 +189,10 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
                     ),
                 ),
                 ("draining", ConstCounter::new(stats.rejected_draining)),
+                (
+                    "payload_budget",
+                    ConstCounter::new(stats.rejected_payload_budget),
+                ),
             ],
         )?;
 
@@ -264,6 +268,31 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
             "worker_registry_waiting_expired",
             "Parked deliveries dropped after max_wait without being promoted.",
             stats.waiting_expired,
+        )?;
+
+        gauge(
+            e,
+            "worker_registry_payloads_held",
+            "Payloads held with deliveries in flight, waiting, or released and not yet admitted again.",
+            int(stats.payloads_held),
+        )?;
+        gauge(
+            e,
+            "worker_registry_payload_bytes_held",
+            "Bytes of those payloads (body plus metadata), what payload_budget limits.",
+            i64::try_from(stats.payload_bytes_held).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            e,
+            "worker_registry_payload_budget_bytes",
+            "Configured payload_budget.",
+            i64::try_from(r.config().payload_budget()).unwrap_or(i64::MAX),
+        )?;
+        counter(
+            e,
+            "worker_registry_payloads_too_large",
+            "Admissions refused because their payload was larger than max_payload_bytes.",
+            stats.payloads_too_large,
         )?;
 
         let deaths = DeadReason::ALL

@@ -16,6 +16,7 @@ use crate::api::outcome::{
     Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
     HeartbeatAck, Rejection, Waiting,
 };
+use crate::api::payload::Payload;
 use crate::api::report::ReleaseReason;
 use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
 use crate::api::stats::Stats;
@@ -122,11 +123,36 @@ impl PostgresRegistry {
             Ok(_) => c.admitted_sticky.inc(),
             Err(Rejection::CapacityFull { .. }) => c.rejected_capacity.inc(),
             Err(Rejection::TargetDraining { .. }) => c.rejected_draining.inc(),
+            // Not decided by this backend (it keeps no payloads yet).
+            Err(Rejection::PayloadBudget { .. }) => {}
         }
     }
 }
 
 impl WorkerRegistry for PostgresRegistry {
+    /// Payloads are not kept yet (`keeps_payloads` is false): one is refused, nothing claimed.
+    async fn admit_with(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        payload: Option<&Payload>,
+    ) -> Result<Admission, RegistryError> {
+        if payload.is_some() {
+            return Err(RegistryError::Unsupported {
+                backend: "postgres",
+                feature: "payloads",
+            });
+        }
+        self.admit(target, delivery).await
+    }
+    /// Payloads are not kept yet: there is none to find.
+    async fn payload(
+        &self,
+        _target: &Target,
+        _delivery: &DeliveryId,
+    ) -> Result<Option<Payload>, RegistryError> {
+        Ok(None)
+    }
     async fn admit(
         &self,
         target: &Target,

@@ -19,6 +19,7 @@ use crate::api::outcome::{
     Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, DrainAll, HeartbeatAck,
     Rejection,
 };
+use crate::api::payload::Payload;
 use crate::api::report::{ReleasedEvent, SweepReport};
 use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
 use crate::api::stats::Stats;
@@ -329,6 +330,29 @@ impl RedisRegistry {
 }
 
 impl WorkerRegistry for RedisRegistry {
+    /// Payloads are not kept yet (`keeps_payloads` is false): one is refused, nothing claimed.
+    async fn admit_with(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        payload: Option<&Payload>,
+    ) -> Result<Admission, RegistryError> {
+        if payload.is_some() {
+            return Err(RegistryError::Unsupported {
+                backend: "redis",
+                feature: "payloads",
+            });
+        }
+        self.admit(target, delivery).await
+    }
+    /// Payloads are not kept yet: there is none to find.
+    async fn payload(
+        &self,
+        _target: &Target,
+        _delivery: &DeliveryId,
+    ) -> Result<Option<Payload>, RegistryError> {
+        Ok(None)
+    }
     async fn admit(
         &self,
         target: &Target,

@@ -157,6 +157,18 @@
 //! * [`mass`](cases::mass): mass deaths large enough for a networked backend's bounded steps
 //!   - `a_mass_death_is_fully_worked_off`
 //!   - `released_events_of_a_chunked_death_arrive_exactly_once`
+//! * [`payloads`](cases::payloads): what GitHub sent travels with its claim (on a backend that
+//!   keeps payloads; the refusal on one that does not)
+//!   - `a_dead_workers_deliveries_are_handed_over_with_their_payloads`
+//!   - `a_stuck_delivery_is_handed_over_with_its_payload`
+//!   - `a_promoted_delivery_carries_its_payload`
+//!   - `a_waiting_delivery_dropped_past_max_wait_frees_its_payload`
+//!   - `a_payload_is_found_while_its_delivery_has_work_left_and_gone_after`
+//!   - `the_budget_refuses_past_its_bound_and_recovers_below_it`
+//!   - `a_too_large_payload_is_refused_and_leaves_no_claim`
+//!   - `re_dispatching_released_deliveries_needs_no_more_budget_than_they_held`
+//!   - `a_released_payload_survives_the_crash_of_the_replica_that_held_it`
+//!   - `racing_payloads_never_exceed_the_budget`
 //! * [`races`](cases::races): multi-threaded races, one replica per racer
 //!   - `one_delivery_raced_by_many_replicas_is_assigned_once`
 //!   - `racing_new_targets_never_exceed_capacity`
@@ -185,7 +197,12 @@
 //!   - `the_owner_cap_holds_under_races_between_replicas`
 //!   - `a_promoted_delivery_survives_the_crash_of_its_replica`
 //!   - `a_mass_death_promotes_every_waiting_delivery_once`
+//!   - `a_sweeps_snapshot_lists_the_workers_its_promotion_placed`
 //!   - `without_parking_a_refused_admission_is_rejected`
+//!
+//! What needs a server restart or a lost reply is not a case: [`payload_checks`] holds those
+//! checks for a networked backend's own tests to call (`tests/payloads.rs` runs them on the
+//! in-memory backend).
 //!
 //! Worker identity across restarts is particular to the in-memory backend (a shared backend's
 //! state, ids included, outlives its processes) and is tested there (`tests/lifecycle.rs`).
@@ -198,6 +215,7 @@ mod suite;
 mod support;
 
 pub mod cases;
+pub mod payload_checks;
 
 pub use fixture::{Fixture, IntoFixture};
 pub use memory::MemoryFixture;

@@ -13,6 +13,7 @@ use crate::api::error::RegistryError;
 use crate::api::events::Subscription;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{Admission, AssignOutcome, ClaimOutcome, DrainAll, HeartbeatAck};
+use crate::api::payload::Payload;
 use crate::api::report::{ReleasedEvent, SweepReport};
 use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
 use crate::api::stats::Stats;
@@ -123,12 +124,20 @@ impl fmt::Debug for ReferenceRegistry {
 }
 
 impl WorkerRegistry for ReferenceRegistry {
-    fn admit(
+    fn admit_with(
         &self,
         target: &Target,
         delivery: &DeliveryId,
+        payload: Option<&Payload>,
     ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
-        ready(Ok(self.model().admit(target, delivery)))
+        ready(self.model().admit_with(target, delivery, payload))
+    }
+    fn payload(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send {
+        ready(Ok(self.model().payload(target, delivery)))
     }
     fn claim(
         &self,
@@ -222,6 +231,10 @@ impl WorkerRegistry for ReferenceRegistry {
     }
     /// The model parks (with `max_waiting` above 0), as the in-memory backend does.
     fn parks(&self) -> bool {
+        true
+    }
+    /// The model keeps payloads, as the in-memory backend does.
+    fn keeps_payloads(&self) -> bool {
         true
     }
 }

@@ -15,9 +15,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use worker_registry::{
     Admission, AssignOutcome, ClaimOutcome, DeadReason, DeliveryId, DrainAll, DynRegistry,
-    HeartbeatAck, InMemoryRegistry, Maintenance, RegistryConfig, RegistryError, ReleasedEvent,
-    Stats, Status, StatusSnapshot, Subscribe, Subscription, SweepReport, Target, TokioClock,
-    WorkerId, WorkerInfo, WorkerRegistry,
+    HeartbeatAck, InMemoryRegistry, Maintenance, Payload, RegistryConfig, RegistryError,
+    ReleasedEvent, Stats, Status, StatusSnapshot, Subscribe, Subscription, SweepReport, Target,
+    TokioClock, WorkerId, WorkerInfo, WorkerRegistry,
 };
 
 /// The in-memory registry, failing every call while `down` is set (reads of the snapshot, the
@@ -63,6 +63,21 @@ impl WorkerRegistry for Flaky {
         d: &DeliveryId,
     ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
         guarded!(self, |inner| WorkerRegistry::admit(&inner, t, d))
+    }
+    fn admit_with(
+        &self,
+        t: &Target,
+        d: &DeliveryId,
+        p: Option<&Payload>,
+    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
+        guarded!(self, |inner| WorkerRegistry::admit_with(&inner, t, d, p))
+    }
+    fn payload(
+        &self,
+        t: &Target,
+        d: &DeliveryId,
+    ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send {
+        guarded!(self, |inner| WorkerRegistry::payload(&inner, t, d))
     }
     fn claim(
         &self,

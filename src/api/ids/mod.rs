@@ -11,7 +11,7 @@ pub use target::{Target, TargetError, MAX_OWNER_LEN, MAX_REPO_NAME_LEN};
 pub use worker::{FencingToken, WorkerId, WorkerIdError};
 
 /// At most `max` bytes of `s`, cut on a character boundary (for error messages).
-fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;

@@ -23,6 +23,7 @@ pub mod drain;
 pub mod events;
 pub mod liveness;
 pub mod mass;
+pub mod payloads;
 pub mod races;
 pub mod registration;
 pub mod released;

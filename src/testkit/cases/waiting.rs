@@ -619,6 +619,53 @@ pub async fn a_mass_death_promotes_every_waiting_delivery_once<F: Fixture>(fixtu
     assert_eq!(r.stats().promoted, n as u64);
 }
 
+/// The snapshot a sweep publishes shows the registry after that sweep, its promotion included: a
+/// worker the sweep's promotion created (into the slot of a worker the same sweep declared dead)
+/// is listed, live and busy, and counted in the capacity and the claims in flight; a worker that
+/// received a promoted delivery is listed busy. (A case that reads the snapshot right after a
+/// promoting sweep must not depend on which admissions were placed directly and which were
+/// promoted: this is what makes that so.)
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn a_sweeps_snapshot_lists_the_workers_its_promotion_placed<F: Fixture>(fixture: &F) {
+    let r = registry(fixture, parking(8)).await;
+    if !r.parks() {
+        return;
+    }
+    let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
+    let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
+    waiting(r.admit(&t(3), &d("c")).await);
+    // w2 stays alive; w1 falls silent and dies in the sweep, whose promotion takes its slot.
+    let reports = run_beating(fixture, &r, &[w2], TIMEOUT + PAST).await;
+    let deadly = reports
+        .iter()
+        .find(|rep| !rep.died.is_empty())
+        .expect("a sweep declares w1 dead");
+    assert_eq!(deadly.died, vec![(w1, DeadReason::MissedHeartbeats)]);
+    let placed: Vec<_> = deadly
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .collect();
+    assert_eq!(placed.len(), 1, "{deadly:?}");
+    let a = placed[0].assignment.expect("assignment");
+    assert!(a.new);
+    // The snapshot the deadly sweep published (later sweeps publish the same workers).
+    let s = r.status();
+    let promoted = s
+        .worker(a.worker)
+        .unwrap_or_else(|| panic!("the promoted worker {} is listed: {s:?}", a.worker));
+    assert_eq!(
+        (promoted.status, promoted.activity, promoted.target.clone()),
+        (Status::Active, crate::Activity::Busy, Some(t(3)))
+    );
+    assert_eq!(s.capacity.used, 2, "w2 and the promoted worker: {s:?}");
+    assert_eq!(s.claims.in_flight, 2, "b and the promoted c: {s:?}");
+    assert!(s.worker(w1).is_some_and(|w| !w.status.is_alive()));
+}
+
 /// With the waiting room off (`max_waiting` 0), or on a backend that does not park whatever the
 /// configuration says, an admission that cannot be placed is rejected as it always was, and
 /// nothing waits. Runs on every backend.

@@ -3,7 +3,8 @@
 use super::{wall, Key, MClaim, Model, Standing};
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
-use crate::api::outcome::{Admission, AlreadyClaimed, ClaimOutcome, ClaimState};
+use crate::api::outcome::{Admission, AlreadyClaimed, ClaimOutcome, ClaimState, Rejection};
+use crate::api::payload::Payload;
 use crate::api::report::ReleaseReason;
 use crate::api::status::Status;
 use crate::clock::millis;
@@ -48,10 +49,12 @@ impl Model {
         Some(AlreadyClaimed::new(c.holder, wall(c.claimed_at), state).with_unstarted(unstarted))
     }
 
-    /// Records a new claim on `key`, replacing a released or forgotten one.
-    fn put_claim(&mut self, key: Key, holder: Option<WorkerId>) {
+    /// Records a new claim on `key` (with `payload`), replacing a released or forgotten one (and
+    /// whatever payload it held).
+    fn put_claim(&mut self, key: Key, holder: Option<WorkerId>, payload: Option<Payload>) {
         let claim = MClaim {
             holder,
+            payload,
             claimed_at: self.ms(),
             completed_at: None,
             stuck: false,
@@ -63,39 +66,104 @@ impl Model {
         }
     }
 
-    pub(crate) fn admit(&mut self, target: &Target, delivery: &DeliveryId) -> Admission {
-        let out = match self.admit_unparked(target, delivery, true) {
-            Admission::Rejected(r) => self.park(target, delivery, r),
+    pub(crate) fn admit_with(
+        &mut self,
+        target: &Target,
+        delivery: &DeliveryId,
+        payload: Option<&Payload>,
+    ) -> Result<Admission, RegistryError> {
+        // Bad input first, duplicate or not.
+        if let Some(p) = payload.filter(|p| p.size() > self.config.max_payload_bytes()) {
+            self.counts.payloads_too_large += 1;
+            return Err(RegistryError::PayloadTooLarge {
+                size: p.size(),
+                limit: self.config.max_payload_bytes(),
+            });
+        }
+        let out = match self.admit_unparked(target, delivery, true, payload, false) {
+            // A refusal for the budget is never parked.
+            Admission::Rejected(r) if !matches!(r, Rejection::PayloadBudget { .. }) => {
+                self.park(target, delivery, r, payload)
+            }
             other => other,
         };
         // A parked admission is not a rejection.
         if let Admission::Rejected(r) = &out {
             self.count_rejection(r);
         }
-        out
+        Ok(out)
     }
 
     /// `admit` without the waiting room; with `defer`, no worker is created while targets wait
-    /// for capacity.
+    /// for capacity. A `payload` not yet counted (`counted` false: a parked one was counted when
+    /// it was parked) must fit the budget, the payload of a released claim it replaces counting
+    /// as room; a pair that waits is a duplicate even then.
     pub(super) fn admit_unparked(
         &mut self,
         target: &Target,
         delivery: &DeliveryId,
         defer: bool,
+        payload: Option<&Payload>,
+        counted: bool,
     ) -> Admission {
         let key = (target.clone(), delivery.clone());
         if let Some(dup) = self.duplicate(&key) {
             self.counts.duplicates += 1;
             return Admission::Duplicate(dup);
         }
+        let credit = self
+            .claims
+            .get(&key)
+            .and_then(|c| c.payload.as_ref())
+            .map_or(0, Payload::size);
+        if let Some(refusal) = payload
+            .filter(|_| !counted)
+            .and_then(|p| self.over_budget(p, credit))
+        {
+            if let Some(at) = self.waits_since(target, delivery) {
+                self.counts.duplicates += 1;
+                return Admission::Duplicate(AlreadyClaimed::new(
+                    None,
+                    wall(at),
+                    ClaimState::Waiting,
+                ));
+            }
+            return Admission::Rejected(refusal);
+        }
         match self.place(target, defer) {
             Ok(a) => {
-                self.put_claim(key, Some(a.worker));
+                self.put_claim(key, Some(a.worker), payload.cloned());
                 Admission::Assigned(a)
             }
             // No claim is left behind (a released or forgotten one stays as it was).
             Err(r) => Admission::Rejected(r),
         }
+    }
+
+    /// The refusal for `p` if the payloads held, less `credit` (what the same step frees), plus
+    /// its size would pass the budget.
+    pub(super) fn over_budget(&self, p: &Payload, credit: u64) -> Option<Rejection> {
+        let (_, held) = self.payloads_held();
+        let limit = self.config.payload_budget();
+        (held + p.size() - credit > limit).then_some(Rejection::PayloadBudget {
+            held,
+            needed: p.size(),
+            limit,
+        })
+    }
+
+    /// The payload stored with the pair: its claim's while in flight, else the parked
+    /// delivery's, else a released claim's not yet handed over.
+    pub(crate) fn payload(&self, target: &Target, delivery: &DeliveryId) -> Option<Payload> {
+        let key = (target.clone(), delivery.clone());
+        let claim = self.claims.get(&key);
+        if let Some(c) = claim.filter(|c| self.standing(c) == Standing::InFlight) {
+            return c.payload.clone();
+        }
+        if let Some(waiting) = self.waiting_payload(target, delivery) {
+            return waiting;
+        }
+        claim.and_then(|c| c.payload.clone())
     }
 
     pub(crate) fn claim(&mut self, target: &Target, delivery: &DeliveryId) -> ClaimOutcome {
@@ -104,7 +172,7 @@ impl Model {
             self.counts.duplicates += 1;
             return ClaimOutcome::AlreadyClaimed(dup);
         }
-        self.put_claim(key, None);
+        self.put_claim(key, None, None);
         ClaimOutcome::Claimed
     }
 
@@ -159,7 +227,10 @@ impl Model {
             Standing::Completed => Ok(()),
             Standing::InFlight => {
                 let now = self.ms();
-                self.claims.get_mut(&key).expect("looked up").completed_at = Some(now);
+                let c = self.claims.get_mut(&key).expect("looked up");
+                c.completed_at = Some(now);
+                // The work is done: its payload goes.
+                c.payload = None;
                 self.retained += 1;
                 self.counts.claims_completed += 1;
                 Ok(())

@@ -19,7 +19,10 @@
 //! | `sweep.rs` | the maintenance pass |
 //! | `waiting.rs` | the waiting room: parking, promotion, expiry, the per-owner cap |
 //!
-//! The stall rule and stuck deliveries are modelled as the contract states them (durations judged
+//! Payloads are modelled as `WorkerRegistry::admit_with` states them: kept with a claim in flight
+//! (and a released one until the sweep hands it over), with a parked delivery, never with a
+//! completed claim; the bytes held are summed over what is kept, not counted, so the model's
+//! budget cannot drift. The stall rule and stuck deliveries are modelled as the contract states them (durations judged
 //! on registry running time; a stuck delivery released, its worker drained). Worker ids count from
 //! 1 (a backend may start higher, as the in-memory one does from its start time; the property test
 //! starts both at the same instant).
@@ -30,8 +33,9 @@ use std::time::{Duration, SystemTime};
 
 use crate::api::events::EventSender;
 use crate::api::ids::{DeliveryId, FencingToken, Target, WorkerId};
+use crate::api::payload::Payload;
 use crate::api::report::ReleaseReason;
-use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
+use crate::api::snapshot::{PayloadUsage, StatusSnapshot, WorkerInfo};
 use crate::api::stats::Stats;
 use crate::api::status::{Activity, Status, WorkerKind};
 use crate::clock::{millis, MANUAL_CLOCK_WALL_ORIGIN_SECS};
@@ -118,6 +122,9 @@ impl MWorker {
 
 struct MClaim {
     holder: Option<WorkerId>,
+    /// What it was admitted with, while the registry holds it: in flight, and released until a
+    /// sweep hands it over (never once completed, nor on a stuck tombstone).
+    payload: Option<Payload>,
     claimed_at: u64,
     completed_at: Option<u64>,
     /// Released by a sweep as stuck in flight; kept to refuse its holder's late completion.
@@ -210,11 +217,33 @@ impl Model {
         self.snapshot.clone()
     }
 
+    /// Payloads held (with claims, released ones not yet handed over included, and with parked
+    /// deliveries) and their bytes.
+    fn payloads_held(&self) -> (usize, u64) {
+        let room = self
+            .room
+            .as_ref()
+            .into_iter()
+            .flat_map(waiting::Room::payloads);
+        self.claims
+            .values()
+            .filter_map(|c| c.payload.as_ref())
+            .chain(room)
+            .fold((0, 0), |(n, b), p| (n + 1, b + p.size()))
+    }
+
+    /// What the snapshot says of the payloads held.
+    fn payload_usage(&self) -> PayloadUsage {
+        let (held, bytes) = self.payloads_held();
+        PayloadUsage::new(held, bytes, self.config.payload_budget())
+    }
+
     pub(crate) fn stats(&self) -> Stats {
         let mut s = self.counts;
         s.live_workers = self.live;
         s.retained_claims = self.retained;
         s.waiting = self.waiting();
+        (s.payloads_held, s.payload_bytes_held) = self.payloads_held();
         s.events_missed = self.events.missed();
         s.snapshot_age = self.now.saturating_sub(self.snapshot.taken_at_monotonic);
         s

@@ -129,7 +129,10 @@ impl Model {
                         && self.ran_since(c.claimed_at) > millis(cfg.max_in_flight()) =>
                 {
                     let holder = c.holder.expect("checked");
-                    self.claims.get_mut(&key).expect("looked up").stuck = true;
+                    let claim = self.claims.get_mut(&key).expect("looked up");
+                    claim.stuck = true;
+                    // Handed over with the event: the tombstone keeps no payload.
+                    let payload = claim.payload.take();
                     self.counts.claims_stuck += 1;
                     stuck.push(holder);
                     let (target, delivery) = key;
@@ -138,12 +141,10 @@ impl Model {
                         target: target.clone(),
                         delivery: delivery.clone(),
                     });
-                    report.released.push(ReleasedEvent::new(
-                        target,
-                        delivery,
-                        Some(holder),
-                        ReleaseReason::Stuck,
-                    ));
+                    report.released.push(
+                        ReleasedEvent::new(target, delivery, Some(holder), ReleaseReason::Stuck)
+                            .with_payload(payload),
+                    );
                 }
                 Standing::InFlight => counts.in_flight += 1,
                 Standing::Completed => counts.retained += 1,
@@ -154,11 +155,11 @@ impl Model {
                 }
                 Standing::Released(reason) => {
                     let holder = c.holder;
-                    self.claims.remove(&key);
+                    let payload = self.claims.remove(&key).and_then(|c| c.payload);
                     let (target, delivery) = key;
-                    report
-                        .released
-                        .push(ReleasedEvent::new(target, delivery, holder, reason));
+                    report.released.push(
+                        ReleasedEvent::new(target, delivery, holder, reason).with_payload(payload),
+                    );
                 }
             }
         }
@@ -212,6 +213,11 @@ impl Model {
         c.workers_purged += report.purged_workers as u64;
         c.sweeps += 1;
 
+        // The waiting room last, into the room this sweep made; the snapshot shows the registry
+        // after it (the workers the promotion created or placed deliveries on, its claims).
+        self.sweeping = false;
+        counts.in_flight += self.promote(&mut report);
+
         // Publish.
         self.version += 1;
         report.version = self.version;
@@ -221,10 +227,6 @@ impl Model {
             .filter(|w| !w.purged)
             .map(|w| w.info(now))
             .collect();
-        // The waiting room last, into the room this sweep made (the snapshot lists the workers
-        // as they were before it, as the in-memory backend's does).
-        self.sweeping = false;
-        self.promote(&mut report);
         let mut snapshot = StatusSnapshot::new(
             self.version,
             wall(now),
@@ -235,6 +237,7 @@ impl Model {
             counts,
         );
         snapshot.waiting = report.waiting;
+        snapshot.payloads = self.payload_usage();
         self.snapshot = Arc::new(snapshot);
         report.took = started.elapsed();
         self.counts.sweep_durations.observe(report.took);

@@ -20,6 +20,7 @@ use super::{wall, Model};
 use crate::api::events::Event;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{Admission, AlreadyClaimed, ClaimState, Rejection, Waiting};
+use crate::api::payload::Payload;
 use crate::api::report::{ReleasedEvent, SweepReport};
 use crate::api::waiting::{ExpireReason, ExpiredWaiting};
 use crate::clock::millis;
@@ -43,9 +44,20 @@ enum Place {
     First,
 }
 
+/// One parked delivery.
+#[derive(Clone)]
+struct Item {
+    /// Arrival number.
+    seq: u64,
+    delivery: DeliveryId,
+    /// Parked at (ms).
+    at: u64,
+    payload: Option<Payload>,
+}
+
 struct Waiter {
-    /// (arrival number, delivery, parked at ms), in arrival order.
-    items: VecDeque<(u64, DeliveryId, u64)>,
+    /// In arrival order.
+    items: VecDeque<Item>,
     place: Place,
 }
 
@@ -72,6 +84,18 @@ pub(super) struct Room {
 }
 
 impl Room {
+    /// The parked delivery of this pair, if it waits.
+    fn item(&self, t: &Target, d: &DeliveryId) -> Option<&Item> {
+        self.waiters.get(t)?.items.iter().find(|i| i.delivery == *d)
+    }
+
+    /// Every payload waiting.
+    pub(super) fn payloads(&self) -> impl Iterator<Item = &Payload> + '_ {
+        self.waiters
+            .values()
+            .flat_map(|w| w.items.iter().filter_map(|i| i.payload.as_ref()))
+    }
+
     fn per_owner(&self, o: &str) -> usize {
         self.waiters
             .iter()
@@ -208,27 +232,46 @@ impl Model {
         self.room.as_ref().is_some_and(|r| r.contenders > 0)
     }
 
-    /// A refused admission: parked, a duplicate of its parked self, or (room full) refused.
+    /// When the pair was parked, if it waits.
+    pub(super) fn waits_since(&self, target: &Target, delivery: &DeliveryId) -> Option<u64> {
+        Some(self.room.as_ref()?.item(target, delivery)?.at)
+    }
+
+    /// The payload of the pair if it waits (`Some(None)`: it waits without one).
+    pub(super) fn waiting_payload(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Option<Option<Payload>> {
+        Some(self.room.as_ref()?.item(target, delivery)?.payload.clone())
+    }
+
+    /// A refused admission: parked (with its payload, if the budget has room for it), a
+    /// duplicate of its parked self, or (room full) refused.
     pub(super) fn park(
         &mut self,
         target: &Target,
         delivery: &DeliveryId,
         r: Rejection,
+        payload: Option<&Payload>,
     ) -> Admission {
         let now = self.ms();
         let (max, per) = (
             self.config.max_waiting(),
             self.config.max_waiting_per_owner(),
         );
-        let Some(room) = self.room.as_mut() else {
+        if self.room.is_none() {
             return Admission::Rejected(r);
+        }
+        let refusal = match self.waits_since(target, delivery) {
+            Some(_) => None,
+            None => payload.and_then(|p| self.over_budget(p, 0)),
         };
-        let parked = if let Some(at) = room.waiters.get(target).and_then(|w| {
-            w.items
-                .iter()
-                .find(|(_, d, _)| d == delivery)
-                .map(|(_, _, at)| *at)
-        }) {
+        if let Some(refusal) = refusal {
+            return Admission::Rejected(refusal);
+        }
+        let room = self.room.as_mut().expect("on");
+        let parked = if let Some(at) = room.item(target, delivery).map(|i| i.at) {
             Parked::Duplicate(at)
         } else if room.len >= max || room.per_owner(&owner(target)) >= per {
             Parked::Full
@@ -237,8 +280,14 @@ impl Model {
             let seq = room.seq;
             room.arrivals.push_back((seq, now, target.clone()));
             room.len += 1;
+            let item = Item {
+                seq,
+                delivery: delivery.clone(),
+                at: now,
+                payload: payload.cloned(),
+            };
             if let Some(w) = room.waiters.get_mut(target) {
-                w.items.push_back((seq, delivery.clone(), now));
+                w.items.push_back(item);
             } else {
                 let place = match r {
                     Rejection::TargetDraining { worker } => {
@@ -253,7 +302,7 @@ impl Model {
                 room.waiters.insert(
                     target.clone(),
                     Waiter {
-                        items: VecDeque::from([(seq, delivery.clone(), now)]),
+                        items: VecDeque::from([item]),
                         place,
                     },
                 );
@@ -270,7 +319,7 @@ impl Model {
                 Admission::Duplicate(AlreadyClaimed::new(None, wall(at), ClaimState::Waiting))
             }
             Parked::Full if matches!(r, Rejection::CapacityFull { .. }) => {
-                self.admit_unparked(target, delivery, false)
+                self.admit_unparked(target, delivery, false, payload, false)
             }
             Parked::Full => Admission::Rejected(r),
         }
@@ -298,12 +347,12 @@ impl Model {
     }
 
     /// The sweep's step: hand over what deaths promoted, drop what waited past `max_wait`,
-    /// promote what fits.
-    pub(super) fn promote(&mut self, report: &mut SweepReport) {
+    /// promote what fits. Returns how many deliveries it placed (in flight now).
+    pub(super) fn promote(&mut self, report: &mut SweepReport) -> usize {
         let now = self.ms();
         let limit = self.config.max_wait();
         let Some(room) = self.room.as_mut() else {
-            return;
+            return 0;
         };
         report.released.append(&mut room.handover);
         if let Some(cutoff) = now.checked_sub(millis(limit)) {
@@ -315,10 +364,11 @@ impl Model {
                 let Some(w) = room.waiters.get_mut(&t) else {
                     continue;
                 };
-                if w.items.front().is_none_or(|(s, _, _)| *s != seq) {
+                if w.items.front().is_none_or(|i| i.seq != seq) {
                     continue; // promoted since
                 }
-                let (_, delivery, at) = w.items.pop_front().expect("looked at");
+                // Dropped, and its payload with it.
+                let Item { delivery, at, .. } = w.items.pop_front().expect("looked at");
                 room.len -= 1;
                 if w.items.is_empty() {
                     let place = w.place;
@@ -336,8 +386,10 @@ impl Model {
             }
         }
         self.counts.waiting_expired += report.expired_waiting.len() as u64;
+        let handed = report.released.len();
         self.fill(&mut report.released);
         report.waiting = self.waiting();
+        report.released.len() - handed
     }
 
     /// Promotes the oldest waiting deliveries that fit, into `out`.
@@ -365,15 +417,16 @@ impl Model {
             let mut blocker = None;
             loop {
                 let room = self.room.as_ref().expect("on");
-                let Some((_, d, _)) = room.waiters.get(&t).and_then(|w| w.items.front()).cloned()
-                else {
+                let Some(item) = room.waiters.get(&t).and_then(|w| w.items.front()).cloned() else {
                     break;
                 };
-                match self.admit_unparked(&t, &d, false) {
+                // Its parking counted the payload: the claim takes it over.
+                let (d, payload) = (item.delivery, item.payload);
+                match self.admit_unparked(&t, &d, false, payload.as_ref(), true) {
                     Admission::Assigned(a) => {
                         self.pop(&t);
                         self.counts.promoted += 1;
-                        out.push(ReleasedEvent::promoted(t.clone(), d, a));
+                        out.push(ReleasedEvent::promoted(t.clone(), d, a).with_payload(payload));
                     }
                     Admission::Duplicate(_) => self.pop(&t),
                     Admission::Rejected(Rejection::TargetDraining { worker }) => {

@@ -169,6 +169,7 @@ impl Model {
     pub(super) fn count_rejection(&mut self, r: &Rejection) {
         match r {
             Rejection::CapacityFull { .. } => self.counts.rejected_capacity += 1,
+            Rejection::PayloadBudget { .. } => self.counts.rejected_payload_budget += 1,
             _ => self.counts.rejected_draining += 1,
         }
     }
