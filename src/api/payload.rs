@@ -380,7 +380,8 @@ fn is_tchar(b: u8) -> bool {
 /// # Examples
 ///
 /// ```
-/// use worker_registry::{Payload, PayloadError, MAX_EVENT_NAME_LEN};
+/// use worker_registry::limits::MAX_EVENT_NAME_LEN;
+/// use worker_registry::{Payload, PayloadError};
 ///
 /// let err = Payload::builder("e".repeat(65), &b""[..]).build().unwrap_err();
 /// assert_eq!(err, PayloadError::TooLong { field: "event", len: 65, max: MAX_EVENT_NAME_LEN });
