@@ -32,7 +32,7 @@ use dashmap::DashMap;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use worker_registry::metrics::Metrics;
-use worker_registry::{DynRegistry, ReleasedEvent, Target, WorkerId, WorkerRegistry};
+use worker_registry::{DeliveryId, DynRegistry, ReleasedEvent, Target, WorkerId, WorkerRegistry};
 
 /// How the router behaves (the registry's own settings are in its
 /// [`RegistryConfig`](worker_registry::RegistryConfig)).
@@ -85,6 +85,10 @@ pub struct Platform {
     pub containers: Arc<Containers>,
     /// With replicas in other processes: the owner records and forwarding.
     pub remote: Option<Remote>,
+    /// Whether the registry outlives this process (a shared backend, used by other replicas or
+    /// the next start): what a stopping router leaves in it is handed over. Without, it dies
+    /// with the process, and a stop waits for its waiting room too.
+    pub shared: bool,
 }
 
 impl Platform {
@@ -94,6 +98,7 @@ impl Platform {
         Self {
             containers: Arc::new(Containers::new(mailbox, overflow)),
             remote: None,
+            shared: false,
         }
     }
 
@@ -112,6 +117,7 @@ impl Platform {
         overflow: usize,
     ) -> Result<Self, String> {
         let mut platform = Self::local(mailbox, overflow);
+        platform.shared = choice.is_shared();
         if let Some(store) = Store::open(choice, name).await.map_err(|e| {
             format!("cannot open the router's records next to the {choice} registry: {e}")
         })? {
@@ -131,6 +137,12 @@ pub(crate) struct Inner {
     /// This replica's tag in `containers`.
     pub(crate) replica: ReplicaTag,
     pub(crate) remote: Option<Remote>,
+    /// See [`Platform::shared`].
+    pub(crate) shared: bool,
+    /// Deliveries parked in the waiting room and not promoted yet, tracked when the registry is
+    /// not shared (this process sees every promotion): what a stop that misses its deadline
+    /// reports by id.
+    pub(crate) parked: DashMap<(Target, DeliveryId), ()>,
     /// Which worker of this router serves a target (for `reach` and `drain` decisions).
     pub(crate) targets: DashMap<Target, WorkerId>,
     pub(crate) tasks: DashMap<WorkerId, AbortHandle>,
@@ -184,6 +196,8 @@ impl App {
                 replica: platform.containers.join(),
                 containers: platform.containers,
                 remote: platform.remote,
+                shared: platform.shared,
+                parked: DashMap::new(),
                 targets: DashMap::new(),
                 tasks: DashMap::new(),
                 closing: AtomicBool::new(false),
@@ -245,6 +259,11 @@ impl App {
     /// Worker tasks running now.
     pub fn running_workers(&self) -> usize {
         *self.inner.running.borrow()
+    }
+
+    /// Whether the registry outlives this process (see [`Platform::shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.inner.shared
     }
 
     /// Whether shutdown has begun (deliveries are refused with 503).

@@ -286,18 +286,37 @@ impl Server {
         }
     }
 
-    /// Refuses new deliveries, drains every worker with `deadline` and waits for them (a draining
-    /// worker finishes the events already queued for it); at the deadline, stops the workers still
-    /// running (each deregisters, releasing its claims through the registry), then stops the HTTP
-    /// server and the sweeper, runs one last sweep and reports every accepted delivery that was not
-    /// completed, in the report, the log and `webhook_router_shutdown_unfinished_total`.
+    /// Refuses new deliveries and finishes the work it accepted, up to `deadline`: drains every
+    /// worker (a draining worker finishes the events already queued for it), and sweeps in place
+    /// of the sweeper (see [`App::finish_accepted`]), so that released events are placed again and
+    /// deliveries promoted out of the waiting room get their worker (a drained one's successor,
+    /// started and drained at once), until nothing is left. At the deadline it stops the workers
+    /// still running (each deregisters, releasing its claims through the registry), then stops
+    /// the HTTP server. With a registry that dies with the process, one last sweep collects what
+    /// those exits released; a shared one keeps it for the other replicas (handed over, not
+    /// collected here, so that the next sweep of another replica places it at once). Every
+    /// accepted delivery that was not completed is reported, in the report, the log and
+    /// `webhook_router_shutdown_unfinished_total`.
     pub async fn shutdown(self, deadline: Duration) -> ShutdownReport {
         let started = Instant::now();
+        let until = started + deadline;
         let registry = self.app.registry().clone();
         let completed_before = registry.stats().claims_completed;
         let drained = self.app.begin_shutdown(deadline).await;
-        let left = deadline.saturating_sub(started.elapsed());
-        let stopped_at_deadline = self.app.wait_workers(left).await;
+        // From here the shutdown sweeps (`App::finish_accepted`).
+        self.sweeper.shutdown().await;
+        let mut settled = self.app.finish_accepted(until).await;
+        let _ = self.stop_http.send(());
+        let _ = self.http.await;
+        // A request that raced the closing flag may have started a worker meanwhile.
+        if settled && self.app.running_workers() > 0 {
+            settled = self.app.finish_accepted(until).await;
+        }
+        let stopped_at_deadline = if settled {
+            0
+        } else {
+            self.app.running_workers()
+        };
         let aborted = if stopped_at_deadline > 0 {
             tracing::warn!(
                 workers = stopped_at_deadline,
@@ -307,16 +326,17 @@ impl Server {
         } else {
             0
         };
-        let _ = self.stop_http.send(());
-        let _ = self.http.await;
-        self.sweeper.shutdown().await;
-        // One last sweep collects what the exits released. Nobody is left to place it here, so it is
-        // not acknowledged: a shared backend offers it to another replica.
-        let released = match registry.sweep().await {
-            Ok(report) => report.released,
-            Err(e) => {
-                tracing::warn!("the last sweep failed: {e}");
-                Vec::new()
+        let released = if self.app.is_shared() {
+            Vec::new()
+        } else {
+            // One last sweep collects what the exits released or promoted: nobody is left to
+            // place it.
+            match registry.sweep().await {
+                Ok(report) => report.released,
+                Err(e) => {
+                    tracing::warn!("the last sweep failed: {e}");
+                    Vec::new()
+                }
             }
         };
         let unfinished = self.app.account_unfinished(&released);
