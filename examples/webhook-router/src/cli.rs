@@ -54,6 +54,12 @@ pub struct Args {
     /// Address to listen on [default: 127.0.0.1:3000 / 127.0.0.1:0].
     #[arg(long, env = "WEBHOOK_ROUTER_BIND")]
     pub bind: Option<SocketAddr>,
+    /// A separate address for the admin API, /metrics, /openapi.json, the debug endpoint and the
+    /// replicas' internal endpoint (the default --advertise-url is then this one); --bind then
+    /// serves only POST /webhook and the probes (/healthz, /readyz), which both addresses serve
+    /// [default: everything on --bind].
+    #[arg(long, env = "WEBHOOK_ROUTER_ADMIN_BIND")]
+    pub admin_bind: Option<SocketAddr>,
     /// Live workers (containers) allowed at once [default: 64 / 48].
     #[arg(long, env = "WEBHOOK_ROUTER_CAPACITY")]
     pub capacity: Option<usize>,
@@ -120,7 +126,15 @@ pub struct Args {
     /// Webhook requests handled at once; more get 503 at once.
     #[arg(long, env = "WEBHOOK_ROUTER_MAX_CONCURRENT_WEBHOOKS", default_value_t = server::DEFAULT_MAX_CONCURRENT_WEBHOOKS)]
     pub max_concurrent_webhooks: usize,
-    /// How long Ctrl-C waits for draining workers before stopping them, ms [default: 10000 / 5000].
+    /// Log lines on stderr: `text`, or `json` (one object per line: timestamp, level, target,
+    /// message and the fields at the top level). Text is coloured only on a terminal, and never
+    /// with NO_COLOR set.
+    #[arg(long, env = "WEBHOOK_ROUTER_LOG_FORMAT", default_value = "text")]
+    pub log_format: crate::telemetry::LogFormat,
+    /// How long a stop (SIGTERM, SIGINT) may take to finish the accepted work before it stops the
+    /// workers still running, ms; give the orchestrator's grace period (Kubernetes'
+    /// terminationGracePeriodSeconds, systemd's TimeoutStopSec) at least this plus 10 s
+    /// [default: 10000 / 5000].
     #[arg(long, env = "WEBHOOK_ROUTER_SHUTDOWN_MS")]
     pub shutdown_ms: Option<u64>,
     /// The reconciler of failed deliveries (see `reconcile/`).
@@ -167,6 +181,8 @@ pub struct Settings {
     pub replicas: usize,
     /// Where to listen.
     pub bind: SocketAddr,
+    /// Where the admin API listens, if apart from `bind`.
+    pub admin_bind: Option<SocketAddr>,
     /// The registry's configuration.
     pub config: RegistryConfig,
     /// The router's options.
@@ -223,6 +239,7 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         advertise_url: a.advertise_url.clone(),
         replicas: a.replicas,
         bind,
+        admin_bind: a.admin_bind,
         config,
         options,
         shutdown: pick(a, "--shutdown-ms", a.shutdown_ms, 10_000, 5_000)?,
@@ -326,9 +343,21 @@ fn access(a: &Args) -> Result<(SocketAddr, Option<String>, Option<String>), Stri
         (None, true) => Some(random_token()),
         (None, false) => None,
     };
-    if a.registry.is_shared() && !sim && admin_token.is_none() && !bind.ip().is_loopback() {
+    if let Some(admin) = a.admin_bind {
+        if sim {
+            return Err("--admin-bind is not used by --simulate (one address per replica)".into());
+        }
+        if admin == bind && admin.port() != 0 {
+            return Err(format!(
+                "--admin-bind {admin} is --bind's address: give it one of its own, or leave it out"
+            ));
+        }
+    }
+    // Where the internal endpoint is served.
+    let internal = a.admin_bind.unwrap_or(bind);
+    if a.registry.is_shared() && !sim && admin_token.is_none() && !internal.ip().is_loopback() {
         return Err(format!(
-            "a shared registry on {bind}, which is not a loopback address, needs --admin-token: \
+            "a shared registry on {internal}, which is not a loopback address, needs --admin-token: \
              replicas forward events to each other's containers through POST /internal/..., which it guards"
         ));
     }
@@ -412,6 +441,7 @@ fn server_limits(a: &Args) -> Result<ServerLimits, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::LogFormat;
 
     fn parse(args: &[&str]) -> Result<Settings, String> {
         let mut all = vec!["webhook-router"];
@@ -490,6 +520,29 @@ mod tests {
         assert!(parse(&["--max-connections", "0"]).is_err());
         assert!(parse(&["--max-connections", &usize::MAX.to_string()]).is_err());
         assert!(parse(&["--max-concurrent-webhooks", "0"]).is_err());
+    }
+
+    /// Issue 37: the admin address, the log format.
+    #[test]
+    fn admin_bind_and_log_format_are_validated() {
+        let s = parse(&["--admin-bind", "127.0.0.1:9090"]).unwrap();
+        assert_eq!(s.admin_bind, Some("127.0.0.1:9090".parse().unwrap()));
+        let e = parse(&["--bind", "127.0.0.1:9090", "--admin-bind", "127.0.0.1:9090"]).unwrap_err();
+        assert!(e.contains("--admin-bind"), "{e}");
+        assert!(parse(&["--bind", "127.0.0.1:0", "--admin-bind", "127.0.0.1:0"]).is_ok());
+        assert!(parse(&["--simulate", "--admin-bind", "127.0.0.1:0"]).is_err());
+        // The internal endpoint is on the admin address: that one needs the token off loopback.
+        let shared = ["--registry", "redis://h/0", "--webhook-secret", "s"];
+        let mut open_admin = shared.to_vec();
+        open_admin.extend(["--admin-bind", "0.0.0.0:9090"]);
+        assert!(parse(&open_admin).unwrap_err().contains("--admin-token"));
+        let mut open_webhook = shared.to_vec();
+        open_webhook.extend(["--bind", "0.0.0.0:3000", "--admin-bind", "127.0.0.1:9090"]);
+        assert!(parse(&open_webhook).is_ok());
+        let a = |v: &str| Args::try_parse_from(["webhook-router", "--log-format", v]);
+        assert_eq!(a("json").unwrap().log_format, LogFormat::Json);
+        assert_eq!(a("TEXT").unwrap().log_format, LogFormat::Text);
+        assert!(a("yaml").is_err());
     }
 
     #[test]
