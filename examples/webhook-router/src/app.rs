@@ -20,6 +20,7 @@ use crate::metrics::RouterMetrics;
 use crate::outcome::Unfinished;
 use crate::policy::Policy;
 use crate::remote::Remote;
+use crate::secrets::Secret;
 use crate::store::Store;
 use crate::worker::Timings;
 
@@ -38,10 +39,12 @@ use worker_registry::{DeliveryId, DynRegistry, ReleasedEvent, Target, WorkerId, 
 /// [`RegistryConfig`](worker_registry::RegistryConfig)).
 #[derive(Clone)]
 pub struct Options {
-    /// The webhook secret. `None` accepts unsigned deliveries: only pass `None` for a loopback bind.
-    pub webhook_secret: Option<Arc<[u8]>>,
-    /// If set, the admin API and `POST /debug/...` need `Authorization: Bearer <token>`.
-    pub admin_token: Option<String>,
+    /// The webhook secret (during a rotation window, the previous one too). Unset accepts
+    /// unsigned deliveries: only leave it unset for a loopback bind.
+    pub webhook_secret: Secret,
+    /// If set, the admin API and `POST /debug/...` need `Authorization: Bearer <token>` (during a
+    /// rotation window, the previous token is accepted too).
+    pub admin_token: Secret,
     /// How long a simulated worker works per event.
     pub work: Duration,
     /// How long a simulated worker waits for another event before it leaves.
@@ -60,14 +63,8 @@ pub struct Options {
 impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Options")
-            .field(
-                "webhook_secret",
-                &self.webhook_secret.as_ref().map(|_| "<redacted>"),
-            )
-            .field(
-                "admin_token",
-                &self.admin_token.as_ref().map(|_| "<redacted>"),
-            )
+            .field("webhook_secret", &self.webhook_secret)
+            .field("admin_token", &self.admin_token)
             .field("work", &self.work)
             .field("idle", &self.idle)
             .field("mailbox", &self.mailbox)
@@ -105,13 +102,13 @@ impl Platform {
     /// The platform of a replica in its own process on the shared backend `choice` (registry
     /// `name`): its own containers, and the other replicas' reached through the owner records
     /// next to the registry, this one being reachable at `advertise`; `token` guards the internal
-    /// endpoint (the admin token); `heartbeat` (the registry's interval) bounds the waits. For the
+    /// endpoint (the admin token, sent as it is when forwarding); `heartbeat` (the registry's interval) bounds the waits. For the
     /// in-memory backend, [`local`](Self::local).
     pub async fn for_backend(
         choice: &RegistryChoice,
         name: &str,
         advertise: &str,
-        token: Option<String>,
+        token: Secret,
         heartbeat: Duration,
         mailbox: usize,
         overflow: usize,

@@ -9,9 +9,12 @@ use crate::body::{BodyBudget, BodyLimits};
 use crate::github;
 use crate::limits::{DEFAULT_MAILBOX, DEFAULT_OVERFLOW, MAX_MAILBOX, MAX_OVERFLOW};
 use crate::policy::Policy;
+use crate::reload::{self, ReloadOptions, Watched};
+use crate::secrets::{self, Secret};
 use crate::server::{self, ServerLimits};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,12 +99,38 @@ pub struct Args {
     pub overflow: usize,
     /// GitHub webhook secret: deliveries must carry a valid X-Hub-Signature-256. Without one, unsigned
     /// deliveries are accepted, and only on a loopback bind. [default: none / a random one]
-    #[arg(long, env = "WEBHOOK_ROUTER_WEBHOOK_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_WEBHOOK_SECRET",
+        hide_env_values = true,
+        conflicts_with = "webhook_secret_file"
+    )]
     pub webhook_secret: Option<String>,
+    /// A file holding the webhook secret (one trailing line break is ignored), read again on
+    /// SIGHUP and when it changes; the previous secret stays accepted for
+    /// --secret-rotation-window.
+    #[arg(long, env = "WEBHOOK_ROUTER_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
     /// Bearer token required by the admin API (reads included) and POST /debug/...
     /// [default: none / a random one]
-    #[arg(long, env = "WEBHOOK_ROUTER_ADMIN_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_ADMIN_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "admin_token_file"
+    )]
     pub admin_token: Option<String>,
+    /// A file holding the admin token, read again on SIGHUP and when it changes; the previous
+    /// token stays accepted for --secret-rotation-window.
+    #[arg(long, env = "WEBHOOK_ROUTER_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// How long a replaced webhook secret or admin token (read again from its file) stays
+    /// accepted beside the new one, e.g. `1h`, `10m`; `0s` retires it at once (a leaked secret).
+    #[arg(long, env = "WEBHOOK_ROUTER_SECRET_ROTATION_WINDOW", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub secret_rotation_window: Duration,
+    /// How often the secret files are read to see whether they changed (`0s`: only on SIGHUP).
+    #[arg(long, env = "WEBHOOK_ROUTER_SECRET_POLL_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub secret_poll_interval: Duration,
     /// A routing rule, `event[.action]=start|reach|drain|ignore`, overriding the default policy
     /// (repeatable; in the environment, comma-separated).
     #[arg(long = "route", env = "WEBHOOK_ROUTER_ROUTES", value_delimiter = ',')]
@@ -193,6 +222,10 @@ pub struct Settings {
     pub limits: ServerLimits,
     /// The reconciler of failed deliveries, if an App or a hook is named.
     pub reconcile: Option<crate::reconcile::Config>,
+    /// The secret files to read again on SIGHUP and when they change.
+    pub watched: Vec<Watched>,
+    /// How they are read again.
+    pub reload: ReloadOptions,
 }
 
 /// A duration flag in milliseconds, at most [`MAX_DURATION`].
@@ -210,7 +243,8 @@ fn ms(flag: &str, v: u64) -> Result<Duration, String> {
 /// Validates the flags.
 pub fn settings(a: &Args) -> Result<Settings, String> {
     let config = registry_config(a)?;
-    let (bind, secret, admin_token) = access(a)?;
+    let access = access(a)?;
+    let bind = access.bind;
     let registry_name = match (&a.registry_name, a.simulate) {
         (Some(n), _) => n.clone(),
         (None, false) => DEFAULT_REGISTRY_NAME.to_owned(),
@@ -231,7 +265,17 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
             a.replicas
         ));
     }
-    let options = router_options(a, secret, admin_token)?;
+    let options = router_options(a, access.webhook_secret, access.admin_token)?;
+    let reconcile = crate::reconcile::flags::config(&a.reconcile)?;
+    let mut watched = access.watched;
+    if let Some(c) = &reconcile {
+        watched.extend(crate::reconcile::flags::watched(&a.reconcile, c));
+    }
+    if a.secret_rotation_window > MAX_DURATION || a.secret_poll_interval > MAX_DURATION {
+        return Err(
+            "--secret-rotation-window and --secret-poll-interval are at most a year".into(),
+        );
+    }
     Ok(Settings {
         limits: server_limits(a)?,
         registry: a.registry.clone(),
@@ -243,7 +287,12 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         config,
         options,
         shutdown: pick(a, "--shutdown-ms", a.shutdown_ms, 10_000, 5_000)?,
-        reconcile: crate::reconcile::flags::config(&a.reconcile)?,
+        reconcile,
+        watched,
+        reload: ReloadOptions {
+            window: a.secret_rotation_window,
+            poll: a.secret_poll_interval,
+        },
     })
 }
 
@@ -311,9 +360,47 @@ fn registry_config(a: &Args) -> Result<RegistryConfig, String> {
     Ok(config)
 }
 
+/// Where to listen, and the secrets that guard it.
+struct Access {
+    bind: SocketAddr,
+    webhook_secret: Secret,
+    admin_token: Secret,
+    /// Those read from files.
+    watched: Vec<Watched>,
+}
+
+/// A secret from its flag or its file (watched), else a random one for `--simulate`.
+fn secret_from(
+    (flag, inline): (&'static str, &Option<String>),
+    (file_flag, file): (&'static str, &Option<PathBuf>),
+    random: bool,
+    watched: &mut Vec<Watched>,
+) -> Result<Secret, String> {
+    let value = match (inline, file) {
+        (Some(s), _) if s.is_empty() => return Err(format!("{flag} is empty")),
+        (Some(s), _) => Some(s.clone().into_bytes()),
+        (None, Some(path)) => Some(secrets::read_file(file_flag, path)?),
+        (None, None) if random => {
+            Some(format!("{:032x}", rand::thread_rng().gen::<u128>()).into_bytes())
+        }
+        (None, None) => None,
+    };
+    let secret = Secret::new(value.map(Arc::from));
+    if let (None, Some(path)) = (inline, file) {
+        watched.push(Watched {
+            flag: file_flag,
+            path: path.clone(),
+            secret: secret.clone(),
+            rotates: true,
+            check: reload::any_value,
+        });
+    }
+    Ok(secret)
+}
+
 /// Where to listen, the webhook secret and the admin token (random ones for `--simulate`), and
 /// the refusals that keep a non-loopback router from running unguarded.
-fn access(a: &Args) -> Result<(SocketAddr, Option<String>, Option<String>), String> {
+fn access(a: &Args) -> Result<Access, String> {
     let sim = a.simulate;
     let bind = a.bind.unwrap_or(SocketAddr::new(
         IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -324,25 +411,25 @@ fn access(a: &Args) -> Result<(SocketAddr, Option<String>, Option<String>), Stri
             "--simulate only runs on a loopback address, not {bind}"
         ));
     }
-    let random_token = || format!("{:032x}", rand::thread_rng().gen::<u128>());
-    let secret = match (&a.webhook_secret, sim) {
-        (Some(s), _) if s.is_empty() => return Err("--webhook-secret is empty".into()),
-        (Some(s), _) => Some(s.clone()),
-        (None, true) => Some(random_token()),
-        (None, false) => None,
-    };
-    if secret.is_none() && !bind.ip().is_loopback() {
+    let mut watched = Vec::new();
+    let secret = secret_from(
+        ("--webhook-secret", &a.webhook_secret),
+        ("--webhook-secret-file", &a.webhook_secret_file),
+        sim,
+        &mut watched,
+    )?;
+    if !secret.is_set() && !bind.ip().is_loopback() {
         return Err(format!(
             "refusing to accept unsigned deliveries on {bind}, which is not a loopback address: \
-             set --webhook-secret (the secret configured on the GitHub webhook)"
+             set --webhook-secret or --webhook-secret-file (the secret configured on the GitHub webhook)"
         ));
     }
-    let admin_token = match (&a.admin_token, sim) {
-        (Some(t), _) if t.is_empty() => return Err("--admin-token is empty".into()),
-        (Some(t), _) => Some(t.clone()),
-        (None, true) => Some(random_token()),
-        (None, false) => None,
-    };
+    let admin_token = secret_from(
+        ("--admin-token", &a.admin_token),
+        ("--admin-token-file", &a.admin_token_file),
+        sim,
+        &mut watched,
+    )?;
     if let Some(admin) = a.admin_bind {
         if sim {
             return Err("--admin-bind is not used by --simulate (one address per replica)".into());
@@ -355,20 +442,25 @@ fn access(a: &Args) -> Result<(SocketAddr, Option<String>, Option<String>), Stri
     }
     // Where the internal endpoint is served.
     let internal = a.admin_bind.unwrap_or(bind);
-    if a.registry.is_shared() && !sim && admin_token.is_none() && !internal.ip().is_loopback() {
+    if a.registry.is_shared() && !sim && !admin_token.is_set() && !internal.ip().is_loopback() {
         return Err(format!(
             "a shared registry on {internal}, which is not a loopback address, needs --admin-token: \
              replicas forward events to each other's containers through POST /internal/..., which it guards"
         ));
     }
-    Ok((bind, secret, admin_token))
+    Ok(Access {
+        bind,
+        webhook_secret: secret,
+        admin_token,
+        watched,
+    })
 }
 
 /// The router's options: mailboxes, the routing policy, body limits, the simulated work.
 fn router_options(
     a: &Args,
-    secret: Option<String>,
-    admin_token: Option<String>,
+    webhook_secret: Secret,
+    admin_token: Secret,
 ) -> Result<app::Options, String> {
     if !(1..=MAX_MAILBOX).contains(&a.mailbox) {
         return Err(format!(
@@ -404,7 +496,7 @@ fn router_options(
             timeout: body_timeout,
             budget: BodyBudget::new(a.body_budget_mib << 20),
         },
-        webhook_secret: secret.map(|s| Arc::from(s.into_bytes())),
+        webhook_secret,
         admin_token,
         work: pick(a, "--work-ms", a.work_ms, 2_000, 20)?,
         idle: pick(a, "--idle-ms", a.idle_ms, 60_000, 200)?,

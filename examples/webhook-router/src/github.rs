@@ -79,25 +79,52 @@ pub fn signature(headers: &HeaderMap) -> Result<[u8; 32], SignatureError> {
     Ok(expected)
 }
 
-/// An HMAC-SHA256 computed over a body as it arrives, chunk by chunk.
-pub struct Verifier(HmacSha256);
+/// An HMAC-SHA256 computed over a body as it arrives, chunk by chunk: under the secret, and
+/// during a rotation window under the previous one too.
+pub struct Verifier {
+    current: HmacSha256,
+    previous: Option<HmacSha256>,
+}
+
+fn hmac(secret: &[u8]) -> HmacSha256 {
+    HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length")
+}
 
 impl Verifier {
     /// Starts the HMAC under `secret`.
     pub fn new(secret: &[u8]) -> Self {
-        Self(HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length"))
+        Self::rotating(secret, None)
+    }
+
+    /// Starts the HMAC under `secret`, and under `previous` if given (a body signed with either
+    /// verifies).
+    pub fn rotating(secret: &[u8], previous: Option<&[u8]>) -> Self {
+        Self {
+            current: hmac(secret),
+            previous: previous.map(hmac),
+        }
     }
 
     /// Feeds the next chunk of the body.
     pub fn update(&mut self, chunk: &[u8]) {
-        self.0.update(chunk);
+        self.current.update(chunk);
+        if let Some(p) = &mut self.previous {
+            p.update(chunk);
+        }
     }
 
-    /// Compares with the announced digest, in constant time (`Mac::verify_slice`).
+    /// Compares with the announced digest, in constant time (`Mac::verify_slice`), under both
+    /// secrets when there are two (both compared, whichever matches).
     pub fn verify(self, expected: &[u8; 32]) -> Result<(), SignatureError> {
-        self.0
-            .verify_slice(expected)
-            .map_err(|_| SignatureError::Mismatch)
+        let current = self.current.verify_slice(expected).is_ok();
+        let previous = self
+            .previous
+            .is_some_and(|p| p.verify_slice(expected).is_ok());
+        if current | previous {
+            Ok(())
+        } else {
+            Err(SignatureError::Mismatch)
+        }
     }
 }
 

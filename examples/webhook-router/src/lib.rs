@@ -29,9 +29,11 @@
 //!   [`metrics`]: the router's own metrics; [`backend`]: `--registry`, the backend choice;
 //!   [`telemetry`]: a delivery's spans, the `traceparent` handed to its worker, and (feature
 //!   `otel`) their export over OTLP.
+//! * [`reload`]: the secret files re-read on SIGHUP and when they change.
 //! * At the bottom, what every layer speaks: [`outcome`] (what was done with a delivery:
 //!   [`outcome::Dispatch`], [`outcome::Source`], [`outcome::Unfinished`]), [`limits`], the
-//!   routing [`policy`] table, and [`github`]'s vocabulary.
+//!   routing [`policy`] table, [`secrets`] (the reloadable secret handles), and [`github`]'s
+//!   vocabulary.
 
 pub mod app;
 pub mod backend;
@@ -49,8 +51,10 @@ pub mod outcome;
 pub mod policy;
 pub mod reconcile;
 pub mod redispatch;
+pub mod reload;
 pub mod remote;
 pub mod routing;
+pub mod secrets;
 pub mod server;
 pub mod shutdown;
 pub mod signals;

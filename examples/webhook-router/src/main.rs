@@ -29,7 +29,7 @@
 
 use webhook_router::server::{Server, ShutdownReport};
 use webhook_router::signals::Signals;
-use webhook_router::{cli, server, sim, telemetry};
+use webhook_router::{cli, reload, server, sim, telemetry};
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -105,6 +105,23 @@ async fn run_with(args: &cli::Args) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // SIGHUP and the secret files' changes, from here on.
+    let reloader = match reload::spawn(s.watched.clone(), s.reload) {
+        Ok(task) => task,
+        Err(e) => {
+            eprintln!("webhook-router: cannot handle SIGHUP: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if !s.watched.is_empty() {
+        let files: Vec<&str> = s.watched.iter().map(|w| w.flag).collect();
+        tracing::info!(
+            files = %files.join(", "),
+            rotation_window = %humantime::format_duration(s.reload.window),
+            poll = %humantime::format_duration(s.reload.poll),
+            "secret files are read again on SIGHUP and when they change"
+        );
+    }
     let server = match start(&s).await {
         Ok(server) => server,
         Err(e) => {
@@ -121,6 +138,7 @@ async fn run_with(args: &cli::Args) -> ExitCode {
         }
     };
     let code = serve_until_signalled(server, signals, &s).await;
+    reloader.abort();
     if let Some(r) = reconciler {
         r.stop().await;
     }
@@ -181,7 +199,7 @@ async fn listen(addr: std::net::SocketAddr) -> Result<TcpListener, String> {
 /// Logs where the router listens and how it is configured (and what it leaves unguarded).
 fn announce(server: &Server, s: &cli::Settings) {
     let addr = server.addr();
-    let signed = s.options.webhook_secret.is_some();
+    let signed = s.options.webhook_secret.is_set();
     let cfg = server.app().registry().config();
     match server.admin_addr() {
         None => tracing::info!(
@@ -226,7 +244,7 @@ fn announce(server: &Server, s: &cli::Settings) {
             "no --webhook-secret: accepting UNSIGNED deliveries, allowed only because {addr} is a loopback address"
         );
     }
-    if server.app().options().admin_token.is_none() {
+    if !server.app().options().admin_token.is_set() {
         let admin = server.admin_addr().unwrap_or(addr);
         tracing::warn!("no --admin-token: the admin API and /debug/... are open to anyone who can reach {admin}");
     }
@@ -356,10 +374,10 @@ async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
         secret: s
             .options
             .webhook_secret
-            .as_deref()
-            .map(<[u8]>::to_vec)
+            .current()
+            .map(|v| v.to_vec())
             .unwrap_or_default(),
-        admin_token: s.options.admin_token.clone(),
+        admin_token: s.options.admin_token.current_text(),
         shutdown_deadline: s.shutdown,
         registry: s.registry.to_string(),
         registry_name: s.registry_name.clone(),

@@ -133,18 +133,41 @@ impl Router {
     }
 
     async fn deliver(&self, id: &str, payload: &Value) -> (StatusCode, Value) {
-        let res = self
+        self.deliver_signed(id, payload, None).await
+    }
+
+    /// A delivery signed with `secret` (unsigned without).
+    async fn deliver_signed(
+        &self,
+        id: &str,
+        payload: &Value,
+        secret: Option<&str>,
+    ) -> (StatusCode, Value) {
+        let body = payload.to_string();
+        let mut req = self
             .http
             .post(format!("{}/webhook", self.base))
             .header("content-type", "application/json")
             .header("x-github-event", "pull_request")
-            .header("x-github-delivery", id)
-            .body(payload.to_string())
-            .send()
-            .await
-            .unwrap();
+            .header("x-github-delivery", id);
+        if let Some(secret) = secret {
+            req = req.header(
+                "x-hub-signature-256",
+                webhook_router::github::sign(secret.as_bytes(), body.as_bytes()),
+            );
+        }
+        let res = req.body(body).send().await.unwrap();
         let status = res.status();
         (status, res.json().await.unwrap())
+    }
+
+    /// `GET /workers` with `token`.
+    async fn workers_with(&self, token: &str) -> StatusCode {
+        let res = self
+            .http
+            .get(format!("{}/workers", self.base))
+            .bearer_auth(token);
+        res.send().await.unwrap().status()
     }
 
     async fn get(&self, base: &str, path: &str) -> (StatusCode, String) {
@@ -327,5 +350,166 @@ async fn the_admin_bind_separates_the_admin_api_from_the_webhook() {
     let (status, body) = r.deliver("d", &event(1, "opened")).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     r.signal(libc::SIGINT);
+    assert_eq!(r.exit().code(), Some(0));
+}
+
+/// A temporary directory, removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("{name}-{}-{}", std::process::id(), rand_suffix()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    /// Writes `file` (as an editor would: a new file renamed over the old one).
+    fn write(&self, file: &str, contents: &str) -> String {
+        let path = self.0.join(file);
+        let tmp = self.0.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, contents).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        path.display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// Secrets from files: the webhook secret and the admin token rotated by rewriting their files
+/// and sending SIGHUP. Within the rotation window the old and the new are both accepted; once the
+/// window is over (its log line), only the new. A file changed without SIGHUP is picked up by
+/// the poll. A file left empty is refused and the secret kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_files_rotate_on_sighup_with_a_window_and_on_change() {
+    let dir = TempDir::new("webhook-router-secrets");
+    let secret_file = dir.write("webhook-secret", "old-secret\n");
+    let token_file = dir.write("admin-token", "old-token\n");
+    let mut r = Router::spawn(&[
+        "--webhook-secret-file",
+        &secret_file,
+        "--admin-token-file",
+        &token_file,
+        "--secret-rotation-window",
+        "4s",
+        "--secret-poll-interval",
+        "0s",
+    ]);
+    let pr = |n| event(n, "opened");
+    assert_eq!(
+        r.deliver_signed("a", &pr(1), Some("old-secret")).await.0,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        r.deliver_signed("b", &pr(2), Some("new-secret")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(r.workers_with("old-token").await, StatusCode::OK);
+    assert_eq!(r.workers_with("new-token").await, StatusCode::UNAUTHORIZED);
+
+    dir.write("webhook-secret", "new-secret\n");
+    dir.write("admin-token", "new-token");
+    r.signal(libc::SIGHUP);
+    let changed = |flag: &'static str| {
+        move |l: &Value| {
+            l["flag"] == flag
+                && l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("secret file changed"))
+        }
+    };
+    r.wait_line(changed("--webhook-secret-file"));
+    r.wait_line(changed("--admin-token-file"));
+    // Within the window: both.
+    assert_eq!(
+        r.deliver_signed("c", &pr(3), Some("new-secret")).await.0,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        r.deliver_signed("d", &pr(4), Some("old-secret")).await.0,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(r.workers_with("new-token").await, StatusCode::OK);
+    assert_eq!(r.workers_with("old-token").await, StatusCode::OK);
+    // After it: only the new.
+    let over = |flag: &'static str| {
+        move |l: &Value| {
+            l["flag"] == flag
+                && l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("rotation window over"))
+        }
+    };
+    r.wait_line(over("--webhook-secret-file"));
+    r.wait_line(over("--admin-token-file"));
+    assert_eq!(
+        r.deliver_signed("e", &pr(5), Some("old-secret")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        r.deliver_signed("f", &pr(6), Some("new-secret")).await.0,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(r.workers_with("old-token").await, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.workers_with("new-token").await, StatusCode::OK);
+    // An empty file is refused: the secret stays.
+    dir.write("webhook-secret", "");
+    r.signal(libc::SIGHUP);
+    r.wait_line(|l| l["level"] == "ERROR" && l["flag"] == "--webhook-secret-file");
+    assert_eq!(
+        r.deliver_signed("g", &pr(7), Some("new-secret")).await.0,
+        StatusCode::ACCEPTED
+    );
+    r.signal(libc::SIGTERM);
+    assert_eq!(r.exit().code(), Some(0));
+}
+
+/// A changed file is read without SIGHUP, at the next poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_secret_file_is_picked_up_by_the_poll() {
+    let dir = TempDir::new("webhook-router-poll");
+    let secret_file = dir.write("webhook-secret", "first");
+    let mut r = Router::spawn(&[
+        "--webhook-secret-file",
+        &secret_file,
+        "--secret-rotation-window",
+        "0s",
+        "--secret-poll-interval",
+        "100ms",
+    ]);
+    assert_eq!(
+        r.deliver_signed("a", &event(1, "opened"), Some("first"))
+            .await
+            .0,
+        StatusCode::ACCEPTED
+    );
+    dir.write("webhook-secret", "second\r\n");
+    r.wait_line(|l| l["message"] == "secret file changed: the new value is in use");
+    assert_eq!(
+        r.deliver_signed("b", &event(2, "opened"), Some("second"))
+            .await
+            .0,
+        StatusCode::ACCEPTED
+    );
+    // No window: the first is refused at once.
+    assert_eq!(
+        r.deliver_signed("c", &event(3, "opened"), Some("first"))
+            .await
+            .0,
+        StatusCode::UNAUTHORIZED
+    );
+    r.signal(libc::SIGTERM);
     assert_eq!(r.exit().code(), Some(0));
 }

@@ -13,6 +13,7 @@
 
 pub mod answer;
 pub mod debug;
+mod guard;
 pub mod internal;
 pub mod openapi;
 pub mod probes;
@@ -38,7 +39,7 @@ use axum::Router;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::load_shed::LoadShedLayer;
 use tower::ServiceBuilder;
-use worker_registry::http::{admin_router, require_bearer_method, AdminOptions};
+use worker_registry::http::{admin_router, AdminOptions};
 use worker_registry::metrics::Metrics;
 
 /// The router's HTTP apps (see [`apps`]).
@@ -109,34 +110,28 @@ fn webhook_route(app: &App, max_concurrent_webhooks: usize) -> Router {
 }
 
 /// The library's admin API (`/healthz` among it), the debug endpoint and the replicas' internal
-/// one, guarded by the admin token.
+/// one, behind the admin token if there is one (see [`guard`]; the 405 of a wrong method comes
+/// first, from [`with_fallbacks`]).
 fn admin_routes(app: &App, metrics: Metrics) -> Router {
-    let token = app.options().admin_token.clone();
     let admin = AdminOptions::new()
         .metrics(metrics)
-        .maybe_bearer_token(token.clone())
-        .protect_reads(true)
         .openapi(openapi::document());
-    // The debug endpoint mutates, so it takes the admin API's bearer token (same 401 answer), checked
-    // once the method matched (a GET is 405 first).
-    let crash_route = match &token {
-        Some(token) => require_bearer_method(post(debug::crash), token.clone()),
-        None => post(debug::crash),
-    };
-    // Replicas in other processes forward events for this router's containers here.
-    let internal = app.remote().map(|_| match token {
-        Some(token) => require_bearer_method(post(internal::internal_jobs), token),
-        None => post(internal::internal_jobs),
-    });
     let router = Router::new();
-    let router = match internal {
-        Some(route) => router.route("/internal/workers/{id}/jobs", route),
+    // Replicas in other processes forward events for this router's containers here.
+    let router = match app.remote() {
+        Some(_) => router.route("/internal/workers/{id}/jobs", post(internal::internal_jobs)),
         None => router,
     };
-    router
-        .route("/debug/workers/{id}/crash", crash_route)
+    let routes = router
+        .route("/debug/workers/{id}/crash", post(debug::crash))
         .with_state(app.clone())
-        .merge(admin_router(app.registry().clone(), admin))
+        .merge(admin_router(app.registry().clone(), admin));
+    let token = &app.options().admin_token;
+    if token.is_set() {
+        guard::guarded(routes, token.clone())
+    } else {
+        routes
+    }
 }
 
 /// JSON for unknown paths and wrong methods.

@@ -72,11 +72,13 @@ async fn read(app: &App, request: Request) -> Result<(Delivery, Vec<u8>), Reply>
     let delivery = github::delivery(headers).map_err(|e| Reply::error(e.status(), e))?;
     // A signature header must be well-formed even without a secret (GitHub never sends a
     // malformed one); with a secret it must be there, and match.
-    let verify = match (&app.options().webhook_secret, github::signature(headers)) {
-        (Some(secret), Ok(digest)) => Some((Verifier::new(secret), digest)),
+    let keys = app.options().webhook_secret.keys();
+    let verify = match (keys.current(), github::signature(headers)) {
+        (Some(secret), Ok(digest)) => Some((Verifier::rotating(secret, keys.previous()), digest)),
         (None, Ok(_) | Err(SignatureError::Missing)) => None,
         (_, Err(e)) => return Err(Reply::error(StatusCode::UNAUTHORIZED, e)),
     };
+    drop(keys);
     let limits = &app.options().body;
     let announced = headers
         .get(header::CONTENT_LENGTH)

@@ -253,8 +253,10 @@ impl Client {
     /// ```
     /// use webhook_router::reconcile::api::{Client, Hook};
     /// use webhook_router::reconcile::auth::Auth;
+    /// use webhook_router::secrets::Secret;
     ///
-    /// let c = Client::new("https://api.github.com", Hook::App, Auth::Token("t".into())).unwrap();
+    /// let token = Auth::Token(Secret::from(Some("t")));
+    /// let c = Client::new("https://api.github.com", Hook::App, token).unwrap();
     /// assert_eq!(c.hook(), &Hook::App);
     /// ```
     pub fn new(base: &str, hook: Hook, auth: Auth) -> Result<Self, String> {

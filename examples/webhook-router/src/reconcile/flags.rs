@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use super::api::Hook;
 use super::{Config, DEFAULT_PER_PAGE, DEFAULT_SETTLE, GITHUB_LOG_RETENTION};
+use crate::reload::{self, Watched};
+use crate::secrets::{self, Secret};
 
 /// Redelivery of failed deliveries from GitHub's hook logs (off unless an App or a hook is named).
 #[derive(clap::Args, Debug, Clone)]
@@ -27,7 +29,8 @@ pub struct ReconcileArgs {
         requires = "github_app_key"
     )]
     pub github_app_id: Option<String>,
-    /// The App's private key, a PEM file (signs the RS256 JWT the App authenticates with).
+    /// The App's private key, a PEM file (signs the RS256 JWT the App authenticates with), read
+    /// again on SIGHUP and when it changes.
     #[arg(
         long,
         env = "WEBHOOK_ROUTER_GITHUB_APP_KEY",
@@ -49,8 +52,16 @@ pub struct ReconcileArgs {
     )]
     pub github_org_hooks: Vec<String>,
     /// A token that may read and redeliver the repository and organisation hooks' deliveries.
-    #[arg(long, env = "WEBHOOK_ROUTER_GITHUB_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_GITHUB_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "github_token_file"
+    )]
     pub github_token: Option<String>,
+    /// A file holding that token, read again on SIGHUP and when it changes.
+    #[arg(long, env = "WEBHOOK_ROUTER_GITHUB_TOKEN_FILE")]
+    pub github_token_file: Option<PathBuf>,
     /// How often the reconciler reads the logs (e.g. `5m`, `90s`).
     #[arg(long, env = "WEBHOOK_ROUTER_RECONCILE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub reconcile_interval: Duration,
@@ -122,17 +133,27 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
             id: hook_id(flag, v, id)?,
         });
     }
-    if !hooks.is_empty() && a.github_token.as_deref().is_none_or(str::is_empty) {
-        return Err("--github-repo-hook and --github-org-hook need --github-token".into());
+    let token = match (&a.github_token, &a.github_token_file) {
+        (Some(t), _) if !t.is_empty() => Some(Secret::from(Some(t.as_str()))),
+        (None, Some(path)) => Some(Secret::new(Some(Arc::from(secrets::read_file(
+            "--github-token-file",
+            path,
+        )?)))),
+        _ => None,
+    };
+    if !hooks.is_empty() && token.is_none() {
+        return Err(
+            "--github-repo-hook and --github-org-hook need --github-token or --github-token-file"
+                .into(),
+        );
     }
     let app = match (&a.github_app_id, &a.github_app_key) {
         (Some(id), Some(path)) => {
-            let pem = std::fs::read(path)
-                .map_err(|e| format!("--github-app-key {}: cannot read it: {e}", path.display()))?;
+            let pem = secrets::read_file("--github-app-key", path)?;
             // Checked now, so a bad key stops the start rather than every pass.
-            super::auth::AppAuth::new(id, &pem)
+            super::auth::check_key(&pem)
                 .map_err(|e| format!("--github-app-key {}: {e}", path.display()))?;
-            Some((id.clone(), Arc::from(pem)))
+            Some((id.clone(), Secret::new(Some(Arc::from(pem)))))
         }
         _ => None,
     };
@@ -158,12 +179,37 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
         api_url,
         app,
         hooks,
-        token: a.github_token.clone(),
+        token,
         interval: a.reconcile_interval,
         horizon: a.reconcile_horizon,
         settle: DEFAULT_SETTLE,
         per_page: DEFAULT_PER_PAGE,
     }))
+}
+
+/// The reconciler's secret files to read again on SIGHUP and when they change: the token file
+/// and the App key of `c` (from `a`).
+pub fn watched(a: &ReconcileArgs, c: &Config) -> Vec<Watched> {
+    let mut out = Vec::new();
+    if let (Some(path), Some(token)) = (&a.github_token_file, &c.token) {
+        out.push(Watched {
+            flag: "--github-token-file",
+            path: path.clone(),
+            secret: token.clone(),
+            rotates: false,
+            check: reload::any_value,
+        });
+    }
+    if let (Some(path), Some((_, pem))) = (&a.github_app_key, &c.app) {
+        out.push(Watched {
+            flag: "--github-app-key",
+            path: path.clone(),
+            secret: pem.clone(),
+            rotates: false,
+            check: super::auth::check_key,
+        });
+    }
+    out
 }
 
 #[cfg(test)]

@@ -26,7 +26,6 @@ pub mod flags;
 pub mod shared;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -38,6 +37,7 @@ use worker_registry::{ClaimOutcome, RegistryError, WorkerRegistry};
 use crate::app::App;
 use crate::github::{self, Route};
 use crate::policy::Decision;
+use crate::secrets::Secret;
 use api::{ApiError, Attempt, Client, Detail, Hook};
 use auth::{AppAuth, Auth};
 use shared::Shared;
@@ -60,12 +60,13 @@ pub const DEFAULT_PER_PAGE: u8 = 100;
 pub struct Config {
     /// GitHub's REST API (`https://api.github.com`, or GitHub Enterprise Server's `/api/v3`).
     pub api_url: String,
-    /// The App's id and its private key (PEM), to reconcile the App's webhook.
-    pub app: Option<(String, Arc<[u8]>)>,
+    /// The App's id and its private key (PEM, read again from its file when it changes), to
+    /// reconcile the App's webhook.
+    pub app: Option<(String, Secret)>,
     /// Repository and organisation hooks, read with `token`.
     pub hooks: Vec<Hook>,
-    /// The token for `hooks`.
-    pub token: Option<String>,
+    /// The token for `hooks` (read again from `--github-token-file` when it changes).
+    pub token: Option<Secret>,
     /// How often a pass runs.
     pub interval: Duration,
     /// How far back a pass reads (at most GitHub's three days).
@@ -82,7 +83,7 @@ impl std::fmt::Debug for Config {
             .field("api_url", &self.api_url)
             .field("app", &self.app.as_ref().map(|(id, _)| id))
             .field("hooks", &self.hooks)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token", &self.token)
             .field("interval", &self.interval)
             .field("horizon", &self.horizon)
             .field("settle", &self.settle)
@@ -192,7 +193,7 @@ impl Reconciler {
     pub fn new(app: App, cfg: Config, shared: Shared) -> Result<Self, String> {
         let mut clients = Vec::new();
         if let Some((id, pem)) = &cfg.app {
-            let auth = Auth::App(AppAuth::new(id, pem)?);
+            let auth = Auth::App(AppAuth::reloading(id, pem.clone())?);
             clients.push(Client::new(&cfg.api_url, Hook::App, auth)?);
         }
         if !cfg.hooks.is_empty() {

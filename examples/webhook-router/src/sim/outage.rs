@@ -112,7 +112,7 @@ async fn phase(sim: &Sim) -> Result<Outage, String> {
             org: ORG.to_owned(),
             id: HOOK_ID,
         }],
-        token: Some(token),
+        token: Some(Some(token).into()),
         interval: Duration::from_secs(60),
         horizon: Duration::from_secs(3600),
         settle: Duration::ZERO,

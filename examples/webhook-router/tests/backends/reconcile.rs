@@ -10,6 +10,7 @@ use super::fake_github::{nowhere, FakeGitHub, APP_ID, KEY_PEM};
 use super::harness::{self, base, config, options, replica, shared, unique, Kind, SECRET};
 use webhook_router::reconcile::shared::Shared;
 use webhook_router::reconcile::{Config, Reconciler};
+use webhook_router::secrets::Secret;
 
 async fn lease_and_positions(kind: Kind) {
     let Some(choice) = shared(kind) else { return };
@@ -58,7 +59,7 @@ async fn lease_and_positions_on_postgres() {
 fn reconcile_config(fake: &FakeGitHub) -> Config {
     Config {
         api_url: fake.base.clone(),
-        app: Some((APP_ID.to_owned(), Arc::from(KEY_PEM))),
+        app: Some((APP_ID.to_owned(), Secret::new(Some(Arc::from(KEY_PEM))))),
         hooks: Vec::new(),
         token: None,
         interval: Duration::from_secs(300),

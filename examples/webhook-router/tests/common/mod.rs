@@ -94,8 +94,8 @@ pub async fn start_with(
     let memory = InMemoryRegistry::with_clock(config, TokioClock::new());
     let registry = wrap(memory.clone());
     let options = app::Options {
-        webhook_secret: setup.secret.map(|s| Arc::from(s.as_bytes())),
-        admin_token: setup.token.map(str::to_owned),
+        webhook_secret: setup.secret.into(),
+        admin_token: setup.token.into(),
         work: setup.work,
         idle: setup.idle,
         mailbox: setup.mailbox,
