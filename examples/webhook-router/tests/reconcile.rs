@@ -26,6 +26,7 @@ fn config(fake: &FakeGitHub, key: &[u8]) -> Config {
         app: Some((APP_ID.to_owned(), Secret::new(Some(Arc::from(key))))),
         hooks: Vec::new(),
         token: None,
+        ca_bundle: None,
         interval: Duration::from_secs(300),
         horizon: Duration::from_secs(3600),
         settle: Duration::ZERO,

@@ -62,6 +62,10 @@ pub struct ReconcileArgs {
     /// A file holding that token, read again on SIGHUP and when it changes.
     #[arg(long, env = "WEBHOOK_ROUTER_GITHUB_TOKEN_FILE")]
     pub github_token_file: Option<PathBuf>,
+    /// Certificates (a PEM file, one or more) to trust for the GitHub API beside the usual roots:
+    /// GitHub Enterprise Server behind a private certificate authority.
+    #[arg(long, env = "WEBHOOK_ROUTER_GITHUB_CA_BUNDLE")]
+    pub github_ca_bundle: Option<PathBuf>,
     /// How often the reconciler reads the logs (e.g. `5m`, `90s`).
     #[arg(long, env = "WEBHOOK_ROUTER_RECONCILE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub reconcile_interval: Duration,
@@ -169,6 +173,15 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
             humantime::format_duration(a.reconcile_horizon)
         ));
     }
+    let ca_bundle = match &a.github_ca_bundle {
+        Some(path) => {
+            let pem = secrets::read_file("--github-ca-bundle", path)?;
+            super::api::http_client(Some(&pem))
+                .map_err(|e| format!("--github-ca-bundle {}: {e}", path.display()))?;
+            Some(Arc::from(pem))
+        }
+        None => None,
+    };
     let api_url = a.github_api_url.trim_end_matches('/').to_owned();
     if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
         return Err(format!(
@@ -180,6 +193,7 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
         app,
         hooks,
         token,
+        ca_bundle,
         interval: a.reconcile_interval,
         horizon: a.reconcile_horizon,
         settle: DEFAULT_SETTLE,
@@ -252,6 +266,10 @@ mod tests {
             (vec!["--reconcile-horizon", "73h"], "3 days"),
             (vec!["--reconcile-interval", "10ms"], "under a second"),
             (vec!["--github-api-url", "ftp://x"], "http(s)"),
+            (
+                vec!["--github-ca-bundle", "/nonexistent.pem"],
+                "cannot read",
+            ),
         ] {
             let mut args = hook.to_vec();
             args.extend(bad.iter().copied());

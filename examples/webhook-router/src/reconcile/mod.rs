@@ -26,6 +26,7 @@ pub mod flags;
 pub mod shared;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -67,6 +68,9 @@ pub struct Config {
     pub hooks: Vec<Hook>,
     /// The token for `hooks` (read again from `--github-token-file` when it changes).
     pub token: Option<Secret>,
+    /// Certificates (PEM) trusted for GitHub's API beside the usual roots: GitHub Enterprise
+    /// Server behind a private CA (`--github-ca-bundle`).
+    pub ca_bundle: Option<Arc<[u8]>>,
     /// How often a pass runs.
     pub interval: Duration,
     /// How far back a pass reads (at most GitHub's three days).
@@ -84,6 +88,7 @@ impl std::fmt::Debug for Config {
             .field("app", &self.app.as_ref().map(|(id, _)| id))
             .field("hooks", &self.hooks)
             .field("token", &self.token)
+            .field("ca_bundle", &self.ca_bundle.as_ref().map(|b| b.len()))
             .field("interval", &self.interval)
             .field("horizon", &self.horizon)
             .field("settle", &self.settle)
@@ -182,6 +187,7 @@ impl Reconciler {
     ///     app: None,
     ///     hooks: vec![],
     ///     token: None,
+    ///     ca_bundle: None,
     ///     interval: DEFAULT_INTERVAL,
     ///     horizon: DEFAULT_INTERVAL,
     ///     settle: DEFAULT_INTERVAL,
@@ -194,7 +200,12 @@ impl Reconciler {
         let mut clients = Vec::new();
         if let Some((id, pem)) = &cfg.app {
             let auth = Auth::App(AppAuth::reloading(id, pem.clone())?);
-            clients.push(Client::new(&cfg.api_url, Hook::App, auth)?);
+            clients.push(Client::with_roots(
+                &cfg.api_url,
+                Hook::App,
+                auth,
+                cfg.ca_bundle.as_deref(),
+            )?);
         }
         if !cfg.hooks.is_empty() {
             let token = cfg
@@ -202,10 +213,11 @@ impl Reconciler {
                 .clone()
                 .ok_or("repository and organisation hooks need a token (--github-token)")?;
             for hook in &cfg.hooks {
-                clients.push(Client::new(
+                clients.push(Client::with_roots(
                     &cfg.api_url,
                     hook.clone(),
                     Auth::Token(token.clone()),
+                    cfg.ca_bundle.as_deref(),
                 )?);
             }
         }

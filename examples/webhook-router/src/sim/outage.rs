@@ -113,6 +113,7 @@ async fn phase(sim: &Sim) -> Result<Outage, String> {
             id: HOOK_ID,
         }],
         token: Some(Some(token).into()),
+        ca_bundle: None,
         interval: Duration::from_secs(60),
         horizon: Duration::from_secs(3600),
         settle: Duration::ZERO,

@@ -62,6 +62,7 @@ fn reconcile_config(fake: &FakeGitHub) -> Config {
         app: Some((APP_ID.to_owned(), Secret::new(Some(Arc::from(KEY_PEM))))),
         hooks: Vec::new(),
         token: None,
+        ca_bundle: None,
         interval: Duration::from_secs(300),
         horizon: Duration::from_secs(3600),
         settle: Duration::ZERO,
