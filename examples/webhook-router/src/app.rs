@@ -16,6 +16,7 @@
 use crate::backend::RegistryChoice;
 use crate::body::BodyLimits;
 use crate::containers::{Containers, ReplicaTag};
+use crate::metrics::timed::{RegistryCalls, Timed};
 use crate::metrics::RouterMetrics;
 use crate::outcome::Unfinished;
 use crate::policy::Policy;
@@ -86,6 +87,8 @@ pub struct Platform {
     /// the next start): what a stopping router leaves in it is handed over. Without, it dies
     /// with the process, and a stop waits for its waiting room too.
     pub shared: bool,
+    /// The backend's kind (`memory`, `redis`, `postgres`), a label of the registry calls' metric.
+    pub backend: &'static str,
 }
 
 impl Platform {
@@ -96,6 +99,7 @@ impl Platform {
             containers: Arc::new(Containers::new(mailbox, overflow)),
             remote: None,
             shared: false,
+            backend: "memory",
         }
     }
 
@@ -115,6 +119,7 @@ impl Platform {
     ) -> Result<Self, String> {
         let mut platform = Self::local(mailbox, overflow);
         platform.shared = choice.is_shared();
+        platform.backend = choice.kind();
         if let Some(store) = Store::open(choice, name).await.map_err(|e| {
             format!("cannot open the router's records next to the {choice} registry: {e}")
         })? {
@@ -179,9 +184,13 @@ impl App {
             work: opts.work,
             idle: opts.idle,
         };
+        // Every registry call of the router, timed here (see `metrics::timed`).
+        let mut calls_family = RegistryCalls::family();
+        let calls = RegistryCalls::new(platform.backend, &mut calls_family);
+        let registry = DynRegistry::new(Timed::new(registry, calls.clone()));
         let mut export = Metrics::new(&registry);
-        let metrics = RouterMetrics::new(export.returned());
-        metrics.register(&mut export);
+        let metrics = RouterMetrics::new(export.returned(), calls);
+        metrics.register(&mut export, calls_family);
         metrics.register_overflow(&mut export, platform.containers.overflow_metrics());
         Self {
             inner: Arc::new(Inner {

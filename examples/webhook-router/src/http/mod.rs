@@ -151,7 +151,8 @@ fn overloaded(app: &App, headers: &HeaderMap, error: BoxError) -> Response {
         OVERLOADED,
         Duration::from_secs(1),
     );
-    app.metrics().delivery(reply.label());
+    // Refused at once, before anything was read.
+    app.metrics().webhook(reply.label(), Duration::ZERO);
     reply.into_response()
 }
 

@@ -420,6 +420,7 @@ fn summary(answers: &[TargetAnswer]) -> Outcome {
     ),
 )]
 pub(crate) async fn webhook(State(app): State<App>, request: Request) -> Response {
+    let started = std::time::Instant::now();
     // One trace per delivery, from here through admission, dispatch and the worker's loop.
     let parent = request
         .headers()
@@ -428,10 +429,11 @@ pub(crate) async fn webhook(State(app): State<App>, request: Request) -> Respons
         .and_then(TraceParent::parse);
     let span = telemetry::webhook_span(parent.as_ref());
     let reply = handle(&app, request).instrument(span.clone()).await;
-    app.metrics().delivery(reply.label());
     span.record("outcome", reply.label());
+    let label = reply.label();
     let response = reply.into_response();
     span.record("status", i64::from(response.status().as_u16()));
+    app.metrics().webhook(label, started.elapsed());
     response
 }
 

@@ -211,6 +211,7 @@ pub async fn start(
             containers: containers.clone(),
             remote: None,
             shared: choice.is_shared(),
+            backend: choice.kind(),
         };
         let app = App::with_platform(registry, options.clone(), platform);
         servers.push(
