@@ -110,13 +110,16 @@ impl Histogram {
     }
 }
 
+/// A series' label pairs.
+pub type Labels = Vec<(&'static str, &'static str)>;
+
 /// A histogram family with a fixed set of label values, each series made up front (so every
 /// series is exported from the first scrape, at zero, and an observation is an index).
 #[derive(Debug)]
 pub struct Family {
     name: &'static str,
     help: &'static str,
-    series: Vec<(Vec<(&'static str, &'static str)>, Arc<Histogram>)>,
+    series: Vec<(Labels, Arc<Histogram>)>,
 }
 
 impl Family {
@@ -135,11 +138,7 @@ impl Family {
     }
 
     /// Adds the series with `labels`; its histogram, to observe into.
-    pub fn series(
-        &mut self,
-        labels: Vec<(&'static str, &'static str)>,
-        bounds: &'static [Duration],
-    ) -> Arc<Histogram> {
+    pub fn series(&mut self, labels: Labels, bounds: &'static [Duration]) -> Arc<Histogram> {
         let h = Arc::new(Histogram::new(bounds));
         self.series.push((labels, h.clone()));
         h
