@@ -5,11 +5,12 @@
 use std::fmt;
 
 use axum::http::{header, HeaderMap, StatusCode};
-use hmac::{Hmac, Mac};
+use hmac::Mac;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
-use sha2::Sha256;
 use worker_registry::{DeliveryId, DeliveryIdError, Target, TargetError};
+
+use crate::secrets::HmacSha256;
 
 /// GitHub caps webhook payloads at 25 MB; anything larger is not a GitHub delivery. The cap is the
 /// same for both content types.
@@ -27,8 +28,6 @@ pub const HOOK_ID_HEADER: &str = "x-github-hook-id";
 pub const HOOK_TARGET_TYPE_HEADER: &str = "x-github-hook-installation-target-type";
 /// The id of what the hook is installed on (the repository, organisation or App id).
 pub const HOOK_TARGET_ID_HEADER: &str = "x-github-hook-installation-target-id";
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// The `X-Hub-Signature-256` value GitHub would send for `body` under `secret`.
 pub fn sign(secret: &[u8], body: &[u8]) -> String {
@@ -102,6 +101,14 @@ impl Verifier {
         Self {
             current: hmac(secret),
             previous: previous.map(hmac),
+        }
+    }
+
+    /// Starts from HMAC states keyed already (a [`Keys`](crate::secrets::Keys)' own).
+    pub fn keyed(current: &HmacSha256, previous: Option<&HmacSha256>) -> Self {
+        Self {
+            current: current.clone(),
+            previous: previous.cloned(),
         }
     }
 
@@ -347,11 +354,14 @@ pub fn delivery_key(guid: &DeliveryId, hook: Option<&str>) -> Result<DeliveryId,
     }
 }
 
-/// The JSON document of a delivery: the body itself, or the `payload` field of a form-encoded body
-/// (decoded here, so the same 25 MiB cap holds for both content types).
-pub fn json_payload(content_type: ContentType, body: &[u8]) -> Result<Vec<u8>, String> {
+/// The JSON document of a delivery: the body itself (not copied), or the `payload` field of a
+/// form-encoded body (decoded here, so the same 25 MiB cap holds for both content types).
+pub fn json_payload(
+    content_type: ContentType,
+    body: &[u8],
+) -> Result<std::borrow::Cow<'_, [u8]>, String> {
     match content_type {
-        ContentType::Json => Ok(body.to_vec()),
+        ContentType::Json => Ok(std::borrow::Cow::Borrowed(body)),
         ContentType::Form => {
             let mut payload = None;
             for (key, value) in form_urlencoded::parse(body) {
@@ -364,7 +374,9 @@ pub fn json_payload(content_type: ContentType, body: &[u8]) -> Result<Vec<u8>, S
                     payload = Some(value.into_owned().into_bytes());
                 }
             }
-            payload.ok_or_else(|| "form-encoded delivery: no `payload` field".to_owned())
+            payload
+                .map(std::borrow::Cow::Owned)
+                .ok_or_else(|| "form-encoded delivery: no `payload` field".to_owned())
         }
     }
 }
@@ -754,7 +766,7 @@ mod tests {
                 .replace('}', "%7D")
         );
         assert_eq!(
-            json_payload(ContentType::Form, body.as_bytes()).unwrap(),
+            &*json_payload(ContentType::Form, body.as_bytes()).unwrap(),
             big.as_bytes()
         );
         assert!(json_payload(ContentType::Form, b"other=1").is_err());

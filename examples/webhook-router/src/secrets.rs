@@ -12,16 +12,41 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arc_swap::{ArcSwap, Guard};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-/// The keys a [`Secret`] holds now.
+/// HMAC-SHA256, as GitHub signs deliveries.
+pub type HmacSha256 = Hmac<Sha256>;
+
+/// The keys a [`Secret`] holds now, each with its HMAC key schedule computed once (a webhook
+/// secret signs every delivery; a delivery's HMAC starts from a copy of it).
 #[derive(Default)]
 pub struct Keys {
     current: Option<Arc<[u8]>>,
     previous: Option<Arc<[u8]>>,
+    macs: (Option<HmacSha256>, Option<HmacSha256>),
+}
+
+fn mac(key: &Option<Arc<[u8]>>) -> Option<HmacSha256> {
+    key.as_deref()
+        .map(|k| HmacSha256::new_from_slice(k).expect("HMAC accepts keys of any length"))
 }
 
 impl Keys {
+    fn new(current: Option<Arc<[u8]>>, previous: Option<Arc<[u8]>>) -> Self {
+        Self {
+            macs: (mac(&current), mac(&previous)),
+            current,
+            previous,
+        }
+    }
+
+    /// The HMAC states keyed with the current value and the previous one.
+    pub fn macs(&self) -> (Option<&HmacSha256>, Option<&HmacSha256>) {
+        (self.macs.0.as_ref(), self.macs.1.as_ref())
+    }
+
     /// The current value.
     pub fn current(&self) -> Option<&[u8]> {
         self.current.as_deref()
@@ -55,10 +80,7 @@ pub struct Secret(Arc<ArcSwap<Keys>>);
 impl Secret {
     /// A secret with this value (or none).
     pub fn new(value: Option<Arc<[u8]>>) -> Self {
-        Self(Arc::new(ArcSwap::from_pointee(Keys {
-            current: value,
-            previous: None,
-        })))
+        Self(Arc::new(ArcSwap::from_pointee(Keys::new(value, None))))
     }
 
     /// Whether one is configured.
@@ -96,7 +118,7 @@ impl Secret {
     }
 
     /// A new value; with `keep_previous`, the one it replaces stays accepted until
-    /// [`retire_previous`](Self::retire_previous).
+    /// [`retire_previous`](Self::retire_previous). (One writer at a time: the reloader.)
     pub fn replace(&self, value: Arc<[u8]>, keep_previous: bool) {
         let old = self.0.load_full();
         let previous = if keep_previous {
@@ -104,19 +126,13 @@ impl Secret {
         } else {
             None
         };
-        self.0.store(Arc::new(Keys {
-            current: Some(value),
-            previous,
-        }));
+        self.0.store(Arc::new(Keys::new(Some(value), previous)));
     }
 
     /// Ends the rotation window: only the current value is accepted.
     pub fn retire_previous(&self) {
         let current = self.0.load().current.clone();
-        self.0.store(Arc::new(Keys {
-            current,
-            previous: None,
-        }));
+        self.0.store(Arc::new(Keys::new(current, None)));
     }
 }
 

@@ -12,7 +12,7 @@
 //! * small connection buffers, so that idle connections cost little memory.
 //!
 //! The body's own limits (size, time, memory budget) are in [`crate::body`]; the cap on webhook
-//! requests handled at once is a tower `ConcurrencyLimit` behind a `LoadShed` (503 beyond it), in
+//! requests handled at once is a semaphore in front of the handler (503 beyond it), in
 //! [`crate::http`].
 
 use crate::app::App;

@@ -29,16 +29,13 @@ use reply::{error_response, refused, OVERLOADED};
 
 use std::time::Duration;
 
-use axum::error_handling::HandleErrorLayer;
 use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::BoxError;
 use axum::Router;
-use tower::limit::ConcurrencyLimitLayer;
-use tower::load_shed::LoadShedLayer;
-use tower::ServiceBuilder;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
 use worker_registry::http::{admin_router, AdminOptions};
 use worker_registry::metrics::Metrics;
 
@@ -63,8 +60,8 @@ pub fn router(app: &App, metrics: Metrics, max_concurrent_webhooks: usize) -> Ro
 /// With an admin token, every admin endpoint but the probes needs it, reads included (the worker
 /// list names repositories and pull requests, private ones too).
 ///
-/// At most `max_concurrent_webhooks` webhook requests are handled at once (a tower
-/// `ConcurrencyLimit`); beyond that a `LoadShed` answers 503 with `Retry-After` at once, before any
+/// At most `max_concurrent_webhooks` webhook requests are handled at once (a semaphore's permit,
+/// taken without waiting); beyond that the answer is 503 with `Retry-After` at once, before any
 /// body is read.
 pub fn apps(app: &App, metrics: Metrics, max_concurrent_webhooks: usize, split: bool) -> Apps {
     let readyz = Router::new()
@@ -88,25 +85,17 @@ pub fn apps(app: &App, metrics: Metrics, max_concurrent_webhooks: usize, split: 
     }
 }
 
-/// `POST /webhook`, behind its concurrency limit.
+/// `POST /webhook`, behind its concurrency limit (a permit taken without waiting, in the handler:
+/// a tower `ConcurrencyLimit` behind a `LoadShed` did the same with a boxed future and two
+/// allocations per request).
 fn webhook_route(app: &App, max_concurrent_webhooks: usize) -> Router {
+    let state = webhook::Webhooks {
+        app: app.clone(),
+        slots: Arc::new(Semaphore::new(max_concurrent_webhooks.max(1))),
+    };
     Router::new()
-        .route(
-            "/webhook",
-            post(webhook::webhook).layer(
-                ServiceBuilder::new()
-                    .layer(HandleErrorLayer::new({
-                        let app = app.clone();
-                        move |headers: HeaderMap, error: BoxError| {
-                            let app = app.clone();
-                            async move { overloaded(&app, &headers, error) }
-                        }
-                    }))
-                    .layer(LoadShedLayer::new())
-                    .layer(ConcurrencyLimitLayer::new(max_concurrent_webhooks.max(1))),
-            ),
-        )
-        .with_state(app.clone())
+        .route("/webhook", post(webhook::webhook))
+        .with_state(state)
 }
 
 /// The library's admin API (`/healthz` among it), the debug endpoint and the replicas' internal
@@ -141,9 +130,9 @@ fn with_fallbacks(router: Router) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
 }
 
-/// The webhook route is at its concurrency limit (or its service failed, which it cannot).
-fn overloaded(app: &App, headers: &HeaderMap, error: BoxError) -> Response {
-    tracing::debug!("webhook request shed: {error}");
+/// The webhook route is at its concurrency limit: 503 at once, before anything is read.
+pub(crate) fn overloaded(app: &App, headers: &HeaderMap) -> Response {
+    tracing::debug!("webhook request shed: too many at once");
     let event = webhook::event_header(headers);
     let reply = refused(
         event,

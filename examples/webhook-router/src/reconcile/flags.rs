@@ -88,6 +88,41 @@ fn name_ok(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
+/// The token of repository and organisation hooks, from its flag or its file.
+fn token(a: &ReconcileArgs) -> Result<Option<Secret>, String> {
+    Ok(match (&a.github_token, &a.github_token_file) {
+        (Some(t), _) if !t.is_empty() => Some(Secret::from(Some(t.as_str()))),
+        (None, Some(path)) => {
+            let value = secrets::read_file("--github-token-file", path)?;
+            Some(Secret::new(Some(Arc::from(value))))
+        }
+        _ => None,
+    })
+}
+
+/// The App's id and key, the key checked now (so a bad key stops the start rather than every
+/// pass).
+fn app(a: &ReconcileArgs) -> Result<Option<(String, Secret)>, String> {
+    let (Some(id), Some(path)) = (&a.github_app_id, &a.github_app_key) else {
+        return Ok(None);
+    };
+    let pem = secrets::read_file("--github-app-key", path)?;
+    super::auth::check_key(&pem)
+        .map_err(|e| format!("--github-app-key {}: {e}", path.display()))?;
+    Ok(Some((id.clone(), Secret::new(Some(Arc::from(pem))))))
+}
+
+/// The extra roots for GitHub's API, checked now.
+fn ca_bundle(a: &ReconcileArgs) -> Result<Option<Arc<[u8]>>, String> {
+    let Some(path) = &a.github_ca_bundle else {
+        return Ok(None);
+    };
+    let pem = secrets::read_file("--github-ca-bundle", path)?;
+    super::api::http_client(Some(&pem))
+        .map_err(|e| format!("--github-ca-bundle {}: {e}", path.display()))?;
+    Ok(Some(Arc::from(pem)))
+}
+
 /// The reconciler's configuration, `None` when no App and no hook is named.
 ///
 /// # Examples
@@ -137,30 +172,14 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
             id: hook_id(flag, v, id)?,
         });
     }
-    let token = match (&a.github_token, &a.github_token_file) {
-        (Some(t), _) if !t.is_empty() => Some(Secret::from(Some(t.as_str()))),
-        (None, Some(path)) => Some(Secret::new(Some(Arc::from(secrets::read_file(
-            "--github-token-file",
-            path,
-        )?)))),
-        _ => None,
-    };
+    let token = token(a)?;
     if !hooks.is_empty() && token.is_none() {
         return Err(
             "--github-repo-hook and --github-org-hook need --github-token or --github-token-file"
                 .into(),
         );
     }
-    let app = match (&a.github_app_id, &a.github_app_key) {
-        (Some(id), Some(path)) => {
-            let pem = secrets::read_file("--github-app-key", path)?;
-            // Checked now, so a bad key stops the start rather than every pass.
-            super::auth::check_key(&pem)
-                .map_err(|e| format!("--github-app-key {}: {e}", path.display()))?;
-            Some((id.clone(), Secret::new(Some(Arc::from(pem)))))
-        }
-        _ => None,
-    };
+    let app = app(a)?;
     if app.is_none() && hooks.is_empty() {
         return Ok(None);
     }
@@ -173,15 +192,7 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
             humantime::format_duration(a.reconcile_horizon)
         ));
     }
-    let ca_bundle = match &a.github_ca_bundle {
-        Some(path) => {
-            let pem = secrets::read_file("--github-ca-bundle", path)?;
-            super::api::http_client(Some(&pem))
-                .map_err(|e| format!("--github-ca-bundle {}: {e}", path.display()))?;
-            Some(Arc::from(pem))
-        }
-        None => None,
-    };
+    let ca_bundle = ca_bundle(a)?;
     let api_url = a.github_api_url.trim_end_matches('/').to_owned();
     if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
         return Err(format!(
