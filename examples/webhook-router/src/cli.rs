@@ -68,7 +68,7 @@ pub struct Args {
     pub capacity: Option<usize>,
     /// Deliveries that may wait for room (no capacity, or their pull request's worker draining):
     /// answered 202 `waiting` and processed when room appears, instead of 503. 0 turns the
-    /// waiting room off [default: 1024 / 0].
+    /// waiting room off [default: 1024, --simulate too].
     #[arg(long, env = "WEBHOOK_ROUTER_WAITING")]
     pub waiting: Option<usize>,
     /// Deliveries of one repository owner that may wait at once [default: 256].
@@ -193,6 +193,10 @@ pub struct Args {
     #[arg(long, default_value_t = 1, requires = "simulate")]
     pub replicas: usize,
 }
+
+/// The default `--waiting`: deliveries parked in the registry's waiting room (serving and
+/// `--simulate` alike, so that the simulation shows the 503s the room does not avoid).
+pub const DEFAULT_WAITING: usize = 1024;
 
 /// The most replicas `--simulate --replicas` runs.
 pub const MAX_REPLICAS: usize = 16;
@@ -327,7 +331,7 @@ fn registry_config(a: &Args) -> Result<RegistryConfig, String> {
     let sweep = (heartbeat / 2).clamp(Duration::from_millis(1), DEFAULT_SWEEP_INTERVAL);
     let config = RegistryConfig::builder()
         .max_workers(capacity)
-        .max_waiting(a.waiting.unwrap_or(if sim { 0 } else { 1024 }))
+        .max_waiting(a.waiting.unwrap_or(DEFAULT_WAITING))
         .max_waiting_per_owner(a.waiting_per_owner.unwrap_or(DEFAULT_MAX_WAITING_PER_OWNER))
         .max_workers_per_owner(a.owner_cap.unwrap_or(DEFAULT_MAX_WORKERS_PER_OWNER))
         .heartbeat_interval(heartbeat)

@@ -1,21 +1,7 @@
-//! The router's own Prometheus metrics, served on `/metrics` next to the registry's.
-//!
-//! | metric | type | labels |
-//! |---|---|---|
-//! | `webhook_router_deliveries_total` | counter | `outcome`: how `POST /webhook` was answered |
-//! | `webhook_router_admissions_total` | counter | `source` = webhook, redispatch; `outcome` = assigned, duplicate, capacity, draining, closing, unavailable |
-//! | `webhook_router_worker_exits_total` | counter | `how` = exited, fenced, crashed, stopped |
-//! | `webhook_router_redispatched_total` | counter | |
-//! | `webhook_router_shutdown_unfinished_total` | counter | |
-//! | `webhook_router_overflow_queued` | gauge | deliveries queued now behind full mailboxes (this process's containers) |
-//! | `webhook_router_overflowed_total` | counter | deliveries ever queued behind a full mailbox |
-//! | `webhook_router_reconcile_total` | counter | `what` = passes, pages, redelivered, known, ignored, permanent, gave_up, errors, rate_limited (see [`crate::reconcile`]) |
-//! | `webhook_router_webhook_duration_seconds` | histogram | `outcome` (as `deliveries_total`), `status` = 2xx, 4xx, 5xx: from the request's head read to its answer |
-//! | `webhook_router_registry_call_duration_seconds` | histogram | `call` (admit, heartbeat, complete_by, sweep, ...), `backend` = memory, redis, postgres, `outcome` = ok, refused, unavailable (see [`timed`]) |
-//! | `webhook_router_build_info` | gauge 1 | `version`, `features` (`otel` or empty), `profile` = release, debug |
-//!
-//! The histograms are lock-free ([`histogram`]); the counters on the webhook path are looked up
-//! once, at start, so counting an answer is an atomic addition.
+//! The router's own Prometheus metrics, served on `/metrics` next to the registry's. Their names,
+//! types and labels are listed once, with the registry's, in
+//! [`worker_registry::docs::admin`]; [`DELIVERY_OUTCOMES`], [`RECONCILE_COUNTS`] and
+//! [`timed::CALLS`] are the label values in code.
 //!
 //! Every label value is present from the start, at zero. The registry's
 //! `worker_registry_admitted_total`, `_duplicates_total` and `_rejected_total` add up to
@@ -23,6 +9,9 @@
 //! worker's queue was full is counted as rejected for capacity, as the router answered it. A
 //! delivery queued behind a full mailbox (answered `202 waiting`) was admitted: it counts as
 //! `assigned` in the admissions and as `waiting` in the deliveries.
+//!
+//! The histograms are lock-free ([`histogram`]); the counters on the webhook path are looked up
+//! once, at start, so counting an answer is an atomic addition.
 
 pub mod histogram;
 pub mod timed;

@@ -18,7 +18,7 @@ use worker_registry::{
     Subscribe, Subscription, SweepReport, Target, WorkerId, WorkerInfo, WorkerRegistry,
 };
 
-/// Every `call` label, in [`Call`] order.
+/// Every `call` label, in the order of the calls' histograms.
 pub const CALLS: [&str; 16] = [
     "admit",
     "claim",
