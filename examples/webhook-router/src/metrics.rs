@@ -23,7 +23,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::info::Info;
 use worker_registry::metrics::{Metrics, Returned};
 
-use histogram::{Histogram, Histograms, WEBHOOK_BUCKETS};
+use histogram::{Histogram, Histograms, BUCKETS};
 use timed::RegistryCalls;
 
 use crate::mailbox::OverflowMetrics;
@@ -113,7 +113,7 @@ impl RouterMetrics {
         );
         for outcome in DELIVERY_OUTCOMES {
             let labels = vec![("outcome", outcome), ("status", status_class(outcome))];
-            webhook_seconds.series(labels, WEBHOOK_BUCKETS);
+            webhook_seconds.series(labels, BUCKETS);
         }
         let admissions = Family::<Labels, Counter>::default();
         let admitted = SOURCES

@@ -11,30 +11,9 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
-/// Bucket bounds of `webhook_router_webhook_duration_seconds`: 100 µs to 10 s (GitHub gives up
-/// after 10 s).
-pub const WEBHOOK_BUCKETS: &[Duration] = &[
-    Duration::from_micros(100),
-    Duration::from_micros(250),
-    Duration::from_micros(500),
-    Duration::from_millis(1),
-    Duration::from_micros(2_500),
-    Duration::from_millis(5),
-    Duration::from_millis(10),
-    Duration::from_millis(25),
-    Duration::from_millis(50),
-    Duration::from_millis(100),
-    Duration::from_millis(250),
-    Duration::from_millis(500),
-    Duration::from_secs(1),
-    Duration::from_micros(2_500_000),
-    Duration::from_secs(5),
-    Duration::from_secs(10),
-];
-
-/// Bucket bounds of `webhook_router_registry_call_duration_seconds`: 10 µs (an in-memory call)
-/// to 2.5 s (past the shared backends' 2 s call timeout).
-pub const REGISTRY_CALL_BUCKETS: &[Duration] = &[
+/// The bucket bounds of the router's histograms: 10 µs (an in-memory registry call) to 10 s
+/// (GitHub gives up on a delivery after 10 s; a shared backend's call times out after 2 s).
+pub const BUCKETS: &[Duration] = &[
     Duration::from_micros(10),
     Duration::from_micros(25),
     Duration::from_micros(50),
@@ -52,6 +31,8 @@ pub const REGISTRY_CALL_BUCKETS: &[Duration] = &[
     Duration::from_millis(500),
     Duration::from_secs(1),
     Duration::from_micros(2_500_000),
+    Duration::from_secs(5),
+    Duration::from_secs(10),
 ];
 
 /// One histogram: a count per bucket (the last one past every bound) and the sum in nanoseconds.

@@ -6,7 +6,7 @@
 //! could not answer: [`RegistryError::is_retryable`]). The snapshot, the counters and the
 //! configuration are read without I/O and not timed.
 
-use super::histogram::{Family, Histogram, REGISTRY_CALL_BUCKETS};
+use super::histogram::{Family, Histogram, BUCKETS};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -76,7 +76,7 @@ impl RegistryCalls {
         for call in CALLS {
             for outcome in CALL_OUTCOMES {
                 let labels = vec![("call", call), ("backend", backend), ("outcome", outcome)];
-                series.push(family.series(labels, REGISTRY_CALL_BUCKETS));
+                series.push(family.series(labels, BUCKETS));
             }
         }
         Self {
