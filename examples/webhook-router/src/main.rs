@@ -98,30 +98,13 @@ async fn run_with(args: &cli::Args) -> ExitCode {
         return simulate(args, &s).await;
     }
     // Handled from before the router listens: a stop that comes early is a graceful one too.
-    let signals = match Signals::new() {
-        Ok(signals) => signals,
+    let (signals, reloader) = match handlers(&s) {
+        Ok(handlers) => handlers,
         Err(e) => {
-            eprintln!("webhook-router: cannot handle signals: {e}");
+            eprintln!("webhook-router: {e}");
             return ExitCode::from(1);
         }
     };
-    // SIGHUP and the secret files' changes, from here on.
-    let reloader = match reload::spawn(s.watched.clone(), s.reload) {
-        Ok(task) => task,
-        Err(e) => {
-            eprintln!("webhook-router: cannot handle SIGHUP: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    if !s.watched.is_empty() {
-        let files: Vec<&str> = s.watched.iter().map(|w| w.flag).collect();
-        tracing::info!(
-            files = %files.join(", "),
-            rotation_window = %humantime::format_duration(s.reload.window),
-            poll = %humantime::format_duration(s.reload.poll),
-            "secret files are read again on SIGHUP and when they change"
-        );
-    }
     let server = match start(&s).await {
         Ok(server) => server,
         Err(e) => {
@@ -143,6 +126,23 @@ async fn run_with(args: &cli::Args) -> ExitCode {
         r.stop().await;
     }
     code
+}
+
+/// SIGTERM and SIGINT (the stop), and SIGHUP with the secret files' changes (the reloader).
+fn handlers(s: &cli::Settings) -> Result<(Signals, tokio::task::JoinHandle<()>), String> {
+    let signals = Signals::new().map_err(|e| format!("cannot handle signals: {e}"))?;
+    let reloader = reload::spawn(s.watched.clone(), s.reload)
+        .map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
+    if !s.watched.is_empty() {
+        let files: Vec<&str> = s.watched.iter().map(|w| w.flag).collect();
+        tracing::info!(
+            files = %files.join(", "),
+            rotation_window = %humantime::format_duration(s.reload.window),
+            poll = %humantime::format_duration(s.reload.poll),
+            "secret files are read again on SIGHUP and when they change"
+        );
+    }
+    Ok((signals, reloader))
 }
 
 /// Starts the reconciler of failed deliveries, if one is configured.
