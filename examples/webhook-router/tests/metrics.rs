@@ -403,7 +403,8 @@ async fn webhook_and_registry_call_durations_and_the_build() {
     }
     zero("webhook_router_registry_call_duration_seconds_count{backend=\"memory\",call=\"admit\",outcome=\"ok\"}");
     let build = format!(
-        "webhook_router_build_info{{features=\"\",profile=\"{}\",version=\"{}\"}}",
+        "webhook_router_build_info{{features=\"{}\",profile=\"{}\",version=\"{}\"}}",
+        if cfg!(feature = "otel") { "otel" } else { "" },
         if cfg!(debug_assertions) {
             "debug"
         } else {
