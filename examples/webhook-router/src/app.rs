@@ -16,10 +16,12 @@
 use crate::backend::RegistryChoice;
 use crate::body::BodyLimits;
 use crate::containers::{Containers, ReplicaTag};
+use crate::metrics::timed::{RegistryCalls, Timed};
 use crate::metrics::RouterMetrics;
 use crate::outcome::Unfinished;
 use crate::policy::Policy;
 use crate::remote::Remote;
+use crate::secrets::Secret;
 use crate::store::Store;
 use crate::worker::Timings;
 
@@ -32,16 +34,18 @@ use dashmap::DashMap;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use worker_registry::metrics::Metrics;
-use worker_registry::{DynRegistry, ReleasedEvent, Target, WorkerId, WorkerRegistry};
+use worker_registry::{DeliveryId, DynRegistry, ReleasedEvent, Target, WorkerId, WorkerRegistry};
 
 /// How the router behaves (the registry's own settings are in its
 /// [`RegistryConfig`](worker_registry::RegistryConfig)).
 #[derive(Clone)]
 pub struct Options {
-    /// The webhook secret. `None` accepts unsigned deliveries: only pass `None` for a loopback bind.
-    pub webhook_secret: Option<Arc<[u8]>>,
-    /// If set, the admin API and `POST /debug/...` need `Authorization: Bearer <token>`.
-    pub admin_token: Option<String>,
+    /// The webhook secret (during a rotation window, the previous one too). Unset accepts
+    /// unsigned deliveries: only leave it unset for a loopback bind.
+    pub webhook_secret: Secret,
+    /// If set, the admin API and `POST /debug/...` need `Authorization: Bearer <token>` (during a
+    /// rotation window, the previous token is accepted too).
+    pub admin_token: Secret,
     /// How long a simulated worker works per event.
     pub work: Duration,
     /// How long a simulated worker waits for another event before it leaves.
@@ -60,14 +64,8 @@ pub struct Options {
 impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Options")
-            .field(
-                "webhook_secret",
-                &self.webhook_secret.as_ref().map(|_| "<redacted>"),
-            )
-            .field(
-                "admin_token",
-                &self.admin_token.as_ref().map(|_| "<redacted>"),
-            )
+            .field("webhook_secret", &self.webhook_secret)
+            .field("admin_token", &self.admin_token)
             .field("work", &self.work)
             .field("idle", &self.idle)
             .field("mailbox", &self.mailbox)
@@ -85,6 +83,12 @@ pub struct Platform {
     pub containers: Arc<Containers>,
     /// With replicas in other processes: the owner records and forwarding.
     pub remote: Option<Remote>,
+    /// Whether the registry outlives this process (a shared backend, used by other replicas or
+    /// the next start): what a stopping router leaves in it is handed over. Without, it dies
+    /// with the process, and a stop waits for its waiting room too.
+    pub shared: bool,
+    /// The backend's kind (`memory`, `redis`, `postgres`), a label of the registry calls' metric.
+    pub backend: &'static str,
 }
 
 impl Platform {
@@ -94,24 +98,28 @@ impl Platform {
         Self {
             containers: Arc::new(Containers::new(mailbox, overflow)),
             remote: None,
+            shared: false,
+            backend: "memory",
         }
     }
 
     /// The platform of a replica in its own process on the shared backend `choice` (registry
     /// `name`): its own containers, and the other replicas' reached through the owner records
     /// next to the registry, this one being reachable at `advertise`; `token` guards the internal
-    /// endpoint (the admin token); `heartbeat` (the registry's interval) bounds the waits. For the
+    /// endpoint (the admin token, sent as it is when forwarding); `heartbeat` (the registry's interval) bounds the waits. For the
     /// in-memory backend, [`local`](Self::local).
     pub async fn for_backend(
         choice: &RegistryChoice,
         name: &str,
         advertise: &str,
-        token: Option<String>,
+        token: Secret,
         heartbeat: Duration,
         mailbox: usize,
         overflow: usize,
     ) -> Result<Self, String> {
         let mut platform = Self::local(mailbox, overflow);
+        platform.shared = choice.is_shared();
+        platform.backend = choice.kind();
         if let Some(store) = Store::open(choice, name).await.map_err(|e| {
             format!("cannot open the router's records next to the {choice} registry: {e}")
         })? {
@@ -131,6 +139,12 @@ pub(crate) struct Inner {
     /// This replica's tag in `containers`.
     pub(crate) replica: ReplicaTag,
     pub(crate) remote: Option<Remote>,
+    /// See [`Platform::shared`].
+    pub(crate) shared: bool,
+    /// Deliveries parked in the waiting room and not promoted yet, tracked when the registry is
+    /// not shared (this process sees every promotion): what a stop that misses its deadline
+    /// reports by id.
+    pub(crate) parked: DashMap<(Target, DeliveryId), ()>,
     /// Which worker of this router serves a target (for `reach` and `drain` decisions).
     pub(crate) targets: DashMap<Target, WorkerId>,
     pub(crate) tasks: DashMap<WorkerId, AbortHandle>,
@@ -170,9 +184,13 @@ impl App {
             work: opts.work,
             idle: opts.idle,
         };
+        // Every registry call of the router, timed here (see `metrics::timed`).
+        let mut calls_family = RegistryCalls::family();
+        let calls = RegistryCalls::new(platform.backend, &mut calls_family);
+        let registry = DynRegistry::new(Timed::new(registry, calls.clone()));
         let mut export = Metrics::new(&registry);
-        let metrics = RouterMetrics::new(export.returned());
-        metrics.register(&mut export);
+        let metrics = RouterMetrics::new(export.returned(), calls);
+        metrics.register(&mut export, calls_family);
         metrics.register_overflow(&mut export, platform.containers.overflow_metrics());
         Self {
             inner: Arc::new(Inner {
@@ -184,6 +202,8 @@ impl App {
                 replica: platform.containers.join(),
                 containers: platform.containers,
                 remote: platform.remote,
+                shared: platform.shared,
+                parked: DashMap::new(),
                 targets: DashMap::new(),
                 tasks: DashMap::new(),
                 closing: AtomicBool::new(false),
@@ -245,6 +265,11 @@ impl App {
     /// Worker tasks running now.
     pub fn running_workers(&self) -> usize {
         *self.inner.running.borrow()
+    }
+
+    /// Whether the registry outlives this process (see [`Platform::shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.inner.shared
     }
 
     /// Whether shutdown has begun (deliveries are refused with 503).

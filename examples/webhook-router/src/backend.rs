@@ -140,6 +140,15 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 }
 
 impl RegistryChoice {
+    /// The backend's kind: `memory`, `redis` or `postgres` (a metric label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Redis(_) => "redis",
+            Self::Postgres(_) => "postgres",
+        }
+    }
+
     /// Whether several router replicas share this backend (every backend but memory).
     pub fn is_shared(&self) -> bool {
         !matches!(self, Self::Memory)

@@ -9,9 +9,12 @@ use crate::body::{BodyBudget, BodyLimits};
 use crate::github;
 use crate::limits::{DEFAULT_MAILBOX, DEFAULT_OVERFLOW, MAX_MAILBOX, MAX_OVERFLOW};
 use crate::policy::Policy;
+use crate::reload::{self, ReloadOptions, Watched};
+use crate::secrets::{self, Secret};
 use crate::server::{self, ServerLimits};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,12 +58,18 @@ pub struct Args {
     /// Address to listen on [default: 127.0.0.1:3000 / 127.0.0.1:0].
     #[arg(long, env = "WEBHOOK_ROUTER_BIND")]
     pub bind: Option<SocketAddr>,
+    /// A separate address for the admin API, /metrics, /openapi.json, the debug endpoint and the
+    /// replicas' internal endpoint (the default --advertise-url is then this one); --bind then
+    /// serves only POST /webhook and the probes (/healthz, /readyz), which both addresses serve
+    /// [default: everything on --bind].
+    #[arg(long, env = "WEBHOOK_ROUTER_ADMIN_BIND")]
+    pub admin_bind: Option<SocketAddr>,
     /// Live workers (containers) allowed at once [default: 64 / 48].
     #[arg(long, env = "WEBHOOK_ROUTER_CAPACITY")]
     pub capacity: Option<usize>,
     /// Deliveries that may wait for room (no capacity, or their pull request's worker draining):
     /// answered 202 `waiting` and processed when room appears, instead of 503. 0 turns the
-    /// waiting room off [default: 1024 / 0].
+    /// waiting room off [default: 1024, --simulate too].
     #[arg(long, env = "WEBHOOK_ROUTER_WAITING")]
     pub waiting: Option<usize>,
     /// Deliveries of one repository owner that may wait at once [default: 256].
@@ -91,12 +100,38 @@ pub struct Args {
     pub overflow: usize,
     /// GitHub webhook secret: deliveries must carry a valid X-Hub-Signature-256. Without one, unsigned
     /// deliveries are accepted, and only on a loopback bind. [default: none / a random one]
-    #[arg(long, env = "WEBHOOK_ROUTER_WEBHOOK_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_WEBHOOK_SECRET",
+        hide_env_values = true,
+        conflicts_with = "webhook_secret_file"
+    )]
     pub webhook_secret: Option<String>,
+    /// A file holding the webhook secret (one trailing line break is ignored), read again on
+    /// SIGHUP and when it changes; the previous secret stays accepted for
+    /// --secret-rotation-window.
+    #[arg(long, env = "WEBHOOK_ROUTER_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
     /// Bearer token required by the admin API (reads included) and POST /debug/...
     /// [default: none / a random one]
-    #[arg(long, env = "WEBHOOK_ROUTER_ADMIN_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_ADMIN_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "admin_token_file"
+    )]
     pub admin_token: Option<String>,
+    /// A file holding the admin token, read again on SIGHUP and when it changes; the previous
+    /// token stays accepted for --secret-rotation-window.
+    #[arg(long, env = "WEBHOOK_ROUTER_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// How long a replaced webhook secret or admin token (read again from its file) stays
+    /// accepted beside the new one, e.g. `1h`, `10m`; `0s` retires it at once (a leaked secret).
+    #[arg(long, env = "WEBHOOK_ROUTER_SECRET_ROTATION_WINDOW", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub secret_rotation_window: Duration,
+    /// How often the secret files are read to see whether they changed (`0s`: only on SIGHUP).
+    #[arg(long, env = "WEBHOOK_ROUTER_SECRET_POLL_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub secret_poll_interval: Duration,
     /// A routing rule, `event[.action]=start|reach|drain|ignore`, overriding the default policy
     /// (repeatable; in the environment, comma-separated).
     #[arg(long = "route", env = "WEBHOOK_ROUTER_ROUTES", value_delimiter = ',')]
@@ -121,7 +156,15 @@ pub struct Args {
     /// Webhook requests handled at once; more get 503 at once.
     #[arg(long, env = "WEBHOOK_ROUTER_MAX_CONCURRENT_WEBHOOKS", default_value_t = server::DEFAULT_MAX_CONCURRENT_WEBHOOKS)]
     pub max_concurrent_webhooks: usize,
-    /// How long Ctrl-C waits for draining workers before stopping them, ms [default: 10000 / 5000].
+    /// Log lines on stderr: `text`, or `json` (one object per line: timestamp, level, target,
+    /// message and the fields at the top level). Text is coloured only on a terminal, and never
+    /// with NO_COLOR set.
+    #[arg(long, env = "WEBHOOK_ROUTER_LOG_FORMAT", default_value = "text")]
+    pub log_format: crate::telemetry::LogFormat,
+    /// How long a stop (SIGTERM, SIGINT) may take to finish the accepted work before it stops the
+    /// workers still running, ms; give the orchestrator's grace period (Kubernetes'
+    /// terminationGracePeriodSeconds, systemd's TimeoutStopSec) at least this plus 10 s
+    /// [default: 10000 / 5000].
     #[arg(long, env = "WEBHOOK_ROUTER_SHUTDOWN_MS")]
     pub shutdown_ms: Option<u64>,
     /// The reconciler of failed deliveries (see `reconcile/`).
@@ -152,6 +195,10 @@ pub struct Args {
     pub replicas: usize,
 }
 
+/// The default `--waiting`: deliveries parked in the registry's waiting room (serving and
+/// `--simulate` alike, so that the simulation shows the 503s the room does not avoid).
+pub const DEFAULT_WAITING: usize = 1024;
+
 /// The most replicas `--simulate --replicas` runs.
 pub const MAX_REPLICAS: usize = 16;
 
@@ -168,6 +215,8 @@ pub struct Settings {
     pub replicas: usize,
     /// Where to listen.
     pub bind: SocketAddr,
+    /// Where the admin API listens, if apart from `bind`.
+    pub admin_bind: Option<SocketAddr>,
     /// The registry's configuration.
     pub config: RegistryConfig,
     /// The router's options.
@@ -178,6 +227,10 @@ pub struct Settings {
     pub limits: ServerLimits,
     /// The reconciler of failed deliveries, if an App or a hook is named.
     pub reconcile: Option<crate::reconcile::Config>,
+    /// The secret files to read again on SIGHUP and when they change.
+    pub watched: Vec<Watched>,
+    /// How they are read again.
+    pub reload: ReloadOptions,
 }
 
 /// A duration flag in milliseconds, at most [`MAX_DURATION`].
@@ -195,7 +248,8 @@ fn ms(flag: &str, v: u64) -> Result<Duration, String> {
 /// Validates the flags.
 pub fn settings(a: &Args) -> Result<Settings, String> {
     let config = registry_config(a)?;
-    let (bind, secret, admin_token) = access(a)?;
+    let access = access(a)?;
+    let bind = access.bind;
     let registry_name = match (&a.registry_name, a.simulate) {
         (Some(n), _) => n.clone(),
         (None, false) => DEFAULT_REGISTRY_NAME.to_owned(),
@@ -216,7 +270,17 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
             a.replicas
         ));
     }
-    let options = router_options(a, secret, admin_token)?;
+    let options = router_options(a, access.webhook_secret, access.admin_token)?;
+    let reconcile = crate::reconcile::flags::config(&a.reconcile)?;
+    let mut watched = access.watched;
+    if let Some(c) = &reconcile {
+        watched.extend(crate::reconcile::flags::watched(&a.reconcile, c));
+    }
+    if a.secret_rotation_window > MAX_DURATION || a.secret_poll_interval > MAX_DURATION {
+        return Err(
+            "--secret-rotation-window and --secret-poll-interval are at most a year".into(),
+        );
+    }
     Ok(Settings {
         limits: server_limits(a)?,
         registry: a.registry.clone(),
@@ -224,10 +288,16 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         advertise_url: a.advertise_url.clone(),
         replicas: a.replicas,
         bind,
+        admin_bind: a.admin_bind,
         config,
         options,
         shutdown: pick(a, "--shutdown-ms", a.shutdown_ms, 10_000, 5_000)?,
-        reconcile: crate::reconcile::flags::config(&a.reconcile)?,
+        reconcile,
+        watched,
+        reload: ReloadOptions {
+            window: a.secret_rotation_window,
+            poll: a.secret_poll_interval,
+        },
     })
 }
 
@@ -262,7 +332,7 @@ fn registry_config(a: &Args) -> Result<RegistryConfig, String> {
     let sweep = (heartbeat / 2).clamp(Duration::from_millis(1), DEFAULT_SWEEP_INTERVAL);
     let config = RegistryConfig::builder()
         .max_workers(capacity)
-        .max_waiting(a.waiting.unwrap_or(if sim { 0 } else { 1024 }))
+        .max_waiting(a.waiting.unwrap_or(DEFAULT_WAITING))
         .max_waiting_per_owner(a.waiting_per_owner.unwrap_or(DEFAULT_MAX_WAITING_PER_OWNER))
         .max_workers_per_owner(a.owner_cap.unwrap_or(DEFAULT_MAX_WORKERS_PER_OWNER))
         .heartbeat_interval(heartbeat)
@@ -295,9 +365,47 @@ fn registry_config(a: &Args) -> Result<RegistryConfig, String> {
     Ok(config)
 }
 
+/// Where to listen, and the secrets that guard it.
+struct Access {
+    bind: SocketAddr,
+    webhook_secret: Secret,
+    admin_token: Secret,
+    /// Those read from files.
+    watched: Vec<Watched>,
+}
+
+/// A secret from its flag or its file (watched), else a random one for `--simulate`.
+fn secret_from(
+    (flag, inline): (&'static str, &Option<String>),
+    (file_flag, file): (&'static str, &Option<PathBuf>),
+    random: bool,
+    watched: &mut Vec<Watched>,
+) -> Result<Secret, String> {
+    let value = match (inline, file) {
+        (Some(s), _) if s.is_empty() => return Err(format!("{flag} is empty")),
+        (Some(s), _) => Some(s.clone().into_bytes()),
+        (None, Some(path)) => Some(secrets::read_file(file_flag, path)?),
+        (None, None) if random => {
+            Some(format!("{:032x}", rand::thread_rng().gen::<u128>()).into_bytes())
+        }
+        (None, None) => None,
+    };
+    let secret = Secret::new(value.map(Arc::from));
+    if let (None, Some(path)) = (inline, file) {
+        watched.push(Watched {
+            flag: file_flag,
+            path: path.clone(),
+            secret: secret.clone(),
+            rotates: true,
+            check: reload::any_value,
+        });
+    }
+    Ok(secret)
+}
+
 /// Where to listen, the webhook secret and the admin token (random ones for `--simulate`), and
 /// the refusals that keep a non-loopback router from running unguarded.
-fn access(a: &Args) -> Result<(SocketAddr, Option<String>, Option<String>), String> {
+fn access(a: &Args) -> Result<Access, String> {
     let sim = a.simulate;
     let bind = a.bind.unwrap_or(SocketAddr::new(
         IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -308,39 +416,56 @@ fn access(a: &Args) -> Result<(SocketAddr, Option<String>, Option<String>), Stri
             "--simulate only runs on a loopback address, not {bind}"
         ));
     }
-    let random_token = || format!("{:032x}", rand::thread_rng().gen::<u128>());
-    let secret = match (&a.webhook_secret, sim) {
-        (Some(s), _) if s.is_empty() => return Err("--webhook-secret is empty".into()),
-        (Some(s), _) => Some(s.clone()),
-        (None, true) => Some(random_token()),
-        (None, false) => None,
-    };
-    if secret.is_none() && !bind.ip().is_loopback() {
+    let mut watched = Vec::new();
+    let secret = secret_from(
+        ("--webhook-secret", &a.webhook_secret),
+        ("--webhook-secret-file", &a.webhook_secret_file),
+        sim,
+        &mut watched,
+    )?;
+    if !secret.is_set() && !bind.ip().is_loopback() {
         return Err(format!(
             "refusing to accept unsigned deliveries on {bind}, which is not a loopback address: \
-             set --webhook-secret (the secret configured on the GitHub webhook)"
+             set --webhook-secret or --webhook-secret-file (the secret configured on the GitHub webhook)"
         ));
     }
-    let admin_token = match (&a.admin_token, sim) {
-        (Some(t), _) if t.is_empty() => return Err("--admin-token is empty".into()),
-        (Some(t), _) => Some(t.clone()),
-        (None, true) => Some(random_token()),
-        (None, false) => None,
-    };
-    if a.registry.is_shared() && !sim && admin_token.is_none() && !bind.ip().is_loopback() {
+    let admin_token = secret_from(
+        ("--admin-token", &a.admin_token),
+        ("--admin-token-file", &a.admin_token_file),
+        sim,
+        &mut watched,
+    )?;
+    if let Some(admin) = a.admin_bind {
+        if sim {
+            return Err("--admin-bind is not used by --simulate (one address per replica)".into());
+        }
+        if admin == bind && admin.port() != 0 {
+            return Err(format!(
+                "--admin-bind {admin} is --bind's address: give it one of its own, or leave it out"
+            ));
+        }
+    }
+    // Where the internal endpoint is served.
+    let internal = a.admin_bind.unwrap_or(bind);
+    if a.registry.is_shared() && !sim && !admin_token.is_set() && !internal.ip().is_loopback() {
         return Err(format!(
-            "a shared registry on {bind}, which is not a loopback address, needs --admin-token: \
+            "a shared registry on {internal}, which is not a loopback address, needs --admin-token: \
              replicas forward events to each other's containers through POST /internal/..., which it guards"
         ));
     }
-    Ok((bind, secret, admin_token))
+    Ok(Access {
+        bind,
+        webhook_secret: secret,
+        admin_token,
+        watched,
+    })
 }
 
 /// The router's options: mailboxes, the routing policy, body limits, the simulated work.
 fn router_options(
     a: &Args,
-    secret: Option<String>,
-    admin_token: Option<String>,
+    webhook_secret: Secret,
+    admin_token: Secret,
 ) -> Result<app::Options, String> {
     if !(1..=MAX_MAILBOX).contains(&a.mailbox) {
         return Err(format!(
@@ -376,7 +501,7 @@ fn router_options(
             timeout: body_timeout,
             budget: BodyBudget::new(a.body_budget_mib << 20),
         },
-        webhook_secret: secret.map(|s| Arc::from(s.into_bytes())),
+        webhook_secret,
         admin_token,
         work: pick(a, "--work-ms", a.work_ms, 2_000, 20)?,
         idle: pick(a, "--idle-ms", a.idle_ms, 60_000, 200)?,
@@ -413,6 +538,7 @@ fn server_limits(a: &Args) -> Result<ServerLimits, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::LogFormat;
 
     fn parse(args: &[&str]) -> Result<Settings, String> {
         let mut all = vec!["webhook-router"];
@@ -491,6 +617,29 @@ mod tests {
         assert!(parse(&["--max-connections", "0"]).is_err());
         assert!(parse(&["--max-connections", &usize::MAX.to_string()]).is_err());
         assert!(parse(&["--max-concurrent-webhooks", "0"]).is_err());
+    }
+
+    /// Issue 37: the admin address, the log format.
+    #[test]
+    fn admin_bind_and_log_format_are_validated() {
+        let s = parse(&["--admin-bind", "127.0.0.1:9090"]).unwrap();
+        assert_eq!(s.admin_bind, Some("127.0.0.1:9090".parse().unwrap()));
+        let e = parse(&["--bind", "127.0.0.1:9090", "--admin-bind", "127.0.0.1:9090"]).unwrap_err();
+        assert!(e.contains("--admin-bind"), "{e}");
+        assert!(parse(&["--bind", "127.0.0.1:0", "--admin-bind", "127.0.0.1:0"]).is_ok());
+        assert!(parse(&["--simulate", "--admin-bind", "127.0.0.1:0"]).is_err());
+        // The internal endpoint is on the admin address: that one needs the token off loopback.
+        let shared = ["--registry", "redis://h/0", "--webhook-secret", "s"];
+        let mut open_admin = shared.to_vec();
+        open_admin.extend(["--admin-bind", "0.0.0.0:9090"]);
+        assert!(parse(&open_admin).unwrap_err().contains("--admin-token"));
+        let mut open_webhook = shared.to_vec();
+        open_webhook.extend(["--bind", "0.0.0.0:3000", "--admin-bind", "127.0.0.1:9090"]);
+        assert!(parse(&open_webhook).is_ok());
+        let a = |v: &str| Args::try_parse_from(["webhook-router", "--log-format", v]);
+        assert_eq!(a("json").unwrap().log_format, LogFormat::Json);
+        assert_eq!(a("TEXT").unwrap().log_format, LogFormat::Text);
+        assert!(a("yaml").is_err());
     }
 
     #[test]

@@ -41,16 +41,23 @@ impl App {
         source: Source,
     ) -> Dispatch {
         let span = telemetry::dispatch_span(target, delivery, source);
-        let d = self.place(target, delivery).instrument(span.clone()).await;
+        let d = self
+            .place(target, delivery, source)
+            .instrument(span.clone())
+            .await;
         telemetry::record_dispatch(&span, &d);
         self.inner.metrics.admission(source, d.outcome());
+        if let Dispatch::Waiting(_) = d {
+            self.parked(target, delivery);
+        }
         d
     }
 
-    async fn place(&self, target: &Target, delivery: &DeliveryId) -> Dispatch {
-        // A delivery that sees the flag clear may still race with the drain, which is fine: it is
+    async fn place(&self, target: &Target, delivery: &DeliveryId, source: Source) -> Dispatch {
+        // A shutdown refuses new deliveries only: released ones are placed until its deadline. A
+        // delivery that sees the flag clear may still race with the drain, which is fine: it is
         // caught below.
-        if self.is_closing() {
+        if source == Source::Webhook && self.is_closing() {
             return Dispatch::Closing;
         }
         let admit = telemetry::admit_span();

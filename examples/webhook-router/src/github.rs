@@ -5,11 +5,12 @@
 use std::fmt;
 
 use axum::http::{header, HeaderMap, StatusCode};
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::{KeyInit, Mac};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
-use sha2::Sha256;
 use worker_registry::{DeliveryId, DeliveryIdError, Target, TargetError};
+
+use crate::secrets::HmacSha256;
 
 /// GitHub caps webhook payloads at 25 MB; anything larger is not a GitHub delivery. The cap is the
 /// same for both content types.
@@ -27,8 +28,6 @@ pub const HOOK_ID_HEADER: &str = "x-github-hook-id";
 pub const HOOK_TARGET_TYPE_HEADER: &str = "x-github-hook-installation-target-type";
 /// The id of what the hook is installed on (the repository, organisation or App id).
 pub const HOOK_TARGET_ID_HEADER: &str = "x-github-hook-installation-target-id";
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// The `X-Hub-Signature-256` value GitHub would send for `body` under `secret`.
 pub fn sign(secret: &[u8], body: &[u8]) -> String {
@@ -79,25 +78,60 @@ pub fn signature(headers: &HeaderMap) -> Result<[u8; 32], SignatureError> {
     Ok(expected)
 }
 
-/// An HMAC-SHA256 computed over a body as it arrives, chunk by chunk.
-pub struct Verifier(HmacSha256);
+/// An HMAC-SHA256 computed over a body as it arrives, chunk by chunk: under the secret, and
+/// during a rotation window under the previous one too.
+pub struct Verifier {
+    current: HmacSha256,
+    previous: Option<HmacSha256>,
+}
+
+fn hmac(secret: &[u8]) -> HmacSha256 {
+    HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length")
+}
 
 impl Verifier {
     /// Starts the HMAC under `secret`.
     pub fn new(secret: &[u8]) -> Self {
-        Self(HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length"))
+        Self::rotating(secret, None)
+    }
+
+    /// Starts the HMAC under `secret`, and under `previous` if given (a body signed with either
+    /// verifies).
+    pub fn rotating(secret: &[u8], previous: Option<&[u8]>) -> Self {
+        Self {
+            current: hmac(secret),
+            previous: previous.map(hmac),
+        }
+    }
+
+    /// Starts from HMAC states keyed already (a [`Keys`](crate::secrets::Keys)' own).
+    pub fn keyed(current: &HmacSha256, previous: Option<&HmacSha256>) -> Self {
+        Self {
+            current: current.clone(),
+            previous: previous.cloned(),
+        }
     }
 
     /// Feeds the next chunk of the body.
     pub fn update(&mut self, chunk: &[u8]) {
-        self.0.update(chunk);
+        self.current.update(chunk);
+        if let Some(p) = &mut self.previous {
+            p.update(chunk);
+        }
     }
 
-    /// Compares with the announced digest, in constant time (`Mac::verify_slice`).
+    /// Compares with the announced digest, in constant time (`Mac::verify_slice`), under both
+    /// secrets when there are two (both compared, whichever matches).
     pub fn verify(self, expected: &[u8; 32]) -> Result<(), SignatureError> {
-        self.0
-            .verify_slice(expected)
-            .map_err(|_| SignatureError::Mismatch)
+        let current = self.current.verify_slice(expected).is_ok();
+        let previous = self
+            .previous
+            .is_some_and(|p| p.verify_slice(expected).is_ok());
+        if current | previous {
+            Ok(())
+        } else {
+            Err(SignatureError::Mismatch)
+        }
     }
 }
 
@@ -320,11 +354,14 @@ pub fn delivery_key(guid: &DeliveryId, hook: Option<&str>) -> Result<DeliveryId,
     }
 }
 
-/// The JSON document of a delivery: the body itself, or the `payload` field of a form-encoded body
-/// (decoded here, so the same 25 MiB cap holds for both content types).
-pub fn json_payload(content_type: ContentType, body: &[u8]) -> Result<Vec<u8>, String> {
+/// The JSON document of a delivery: the body itself (not copied), or the `payload` field of a
+/// form-encoded body (decoded here, so the same 25 MiB cap holds for both content types).
+pub fn json_payload(
+    content_type: ContentType,
+    body: &[u8],
+) -> Result<std::borrow::Cow<'_, [u8]>, String> {
     match content_type {
-        ContentType::Json => Ok(body.to_vec()),
+        ContentType::Json => Ok(std::borrow::Cow::Borrowed(body)),
         ContentType::Form => {
             let mut payload = None;
             for (key, value) in form_urlencoded::parse(body) {
@@ -337,7 +374,9 @@ pub fn json_payload(content_type: ContentType, body: &[u8]) -> Result<Vec<u8>, S
                     payload = Some(value.into_owned().into_bytes());
                 }
             }
-            payload.ok_or_else(|| "form-encoded delivery: no `payload` field".to_owned())
+            payload
+                .map(std::borrow::Cow::Owned)
+                .ok_or_else(|| "form-encoded delivery: no `payload` field".to_owned())
         }
     }
 }
@@ -727,7 +766,7 @@ mod tests {
                 .replace('}', "%7D")
         );
         assert_eq!(
-            json_payload(ContentType::Form, body.as_bytes()).unwrap(),
+            &*json_payload(ContentType::Form, body.as_bytes()).unwrap(),
             big.as_bytes()
         );
         assert!(json_payload(ContentType::Form, b"other=1").is_err());

@@ -5,12 +5,14 @@
 //!
 //! The modules, from the top floor down; each imports only from the floors below it:
 //!
-//! * [`cli`]: the flags, validated into [`cli::Settings`]; [`sim`]: `--simulate`, built-in
-//!   traffic over HTTP with an audit and a summary, one file per phase.
-//! * [`server`]: [`server::serve`], the accept loop, and the shutdown path that runs
-//!   [`shutdown`]'s steps with the HTTP server and the sweeper.
-//! * [`http`]: the edge: `POST /webhook` (parsing, signatures, answers), the debug and internal
-//!   endpoints, the admin API and the OpenAPI document. It reads bodies with [`body`] (a size
+//! * [`cli`]: the flags, validated into [`cli::Settings`]; [`signals`]: the signals that stop
+//!   the binary; [`sim`]: `--simulate`, built-in traffic over HTTP with an audit and a summary,
+//!   one file per phase.
+//! * [`server`]: [`server::serve`], the accept loops (one address, or the webhook's and the
+//!   admin's), and the shutdown path that runs [`shutdown`]'s steps with the HTTP server and the
+//!   sweeper.
+//! * [`http`]: the edge: `POST /webhook` (parsing, signatures, answers), the probes, the debug
+//!   and internal endpoints, the admin API and the OpenAPI document. It reads bodies with [`body`] (a size
 //!   cap, a time limit, a shared memory budget) and GitHub's format with [`github`].
 //! * [`routing`]: the routing policy's decision carried out for one pull request.
 //! * [`reconcile`]: failed deliveries found in GitHub's hook logs and redelivered.
@@ -27,9 +29,11 @@
 //!   [`metrics`]: the router's own metrics; [`backend`]: `--registry`, the backend choice;
 //!   [`telemetry`]: a delivery's spans, the `traceparent` handed to its worker, and (feature
 //!   `otel`) their export over OTLP.
+//! * [`reload`]: the secret files re-read on SIGHUP and when they change.
 //! * At the bottom, what every layer speaks: [`outcome`] (what was done with a delivery:
 //!   [`outcome::Dispatch`], [`outcome::Source`], [`outcome::Unfinished`]), [`limits`], the
-//!   routing [`policy`] table, and [`github`]'s vocabulary.
+//!   routing [`policy`] table, [`secrets`] (the reloadable secret handles), and [`github`]'s
+//!   vocabulary.
 
 pub mod app;
 pub mod backend;
@@ -47,10 +51,13 @@ pub mod outcome;
 pub mod policy;
 pub mod reconcile;
 pub mod redispatch;
+pub mod reload;
 pub mod remote;
 pub mod routing;
+pub mod secrets;
 pub mod server;
 pub mod shutdown;
+pub mod signals;
 pub mod sim;
 pub mod store;
 pub mod telemetry;

@@ -31,6 +31,7 @@ impl App {
             return;
         };
         self.spawn_worker(id, started.jobs, started.crash);
+        tracing::info!(worker = %id, %target, %delivery, "container started");
         if let Some(remote) = &self.inner.remote {
             let containers = self.inner.containers.clone();
             remote.publish(id, move || containers.is_running(id)).await;
@@ -50,7 +51,6 @@ impl App {
         };
         self.inner.running.send_modify(|n| *n += 1);
         self.inner.containers.ledger().running_up();
-        tracing::info!(worker = %id, "container started");
         let task = tokio::spawn(async move {
             // Decrements the running count however the task ends (a panic included).
             let _running = RunningGuard(app.clone(), id);

@@ -11,7 +11,8 @@
 //!   a redelivery is skipped, the PR's worker gets the event, a new PR gets a new worker (a tokio
 //!   task standing in for a container) if capacity allows, else 503.
 //! * `GET /workers`, `GET /workers/{id}`, `POST /workers/{id}/drain`, `GET /metrics`,
-//!   `GET /openapi.json`, `GET /healthz`: the library's admin API.
+//!   `GET /openapi.json`: the library's admin API; `GET /healthz`, `GET /readyz`: the probes.
+//!   `--admin-bind` puts all but the webhook and the probes on an address of their own.
 //! * `POST /debug/workers/{id}/crash`: the container stops heartbeating; watch the sweep declare it
 //!   dead and its events go to a new worker.
 //! * `--simulate` drives built-in traffic at it over HTTP and prints a summary; with
@@ -21,11 +22,14 @@
 //!   workers to their owner (see `remote.rs`).
 //! * `--github-app-id`/`--github-app-key` or `--github-repo-hook`/`--github-org-hook` with
 //!   `--github-token`: the reconciler redelivers what GitHub logged as failed (see `reconcile/`).
-//! * Ctrl-C refuses new deliveries, drains every worker and exits when they are done; at the
-//!   deadline it stops the rest and lists every delivery it could not complete.
+//! * SIGTERM or SIGINT (Ctrl-C): readiness turns 503, new deliveries are refused, the accepted
+//!   ones are finished (parked and released ones included) and it exits when they are done; at
+//!   the deadline it stops the rest and lists every delivery it could not complete. A second
+//!   signal exits at once.
 
-use webhook_router::server::Server;
-use webhook_router::{cli, server, sim, telemetry};
+use webhook_router::server::{Server, ShutdownReport};
+use webhook_router::signals::Signals;
+use webhook_router::{cli, reload, server, sim, telemetry};
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -41,7 +45,12 @@ fn main() -> ExitCode {
     // Before the runtime's threads exist.
     webhook_router::body::return_large_buffers_to_the_os();
     match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt.block_on(run()),
+        Ok(rt) => {
+            let code = rt.block_on(run());
+            // Whatever still runs (a second signal's exit leaves workers) is not waited for.
+            rt.shutdown_background();
+            code
+        }
         Err(e) => {
             eprintln!("webhook-router: cannot start the runtime: {e}");
             ExitCode::from(1)
@@ -58,7 +67,7 @@ async fn run() -> ExitCode {
         "info,webhook_router=info"
     };
     // The log on stderr; with the `otel` feature, traces over OTLP as the OTEL_* variables say.
-    let telemetry = match telemetry::init(default_filter) {
+    let telemetry = match telemetry::init(default_filter, args.log_format) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("webhook-router: {e}");
@@ -88,6 +97,14 @@ async fn run_with(args: &cli::Args) -> ExitCode {
     if args.simulate {
         return simulate(args, &s).await;
     }
+    // Handled from before the router listens: a stop that comes early is a graceful one too.
+    let (signals, reloader) = match handlers(&s) {
+        Ok(handlers) => handlers,
+        Err(e) => {
+            eprintln!("webhook-router: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let server = match start(&s).await {
         Ok(server) => server,
         Err(e) => {
@@ -103,11 +120,29 @@ async fn run_with(args: &cli::Args) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = serve_until_ctrl_c(server, &s).await;
+    let code = serve_until_signalled(server, signals, &s).await;
+    reloader.abort();
     if let Some(r) = reconciler {
         r.stop().await;
     }
     code
+}
+
+/// SIGTERM and SIGINT (the stop), and SIGHUP with the secret files' changes (the reloader).
+fn handlers(s: &cli::Settings) -> Result<(Signals, tokio::task::JoinHandle<()>), String> {
+    let signals = Signals::new().map_err(|e| format!("cannot handle signals: {e}"))?;
+    let reloader = reload::spawn(s.watched.clone(), s.reload)
+        .map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
+    if !s.watched.is_empty() {
+        let files: Vec<&str> = s.watched.iter().map(|w| w.flag).collect();
+        tracing::info!(
+            files = %files.join(", "),
+            rotation_window = %humantime::format_duration(s.reload.window),
+            poll = %humantime::format_duration(s.reload.poll),
+            "secret files are read again on SIGHUP and when they change"
+        );
+    }
+    Ok((signals, reloader))
 }
 
 /// Starts the reconciler of failed deliveries, if one is configured.
@@ -142,24 +177,41 @@ async fn start(s: &cli::Settings) -> Result<Server, String> {
         .open(s.config.clone(), &s.registry_name)
         .await
         .map_err(|e| format!("cannot open the {} registry: {e}", s.registry))?;
-    let listener = TcpListener::bind(s.bind)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", s.bind))?;
-    let platform = platform(s, &listener).await?;
+    let listener = listen(s.bind).await?;
+    let admin = match s.admin_bind {
+        Some(addr) => Some(listen(addr).await?),
+        None => None,
+    };
+    // Other replicas forward to the internal endpoint, on the admin address if it has one.
+    let platform = platform(s, admin.as_ref().unwrap_or(&listener)).await?;
     let app = App::with_platform(registry, s.options.clone(), platform);
-    server::serve_with(app, listener, s.limits)
+    server::serve_split(app, listener, admin, s.limits)
         .await
         .map_err(|e| e.to_string())
+}
+
+async fn listen(addr: std::net::SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
 /// Logs where the router listens and how it is configured (and what it leaves unguarded).
 fn announce(server: &Server, s: &cli::Settings) {
     let addr = server.addr();
-    let signed = s.options.webhook_secret.is_some();
+    let signed = s.options.webhook_secret.is_set();
     let cfg = server.app().registry().config();
-    tracing::info!(
-        "listening on http://{addr}: POST /webhook | GET /workers, /workers/{{id}}, /metrics, /openapi.json, /healthz | POST /workers/{{id}}/drain, /debug/workers/{{id}}/crash"
-    );
+    match server.admin_addr() {
+        None => tracing::info!(
+            "listening on http://{addr}: POST /webhook | GET /healthz, /readyz | GET /workers, /workers/{{id}}, /metrics, /openapi.json | POST /workers/{{id}}/drain, /debug/workers/{{id}}/crash"
+        ),
+        Some(admin) => {
+            tracing::info!("listening on http://{addr}: POST /webhook | GET /healthz, /readyz");
+            tracing::info!(
+                "admin API on http://{admin}: GET /workers, /workers/{{id}}, /metrics, /openapi.json, /healthz, /readyz | POST /workers/{{id}}/drain, /debug/workers/{{id}}/crash"
+            );
+        }
+    }
     if let Some(remote) = server.app().remote() {
         tracing::info!(
             registry_name = %s.registry_name,
@@ -192,60 +244,80 @@ fn announce(server: &Server, s: &cli::Settings) {
             "no --webhook-secret: accepting UNSIGNED deliveries, allowed only because {addr} is a loopback address"
         );
     }
-    if server.app().options().admin_token.is_none() {
-        tracing::warn!("no --admin-token: the admin API and /debug/... are open to anyone who can reach {addr}");
+    if !server.app().options().admin_token.is_set() {
+        let admin = server.admin_addr().unwrap_or(addr);
+        tracing::warn!("no --admin-token: the admin API and /debug/... are open to anyone who can reach {admin}");
     }
 }
 
-/// Serves until Ctrl-C, then shuts down (a second Ctrl-C exits at once).
-async fn serve_until_ctrl_c(server: Server, s: &cli::Settings) -> ExitCode {
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        eprintln!("webhook-router: cannot wait for Ctrl-C: {e}");
-        return ExitCode::from(1);
-    }
+/// Serves until SIGTERM or SIGINT, then shuts down: readiness turns 503 and new deliveries are
+/// refused at once, the work accepted is finished up to `--shutdown-ms`, what is left is
+/// reported. Exit status 0 when everything accepted was completed, 3 otherwise; a second signal
+/// exits at once with 128 + its number (130 for SIGINT, 143 for SIGTERM).
+async fn serve_until_signalled(
+    server: Server,
+    mut signals: Signals,
+    s: &cli::Settings,
+) -> ExitCode {
+    let first = signals.next().await;
     tracing::info!(
+        signal = first.name(),
         live = server.app().registry().stats().live_workers,
         deadline = ?s.shutdown,
-        "Ctrl-C: refusing new deliveries, draining every worker (Ctrl-C again to exit at once)"
+        "shutting down: not ready, refusing new deliveries, finishing the accepted ones (a second SIGTERM or SIGINT exits at once)"
     );
     tokio::select! {
-        report = server.shutdown(s.shutdown) => {
-            tracing::info!(
-                draining = report.drained.draining,
-                exited_at_once = report.drained.exited,
-                completed = report.completed,
-                stopped_at_deadline = report.stopped_at_deadline,
-                unfinished = report.unfinished.len(),
-                took = ?report.took,
-                "shut down"
-            );
-            if report.unfinished.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                let ids: Vec<String> = report.unfinished.iter().map(|u| u.delivery.to_string()).collect();
-                tracing::warn!(
-                    "{} accepted deliveries were not completed (released in the {} registry; redeliver them from GitHub if it does not outlive this process): {}",
-                    ids.len(),
-                    s.registry,
-                    ids.join(" ")
-                );
-                ExitCode::from(3)
-            }
-        }
-        _ = tokio::signal::ctrl_c() => {
-            tracing::warn!("second Ctrl-C: exiting without waiting for the workers");
-            ExitCode::from(130)
+        report = server.shutdown(s.shutdown) => shut_down(&report, s),
+        second = signals.next() => {
+            tracing::warn!(signal = second.name(), "second signal: exiting at once, without waiting for the workers");
+            ExitCode::from(second.exit_status())
         }
     }
+}
+
+/// Logs what the shutdown did; the exit status.
+fn shut_down(report: &ShutdownReport, s: &cli::Settings) -> ExitCode {
+    tracing::info!(
+        draining = report.drained.draining,
+        exited_at_once = report.drained.exited,
+        completed = report.completed,
+        stopped_at_deadline = report.stopped_at_deadline,
+        unfinished = report.unfinished.len(),
+        took = ?report.took,
+        "shut down"
+    );
+    if report.unfinished.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    let ids: Vec<String> = report
+        .unfinished
+        .iter()
+        .map(|u| u.delivery.to_string())
+        .collect();
+    if s.registry.is_shared() {
+        tracing::warn!(
+            "{} accepted deliveries were not completed here; they are released in the {} registry, where the other replicas (or the next start) take them: {}",
+            ids.len(),
+            s.registry,
+            ids.join(" ")
+        );
+    } else {
+        tracing::warn!(
+            "{} accepted deliveries were not completed, and the in-memory registry is gone with this process: redeliver them from GitHub: {}",
+            ids.len(),
+            ids.join(" ")
+        );
+    }
+    ExitCode::from(3)
 }
 
 /// Where this (serving) router's containers run: its own platform, and, with a shared registry,
 /// the owner records and forwarding to the replicas in other processes.
-async fn platform(s: &cli::Settings, listener: &TcpListener) -> Result<Platform, String> {
+async fn platform(s: &cli::Settings, internal: &TcpListener) -> Result<Platform, String> {
     let advertise = match &s.advertise_url {
         Some(url) => url.clone(),
         None => {
-            let addr = listener
+            let addr = internal
                 .local_addr()
                 .map_err(|e| format!("cannot read the listening address: {e}"))?;
             if addr.ip().is_unspecified() && s.registry.is_shared() {
@@ -302,10 +374,10 @@ async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
         secret: s
             .options
             .webhook_secret
-            .as_deref()
-            .map(<[u8]>::to_vec)
+            .current()
+            .map(|v| v.to_vec())
             .unwrap_or_default(),
-        admin_token: s.options.admin_token.clone(),
+        admin_token: s.options.admin_token.current_text(),
         shutdown_deadline: s.shutdown,
         registry: s.registry.to_string(),
         registry_name: s.registry_name.clone(),

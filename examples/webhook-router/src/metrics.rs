@@ -1,16 +1,7 @@
-//! The router's own Prometheus metrics, served on `/metrics` next to the registry's.
-//!
-//! | metric | type | labels |
-//! |---|---|---|
-//! | `webhook_router_deliveries_total` | counter | `outcome`: how `POST /webhook` was answered |
-//! | `webhook_router_admissions_total` | counter | `source` = webhook, redispatch; `outcome` = assigned, duplicate, capacity, draining, closing, unavailable |
-//! | `webhook_router_worker_exits_total` | counter | `how` = exited, fenced, crashed, stopped |
-//! | `webhook_router_redispatched_total` | counter | |
-//! | `webhook_router_shutdown_unfinished_total` | counter | |
-//! | `webhook_router_overflow_queued` | gauge | deliveries queued now behind full mailboxes (this process's containers) |
-//! | `webhook_router_overflowed_total` | counter | deliveries ever queued behind a full mailbox |
-//! | `webhook_router_reconcile_total` | counter | `what` = passes, pages, redelivered, redelivered_again, caught, known, ignored, permanent, gave_up, errors, rate_limited (see [`crate::reconcile`]) |
-//! | `webhook_router_reconcile_chasing` | gauge | GUIDs the reconciler redelivered and the registry does not know yet (the lease holder's count after its last pass; 0 on the other replicas) |
+//! The router's own Prometheus metrics, served on `/metrics` next to the registry's. Their names,
+//! types and labels are listed once, with the registry's, in
+//! [`worker_registry::docs::admin`]; [`DELIVERY_OUTCOMES`], [`RECONCILE_COUNTS`] and
+//! [`timed::CALLS`] are the label values in code.
 //!
 //! Every label value is present from the start, at zero. The registry's
 //! `worker_registry_admitted_total`, `_duplicates_total` and `_rejected_total` add up to
@@ -18,11 +9,23 @@
 //! worker's queue was full is counted as rejected for capacity, as the router answered it. A
 //! delivery queued behind a full mailbox (answered `202 waiting`) was admitted: it counts as
 //! `assigned` in the admissions and as `waiting` in the deliveries.
+//!
+//! The histograms are lock-free ([`histogram`]); the counters on the webhook path are looked up
+//! once, at start, so counting an answer is an atomic addition.
+
+pub mod histogram;
+pub mod timed;
+
+use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
 use worker_registry::metrics::{Metrics, Returned};
+
+use histogram::{Histogram, Histograms, BUCKETS};
+use timed::RegistryCalls;
 
 use crate::mailbox::OverflowMetrics;
 use crate::outcome::{Dispatch, Source};
@@ -63,11 +66,31 @@ pub const DELIVERY_OUTCOMES: [&str; 14] = [
     "overloaded",
 ];
 
-/// The router's counters (cheap `Arc` handles).
+/// The HTTP status class of each of [`DELIVERY_OUTCOMES`].
+fn status_class(outcome: &str) -> &'static str {
+    match outcome {
+        "assigned" | "duplicate" | "waiting" | "ignored" | "drained" => "2xx",
+        "unauthorized" | "invalid" => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// The sources of `webhook_router_admissions_total`, in label order.
+const SOURCES: [Source; 3] = [Source::Webhook, Source::Redispatch, Source::Promotion];
+
+/// The router's counters and histograms (cheap `Arc` handles).
 #[derive(Clone)]
 pub struct RouterMetrics {
     deliveries: Family<Labels, Counter>,
+    /// `deliveries`' counters, in [`DELIVERY_OUTCOMES`] order.
+    delivered: Arc<[Counter]>,
+    /// `webhook_router_webhook_duration_seconds`, in [`DELIVERY_OUTCOMES`] order.
+    webhook_seconds: Arc<histogram::Family>,
     admissions: Family<Labels, Counter>,
+    /// `admissions`' counters, [`SOURCES`] by [`Dispatch::OUTCOMES`].
+    admitted: Arc<[Counter]>,
+    /// The registry's calls' durations.
+    calls: RegistryCalls,
     exits: Family<Labels, Counter>,
     reconcile: Family<Labels, Counter>,
     reconcile_chasing: Gauge,
@@ -80,11 +103,39 @@ pub struct RouterMetrics {
 
 impl RouterMetrics {
     /// The counters, every label value at zero; `returned` is the handle of the library's
-    /// [`Metrics`] these are registered with ([`Metrics::returned`]).
-    pub fn new(returned: Returned) -> Self {
+    /// [`Metrics`] these are registered with ([`Metrics::returned`]); `calls`, the registry's
+    /// calls' histograms ([`timed::Timed`] records into them).
+    pub fn new(returned: Returned, calls: RegistryCalls) -> Self {
+        let deliveries = Family::<Labels, Counter>::default();
+        let delivered = DELIVERY_OUTCOMES
+            .iter()
+            .map(|o| deliveries.get_or_create(&vec![("outcome", *o)]).clone())
+            .collect();
+        let mut webhook_seconds = histogram::Family::new(
+            "webhook_router_webhook_duration",
+            "Time from a webhook request's head to its answer, by outcome and status.",
+        );
+        for outcome in DELIVERY_OUTCOMES {
+            let labels = vec![("outcome", outcome), ("status", status_class(outcome))];
+            webhook_seconds.series(labels, BUCKETS);
+        }
+        let admissions = Family::<Labels, Counter>::default();
+        let admitted = SOURCES
+            .iter()
+            .flat_map(|s| Dispatch::OUTCOMES.iter().map(move |o| (s.as_str(), *o)))
+            .map(|(s, o)| {
+                admissions
+                    .get_or_create(&vec![("source", s), ("outcome", o)])
+                    .clone()
+            })
+            .collect();
         let m = Self {
-            deliveries: Family::default(),
-            admissions: Family::default(),
+            deliveries,
+            delivered,
+            webhook_seconds: Arc::new(webhook_seconds),
+            admissions,
+            admitted,
+            calls,
             exits: Family::default(),
             reconcile: Family::default(),
             reconcile_chasing: Gauge::default(),
@@ -92,16 +143,6 @@ impl RouterMetrics {
             shutdown_unfinished: Counter::default(),
             returned,
         };
-        for outcome in DELIVERY_OUTCOMES {
-            let _ = m.deliveries.get_or_create(&vec![("outcome", outcome)]);
-        }
-        for source in [Source::Webhook, Source::Redispatch, Source::Promotion] {
-            for outcome in Dispatch::OUTCOMES {
-                let _ = m
-                    .admissions
-                    .get_or_create(&vec![("source", source.as_str()), ("outcome", outcome)]);
-            }
-        }
         for how in Exit::ALL {
             let _ = m.exits.get_or_create(&vec![("how", how)]);
         }
@@ -116,18 +157,58 @@ impl RouterMetrics {
         self.shutdown_unfinished.get()
     }
 
-    /// Counts one answer to `POST /webhook`.
+    /// Counts one answer to `POST /webhook` (`outcome`: one of [`DELIVERY_OUTCOMES`]).
     pub fn delivery(&self, outcome: &'static str) {
-        self.deliveries
-            .get_or_create(&vec![("outcome", outcome)])
-            .inc();
+        match DELIVERY_OUTCOMES.iter().position(|o| *o == outcome) {
+            Some(i) => {
+                self.delivered[i].inc();
+            }
+            None => {
+                self.deliveries
+                    .get_or_create(&vec![("outcome", outcome)])
+                    .inc();
+            }
+        }
+    }
+
+    /// Counts one answer to `POST /webhook` and how long it took.
+    pub fn webhook(&self, outcome: &'static str, took: std::time::Duration) {
+        self.delivery(outcome);
+        if let Some(h) = self.webhook_histogram(outcome) {
+            h.observe(took);
+        }
+    }
+
+    /// The webhook duration histogram of `outcome`.
+    fn webhook_histogram(&self, outcome: &str) -> Option<&Histogram> {
+        let i = DELIVERY_OUTCOMES.iter().position(|o| *o == outcome)?;
+        self.webhook_seconds.get(i)
+    }
+
+    /// `webhook_router_webhook_duration_seconds`' count for `outcome` now.
+    pub fn webhook_count(&self, outcome: &str) -> u64 {
+        self.webhook_histogram(outcome).map_or(0, Histogram::count)
+    }
+
+    /// The registry's calls' histograms.
+    pub fn registry_calls(&self) -> &RegistryCalls {
+        &self.calls
     }
 
     /// Counts one admission attempt.
     pub fn admission(&self, source: Source, outcome: &'static str) {
-        self.admissions
-            .get_or_create(&vec![("source", source.as_str()), ("outcome", outcome)])
-            .inc();
+        let s = SOURCES.iter().position(|s| *s == source);
+        let o = Dispatch::OUTCOMES.iter().position(|o| *o == outcome);
+        match (s, o) {
+            (Some(s), Some(o)) => {
+                self.admitted[s * Dispatch::OUTCOMES.len() + o].inc();
+            }
+            _ => {
+                self.admissions
+                    .get_or_create(&vec![("source", source.as_str()), ("outcome", outcome)])
+                    .inc();
+            }
+        }
     }
 
     /// Counts one worker task's end.
@@ -174,9 +255,19 @@ impl RouterMetrics {
         );
     }
 
-    /// Adds the router's metrics to `metrics`.
-    pub fn register(&self, metrics: &mut Metrics) {
+    /// Adds the router's metrics to `metrics`, with the registry calls' histograms `calls` (the
+    /// family [`RegistryCalls`] were made in).
+    pub fn register(&self, metrics: &mut Metrics, calls: histogram::Family) {
         let p = metrics.prometheus_mut();
+        p.register_collector(Box::new(Histograms(vec![
+            self.webhook_seconds.clone(),
+            Arc::new(calls),
+        ])));
+        p.register(
+            "webhook_router_build",
+            "The router's build, by version and features and profile",
+            build_info(),
+        );
         p.register(
             "webhook_router_deliveries",
             "Webhook deliveries answered, by outcome",
@@ -213,4 +304,19 @@ impl RouterMetrics {
             self.reconcile_chasing.clone(),
         );
     }
+}
+
+/// `webhook_router_build_info`'s labels.
+fn build_info() -> Info<Vec<(&'static str, &'static str)>> {
+    let features = if cfg!(feature = "otel") { "otel" } else { "" };
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    Info::new(vec![
+        ("version", env!("CARGO_PKG_VERSION")),
+        ("features", features),
+        ("profile", profile),
+    ])
 }

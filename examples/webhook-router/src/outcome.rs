@@ -125,6 +125,8 @@ pub enum UnfinishedWhy {
         /// Why the registry released it.
         reason: ReleaseReason,
     },
+    /// It was parked in the registry's waiting room and not promoted before the router stopped.
+    StillWaiting,
 }
 
 impl fmt::Display for UnfinishedWhy {
@@ -136,6 +138,7 @@ impl fmt::Display for UnfinishedWhy {
             Self::Released { reason } => {
                 write!(f, "released ({reason}) and not re-dispatched before exit")
             }
+            Self::StillWaiting => write!(f, "still parked in the waiting room at exit"),
         }
     }
 }

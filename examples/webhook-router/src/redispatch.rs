@@ -40,6 +40,7 @@ impl App {
             tracing::warn!(worker = %id, %reason, "worker declared dead");
         }
         self.inner.containers.ledger().released(&report.released);
+        self.unparked(&report);
         if let Some(remote) = &self.inner.remote {
             // Their owners may be gone (that may be why they died): nobody else forgets them.
             let died: Vec<WorkerId> = report.died.iter().map(|(id, _)| *id).collect();
@@ -105,7 +106,7 @@ impl App {
             let d = match (event.reason, event.assignment) {
                 // Placed by the registry already (its claim is in flight on that worker):
                 // deliver it there; admitting it again would be a duplicate.
-                (ReleaseReason::Promoted, Some(a)) if !self.is_closing() => {
+                (ReleaseReason::Promoted, Some(a)) => {
                     let d = self
                         .deliver(&event.target, &event.delivery, a)
                         .instrument(span)

@@ -33,6 +33,7 @@ use tokio::time::sleep;
 use utoipa::ToSchema;
 use worker_registry::WorkerId;
 
+use crate::secrets::Secret;
 use crate::store::Store;
 use crate::worker::Job;
 
@@ -107,7 +108,7 @@ struct Inner {
     store: Store,
     advertise: String,
     http: reqwest::Client,
-    token: Option<String>,
+    token: Secret,
     owner_wait: Duration,
     publish_retry: Duration,
 }
@@ -118,12 +119,12 @@ pub struct Remote(Arc<Inner>);
 
 impl Remote {
     /// Forwarding through `store`, this replica reachable at `advertise` (`http://host:port`),
-    /// with `token` (the admin token, which the internal endpoint requires); `heartbeat` bounds
-    /// the waits.
+    /// with `token` (the admin token, which the internal endpoint requires: its current value is
+    /// sent); `heartbeat` bounds the waits.
     pub fn new(
         store: Store,
         advertise: &str,
-        token: Option<String>,
+        token: Secret,
         heartbeat: Duration,
     ) -> Result<Self, String> {
         let advertise = advertise.trim_end_matches('/').to_owned();
@@ -233,7 +234,7 @@ impl Remote {
             .http
             .post(format!("{address}/internal/workers/{worker}/jobs"))
             .json(&body);
-        if let Some(t) = &self.0.token {
+        if let Some(t) = self.0.token.current_text() {
             req = req.bearer_auth(t);
         }
         match req.send().await {

@@ -12,7 +12,7 @@
 //! * small connection buffers, so that idle connections cost little memory.
 //!
 //! The body's own limits (size, time, memory budget) are in [`crate::body`]; the cap on webhook
-//! requests handled at once is a tower `ConcurrencyLimit` behind a `LoadShed` (503 beyond it), in
+//! requests handled at once is a semaphore in front of the handler (503 beyond it), in
 //! [`crate::http`].
 
 use crate::app::App;
@@ -28,7 +28,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use worker_registry::{DrainAll, Maintenance, Sweeper, WorkerRegistry};
@@ -107,15 +107,17 @@ pub fn fit_file_limit(_connections: usize) -> Result<u64, String> {
     Ok(u64::MAX)
 }
 
-/// A running router: HTTP server plus sweeper.
+/// A running router: HTTP server (one address, or the webhook's and the admin's) plus sweeper.
 pub struct Server {
     app: App,
     addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
     sweeper: Sweeper,
-    stop_http: oneshot::Sender<()>,
+    /// Set when shutdown stops the HTTP server: the accept loops stop and open connections finish.
+    stop_http: watch::Sender<bool>,
     /// Set when the replica is killed: every open connection is cut at once.
     kill_http: watch::Sender<bool>,
-    http: JoinHandle<io::Result<()>>,
+    http: Vec<JoinHandle<io::Result<()>>>,
 }
 
 /// What [`Server::kill`] stopped.
@@ -158,23 +160,54 @@ pub async fn serve_with(
     listener: TcpListener,
     limits: ServerLimits,
 ) -> io::Result<Server> {
+    serve_split(app, listener, None, limits).await
+}
+
+/// Starts the router and its sweeper: the webhook on `listener` and, given `admin`, the admin
+/// API, metrics, debug and internal endpoints there (the probes on both); without, all on
+/// `listener`. Each address has its own connection cap.
+pub async fn serve_split(
+    app: App,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    limits: ServerLimits,
+) -> io::Result<Server> {
     let addr = listener.local_addr()?;
+    let admin_addr = admin.as_ref().map(TcpListener::local_addr).transpose()?;
+    let mut metrics = app
+        .take_metrics()
+        .ok_or_else(|| io::Error::other("this App is already being served"))?;
     let redispatcher = app.clone();
     let sweeper = Sweeper::spawn_async(app.registry().clone(), move |report| {
         let app = redispatcher.clone();
         async move { app.after_sweep(report).await }
     });
-    let mut metrics = app
-        .take_metrics()
-        .ok_or_else(|| io::Error::other("this App is already being served"))?;
     metrics.sweeper(sweeper.monitor());
-    let (stop_http, stopped) = oneshot::channel::<()>();
+    let (stop_http, stopped) = watch::channel(false);
     let (kill_http, killed) = watch::channel(false);
-    let router = http::router(&app, metrics, limits.max_concurrent_webhooks);
-    let http = tokio::spawn(accept_loop(listener, router, limits, stopped, killed));
+    let apps = http::apps(
+        &app,
+        metrics,
+        limits.max_concurrent_webhooks,
+        admin.is_some(),
+    );
+    let loop_on = |listener, router| {
+        tokio::spawn(accept_loop(
+            listener,
+            router,
+            limits,
+            stopped.clone(),
+            killed.clone(),
+        ))
+    };
+    let mut http = vec![loop_on(listener, apps.webhook)];
+    if let (Some(admin), Some(router)) = (admin, apps.admin) {
+        http.push(loop_on(admin, router));
+    }
     Ok(Server {
         app,
         addr,
+        admin_addr,
         sweeper,
         stop_http,
         kill_http,
@@ -188,7 +221,7 @@ async fn accept_loop(
     listener: TcpListener,
     router: axum::Router,
     limits: ServerLimits,
-    mut stopped: oneshot::Receiver<()>,
+    mut stopped: watch::Receiver<bool>,
     killed: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -203,11 +236,11 @@ async fn accept_loop(
     loop {
         // Wait for a free slot first: a full house is left in the kernel's backlog.
         let slot = tokio::select! {
-            _ = &mut stopped => break,
+            () = until_set(&mut stopped) => break,
             slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
         };
         let (stream, _peer) = tokio::select! {
-            _ = &mut stopped => break,
+            () = until_set(&mut stopped) => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -253,10 +286,21 @@ async fn accept_loop(
     Ok(())
 }
 
+/// Resolves once `flag` is set (or its sender is gone).
+async fn until_set(flag: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not `Send`: dropped here, before the caller awaits more.
+    let _ = flag.wait_for(|set| *set).await.map(|_| ());
+}
+
 impl Server {
-    /// Where it listens.
+    /// Where it listens (for the webhook, and everything else without an admin address).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where the admin API listens, when it has an address of its own.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     /// The router's state.
@@ -277,8 +321,10 @@ impl Server {
     /// or reported.
     pub async fn kill(self) -> Killed {
         self.kill_http.send_replace(true);
-        self.http.abort();
-        let _ = self.http.await;
+        for task in self.http {
+            task.abort();
+            let _ = task.await;
+        }
         self.sweeper.abort().await;
         Killed {
             containers: self.app.kill_containers(),
@@ -286,18 +332,40 @@ impl Server {
         }
     }
 
-    /// Refuses new deliveries, drains every worker with `deadline` and waits for them (a draining
-    /// worker finishes the events already queued for it); at the deadline, stops the workers still
-    /// running (each deregisters, releasing its claims through the registry), then stops the HTTP
-    /// server and the sweeper, runs one last sweep and reports every accepted delivery that was not
-    /// completed, in the report, the log and `webhook_router_shutdown_unfinished_total`.
-    pub async fn shutdown(self, deadline: Duration) -> ShutdownReport {
+    /// Refuses new deliveries and finishes the work it accepted, up to `deadline`: drains every
+    /// worker (a draining worker finishes the events already queued for it), and sweeps in place
+    /// of the sweeper (see [`App::finish_accepted`]), so that released events are placed again and
+    /// deliveries promoted out of the waiting room get their worker (a drained one's successor,
+    /// started and drained at once), until nothing is left. At the deadline it stops the workers
+    /// still running (each deregisters, releasing its claims through the registry), then stops
+    /// the HTTP server. With a registry that dies with the process, one last sweep collects what
+    /// those exits released; a shared one keeps it for the other replicas (handed over, not
+    /// collected here, so that the next sweep of another replica places it at once). Every
+    /// accepted delivery that was not completed is reported, in the report, the log and
+    /// `webhook_router_shutdown_unfinished_total`.
+    pub async fn shutdown(mut self, deadline: Duration) -> ShutdownReport {
         let started = Instant::now();
+        let until = started + deadline;
         let registry = self.app.registry().clone();
         let completed_before = registry.stats().claims_completed;
         let drained = self.app.begin_shutdown(deadline).await;
-        let left = deadline.saturating_sub(started.elapsed());
-        let stopped_at_deadline = self.app.wait_workers(left).await;
+        // From here the shutdown sweeps (`App::finish_accepted`).
+        self.sweeper.shutdown().await;
+        let mut settled = self.app.finish_accepted(until).await;
+        // The accept loops stop; open connections may finish their request (for a while).
+        self.stop_http.send_replace(true);
+        for task in self.http.drain(..) {
+            let _ = task.await;
+        }
+        // A request that raced the closing flag may have started a worker meanwhile.
+        if settled && self.app.running_workers() > 0 {
+            settled = self.app.finish_accepted(until).await;
+        }
+        let stopped_at_deadline = if settled {
+            0
+        } else {
+            self.app.running_workers()
+        };
         let aborted = if stopped_at_deadline > 0 {
             tracing::warn!(
                 workers = stopped_at_deadline,
@@ -307,16 +375,17 @@ impl Server {
         } else {
             0
         };
-        let _ = self.stop_http.send(());
-        let _ = self.http.await;
-        self.sweeper.shutdown().await;
-        // One last sweep collects what the exits released. Nobody is left to place it here, so it is
-        // not acknowledged: a shared backend offers it to another replica.
-        let released = match registry.sweep().await {
-            Ok(report) => report.released,
-            Err(e) => {
-                tracing::warn!("the last sweep failed: {e}");
-                Vec::new()
+        let released = if self.app.is_shared() {
+            Vec::new()
+        } else {
+            // One last sweep collects what the exits released or promoted: nobody is left to
+            // place it.
+            match registry.sweep().await {
+                Ok(report) => report.released,
+                Err(e) => {
+                    tracing::warn!("the last sweep failed: {e}");
+                    Vec::new()
+                }
             }
         };
         let unfinished = self.app.account_unfinished(&released);

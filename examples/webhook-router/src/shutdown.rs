@@ -12,7 +12,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::task::AbortHandle;
-use worker_registry::{DeliveryId, DrainAll, ReleasedEvent, Status, Target, WorkerRegistry};
+use tokio::time::Instant;
+use worker_registry::{
+    DeliveryId, DrainAll, Maintenance, ReleaseReason, ReleasedEvent, Status, SweepReport, Target,
+    WorkerRegistry,
+};
 
 impl App {
     /// The Ctrl-C path, first half: refuse new deliveries (503) and drain this replica's workers
@@ -47,6 +51,112 @@ impl App {
             t.abort();
         }
         tasks.len()
+    }
+
+    /// The shutdown's sweeps (the sweeper is stopped by then), until this replica has nothing left
+    /// to do, or `until` passes; whether it got there. Between sweeps it waits for its workers to
+    /// finish, for the registry to wake it (a delivery promoted by an exit) or for the sweep
+    /// interval. It is done when a sweep that began once no worker task ran handed it nothing,
+    /// and nothing waits: no released event to place again, and (a registry that dies with the
+    /// process) nothing parked in its waiting room. Every sweep's released and promoted
+    /// deliveries are placed as the sweeper's callback places them ([`App::after_sweep`]).
+    pub async fn finish_accepted(&self, until: Instant) -> bool {
+        let registry = &self.inner.registry;
+        let interval = registry.config().sweep_interval();
+        let mut running = self.inner.running.subscribe();
+        loop {
+            let quiet = *running.borrow_and_update() == 0;
+            let handed = match registry.sweep().await {
+                Ok(report) => {
+                    let n = report.released.len();
+                    self.sweep_step(report).await;
+                    n
+                }
+                Err(e) => {
+                    tracing::warn!("a shutdown sweep failed, trying again: {e}");
+                    usize::MAX
+                }
+            };
+            if quiet && handed == 0 && self.nothing_waits() {
+                return true;
+            }
+            let busy = *running.borrow_and_update() > 0;
+            if !busy && handed > 0 && handed != usize::MAX {
+                // What it handed over was placed without starting a container: look again now.
+                continue;
+            }
+            let next = async {
+                tokio::select! {
+                    _ = running.wait_for(|n| *n == 0), if busy => {}
+                    () = registry.wake() => {}
+                    () = tokio::time::sleep(interval) => {}
+                }
+            };
+            if tokio::time::timeout_at(until, next).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// One sweep's report as the sweeper handles it: placed again ([`App::after_sweep`]), and
+    /// what was not deferred acknowledged.
+    async fn sweep_step(&self, report: SweepReport) {
+        let released = report.released.clone();
+        let deferred = self.after_sweep(report).await;
+        let kept: HashSet<(&Target, &DeliveryId)> = deferred
+            .events()
+            .iter()
+            .map(|e| (&e.target, &e.delivery))
+            .collect();
+        let done: Vec<ReleasedEvent> = released
+            .into_iter()
+            .filter(|e| !kept.contains(&(&e.target, &e.delivery)))
+            .collect();
+        if !done.is_empty() {
+            if let Err(e) = self.inner.registry.acknowledge(&done).await {
+                tracing::warn!(
+                    "acknowledging {} re-dispatched events failed: {e}",
+                    done.len()
+                );
+            }
+        }
+    }
+
+    /// No released event waits to be placed again, and (a registry that dies with the process)
+    /// nothing is parked in its waiting room; a shared registry's room is left to the replicas
+    /// that stay.
+    fn nothing_waits(&self) -> bool {
+        self.pending_redispatch() == 0
+            && (self.inner.shared || self.inner.registry.stats().waiting == 0)
+    }
+
+    /// Remembers a parked delivery (see [`Inner::parked`](crate::app::Inner)), unless the
+    /// registry is shared.
+    pub(crate) fn parked(&self, target: &Target, delivery: &DeliveryId) {
+        if !self.inner.shared {
+            self.inner
+                .parked
+                .insert((target.clone(), delivery.clone()), ());
+        }
+    }
+
+    /// Forgets the parked deliveries a sweep promoted or dropped.
+    pub(crate) fn unparked(&self, report: &SweepReport) {
+        if self.inner.parked.is_empty() {
+            return;
+        }
+        let promoted = report
+            .released
+            .iter()
+            .filter(|e| e.reason == ReleaseReason::Promoted)
+            .map(|e| (&e.target, &e.delivery));
+        let dropped = report
+            .expired_waiting
+            .iter()
+            .map(|e| (&e.target, &e.delivery));
+        for (t, d) in promoted.chain(dropped) {
+            self.inner.parked.remove(&(t.clone(), d.clone()));
+        }
     }
 
     /// Waits until every worker task has stopped, or `deadline` passes; returns how many still run.
@@ -97,6 +207,16 @@ impl App {
                     target: e.target.clone(),
                     delivery: e.delivery.clone(),
                     why: UnfinishedWhy::Released { reason: e.reason },
+                });
+            }
+        }
+        for entry in self.inner.parked.iter() {
+            let (target, delivery) = entry.key();
+            if seen.insert((target.clone(), delivery.clone())) {
+                out.push(Unfinished {
+                    target: target.clone(),
+                    delivery: delivery.clone(),
+                    why: UnfinishedWhy::StillWaiting,
                 });
             }
         }

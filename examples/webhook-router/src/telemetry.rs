@@ -18,8 +18,9 @@
 //! containers until it completes or is placed again). Across processes the link is made when the
 //! process that places it again is the one whose container had it.
 //!
-//! Without the `otel` feature the spans are ordinary `tracing` spans (they show in the log's
-//! context), [`TraceParent`]s are always empty and [`Traces`] stores nothing.
+//! Without the `otel` feature (or without a tracer configured) no layer records the spans, so
+//! creating one costs a check of its callsite's interest; [`TraceParent`]s are empty and
+//! [`Traces`] stores nothing. The log ([`log`]) never formats a span.
 
 use crate::outcome::{Dispatch, Source};
 
@@ -30,15 +31,20 @@ use tracing::field::Empty;
 use tracing::Span;
 use worker_registry::{Assignment, DeliveryId, Target, WorkerId};
 
+pub mod log;
 #[cfg(feature = "otel")]
 mod otlp;
+
+pub use log::LogFormat;
 
 /// The binary's log and traces, from [`init`]: flushes the traces not exported yet when shut down.
 ///
 /// # Examples
 ///
 /// ```no_run
-/// let telemetry = webhook_router::telemetry::init("info").expect("the OTEL_* settings are valid");
+/// use webhook_router::telemetry::{init, LogFormat};
+///
+/// let telemetry = init("info", LogFormat::Text).expect("the OTEL_* settings are valid");
 /// // ... run the router ...
 /// telemetry.shutdown();
 /// ```
@@ -54,7 +60,9 @@ impl Telemetry {
     /// # Examples
     ///
     /// ```no_run
-    /// webhook_router::telemetry::init("info").unwrap().shutdown();
+    /// use webhook_router::telemetry::{init, LogFormat};
+    ///
+    /// init("info", LogFormat::Text).unwrap().shutdown();
     /// ```
     pub fn shutdown(self) {
         #[cfg(feature = "otel")]
@@ -66,30 +74,27 @@ impl Telemetry {
     }
 }
 
-/// Installs the process's `tracing` subscriber: the log on stderr, filtered by `RUST_LOG` (else
-/// `default_filter`), and with the `otel` feature the router's spans exported over OTLP as the
-/// `OTEL_*` variables say (see the README's "Tracing"). `Err` for settings it cannot honour, or a
-/// subscriber installed already.
+/// Installs the process's `tracing` subscriber: the log on stderr in `format`, filtered by
+/// `RUST_LOG` (else `default_filter`; see [`log`]), and with the `otel` feature the router's spans
+/// exported over OTLP as the `OTEL_*` variables say (see the README's "Tracing"). `Err` for
+/// settings it cannot honour, or a subscriber installed already.
 ///
 /// # Examples
 ///
 /// ```no_run
-/// let telemetry = webhook_router::telemetry::init("info,webhook_router=debug").unwrap();
+/// use webhook_router::telemetry::{init, LogFormat};
+///
+/// let telemetry = init("info,webhook_router=debug", LogFormat::Json).unwrap();
 /// # telemetry.shutdown();
 /// ```
-pub fn init(default_filter: &str) -> Result<Telemetry, String> {
+pub fn init(default_filter: &str, format: LogFormat) -> Result<Telemetry, String> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::{EnvFilter, Layer};
 
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let log = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_filter(filter);
-    let registry = tracing_subscriber::registry().with(log);
+    let registry = tracing_subscriber::registry().with(log::layer(format, default_filter));
     #[cfg(feature = "otel")]
     {
+        use tracing_subscriber::Layer;
         let (layer, provider) = match otlp::tracer()? {
             Some((tracer, provider)) => {
                 // The router's own spans and events, whatever the log shows.

@@ -223,14 +223,13 @@ impl Worker {
             .complete(&job)
             .instrument(telemetry::complete_span())
             .await;
-        span.record(
-            "outcome",
-            if recorded {
-                "completed"
-            } else {
-                "not_recorded"
-            },
-        );
+        let outcome = if recorded {
+            "completed"
+        } else {
+            "not_recorded"
+        };
+        span.record("outcome", outcome);
+        tracing::debug!(worker = %self.id, target = %job.target, event = %job.event, outcome, "loop finished");
         self.traces.completed(&job.target, &job.event);
         Ok(())
     }

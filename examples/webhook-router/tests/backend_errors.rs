@@ -268,3 +268,31 @@ async fn workers_and_the_sweeper_ride_out_a_short_outage() {
         .unwrap();
     assert!(errors >= 1.0, "the failed sweeps are counted:\n{text}");
 }
+
+/// Issue 37: `/readyz` reads the backend: 503 `unavailable` (with the error) while it cannot
+/// answer, 200 once it does again (a verdict lives a second); `/healthz` stays 200 throughout.
+#[tokio::test(start_paused = true)]
+async fn readiness_follows_the_backend() {
+    let (h, down) = flaky_router(Setup::default()).await;
+    assert_eq!(h.get("/readyz").await.status, StatusCode::OK);
+    // The verdict is reused for a second: the outage shows once it is older.
+    set(&down, true);
+    assert_eq!(h.get("/readyz").await.status, StatusCode::OK, "reused");
+    tokio::time::advance(webhook_router::http::probes::READINESS_TTL).await;
+    let not_ready = h.get("/readyz").await;
+    assert_eq!(not_ready.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        not_ready.body["status"], "unavailable",
+        "{}",
+        not_ready.body
+    );
+    assert!(not_ready.body["reason"]
+        .as_str()
+        .unwrap()
+        .contains("connection refused"));
+    assert_eq!(not_ready.retry_after, Some(1));
+    assert_eq!(h.get("/healthz").await.status, StatusCode::OK);
+    set(&down, false);
+    tokio::time::advance(webhook_router::http::probes::READINESS_TTL).await;
+    assert_eq!(h.get("/readyz").await.status, StatusCode::OK);
+}

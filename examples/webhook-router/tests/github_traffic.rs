@@ -7,26 +7,18 @@ mod common;
 
 use common::*;
 
-use std::path::PathBuf;
-
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use webhook_router::github;
 
 const SECRET: &str = "It's a Secret to Everybody";
 
-fn replay_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/replay")
-}
-
 fn table() -> Vec<Value> {
-    let text = std::fs::read_to_string(replay_dir().join("table.json")).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
-    v["deliveries"].as_array().unwrap().clone()
+    replay_table()
 }
 
 fn payload(name: &str) -> Vec<u8> {
-    std::fs::read(replay_dir().join("payloads").join(format!("{name}.json"))).unwrap()
+    replay_payload(name)
 }
 
 /// Sends `body` as GitHub would, signed, with `content_type`.

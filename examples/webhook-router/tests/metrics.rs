@@ -380,3 +380,78 @@ async fn help_texts_follow_one_style() {
     }
     assert!(bad.is_empty(), "{bad:#?}");
 }
+
+/// Issue 37: the webhook's answer time by outcome (one observation per answer, so its counts are
+/// the deliveries'), every registry call timed by call, backend and outcome, and the build.
+#[tokio::test(start_paused = true)]
+async fn webhook_and_registry_call_durations_and_the_build() {
+    let h = start(Setup::default()).await;
+    let (_, before) = scrape(&h, None).await;
+    let m = samples(&before);
+    let zero = |k: &str| assert_eq!(m.get(k), Some(&0.0), "{k} missing or not 0 in\n{before}");
+    for outcome in webhook_router::metrics::DELIVERY_OUTCOMES {
+        let status = if ["unauthorized", "invalid"].contains(&outcome) {
+            "4xx"
+        } else if ["assigned", "duplicate", "waiting", "ignored", "drained"].contains(&outcome) {
+            "2xx"
+        } else {
+            "5xx"
+        };
+        zero(&format!(
+            "webhook_router_webhook_duration_seconds_count{{outcome=\"{outcome}\",status=\"{status}\"}}"
+        ));
+    }
+    zero("webhook_router_registry_call_duration_seconds_count{backend=\"memory\",call=\"admit\",outcome=\"ok\"}");
+    let build = format!(
+        "webhook_router_build_info{{features=\"{}\",profile=\"{}\",version=\"{}\"}}",
+        if cfg!(feature = "otel") { "otel" } else { "" },
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(m.get(&build), Some(&1.0), "{build} in\n{before}");
+
+    for i in 0..3 {
+        h.deliver("pull_request", &format!("d-{i}"), &pr("o/r", i + 1))
+            .await;
+    }
+    h.deliver("pull_request", "d-0", &pr("o/r", 1)).await;
+    let (_, after) = scrape(&h, None).await;
+    let m = samples(&after);
+    let get = |k: &str| {
+        *m.get(k)
+            .unwrap_or_else(|| panic!("{k} missing in\n{after}"))
+    };
+    assert_eq!(
+        get("webhook_router_webhook_duration_seconds_count{outcome=\"assigned\",status=\"2xx\"}"),
+        3.0
+    );
+    assert_eq!(
+        get("webhook_router_webhook_duration_seconds_count{outcome=\"duplicate\",status=\"2xx\"}"),
+        1.0
+    );
+    assert!(
+        after.lines().any(
+            |l| l.starts_with("webhook_router_webhook_duration_seconds_bucket{")
+                && l.contains("outcome=\"assigned\"")
+                && l.contains("le=\"+Inf\"")
+                && l.ends_with(" 3")
+        ),
+        "{after}"
+    );
+    let calls = h.server.app().metrics().registry_calls();
+    assert_eq!(
+        calls.count("admit", "ok"),
+        4,
+        "three admissions and a duplicate"
+    );
+    assert_eq!(
+        get("webhook_router_registry_call_duration_seconds_count{backend=\"memory\",call=\"admit\",outcome=\"ok\"}"),
+        4.0
+    );
+    // The workers' calls go through the same wrapper.
+    assert!(calls.count("heartbeat", "ok") + calls.count("loop_started", "ok") > 0);
+}

@@ -18,15 +18,17 @@ use webhook_router::github;
 use webhook_router::reconcile::chase::backoff;
 use webhook_router::reconcile::shared::Shared;
 use webhook_router::reconcile::{Config, Pass, Reconciler, DEFAULT_CHASE_BACKOFF};
+use webhook_router::secrets::Secret;
 
 const SECRET: &str = "s3cret";
 
 fn config(fake: &FakeGitHub, key: &[u8]) -> Config {
     Config {
         api_url: fake.base.clone(),
-        app: Some((APP_ID.to_owned(), Arc::from(key))),
+        app: Some((APP_ID.to_owned(), Secret::new(Some(Arc::from(key))))),
         hooks: Vec::new(),
         token: None,
+        ca_bundle: None,
         interval: Duration::from_secs(300),
         horizon: Duration::from_secs(3600),
         settle: Duration::ZERO,
@@ -221,6 +223,25 @@ async fn a_jwt_signed_by_another_key_is_refused_and_nothing_advances() {
     assert_eq!((pass.errors, pass.redelivered), (1, 0), "{pass:?}");
     assert_eq!(shared.position("app").await.unwrap(), None);
     assert_eq!(fake.log().calls[0].status, 401);
+}
+
+/// Issue 37: the App key read again from its file (the `Secret` replaced): the next JWT is
+/// minted with the new key, without restarting the reconciler. A wrong key is refused by GitHub
+/// (401), the right one put back works.
+#[tokio::test(start_paused = true)]
+async fn a_replaced_app_key_signs_the_next_jwt() {
+    let fake = FakeGitHub::start(nowhere().await, Some(SECRET)).await;
+    fake.deliver("pull_request", pr("o/r", 1)).await;
+    let h = start(setup()).await;
+    fake.log().router = format!("{}/webhook", h.base);
+    let cfg = config(&fake, OTHER_KEY_PEM);
+    let key = cfg.app.as_ref().unwrap().1.clone();
+    let mut r = Reconciler::new(h.server.app().clone(), cfg, Shared::default()).unwrap();
+    let pass = r.pass().await.unwrap();
+    assert_eq!((pass.errors, pass.redelivered), (1, 0), "{pass:?}");
+    key.replace(Arc::from(KEY_PEM), false);
+    let pass = r.pass().await.unwrap();
+    assert_eq!((pass.errors, pass.redelivered), (0, 1), "{pass:?}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -162,3 +162,99 @@ async fn a_quick_shutdown_reports_nothing_and_does_not_wait() {
     assert_eq!(memory.stats().claims_completed, 5);
     assert!(started.elapsed() < Duration::from_secs(1));
 }
+
+/// Issue 37: the replayed GitHub payloads, ten rounds (a PR opened, reviewed, its checks run, then
+/// closed, and the events that follow a close park behind the draining worker for its
+/// successor), then a stop: every accepted delivery, parked and promoted ones included, is
+/// completed before the exit, and nothing is left waiting (before: 9 of them "released (promoted)
+/// and not re-dispatched before exit", the process exited 3).
+#[tokio::test(start_paused = true)]
+async fn parked_and_promoted_deliveries_are_completed_before_the_exit() {
+    let h = start(Setup {
+        capacity: 16,
+        waiting: 64,
+        work: Duration::from_millis(100),
+        ..Setup::default()
+    })
+    .await;
+    let rows = replay_table();
+    let mut accepted = Vec::new();
+    let mut parked = 0;
+    for round in 0..10 {
+        for (i, row) in rows.iter().enumerate() {
+            let name = row["payload"].as_str().unwrap();
+            let id = format!("r{round}-{i}");
+            let event = row["event"].as_str().unwrap();
+            let a = h.deliver_bytes(event, &id, replay_payload(name)).await;
+            assert_eq!(a.status, StatusCode::ACCEPTED, "{id} {name}: {}", a.body);
+            for t in a.body["targets"].as_array().unwrap() {
+                let outcome = t["outcome"].as_str().unwrap();
+                if matches!(outcome, "assigned" | "drained" | "waiting") {
+                    parked += usize::from(outcome == "waiting");
+                    let target: Target = t["target"].as_str().unwrap().parse().unwrap();
+                    accepted.push((target, id.clone()));
+                }
+            }
+        }
+    }
+    assert!(parked >= 9, "{parked} parked behind the draining worker");
+    let Harness { server, memory, .. } = h;
+    let report = server.shutdown(DEADLINE).await;
+    let ids: Vec<String> = report
+        .unfinished
+        .iter()
+        .map(|u| format!("{} on {}: {}", u.delivery, u.target, u.why))
+        .collect();
+    assert!(ids.is_empty(), "not completed: {ids:#?}");
+    for (target, id) in &accepted {
+        assert_eq!(
+            fate(&memory, target, id).await,
+            "completed",
+            "{id} on {target}"
+        );
+    }
+    assert_eq!(
+        memory.stats().waiting,
+        0,
+        "nothing left in the waiting room"
+    );
+}
+
+/// A stop waits for what its waiting room still holds: deliveries parked behind a draining worker
+/// whose container crashed (so no worker task runs) are promoted once the registry declares it
+/// dead, and completed before the exit with the events it held (re-dispatched).
+#[tokio::test(start_paused = true)]
+async fn deliveries_parked_behind_a_crashed_draining_worker_are_completed() {
+    let h = start(Setup {
+        capacity: 4,
+        waiting: 64,
+        work: Duration::from_secs(1),
+        ..Setup::default()
+    })
+    .await;
+    let event = |action: &str| {
+        let mut p = pr("o/r", 7);
+        p["action"] = action.into();
+        p
+    };
+    let opened = h.deliver("pull_request", "open", &event("opened")).await;
+    let old = worker_of(&opened);
+    let closed = h.deliver("pull_request", "close", &event("closed")).await;
+    assert_eq!(closed.body["outcome"], "drained", "{}", closed.body);
+    let mut ids = vec!["open".to_owned(), "close".to_owned()];
+    for i in 0..3 {
+        let id = format!("after-{i}");
+        let a = h.deliver("pull_request", &id, &event("synchronize")).await;
+        assert_eq!(a.body["outcome"], "waiting", "{}", a.body);
+        ids.push(id);
+    }
+    let crash = h.post(&format!("/debug/workers/{old}/crash")).await;
+    assert_eq!(crash.status, StatusCode::ACCEPTED, "{}", crash.body);
+    let Harness { server, memory, .. } = h;
+    let report = server.shutdown(DEADLINE).await;
+    assert!(report.unfinished.is_empty(), "{:#?}", report.unfinished);
+    let target = Target::new("o/r", 7).unwrap();
+    for id in &ids {
+        assert_eq!(fate(&memory, &target, id).await, "completed", "{id}");
+    }
+}

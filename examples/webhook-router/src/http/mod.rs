@@ -1,8 +1,10 @@
-//! The router's HTTP app, the edge of the router: `POST /webhook` ([`webhook`]), the debug
-//! endpoint ([`debug`]), the replicas' internal endpoint ([`internal`]) and the library's admin
-//! API (`/workers`, `/metrics`, `/openapi.json` from [`openapi`], `/healthz`) merged at the root;
-//! JSON errors everywhere ([`reply`]), unknown paths and wrong methods included. Below it: the
-//! routing policy carried out ([`crate::routing`]) and dispatch ([`crate::dispatch`]).
+//! The router's HTTP apps, the edge of the router: `POST /webhook` ([`webhook`]), the probes
+//! ([`probes`]: `/healthz`, `/readyz`), the debug endpoint ([`debug`]), the replicas' internal
+//! endpoint ([`internal`]) and the library's admin API (`/workers`, `/metrics`, `/openapi.json`
+//! from [`openapi`]), on one address or (`--admin-bind`) the webhook's and the admin's apart
+//! ([`apps`]); JSON errors everywhere ([`reply`]), unknown paths and wrong methods included.
+//! Below it: the routing policy carried out ([`crate::routing`]) and dispatch
+//! ([`crate::dispatch`]).
 //!
 //! A delivery is refused before its body is read when its headers already rule it out (the router
 //! is shutting down, a missing or repeated identity header, a content type GitHub does not send, a
@@ -11,8 +13,10 @@
 
 pub mod answer;
 pub mod debug;
+mod guard;
 pub mod internal;
 pub mod openapi;
+pub mod probes;
 pub mod reply;
 pub mod webhook;
 
@@ -20,80 +24,115 @@ pub use reply::{retry_after_secs, Reply};
 
 use crate::app::App;
 use answer::Outcome;
+use probes::Readiness;
 use reply::{error_response, refused, OVERLOADED};
 
 use std::time::Duration;
 
-use axum::error_handling::HandleErrorLayer;
 use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::BoxError;
+use axum::routing::{get, post};
 use axum::Router;
-use tower::limit::ConcurrencyLimitLayer;
-use tower::load_shed::LoadShedLayer;
-use tower::ServiceBuilder;
-use worker_registry::http::{admin_router, require_bearer_method, AdminOptions};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+use worker_registry::http::{admin_router, AdminOptions};
 use worker_registry::metrics::Metrics;
 
-/// The HTTP app: webhook, debug endpoint and the library's admin API, serving `metrics`.
+/// The router's HTTP apps (see [`apps`]).
+pub struct Apps {
+    /// The webhook's: `POST /webhook`, and everything else too unless `admin` is apart.
+    pub webhook: Router,
+    /// The admin's, when it has an address of its own (`--admin-bind`).
+    pub admin: Option<Router>,
+}
+
+/// The HTTP app on one address: webhook, probes, debug endpoint and the library's admin API,
+/// serving `metrics` (see [`apps`]).
+pub fn router(app: &App, metrics: Metrics, max_concurrent_webhooks: usize) -> Router {
+    apps(app, metrics, max_concurrent_webhooks, false).webhook
+}
+
+/// The HTTP apps: with `split`, the webhook's (`POST /webhook`, `/healthz` and `/readyz`: what
+/// an edge needs) apart from the admin's (the admin API, `/metrics`, `/openapi.json`, the debug
+/// and internal endpoints, and the probes); without, one app with all of them.
 ///
-/// With an admin token, every admin endpoint but `/healthz` needs it, reads included (the worker
+/// With an admin token, every admin endpoint but the probes needs it, reads included (the worker
 /// list names repositories and pull requests, private ones too).
 ///
-/// At most `max_concurrent_webhooks` webhook requests are handled at once (a tower
-/// `ConcurrencyLimit`); beyond that a `LoadShed` answers 503 with `Retry-After` at once, before any
+/// At most `max_concurrent_webhooks` webhook requests are handled at once (a semaphore's permit,
+/// taken without waiting); beyond that the answer is 503 with `Retry-After` at once, before any
 /// body is read.
-pub fn router(app: &App, metrics: Metrics, max_concurrent_webhooks: usize) -> Router {
-    let token = app.options().admin_token.clone();
+pub fn apps(app: &App, metrics: Metrics, max_concurrent_webhooks: usize, split: bool) -> Apps {
+    let readyz = Router::new()
+        .route("/readyz", get(probes::readyz))
+        .with_state(Readiness::new(app.clone()));
+    let webhook = webhook_route(app, max_concurrent_webhooks);
+    let admin = admin_routes(app, metrics).merge(readyz.clone());
+    if split {
+        let edge = webhook
+            .route("/healthz", get(probes::healthz))
+            .merge(readyz);
+        Apps {
+            webhook: with_fallbacks(edge),
+            admin: Some(with_fallbacks(admin)),
+        }
+    } else {
+        Apps {
+            webhook: with_fallbacks(webhook.merge(admin)),
+            admin: None,
+        }
+    }
+}
+
+/// `POST /webhook`, behind its concurrency limit (a permit taken without waiting, in the handler:
+/// a tower `ConcurrencyLimit` behind a `LoadShed` did the same with a boxed future and two
+/// allocations per request).
+fn webhook_route(app: &App, max_concurrent_webhooks: usize) -> Router {
+    let state = webhook::Webhooks {
+        app: app.clone(),
+        slots: Arc::new(Semaphore::new(max_concurrent_webhooks.max(1))),
+    };
+    Router::new()
+        .route("/webhook", post(webhook::webhook))
+        .with_state(state)
+}
+
+/// The library's admin API (`/healthz` among it), the debug endpoint and the replicas' internal
+/// one, behind the admin token if there is one (see [`guard`]; the 405 of a wrong method comes
+/// first, from [`with_fallbacks`]).
+fn admin_routes(app: &App, metrics: Metrics) -> Router {
     let admin = AdminOptions::new()
         .metrics(metrics)
-        .maybe_bearer_token(token.clone())
-        .protect_reads(true)
         .openapi(openapi::document());
-    // The debug endpoint mutates, so it takes the admin API's bearer token (same 401 answer), checked
-    // once the method matched (a GET is 405 first).
-    let crash_route = match &token {
-        Some(token) => require_bearer_method(post(debug::crash), token.clone()),
-        None => post(debug::crash),
-    };
-    // Replicas in other processes forward events for this router's containers here.
-    let internal = app.remote().map(|_| match token {
-        Some(token) => require_bearer_method(post(internal::internal_jobs), token),
-        None => post(internal::internal_jobs),
-    });
     let router = Router::new();
-    let router = match internal {
-        Some(route) => router.route("/internal/workers/{id}/jobs", route),
+    // Replicas in other processes forward events for this router's containers here.
+    let router = match app.remote() {
+        Some(_) => router.route("/internal/workers/{id}/jobs", post(internal::internal_jobs)),
         None => router,
     };
-    router
-        .route(
-            "/webhook",
-            post(webhook::webhook).layer(
-                ServiceBuilder::new()
-                    .layer(HandleErrorLayer::new({
-                        let app = app.clone();
-                        move |headers: HeaderMap, error: BoxError| {
-                            let app = app.clone();
-                            async move { overloaded(&app, &headers, error) }
-                        }
-                    }))
-                    .layer(LoadShedLayer::new())
-                    .layer(ConcurrencyLimitLayer::new(max_concurrent_webhooks.max(1))),
-            ),
-        )
-        .route("/debug/workers/{id}/crash", crash_route)
+    let routes = router
+        .route("/debug/workers/{id}/crash", post(debug::crash))
         .with_state(app.clone())
-        .merge(admin_router(app.registry().clone(), admin))
+        .merge(admin_router(app.registry().clone(), admin));
+    let token = &app.options().admin_token;
+    if token.is_set() {
+        guard::guarded(routes, token.clone())
+    } else {
+        routes
+    }
+}
+
+/// JSON for unknown paths and wrong methods.
+fn with_fallbacks(router: Router) -> Router {
+    router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
 
-/// The webhook route is at its concurrency limit (or its service failed, which it cannot).
-fn overloaded(app: &App, headers: &HeaderMap, error: BoxError) -> Response {
-    tracing::debug!("webhook request shed: {error}");
+/// The webhook route is at its concurrency limit: 503 at once, before anything is read.
+pub(crate) fn overloaded(app: &App, headers: &HeaderMap) -> Response {
+    tracing::debug!("webhook request shed: too many at once");
     let event = webhook::event_header(headers);
     let reply = refused(
         event,
@@ -101,7 +140,8 @@ fn overloaded(app: &App, headers: &HeaderMap, error: BoxError) -> Response {
         OVERLOADED,
         Duration::from_secs(1),
     );
-    app.metrics().delivery(reply.label());
+    // Refused at once, before anything was read.
+    app.metrics().webhook(reply.label(), Duration::ZERO);
     reply.into_response()
 }
 

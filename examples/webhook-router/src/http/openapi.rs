@@ -7,22 +7,24 @@ use utoipa::OpenApi;
 use super::answer::{
     ClaimStateName, CrashAnswer, DeliveryAnswer, ErrorAnswer, Outcome, TargetAnswer,
 };
+use super::probes::ProbeAnswer;
 use super::webhook::FormDelivery;
-use super::{debug, internal, webhook};
+use super::{debug, internal, probes, webhook};
 use crate::policy::Decision;
 use crate::remote::{ForwardAnswer, ForwardedJob};
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(webhook::webhook, debug::crash, internal::internal_jobs),
+    paths(webhook::webhook, debug::crash, internal::internal_jobs, probes::readyz),
     components(schemas(
         DeliveryAnswer, TargetAnswer, Outcome, ClaimStateName, Decision, ErrorAnswer, CrashAnswer,
-        FormDelivery, ForwardedJob, ForwardAnswer,
+        FormDelivery, ForwardedJob, ForwardAnswer, ProbeAnswer,
     )),
     tags(
         (name = "webhook", description = "GitHub webhook deliveries"),
         (name = "debug", description = "Fault injection for demonstrations"),
         (name = "internal", description = "Between replicas of the router (with a shared registry)"),
+        (name = "probes", description = "Liveness and readiness, unauthenticated"),
     ),
 )]
 struct RouterDoc;

@@ -17,6 +17,9 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
         .max(1)
 }
 
+/// Room for a typical answer's JSON (one pull request: about 300 bytes).
+const ANSWER_CAPACITY: usize = 512;
+
 /// The answer to one `POST /webhook`.
 #[derive(Debug)]
 pub enum Reply {
@@ -65,7 +68,21 @@ impl IntoResponse for Reply {
                 retry_after,
                 body,
             } => {
-                let mut r = (status, Json(body)).into_response();
+                // Serialised at once into a buffer an answer fits (Json starts at 128 bytes and
+                // grows: two reallocations for a typical answer).
+                let mut buf = Vec::with_capacity(ANSWER_CAPACITY);
+                let mut r = match serde_json::to_writer(&mut buf, &body) {
+                    Ok(()) => (
+                        status,
+                        [(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("application/json"),
+                        )],
+                        buf,
+                    )
+                        .into_response(),
+                    Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, e),
+                };
                 if let Some(secs) = retry_after {
                     r.headers_mut()
                         .insert(header::RETRY_AFTER, HeaderValue::from(secs));

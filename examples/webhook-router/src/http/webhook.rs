@@ -25,19 +25,25 @@ use worker_registry::{
 
 /// The whole handling of one `POST /webhook`.
 pub async fn handle(app: &App, request: Request) -> Reply {
-    let (delivery, payload) = match read(app, request).await {
+    let (delivery, raw) = match read(app, request).await {
         Ok(read) => read,
         Err(reply) => return reply,
     };
     let span = tracing::Span::current();
     span.record("delivery", delivery.id.as_str());
     span.record("event", delivery.event.as_str());
+    let payload = match github::json_payload(delivery.content_type, &raw.bytes) {
+        Ok(payload) => payload,
+        Err(e) => return Reply::error(StatusCode::BAD_REQUEST, e),
+    };
     let (action, targets) = match github::route(&delivery.event, &payload) {
         Ok(Route::Targets { action, targets }) => (action, targets),
         Ok(Route::Ignored(reason)) => return ignored(delivery.event, reason),
         Err(e) => return Reply::error(StatusCode::BAD_REQUEST, e),
     };
+    // The body's share of the memory budget is given back here.
     drop(payload);
+    drop(raw);
     let decision = app
         .options()
         .policy
@@ -54,9 +60,10 @@ pub async fn handle(app: &App, request: Request) -> Reply {
     answer(decision, delivery.event, action, answers, wait)
 }
 
-/// The delivery's identity and its JSON payload, or the refusal of the request: everything that
-/// rules it out without its body is checked before the body is read.
-async fn read(app: &App, request: Request) -> Result<(Delivery, Vec<u8>), Reply> {
+/// The delivery's identity and its body (holding its share of the memory budget), or the refusal
+/// of the request: everything that rules it out without its body is checked before the body is
+/// read.
+async fn read(app: &App, request: Request) -> Result<(Delivery, body::ReadBody), Reply> {
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
     if app.is_closing() {
@@ -72,11 +79,13 @@ async fn read(app: &App, request: Request) -> Result<(Delivery, Vec<u8>), Reply>
     let delivery = github::delivery(headers).map_err(|e| Reply::error(e.status(), e))?;
     // A signature header must be well-formed even without a secret (GitHub never sends a
     // malformed one); with a secret it must be there, and match.
-    let verify = match (&app.options().webhook_secret, github::signature(headers)) {
-        (Some(secret), Ok(digest)) => Some((Verifier::new(secret), digest)),
-        (None, Ok(_) | Err(SignatureError::Missing)) => None,
+    let keys = app.options().webhook_secret.keys();
+    let verify = match (keys.macs(), github::signature(headers)) {
+        ((Some(mac), previous), Ok(digest)) => Some((Verifier::keyed(mac, previous), digest)),
+        ((None, _), Ok(_) | Err(SignatureError::Missing)) => None,
         (_, Err(e)) => return Err(Reply::error(StatusCode::UNAUTHORIZED, e)),
     };
+    drop(keys);
     let limits = &app.options().body;
     let announced = headers
         .get(header::CONTENT_LENGTH)
@@ -108,9 +117,7 @@ async fn read(app: &App, request: Request) -> Result<(Delivery, Vec<u8>), Reply>
             return Err(Reply::error(status, e));
         }
     };
-    let payload = github::json_payload(delivery.content_type, &raw.bytes)
-        .map_err(|e| Reply::error(StatusCode::BAD_REQUEST, e))?;
-    Ok((delivery, payload))
+    Ok((delivery, raw))
 }
 
 /// The `X-GitHub-Event` header as far as it can be echoed (visible, at most 64 characters).
@@ -160,27 +167,29 @@ fn answer(
     } else {
         StatusCode::ACCEPTED
     };
-    let single = (answers.len() == 1).then(|| answers[0].clone());
-    let pick = |f: fn(&TargetAnswer) -> Option<u64>| single.as_ref().and_then(f);
+    let single = (answers.len() == 1).then(|| &answers[0]);
+    let pick = |f: fn(&TargetAnswer) -> Option<u64>| single.and_then(f);
+    let mut body = DeliveryAnswer {
+        outcome,
+        decision: Some(decision),
+        event: Some(event),
+        action,
+        worker: pick(|a| a.worker),
+        new: single.and_then(|a| a.new),
+        token: pick(|a| a.token),
+        state: single.and_then(|a| a.state),
+        limit: pick(|a| a.limit),
+        reason: single.and_then(|a| a.reason.clone()),
+        position: single.and_then(|a| a.position),
+        targets: Vec::new(),
+    };
+    body.targets = answers;
     Reply::Answer {
         status,
         retry_after: outcome
             .is_refusal()
             .then(|| retry_after_secs(wait.unwrap_or_default())),
-        body: DeliveryAnswer {
-            outcome,
-            decision: Some(decision),
-            event: Some(event),
-            action,
-            worker: pick(|a| a.worker),
-            new: single.as_ref().and_then(|a| a.new),
-            token: pick(|a| a.token),
-            state: single.as_ref().and_then(|a| a.state),
-            limit: pick(|a| a.limit),
-            reason: single.as_ref().and_then(|a| a.reason.clone()),
-            position: single.as_ref().and_then(|a| a.position),
-            targets: answers,
-        },
+        body,
     }
 }
 
@@ -417,7 +426,12 @@ fn summary(answers: &[TargetAnswer]) -> Outcome {
          headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ),
 )]
-pub(crate) async fn webhook(State(app): State<App>, request: Request) -> Response {
+pub(crate) async fn webhook(State(webhooks): State<Webhooks>, request: Request) -> Response {
+    let started = std::time::Instant::now();
+    let Ok(_slot) = webhooks.slots.try_acquire() else {
+        return super::overloaded(&webhooks.app, request.headers());
+    };
+    let app = webhooks.app;
     // One trace per delivery, from here through admission, dispatch and the worker's loop.
     let parent = request
         .headers()
@@ -426,11 +440,20 @@ pub(crate) async fn webhook(State(app): State<App>, request: Request) -> Respons
         .and_then(TraceParent::parse);
     let span = telemetry::webhook_span(parent.as_ref());
     let reply = handle(&app, request).instrument(span.clone()).await;
-    app.metrics().delivery(reply.label());
     span.record("outcome", reply.label());
+    let label = reply.label();
     let response = reply.into_response();
     span.record("status", i64::from(response.status().as_u16()));
+    app.metrics().webhook(label, started.elapsed());
     response
+}
+
+/// The webhook route's state: the router, and the slots of the requests handled at once
+/// (`--max-concurrent-webhooks`; a request finding none is refused at once).
+#[derive(Clone)]
+pub(crate) struct Webhooks {
+    pub(crate) app: App,
+    pub(crate) slots: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// GitHub's form-encoded delivery.

@@ -248,23 +248,32 @@ pub struct Client {
 
 impl Client {
     /// A client of `base` (`https://api.github.com`, or a GitHub Enterprise Server's
-    /// `https://HOST/api/v3`) for `hook`'s log, authenticated by `auth`.
+    /// `https://HOST/api/v3`) for `hook`'s log, authenticated by `auth`, trusting the usual roots.
     ///
     /// # Examples
     ///
     /// ```
     /// use webhook_router::reconcile::api::{Client, Hook};
     /// use webhook_router::reconcile::auth::Auth;
+    /// use webhook_router::secrets::Secret;
     ///
-    /// let c = Client::new("https://api.github.com", Hook::App, Auth::Token("t".into())).unwrap();
+    /// let token = Auth::Token(Secret::from(Some("t")));
+    /// let c = Client::new("https://api.github.com", Hook::App, token).unwrap();
     /// assert_eq!(c.hook(), &Hook::App);
     /// ```
     pub fn new(base: &str, hook: Hook, auth: Auth) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .user_agent(concat!("webhook-router/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| e.to_string())?;
+        Self::with_roots(base, hook, auth, None)
+    }
+
+    /// Like [`new`](Self::new), also trusting the certificates of `ca_bundle` (PEM; see
+    /// [`http_client`]).
+    pub fn with_roots(
+        base: &str,
+        hook: Hook,
+        auth: Auth,
+        ca_bundle: Option<&[u8]>,
+    ) -> Result<Self, String> {
+        let http = http_client(ca_bundle)?;
         Ok(Self {
             http,
             base: base.trim_end_matches('/').to_owned(),
@@ -392,6 +401,34 @@ impl Client {
         tokio::time::sleep(*backoff).await;
         *backoff *= 2;
     }
+}
+
+/// The HTTP client of GitHub's API: the web's roots (webpki), and the certificates of `ca_bundle`
+/// (PEM, one or more) beside them: GitHub Enterprise Server behind a private CA.
+///
+/// # Examples
+///
+/// ```
+/// use webhook_router::reconcile::api::http_client;
+///
+/// assert!(http_client(None).is_ok());
+/// assert!(http_client(Some(b"not PEM")).is_err());
+/// ```
+pub fn http_client(ca_bundle: Option<&[u8]>) -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .user_agent(concat!("webhook-router/", env!("CARGO_PKG_VERSION")));
+    if let Some(pem) = ca_bundle {
+        let certs = reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| format!("the CA bundle is not PEM certificates: {e}"))?;
+        if certs.is_empty() {
+            return Err("the CA bundle holds no certificate".into());
+        }
+        for cert in certs {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder.build().map_err(|e| e.to_string())
 }
 
 /// What an answer's rate-limit headers say about the primary quota.

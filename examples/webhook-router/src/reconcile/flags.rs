@@ -9,6 +9,8 @@ use super::api::Hook;
 use super::{
     Config, DEFAULT_CHASE_BACKOFF, DEFAULT_PER_PAGE, DEFAULT_SETTLE, GITHUB_LOG_RETENTION,
 };
+use crate::reload::{self, Watched};
+use crate::secrets::{self, Secret};
 
 /// Redelivery of failed deliveries from GitHub's hook logs (off unless an App or a hook is named).
 #[derive(clap::Args, Debug, Clone)]
@@ -29,7 +31,8 @@ pub struct ReconcileArgs {
         requires = "github_app_key"
     )]
     pub github_app_id: Option<String>,
-    /// The App's private key, a PEM file (signs the RS256 JWT the App authenticates with).
+    /// The App's private key, a PEM file (signs the RS256 JWT the App authenticates with), read
+    /// again on SIGHUP and when it changes.
     #[arg(
         long,
         env = "WEBHOOK_ROUTER_GITHUB_APP_KEY",
@@ -51,8 +54,20 @@ pub struct ReconcileArgs {
     )]
     pub github_org_hooks: Vec<String>,
     /// A token that may read and redeliver the repository and organisation hooks' deliveries.
-    #[arg(long, env = "WEBHOOK_ROUTER_GITHUB_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "WEBHOOK_ROUTER_GITHUB_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "github_token_file"
+    )]
     pub github_token: Option<String>,
+    /// A file holding that token, read again on SIGHUP and when it changes.
+    #[arg(long, env = "WEBHOOK_ROUTER_GITHUB_TOKEN_FILE")]
+    pub github_token_file: Option<PathBuf>,
+    /// Certificates (a PEM file, one or more) to trust for the GitHub API beside the usual roots:
+    /// GitHub Enterprise Server behind a private certificate authority.
+    #[arg(long, env = "WEBHOOK_ROUTER_GITHUB_CA_BUNDLE")]
+    pub github_ca_bundle: Option<PathBuf>,
     /// How often the reconciler reads the logs (e.g. `5m`, `90s`).
     #[arg(long, env = "WEBHOOK_ROUTER_RECONCILE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub reconcile_interval: Duration,
@@ -73,6 +88,41 @@ fn name_ok(s: &str) -> bool {
         && s.len() <= 100
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// The token of repository and organisation hooks, from its flag or its file.
+fn token(a: &ReconcileArgs) -> Result<Option<Secret>, String> {
+    Ok(match (&a.github_token, &a.github_token_file) {
+        (Some(t), _) if !t.is_empty() => Some(Secret::from(Some(t.as_str()))),
+        (None, Some(path)) => {
+            let value = secrets::read_file("--github-token-file", path)?;
+            Some(Secret::new(Some(Arc::from(value))))
+        }
+        _ => None,
+    })
+}
+
+/// The App's id and key, the key checked now (so a bad key stops the start rather than every
+/// pass).
+fn app(a: &ReconcileArgs) -> Result<Option<(String, Secret)>, String> {
+    let (Some(id), Some(path)) = (&a.github_app_id, &a.github_app_key) else {
+        return Ok(None);
+    };
+    let pem = secrets::read_file("--github-app-key", path)?;
+    super::auth::check_key(&pem)
+        .map_err(|e| format!("--github-app-key {}: {e}", path.display()))?;
+    Ok(Some((id.clone(), Secret::new(Some(Arc::from(pem))))))
+}
+
+/// The extra roots for GitHub's API, checked now.
+fn ca_bundle(a: &ReconcileArgs) -> Result<Option<Arc<[u8]>>, String> {
+    let Some(path) = &a.github_ca_bundle else {
+        return Ok(None);
+    };
+    let pem = secrets::read_file("--github-ca-bundle", path)?;
+    super::api::http_client(Some(&pem))
+        .map_err(|e| format!("--github-ca-bundle {}: {e}", path.display()))?;
+    Ok(Some(Arc::from(pem)))
 }
 
 /// The reconciler's configuration, `None` when no App and no hook is named.
@@ -124,20 +174,14 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
             id: hook_id(flag, v, id)?,
         });
     }
-    if !hooks.is_empty() && a.github_token.as_deref().is_none_or(str::is_empty) {
-        return Err("--github-repo-hook and --github-org-hook need --github-token".into());
+    let token = token(a)?;
+    if !hooks.is_empty() && token.is_none() {
+        return Err(
+            "--github-repo-hook and --github-org-hook need --github-token or --github-token-file"
+                .into(),
+        );
     }
-    let app = match (&a.github_app_id, &a.github_app_key) {
-        (Some(id), Some(path)) => {
-            let pem = std::fs::read(path)
-                .map_err(|e| format!("--github-app-key {}: cannot read it: {e}", path.display()))?;
-            // Checked now, so a bad key stops the start rather than every pass.
-            super::auth::AppAuth::new(id, &pem)
-                .map_err(|e| format!("--github-app-key {}: {e}", path.display()))?;
-            Some((id.clone(), Arc::from(pem)))
-        }
-        _ => None,
-    };
+    let app = app(a)?;
     if app.is_none() && hooks.is_empty() {
         return Ok(None);
     }
@@ -150,6 +194,7 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
             humantime::format_duration(a.reconcile_horizon)
         ));
     }
+    let ca_bundle = ca_bundle(a)?;
     let api_url = a.github_api_url.trim_end_matches('/').to_owned();
     if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
         return Err(format!(
@@ -160,13 +205,39 @@ pub fn config(a: &ReconcileArgs) -> Result<Option<Config>, String> {
         api_url,
         app,
         hooks,
-        token: a.github_token.clone(),
+        token,
+        ca_bundle,
         interval: a.reconcile_interval,
         horizon: a.reconcile_horizon,
         settle: DEFAULT_SETTLE,
         per_page: DEFAULT_PER_PAGE,
         chase_backoff: DEFAULT_CHASE_BACKOFF,
     }))
+}
+
+/// The reconciler's secret files to read again on SIGHUP and when they change: the token file
+/// and the App key of `c` (from `a`).
+pub fn watched(a: &ReconcileArgs, c: &Config) -> Vec<Watched> {
+    let mut out = Vec::new();
+    if let (Some(path), Some(token)) = (&a.github_token_file, &c.token) {
+        out.push(Watched {
+            flag: "--github-token-file",
+            path: path.clone(),
+            secret: token.clone(),
+            rotates: false,
+            check: reload::any_value,
+        });
+    }
+    if let (Some(path), Some((_, pem))) = (&a.github_app_key, &c.app) {
+        out.push(Watched {
+            flag: "--github-app-key",
+            path: path.clone(),
+            secret: pem.clone(),
+            rotates: false,
+            check: super::auth::check_key,
+        });
+    }
+    out
 }
 
 #[cfg(test)]
@@ -209,6 +280,10 @@ mod tests {
             (vec!["--reconcile-horizon", "73h"], "3 days"),
             (vec!["--reconcile-interval", "10ms"], "under a second"),
             (vec!["--github-api-url", "ftp://x"], "http(s)"),
+            (
+                vec!["--github-ca-bundle", "/nonexistent.pem"],
+                "cannot read",
+            ),
         ] {
             let mut args = hook.to_vec();
             args.extend(bad.iter().copied());

@@ -38,6 +38,7 @@ use tokio::task::JoinHandle;
 use worker_registry::RegistryError;
 
 use crate::app::App;
+use crate::secrets::Secret;
 use api::{Client, Hook};
 use auth::{AppAuth, Auth};
 use pass::{Limits, Step, Stop};
@@ -64,12 +65,16 @@ pub const DEFAULT_PER_PAGE: u8 = 100;
 pub struct Config {
     /// GitHub's REST API (`https://api.github.com`, or GitHub Enterprise Server's `/api/v3`).
     pub api_url: String,
-    /// The App's id and its private key (PEM), to reconcile the App's webhook.
-    pub app: Option<(String, Arc<[u8]>)>,
+    /// The App's id and its private key (PEM, read again from its file when it changes), to
+    /// reconcile the App's webhook.
+    pub app: Option<(String, Secret)>,
     /// Repository and organisation hooks, read with `token`.
     pub hooks: Vec<Hook>,
-    /// The token for `hooks`.
-    pub token: Option<String>,
+    /// The token for `hooks` (read again from `--github-token-file` when it changes).
+    pub token: Option<Secret>,
+    /// Certificates (PEM) trusted for GitHub's API beside the usual roots: GitHub Enterprise
+    /// Server behind a private CA (`--github-ca-bundle`).
+    pub ca_bundle: Option<Arc<[u8]>>,
     /// How often a pass runs.
     pub interval: Duration,
     /// How far back a pass reads (at most GitHub's three days).
@@ -88,7 +93,8 @@ impl std::fmt::Debug for Config {
             .field("api_url", &self.api_url)
             .field("app", &self.app.as_ref().map(|(id, _)| id))
             .field("hooks", &self.hooks)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token", &self.token)
+            .field("ca_bundle", &self.ca_bundle.as_ref().map(|b| b.len()))
             .field("interval", &self.interval)
             .field("horizon", &self.horizon)
             .field("settle", &self.settle)
@@ -122,6 +128,7 @@ impl Reconciler {
     ///     app: None,
     ///     hooks: vec![],
     ///     token: None,
+    ///     ca_bundle: None,
     ///     interval: DEFAULT_INTERVAL,
     ///     horizon: DEFAULT_INTERVAL,
     ///     settle: DEFAULT_INTERVAL,
@@ -134,8 +141,13 @@ impl Reconciler {
     pub fn new(app: App, cfg: Config, shared: Shared) -> Result<Self, String> {
         let mut clients = Vec::new();
         if let Some((id, pem)) = &cfg.app {
-            let auth = Auth::App(AppAuth::new(id, pem)?);
-            clients.push(Client::new(&cfg.api_url, Hook::App, auth)?);
+            let auth = Auth::App(AppAuth::reloading(id, pem.clone())?);
+            clients.push(Client::with_roots(
+                &cfg.api_url,
+                Hook::App,
+                auth,
+                cfg.ca_bundle.as_deref(),
+            )?);
         }
         if !cfg.hooks.is_empty() {
             let token = cfg
@@ -143,10 +155,11 @@ impl Reconciler {
                 .clone()
                 .ok_or("repository and organisation hooks need a token (--github-token)")?;
             for hook in &cfg.hooks {
-                clients.push(Client::new(
+                clients.push(Client::with_roots(
                     &cfg.api_url,
                     hook.clone(),
                     Auth::Token(token.clone()),
+                    cfg.ca_bundle.as_deref(),
                 )?);
             }
         }

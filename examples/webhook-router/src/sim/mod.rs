@@ -210,6 +210,8 @@ pub async fn start(
         let platform = Platform {
             containers: containers.clone(),
             remote: None,
+            shared: choice.is_shared(),
+            backend: choice.kind(),
         };
         let app = App::with_platform(registry, options.clone(), platform);
         servers.push(

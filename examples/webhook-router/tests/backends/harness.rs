@@ -128,8 +128,8 @@ where
 
 pub fn options(work: Duration, idle: Duration, mailbox: usize) -> Options {
     Options {
-        webhook_secret: Some(Arc::from(SECRET.as_bytes())),
-        admin_token: Some(TOKEN.to_owned()),
+        webhook_secret: Some(SECRET).into(),
+        admin_token: Some(TOKEN).into(),
         work,
         idle,
         mailbox,

@@ -12,6 +12,7 @@ use super::fake_github::{nowhere, FakeGitHub, APP_ID, KEY_PEM};
 use super::harness::{self, base, config, options, replica, shared, unique, Kind, SECRET};
 use webhook_router::reconcile::shared::{Chased, Shared};
 use webhook_router::reconcile::{Config, Reconciler, DEFAULT_CHASE_BACKOFF};
+use webhook_router::secrets::Secret;
 
 async fn lease_and_positions(kind: Kind) {
     let Some(choice) = shared(kind) else { return };
@@ -124,9 +125,10 @@ async fn lease_and_positions_on_postgres() {
 fn reconcile_config(fake: &FakeGitHub) -> Config {
     Config {
         api_url: fake.base.clone(),
-        app: Some((APP_ID.to_owned(), Arc::from(KEY_PEM))),
+        app: Some((APP_ID.to_owned(), Secret::new(Some(Arc::from(KEY_PEM))))),
         hooks: Vec::new(),
         token: None,
+        ca_bundle: None,
         interval: Duration::from_secs(300),
         horizon: Duration::from_secs(3600),
         settle: Duration::ZERO,

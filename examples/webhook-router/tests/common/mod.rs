@@ -5,6 +5,7 @@
 use webhook_router::{app, body, policy, server};
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,8 +94,8 @@ pub async fn start_with(
     let memory = InMemoryRegistry::with_clock(config, TokioClock::new());
     let registry = wrap(memory.clone());
     let options = app::Options {
-        webhook_secret: setup.secret.map(|s| Arc::from(s.as_bytes())),
-        admin_token: setup.token.map(str::to_owned),
+        webhook_secret: setup.secret.into(),
+        admin_token: setup.token.into(),
         work: setup.work,
         idle: setup.idle,
         mailbox: setup.mailbox,
@@ -120,6 +121,23 @@ pub async fn start_with(
     }
 }
 
+/// The replayed GitHub payloads' directory (`tests/replay`).
+pub fn replay_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/replay")
+}
+
+/// The replay's routing table: the deliveries in order, each with the answer it must get.
+pub fn replay_table() -> Vec<Value> {
+    let text = std::fs::read_to_string(replay_dir().join("table.json")).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["deliveries"].as_array().unwrap().clone()
+}
+
+/// One replayed payload, as GitHub sends it.
+pub fn replay_payload(name: &str) -> Vec<u8> {
+    std::fs::read(replay_dir().join("payloads").join(format!("{name}.json"))).unwrap()
+}
+
 pub fn pr(repo: &str, number: u64) -> Value {
     json!({
         "action": "synchronize",
@@ -139,7 +157,12 @@ pub struct Answer {
 impl Harness {
     /// Sends a delivery, signed if the router has a secret.
     pub async fn deliver(&self, event: &str, id: &str, payload: &Value) -> Answer {
-        let body = serde_json::to_vec(payload).unwrap();
+        self.deliver_bytes(event, id, serde_json::to_vec(payload).unwrap())
+            .await
+    }
+
+    /// Sends a JSON delivery of these bytes as they are, signed if the router has a secret.
+    pub async fn deliver_bytes(&self, event: &str, id: &str, body: Vec<u8>) -> Answer {
         let mut req = self
             .http
             .post(format!("{}/webhook", self.base))
