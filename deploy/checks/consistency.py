@@ -5,7 +5,7 @@
                                  HANDOVER_S in the Deployment, the unit and the compose file), the
                                  secret files each one names (mounted, loaded or declared), the
                                  ports (probes, advertise URL, binds), the Secret template's
-                                 placeholders, and the Dockerfile against Cargo (one `cp` per
+                                 placeholders, the kustomization's list, and the Dockerfile against Cargo (one `cp` per
                                  binary of the router's package; a Rust image at least the highest
                                  rust-version of its locked dependency tree)
     consistency.py env HELP      every WEBHOOK_ROUTER_* variable the kit sets is one the router
@@ -161,6 +161,15 @@ def ports():
     return errs
 
 
+def kustomization():
+    """The kustomization lists every manifest of the folder."""
+    k = yaml.safe_load((KIT / "kubernetes/kustomization.yaml").read_text())
+    files = sorted(p.name for p in (KIT / "kubernetes").glob("*.yaml") if p.name != "kustomization.yaml")
+    if sorted(k.get("resources", [])) != files:
+        return [f"kustomization.yaml lists {sorted(k.get('resources', []))}, the folder has {files}"]
+    return []
+
+
 def dockerfile():
     errs = []
     text = DOCKERFILE.read_text()
@@ -224,7 +233,7 @@ def env_names(help_path):
 
 def main():
     if sys.argv[1:] == ["static"]:
-        errs = deadlines() + secret_files() + ports() + dockerfile()
+        errs = deadlines() + secret_files() + ports() + kustomization() + dockerfile()
     elif sys.argv[1:2] == ["env"] and len(sys.argv) == 3:
         errs = env_names(sys.argv[2])
     else:
