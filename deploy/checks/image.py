@@ -129,7 +129,7 @@ def steps(cid, port, admin, secret, token):
     status, body = until("answer on GET /readyz", lambda: (lambda r: r if r[0] else None)(get(ready)), cid)
     if status != 200:
         raise Failure(f"GET /readyz answered {status}: {body[:200]}")
-    print(f"ok  GET /readyz on the admin address: 200")
+    print("ok  GET /readyz on the admin address: 200")
     until("healthy HEALTHCHECK", lambda: docker("inspect", "-f", "{{.State.Health.Status}}", cid) == "healthy", cid)
     print("ok  HEALTHCHECK (the image's probe): healthy")
 
