@@ -7,10 +7,11 @@ of the Deployment (admin API on its own port), then checks, in order:
   1. GET /readyz on the admin address answers 200, and Docker's HEALTHCHECK (the image's probe)
      turns the container healthy;
   2. PID 1 is tini, the router runs as uid 10001, and the Deployment's preStop command exists;
-  3. /metrics (with the admin token) has every series the dashboard and the alerts select
-     (deploy/checks/metrics.py scraped);
-  4. a signed delivery is accepted (202 assigned) and its work is still running when `docker stop`
-     sends SIGTERM; /readyz then answers 503 while the router drains;
+  3. a signed delivery is accepted (202 assigned);
+  4. then /metrics (with the admin token) has every series the dashboard and the alerts select
+     (deploy/checks/metrics.py scraped; after a delivery, so that histograms with labels have one);
+     the delivery's work is still running when `docker stop` sends SIGTERM, and /readyz answers
+     503 while the router drains;
   5. the container exits with status 0 (the work completed: nothing left unfinished), within the
      grace `docker stop -t` gives it, and every line it logged is a JSON object.
 
@@ -142,6 +143,11 @@ def steps(cid, port, admin, secret, token):
         raise Failure(f"PID 1 is {pid1[0]}, uid {uid}, preStop's {pre[0]}: {found or 'missing'}")
     print(f"ok  PID 1 {pid1[0]}, uid {uid}, preStop command {found}")
 
+    status, answer = deliver(port, secret, 1)
+    if status != 202 or answer.get("outcome") != "assigned":
+        raise Failure(f"a signed delivery was answered {status}: {answer}")
+    print(f"ok  a signed delivery: 202 assigned to worker {answer.get('worker')}, working {WORK_MS} ms")
+
     status, text = get(f"http://127.0.0.1:{admin}/metrics", token)
     with tempfile.NamedTemporaryFile("w", suffix=".prom", delete=False) as f:
         f.write(text)
@@ -150,11 +156,6 @@ def steps(cid, port, admin, secret, token):
     if errs:
         raise Failure("the scrape lacks what the kit selects:\n  " + "\n  ".join(errs))
     print("ok  /metrics has every series the dashboard and the alerts select")
-
-    status, answer = deliver(port, secret, 1)
-    if status != 202 or answer.get("outcome") != "assigned":
-        raise Failure(f"a signed delivery was answered {status}: {answer}")
-    print(f"ok  a signed delivery: 202 assigned to worker {answer.get('worker')}, working {WORK_MS} ms")
 
     stop = subprocess.Popen(["docker", "stop", "-t", str(STOP_GRACE_S), cid], stdout=subprocess.DEVNULL)
     until("503 on GET /readyz after SIGTERM", lambda: get(ready)[0] == 503, cid)
