@@ -34,6 +34,7 @@ from pathlib import Path
 
 import yaml
 
+sys.dont_write_bytecode = True  # no __pycache__ left in the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import metrics  # noqa: E402
 
