@@ -65,6 +65,19 @@ pub enum Handed {
     Absent(Job),
 }
 
+/// What a claim of a worker's start came to ([`Containers::claim`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This replica holds it: start the container.
+    Won,
+    /// Another replica of this process claimed or started the container, for the admission of
+    /// `cause`.
+    Lost {
+        /// The delivery whose admission won the claim.
+        cause: Option<DeliveryId>,
+    },
+}
+
 /// What a crash request found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashOutcome {
@@ -89,6 +102,8 @@ enum Stage {
 
 struct Slot {
     stage: Stage,
+    /// The delivery whose admission claimed or started the container (none while parked).
+    cause: Option<DeliveryId>,
     jobs: mailbox::Sender,
     /// The receiving end, until a container takes it over.
     parked: Option<Mailbox>,
@@ -164,33 +179,34 @@ impl Containers {
             mailbox::channel(self.mailbox, self.overflow, self.overflow_metrics.clone());
         Slot {
             stage,
+            cause: None,
             jobs,
             parked: Some(rx),
             crash: Arc::new(Notify::new()),
         }
     }
 
-    /// Claims the start of `worker`'s container for `owner`, when every replica that could start
-    /// it shares this platform: `true` if no replica had claimed or started it (the caller then
-    /// starts it, or [`unclaim`](Self::unclaim)s it), `false` if one had (the caller hands its
-    /// event to that container instead). Events handed meanwhile are parked for the container.
+    /// Claims the start of `worker`'s container for `owner`, whose admission of `cause` placed an
+    /// event on the worker, when every replica that could start it shares this platform:
+    /// [`Claim::Won`] if no replica had claimed or started it (the caller then starts it, or
+    /// [`unclaim`](Self::unclaim)s it), else [`Claim::Lost`] with the delivery the holder claimed
+    /// it for (the caller hands its event to that container, unless it is the same delivery,
+    /// which the holder hands). Events handed meanwhile are parked for the container.
     ///
     /// **Locking behaviour:** holds the worker's map shard for the check and insert only.
-    pub fn claim(&self, worker: WorkerId, owner: ReplicaTag) -> bool {
-        match self.slots.entry(worker) {
-            Entry::Vacant(v) => {
-                v.insert(self.slot(Stage::Claimed(owner)));
-                true
-            }
-            Entry::Occupied(mut o) => {
-                let slot = o.get_mut();
-                if slot.stage != Stage::Parked {
-                    return false;
-                }
-                slot.stage = Stage::Claimed(owner);
-                true
-            }
+    pub fn claim(&self, worker: WorkerId, owner: ReplicaTag, cause: &DeliveryId) -> Claim {
+        let mut slot = self
+            .slots
+            .entry(worker)
+            .or_insert_with(|| self.slot(Stage::Parked));
+        if slot.stage != Stage::Parked {
+            return Claim::Lost {
+                cause: slot.cause.clone(),
+            };
         }
+        slot.stage = Stage::Claimed(owner);
+        slot.cause = Some(cause.clone());
+        Claim::Won
     }
 
     /// Gives up `owner`'s claim on `worker`'s start (the worker is no longer one to start): the
@@ -201,6 +217,7 @@ impl Containers {
         if let Some(mut slot) = self.slots.get_mut(&worker) {
             if slot.stage == Stage::Claimed(owner) {
                 slot.stage = Stage::Parked;
+                slot.cause = None;
             }
         }
     }
@@ -233,6 +250,7 @@ impl Containers {
             return None;
         };
         slot.stage = Stage::Started(owner);
+        slot.cause = Some(cause.1.clone());
         let crash = slot.crash.clone();
         drop(slot);
         self.ledger.started(worker, cause);
@@ -524,20 +542,23 @@ mod tests {
         assert!(audit.unexplained.is_empty());
     }
 
-    /// A start claim: one replica of the process wins it, the others lose; events handed meanwhile
-    /// wait for the container; the winner starts it (another replica's start is refused and
-    /// counted), or gives the claim up and another may claim it.
+    /// A start claim: one replica of the process wins it, the others lose it and learn which
+    /// delivery it was won for; events handed meanwhile wait for the container; the winner starts
+    /// it (another replica's start is refused and counted), or gives the claim up and another may
+    /// claim it.
     #[test]
     fn one_start_claim_per_worker() {
         let c = Containers::new(4, 0);
         let (a, b) = (c.join(), c.join());
         let (w, v) = (WorkerId::new(7), WorkerId::new(8));
-        let (t, d) = (
-            Target::new("o/r", 1).unwrap(),
-            DeliveryId::new("d").unwrap(),
-        );
-        assert!(c.claim(w, a), "a wins");
-        assert!(!c.claim(w, b) && !c.claim(w, a), "nobody else, not a again");
+        let t = Target::new("o/r", 1).unwrap();
+        let (d, e) = (DeliveryId::new("d").unwrap(), DeliveryId::new("e").unwrap());
+        let lost_to = |cause: &DeliveryId| Claim::Lost {
+            cause: Some(cause.clone()),
+        };
+        assert_eq!(c.claim(w, a, &d), Claim::Won, "a wins");
+        assert_eq!(c.claim(w, b, &e), lost_to(&d), "b loses, to d's claim");
+        assert_eq!(c.claim(w, a, &d), lost_to(&d), "not a again");
         // Claimed, not started: events wait for it; it cannot crash, it is not running, a
         // shutdown leaves it for its start, and it is forgotten if the registry drops the worker.
         assert!(matches!(c.hand(w, job(1), false), Handed::Queued));
@@ -546,20 +567,20 @@ mod tests {
         assert_eq!(c.close_owned_by(a), 0);
         assert!(c.owned_by(a).is_empty());
         assert_eq!(c.without_container(), vec![w]);
-        assert!(c.start(w, b, (&t, &d)).is_none(), "b holds no claim");
+        assert!(c.start(w, b, (&t, &e)).is_none(), "b holds no claim");
         assert_eq!(c.ledger().audit().refused, 1);
         let mut started = c.start(w, a, (&t, &d)).expect("a starts it");
         assert_eq!(started.jobs.try_recv().unwrap().event.as_str(), "d1");
         assert!(c.is_running(w) && c.knows(w));
-        assert!(!c.claim(w, b), "started: no claim");
+        assert_eq!(c.claim(w, b, &e), lost_to(&d), "started: no claim");
         // Given up: the mailbox stays parked, and the next claim wins.
-        assert!(c.claim(v, a));
+        assert_eq!(c.claim(v, a, &d), Claim::Won);
         assert!(matches!(c.hand(v, job(2), false), Handed::Queued));
         c.unclaim(v, b);
-        assert!(!c.claim(v, b), "only a's unclaim counts");
+        assert_eq!(c.claim(v, b, &e), lost_to(&d), "only a's unclaim counts");
         c.unclaim(v, a);
-        assert!(c.claim(v, b));
-        let mut later = c.start(v, b, (&t, &d)).expect("b starts it");
+        assert_eq!(c.claim(v, b, &e), Claim::Won);
+        let mut later = c.start(v, b, (&t, &e)).expect("b starts it");
         assert_eq!(later.jobs.try_recv().unwrap().event.as_str(), "d2");
         let audit = c.ledger().audit();
         assert_eq!(

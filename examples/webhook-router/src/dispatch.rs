@@ -6,9 +6,11 @@
 //! the retry of one whose reply was lost: an admission that created (or placed an event on) a
 //! worker committed but its answer never arrived (a timeout, a dropped connection), so its retry
 //! is a duplicate naming a worker that never started ([`AlreadyClaimed::needs_start`]). Both go
-//! through the worker's start claim ([`crate::lifecycle`]): whichever wins starts the container,
-//! whichever loses hands its event to that container, here or on the winner's replica. So no
-//! worker ever has two containers, whatever the timing and whichever replicas its events reach.
+//! through the worker's start claim ([`crate::lifecycle`]): whichever wins starts the container
+//! and hands it its event; whichever loses hands its own event to that container, here or on the
+//! winner's replica, unless it is the very delivery the winner placed (a redelivery racing the
+//! admission it retries: handing it twice would run it twice). So no worker ever has two
+//! containers, whatever the timing and whichever replicas its events reach.
 //! Every event goes through the worker's bounded mailbox; behind a full one it waits, still
 //! claimed, in the worker's bounded overflow (answered `202 waiting` with its position, see
 //! [`crate::mailbox`]). A full overflow too, or an owner that cannot be reached, releases the
@@ -67,9 +69,9 @@ impl App {
                 telemetry::record_admission(&admit, &a);
                 a
             }
-            Ok(Admission::Duplicate(d)) => match self.lost_start(&d, target).await {
+            Ok(Admission::Duplicate(d)) => match self.lost_start(&d, target, delivery).await {
                 Some(a) => {
-                    // A worker whose creating admission lost its reply: started now.
+                    // A worker that had not started: the event is handed to it now.
                     telemetry::record_admission(&admit, &a);
                     a
                 }
@@ -111,10 +113,15 @@ impl App {
         a: Assignment,
     ) -> Dispatch {
         self.inner.targets.insert(target.clone(), a.worker);
-        if a.new && self.start_container(a.worker, target, delivery).await == Start::Dead {
-            // The worker died before it could be started: the registry has released its events,
-            // this one included, for re-dispatch.
-            return self.settle(target, delivery, a, Handover::Held).await;
+        if a.new {
+            match self.start_container(a.worker, target, delivery).await {
+                Start::Started | Start::HandOver => {}
+                // A retry of this delivery won the start claim: it hands the event over.
+                Start::Handled => return Dispatch::Assigned(a),
+                // The worker died before it could be started: the registry has released its
+                // events, this one included, for re-dispatch.
+                Start::Dead => return self.settle(target, delivery, a, Handover::Held).await,
+            }
         }
         // Shutdown began between the check and the admission, so the drain may have missed this
         // worker: drain it now (it is busy with this event, so it runs it and exits).
@@ -133,27 +140,40 @@ impl App {
         self.settle(target, delivery, a, handover).await
     }
 
-    /// The start to attempt for a duplicate whose holder never started: the admission that placed
-    /// it committed, but its reply was lost (or is still on its way), so nothing may have started
-    /// the worker's container. `None` when the duplicate does not ask for a start, or the worker
-    /// has started or died since, or serves another target.
+    /// A duplicate whose holder never started: the admission that placed it committed, but its
+    /// reply was lost (or is still on its way), so nothing may have started the worker's container
+    /// or handed it the event. This retry claims the worker's start (see [`crate::lifecycle`]):
+    /// it starts the worker if it wins. Returns the assignment to hand the event over on, if this
+    /// retry is to (it started the worker, or lost the claim to a path that placed another
+    /// delivery); `None` for a plain duplicate: the duplicate does not ask for a start, the
+    /// worker has started or died since, or the claim's winner placed this very delivery (and
+    /// hands it: handing it here too would run it twice).
     ///
     /// No time is waited for: the start claim decides between this retry and the admission it
-    /// retries (see [`crate::lifecycle`]), and whichever loses hands its event to the winner's
-    /// container. (This path once waited for the worker to be a heartbeat interval old, betting
-    /// that a slower creating admission was a lost one; on a loaded machine it lost the bet.)
-    async fn lost_start(&self, dup: &AlreadyClaimed, target: &Target) -> Option<Assignment> {
+    /// retries. (This path once waited for the worker to be a heartbeat interval old, betting that
+    /// a slower creating admission was a lost one; on a loaded machine it lost the bet, and the
+    /// worker was started twice.)
+    async fn lost_start(
+        &self,
+        dup: &AlreadyClaimed,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Option<Assignment> {
         let worker = dup.needs_start()?;
         let info = self.inner.registry.worker(worker).await.ok()??;
         if !info.status.is_alive() || info.has_heartbeated || info.target.as_ref() != Some(target) {
             return None;
         }
-        tracing::info!(
-            %target, %worker,
-            "a redelivery names a worker that has not started (the reply to the admission that \
-             placed it was lost, or is still on its way): claiming its start"
-        );
-        Some(Assignment::new(worker, info.token, true))
+        match self.start_container(worker, target, delivery).await {
+            Start::Started => tracing::info!(
+                %target, %worker,
+                "a redelivery named a worker that had not started (the reply to the admission \
+                 that placed it was lost, or is still on its way): started it"
+            ),
+            Start::HandOver => {}
+            Start::Handled | Start::Dead => return None,
+        }
+        Some(Assignment::new(worker, info.token, false))
     }
 
     /// What an admitted event's handover makes of it: assigned, overflowed (queued behind the

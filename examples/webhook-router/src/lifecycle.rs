@@ -4,10 +4,10 @@
 //! forgotten once the registry no longer counts the worker alive.
 
 use crate::app::App;
-use crate::containers::CrashOutcome;
+use crate::containers::{Claim, CrashOutcome};
 use crate::mailbox::Mailbox;
 use crate::outcome::{CrashError, Unfinished, UnfinishedWhy};
-use crate::remote::StartClaim;
+use crate::remote::{Owner, StartClaim};
 use crate::worker::{self, Exit};
 
 use std::sync::Arc;
@@ -23,6 +23,9 @@ pub(crate) enum Start {
     /// Another path holds the claim (or it could not be decided): the event goes to the
     /// worker's container like any other, on this platform or on its owner replica.
     HandOver,
+    /// Another path holds the claim, won for the admission of this same delivery: that path
+    /// hands it to the container (handing it too would run it twice).
+    Handled,
     /// The claim was won, but the registry no longer counts the worker alive: its events, the
     /// one at hand included, are released for re-dispatch (they stay with it until then).
     Dead,
@@ -39,14 +42,17 @@ impl App {
     /// registry if no record exists ([`Remote::claim_start`](crate::remote::Remote::claim_start)).
     /// A winner then checks that the worker is still one to start (alive, never heartbeated): a
     /// winner held up for a whole worker lifetime must not start a worker that has come and gone.
+    /// The loser hands its event over, unless the winner claimed for the same delivery.
     pub(crate) async fn start_container(
         &self,
         id: WorkerId,
         target: &Target,
         delivery: &DeliveryId,
     ) -> Start {
-        if !self.claim_start(id).await {
-            return Start::HandOver;
+        match self.claim_start(id, delivery).await {
+            Claimed::Won => {}
+            Claimed::Lost { same: true } => return Start::Handled,
+            Claimed::Lost { same: false } | Claimed::Undecided => return Start::HandOver,
         }
         let ledger = self.inner.containers.ledger();
         match self.to_start(id).await {
@@ -77,30 +83,31 @@ impl App {
         Start::Started
     }
 
-    /// Takes worker `id`'s start claim for this replica; `false` if another path holds it (the
-    /// loss is counted) or it could not be decided.
-    async fn claim_start(&self, id: WorkerId) -> bool {
-        let ledger = self.inner.containers.ledger();
-        let Some(remote) = &self.inner.remote else {
-            if self.inner.containers.claim(id, self.inner.replica) {
-                return true;
-            }
-            ledger.claim_lost();
-            tracing::debug!(worker = %id, "another replica of this process claimed the worker's start: handing the event to its container");
-            return false;
+    /// Takes worker `id`'s start claim for this replica's admission of `delivery` (a lost claim
+    /// is counted).
+    async fn claim_start(&self, id: WorkerId, delivery: &DeliveryId) -> Claimed {
+        let (owner, cause) = match &self.inner.remote {
+            None => match self
+                .inner
+                .containers
+                .claim(id, self.inner.replica, delivery)
+            {
+                Claim::Won => return Claimed::Won,
+                Claim::Lost { cause } => (Owner::This, cause),
+            },
+            Some(remote) => match remote.claim_start(id, delivery).await {
+                Ok(StartClaim::Won) => return Claimed::Won,
+                Ok(StartClaim::Lost { owner, cause }) => (owner, cause),
+                Err(reason) => {
+                    tracing::warn!(worker = %id, "not starting the worker's container: {reason}; the event goes to whichever replica starts it, or the worker dies unstarted after its start-up grace and the sweep releases its events");
+                    return Claimed::Undecided;
+                }
+            },
         };
-        match remote.claim_start(id).await {
-            Ok(StartClaim::Won) => true,
-            Ok(StartClaim::Lost(owner)) => {
-                ledger.claim_lost();
-                tracing::debug!(worker = %id, ?owner, "another path claimed the worker's start: handing the event to its container");
-                false
-            }
-            Err(reason) => {
-                tracing::warn!(worker = %id, "not starting the worker's container: {reason}; the event goes to whichever replica starts it, or the worker dies unstarted after its start-up grace and the sweep releases its events");
-                false
-            }
-        }
+        self.inner.containers.ledger().claim_lost();
+        let same = cause.as_ref() == Some(delivery);
+        tracing::debug!(worker = %id, ?owner, ?cause, "another path claimed the worker's start: {}", if same { "it hands this delivery" } else { "handing the event to its container" });
+        Claimed::Lost { same }
     }
 
     /// Whether worker `id`, whose start claim this replica holds, is still one to start.
@@ -201,6 +208,17 @@ impl App {
             }
         }
     }
+}
+
+/// What a claim of a worker's start came to, for this replica.
+enum Claimed {
+    Won,
+    /// `same`: the winner claimed for the admission of the same delivery.
+    Lost {
+        same: bool,
+    },
+    /// The owner records could not be reached.
+    Undecided,
 }
 
 /// Whether a worker whose start claim was won is still one to start.

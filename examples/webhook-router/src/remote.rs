@@ -44,7 +44,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use tokio::time::sleep;
 use utoipa::ToSchema;
-use worker_registry::WorkerId;
+use worker_registry::{DeliveryId, WorkerId};
 
 use crate::store::Store;
 use crate::worker::Job;
@@ -85,7 +85,12 @@ pub enum StartClaim {
     Won,
     /// Another claim holds: this replica's own (another task of this process is starting the
     /// container), or another replica's.
-    Lost(Owner),
+    Lost {
+        /// Whose.
+        owner: Owner,
+        /// The delivery whose admission made it (none in a record without one).
+        cause: Option<DeliveryId>,
+    },
 }
 
 /// Which replica runs a worker's container, as its owner record says.
@@ -200,24 +205,41 @@ impl Remote {
         self.0.owner_wait
     }
 
-    /// Claims the start of `worker`'s container for this replica: writes this replica's owner
-    /// record, under a claim id of its own, unless a record exists ([`Store::claim`], one atomic
-    /// step on the server), and says whose record holds. Exactly one claim wins, whichever
+    /// Claims the start of `worker`'s container for this replica, whose admission of `cause`
+    /// placed an event on it: writes this replica's owner record, under a claim id of its own,
+    /// unless a record exists ([`Store::claim`], one atomic step on the server), and says whose
+    /// record holds, and for which delivery. Exactly one claim wins, whichever
     /// replicas race, and however many tasks of this process do. A backend that cannot answer is
     /// tried [`CLAIM_ATTEMPTS`] times in all (the same claim id each time: a claim written by an
     /// attempt whose answer was lost is recognised as this one's); `Err` (why) if none answers.
-    pub(crate) async fn claim_start(&self, worker: WorkerId) -> Result<StartClaim, String> {
+    pub(crate) async fn claim_start(
+        &self,
+        worker: WorkerId,
+        cause: &DeliveryId,
+    ) -> Result<StartClaim, String> {
         // Relaxed: only uniqueness matters, which the read-modify-write gives.
         let claim = self.0.next_claim.fetch_add(1, Ordering::Relaxed);
         let mut delay = self.0.claim_retry / 4;
         let mut attempt = 1;
         loop {
-            match self.0.store.claim(worker, &self.0.advertise, claim).await {
-                Ok(r) if r.address != self.0.advertise => {
-                    return Ok(StartClaim::Lost(Owner::Other(r.address)))
+            let held = self
+                .0
+                .store
+                .claim(worker, &self.0.advertise, claim, cause.as_str())
+                .await;
+            match held {
+                Ok(r) if r.address == self.0.advertise && r.claim == claim => {
+                    return Ok(StartClaim::Won)
                 }
-                Ok(r) if r.claim == claim => return Ok(StartClaim::Won),
-                Ok(_) => return Ok(StartClaim::Lost(Owner::This)),
+                Ok(r) => {
+                    let owner = if r.address == self.0.advertise {
+                        Owner::This
+                    } else {
+                        Owner::Other(r.address)
+                    };
+                    let cause = DeliveryId::new(&r.delivery).ok();
+                    return Ok(StartClaim::Lost { owner, cause });
+                }
                 Err(e) if attempt < CLAIM_ATTEMPTS => {
                     tracing::debug!(%worker, attempt, "start claim not answered, trying again: {e}");
                 }

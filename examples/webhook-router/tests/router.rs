@@ -735,9 +735,10 @@ async fn a_redelivery_starts_the_worker_whose_creating_admission_lost_its_reply(
 /// The race the start claim settles, made deterministic: the reply to the admission that created a
 /// worker is held back (as on a loaded machine), and a redelivery of that delivery, answered a
 /// duplicate whose worker never started, takes the lost-start path meanwhile. It wins the
-/// worker's start claim and starts it; the creating admission, let go, loses the claim and hands
-/// its event to that container. One container, the event completed, and the ledger shows one
-/// lost claim and no refusal.
+/// worker's start claim, starts the worker and hands it the event; the creating admission, let
+/// go, loses the claim to that very delivery and leaves the handover to the winner. One
+/// container, the event run once and completed, and the ledger shows one lost claim and no
+/// refusal.
 #[tokio::test(start_paused = true)]
 async fn a_held_back_creating_admission_and_a_redelivery_start_one_container() {
     let mut hold = None;
@@ -747,7 +748,8 @@ async fn a_held_back_creating_admission_and_a_redelivery_start_one_container() {
         registry
     })
     .await;
-    let held = hold.unwrap().hold("race");
+    let hold = hold.unwrap();
+    let held = hold.hold("race");
     let payload = pr("octo/repo", 9);
     let (first, retry) = tokio::join!(h.deliver("pull_request", "race", &payload), async {
         held.reached().await;
@@ -768,8 +770,18 @@ async fn a_held_back_creating_admission_and_a_redelivery_start_one_container() {
     })
     .await;
     assert_eq!(worker_of(&done), w);
+    let id = worker_registry::WorkerId::new(w);
+    // Idle again: whatever was queued for it has run.
+    eventually(|| async {
+        WorkerRegistry::worker(&h.memory, id)
+            .await
+            .unwrap()
+            .filter(|i| i.activity == worker_registry::Activity::Idle)
+    })
+    .await;
+    assert_eq!(hold.loops(id), 1, "the event ran once");
     let containers = h.server.app().containers();
-    assert!(containers.is_running(worker_registry::WorkerId::new(w)));
+    assert!(containers.is_running(id));
     let audit = containers.ledger().audit();
     assert_eq!(
         (audit.started, audit.workers, audit.max_per_worker),
@@ -780,5 +792,70 @@ async fn a_held_back_creating_admission_and_a_redelivery_start_one_container() {
         (audit.refused, audit.lost_claims, audit.abandoned_claims),
         (0, 1, 0),
         "the creating admission lost the claim, nothing was refused: {audit:?}"
+    );
+}
+
+/// The other order: a redelivery, answered a duplicate whose worker never started while the
+/// creating admission's reply is held back, is itself held up (its read of the worker); the
+/// creating admission then wins the start claim, starts the worker and hands it the event. The
+/// redelivery, let go, loses the claim to the admission of that very delivery and is a plain
+/// duplicate: the event is not handed over a second time.
+#[tokio::test(start_paused = true)]
+async fn a_redelivery_that_loses_the_start_claim_to_its_own_delivery_is_a_duplicate() {
+    let mut hold = None;
+    let h = start_with(Setup::default(), |memory| {
+        let (held, registry) = Hold::wrap(DynRegistry::new(memory));
+        hold = Some(held);
+        registry
+    })
+    .await;
+    let hold = hold.unwrap();
+    let creating = hold.hold("order");
+    let payload = pr("octo/repo", 9);
+    let answered = tokio::sync::Notify::new();
+    let (first, retry) = tokio::join!(
+        async {
+            let first = h.deliver("pull_request", "order", &payload).await;
+            answered.notify_one();
+            first
+        },
+        async {
+            creating.reached().await;
+            let read = hold.hold_read();
+            let (retry, ()) = tokio::join!(h.deliver("pull_request", "order", &payload), async {
+                // The redelivery has read the worker (alive, never heartbeated) and waits.
+                read.reached().await;
+                creating.release();
+                answered.notified().await;
+                read.release();
+            });
+            retry
+        },
+    );
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{:?}", first.body);
+    assert_eq!(first.body["outcome"], "assigned");
+    assert_eq!(first.body["new"], true);
+    assert_eq!(retry.status, StatusCode::OK, "{:?}", retry.body);
+    assert_eq!(retry.body["outcome"], "duplicate");
+    let id = worker_registry::WorkerId::new(worker_of(&first));
+    assert_eq!(worker_of(&retry), id.get());
+    eventually(|| async {
+        let d = h.deliver("pull_request", "order", &payload).await;
+        (d.body["state"] == "completed").then_some(())
+    })
+    .await;
+    eventually(|| async {
+        WorkerRegistry::worker(&h.memory, id)
+            .await
+            .unwrap()
+            .filter(|i| i.activity == worker_registry::Activity::Idle)
+    })
+    .await;
+    assert_eq!(hold.loops(id), 1, "the event ran once");
+    let audit = h.server.app().containers().ledger().audit();
+    assert_eq!(
+        (audit.started, audit.refused, audit.lost_claims),
+        (1, 0, 1),
+        "the redelivery lost the claim, nothing was refused: {audit:?}"
     );
 }

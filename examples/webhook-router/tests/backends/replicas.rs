@@ -9,7 +9,9 @@ use webhook_router::app::Options;
 use webhook_router::backend::RegistryChoice;
 use webhook_router::server::Server;
 use webhook_router::sim::{self, Plan, Probe};
-use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry};
+use worker_registry::{
+    Activity, Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry,
+};
 
 use crate::harness::*;
 use crate::hold::Hold;
@@ -270,9 +272,9 @@ async fn forwarding_between_replicas_on_postgres() {
 /// The start claim across processes, made deterministic: replica A's admission creates a worker
 /// and its reply is held back (as on a loaded machine); a redelivery reaches replica B (its own
 /// containers), is a duplicate whose worker never started, and B wins the worker's start claim
-/// (its owner record, written before the start) and starts it. A, let go, loses the claim and
-/// forwards its event to B. One container in all, on B; A started none and refused nothing; the
-/// event is completed.
+/// (its owner record, written before the start), starts it and hands it the event. A, let go,
+/// loses the claim to a claim made for that very delivery, and leaves the handover to B. One
+/// container in all, on B; A started none and refused nothing; the event ran once, completed.
 async fn start_claim_across_replicas(kind: Kind) {
     let Some(choice) = shared(kind) else {
         return;
@@ -288,7 +290,13 @@ async fn start_claim_across_replicas(kind: Kind) {
         registry
     })
     .await;
-    let b = replica(&choice, &name, &config, &options).await;
+    let mut counted = None;
+    let b = replica_with(&choice, &name, &config, &options, |registry| {
+        let (loops, registry) = Hold::wrap(registry);
+        counted = Some(loops);
+        registry
+    })
+    .await;
     let (ba, bb) = (base(&a), base(&b));
     let http = client();
     let held = hold.unwrap().hold("c-1");
@@ -317,6 +325,17 @@ async fn start_claim_across_replicas(kind: Kind) {
             .then_some(())
     })
     .await;
+    // Idle again: whatever was queued for it has run.
+    eventually("the worker idle", || async {
+        b.app()
+            .registry()
+            .worker(id)
+            .await
+            .unwrap()
+            .filter(|i| i.activity == Activity::Idle)
+    })
+    .await;
+    assert_eq!(counted.unwrap().loops(id), 1, "the event ran once");
     let (on_a, on_b) = (
         a.app().containers().ledger().audit(),
         b.app().containers().ledger().audit(),
@@ -345,17 +364,21 @@ async fn start_claim_across_replicas_on_postgres() {
     start_claim_across_replicas(Kind::Postgres).await;
 }
 
-/// A replica that won a worker's start claim and was killed before it started the container: its
-/// owner record names an address nobody listens on, and the worker never heartbeats. A redelivery
-/// on replica B loses the claim to that record and forwards; the refused connection leaves the
-/// event with the worker (202); the sweep declares the worker dead after its start-up grace, B
-/// forgets the record, and the event is re-dispatched to a new worker on B and completed.
+/// A replica whose admission of k-1 created a worker, and which won the worker's start claim and
+/// was killed before it started the container: its owner record names an address nobody listens
+/// on, and the worker never heartbeats. GitHub's redelivery of k-1 reaches replica B: a duplicate
+/// whose worker never started; B loses the start claim to the record, made for k-1 itself, and
+/// answers a plain duplicate (the event is with the worker). A later event for the same pull
+/// request, k-2, is placed on the worker and forwarded to the dead address: the refused
+/// connection leaves it with the worker (202). The sweep declares the worker dead, B forgets the
+/// record, and both events are re-dispatched to a new worker on B and completed.
 async fn a_claim_won_by_a_replica_killed_before_the_start(kind: Kind) {
     let Some(choice) = shared(kind) else {
         return;
     };
     let name = unique("gone");
-    let config = config(8);
+    // Patient: the worker must still be alive when k-2 is placed, however slow the machine.
+    let config = patient_config(8);
     let options = options(Duration::from_millis(20), Duration::from_secs(3600), 8);
     let b = replica(&choice, &name, &config, &options).await;
     let bb = base(&b);
@@ -372,21 +395,28 @@ async fn a_claim_won_by_a_replica_killed_before_the_start(kind: Kind) {
         format!("http://{}", l.local_addr().unwrap())
     };
     let store = b.app().remote().unwrap().store();
-    let record = store.claim(a.worker, &gone, 1).await.unwrap();
+    let record = store.claim(a.worker, &gone, 1, "k-1").await.unwrap();
     assert_eq!(record.address, gone);
 
-    let held = deliver(&http, &bb, "k-1", &pr("o/gone", 1)).await;
+    let retry = deliver(&http, &bb, "k-1", &pr("o/gone", 1)).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", retry.body);
+    assert_eq!(retry.body["outcome"], "duplicate", "{}", retry.body);
+    assert_eq!(retry.worker(), a.worker.get(), "{}", retry.body);
+    assert_eq!(b.app().containers().ledger().audit().lost_claims, 1);
+    let held = deliver(&http, &bb, "k-2", &pr("o/gone", 1)).await;
     assert_eq!(held.status, StatusCode::ACCEPTED, "{}", held.body);
     assert_eq!(held.worker(), a.worker.get(), "{}", held.body);
-    assert!(!b.app().containers().knows(a.worker), "B lost the claim");
-    let done = eventually("k-1 re-dispatched and completed", || async {
-        let again = deliver(&http, &bb, "k-1", &pr("o/gone", 1)).await;
-        again.completed().then_some(again)
-    })
-    .await;
-    let by = done.body["targets"][0]["worker"].as_u64().unwrap();
-    assert!(by > a.worker.get(), "{}", done.body);
-    assert!(b.app().containers().is_running(WorkerId::new(by)), "on B");
+    assert!(!b.app().containers().knows(a.worker), "B started nothing");
+    for d in ["k-1", "k-2"] {
+        let done = eventually(&format!("{d} re-dispatched and completed"), || async {
+            let again = deliver(&http, &bb, d, &pr("o/gone", 1)).await;
+            again.completed().then_some(again)
+        })
+        .await;
+        let by = done.body["targets"][0]["worker"].as_u64().unwrap();
+        assert!(by > a.worker.get(), "{}", done.body);
+        assert!(b.app().containers().knows(WorkerId::new(by)), "on B");
+    }
     eventually("the dead worker's record forgotten", || async {
         store.owner(a.worker).await.unwrap().is_none().then_some(())
     })

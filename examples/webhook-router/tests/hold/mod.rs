@@ -1,7 +1,9 @@
 //! A registry whose admission replies can be held back: the admission of a chosen delivery is
 //! carried out (committed, on whatever backend is underneath) and its answer then waits until the
-//! test lets it go, as a reply slowed down by a loaded machine or a slow network would. Everything
-//! else goes straight through.
+//! test lets it go, as a reply slowed down by a loaded machine or a slow network would; so can the
+//! reply to the next read of a worker (`worker`). It also
+//! counts the loops each worker starts (`loop_started`), so a test can tell an event run once from
+//! one run twice. Everything else goes straight through.
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::collections::HashMap;
@@ -40,6 +42,8 @@ impl Held {
 pub struct Hold {
     inner: Arc<dyn DynBackend>,
     held: Mutex<HashMap<String, Arc<Held>>>,
+    read: Mutex<Option<Arc<Held>>>,
+    loops: Mutex<HashMap<WorkerId, usize>>,
 }
 
 impl Hold {
@@ -48,6 +52,8 @@ impl Hold {
         let hold = Arc::new(Self {
             inner: inner.backend().clone(),
             held: Mutex::default(),
+            read: Mutex::default(),
+            loops: Mutex::default(),
         });
         let registry = DynRegistry::from_arc(hold.clone());
         (hold, registry)
@@ -62,6 +68,31 @@ impl Hold {
             .insert(delivery.to_owned(), held.clone());
         held
     }
+
+    /// Holds back the reply of the next read of a worker (whichever).
+    pub fn hold_read(&self) -> Arc<Held> {
+        let held = Arc::new(Held::default());
+        *self.read.lock().unwrap() = Some(held.clone());
+        held
+    }
+
+    /// The loops `worker` has started through this handle.
+    pub fn loops(&self, worker: WorkerId) -> usize {
+        self.loops
+            .lock()
+            .unwrap()
+            .get(&worker)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Says the held call was carried out, then waits to be let go (nothing held: goes on at once).
+async fn wait(held: Option<Arc<Held>>) {
+    if let Some(held) = held {
+        held.reached.notify_one();
+        held.open.notified().await;
+    }
 }
 
 impl DynBackend for Hold {
@@ -73,10 +104,7 @@ impl DynBackend for Hold {
         Box::pin(async move {
             let answer = self.inner.admit(target, delivery).await;
             let held = self.held.lock().unwrap().remove(delivery.as_str());
-            if let Some(held) = held {
-                held.reached.notify_one();
-                held.open.notified().await;
-            }
+            wait(held).await;
             answer
         })
     }
@@ -116,6 +144,7 @@ impl DynBackend for Hold {
         self.inner.heartbeat(w)
     }
     fn loop_started<'a>(&'a self, w: WorkerId) -> BoxFuture<'a, Result<Status, RegistryError>> {
+        *self.loops.lock().unwrap().entry(w).or_default() += 1;
         self.inner.loop_started(w)
     }
     fn loop_finished<'a>(&'a self, w: WorkerId) -> BoxFuture<'a, Result<Status, RegistryError>> {
@@ -144,7 +173,12 @@ impl DynBackend for Hold {
         &'a self,
         w: WorkerId,
     ) -> BoxFuture<'a, Result<Option<WorkerInfo>, RegistryError>> {
-        self.inner.worker(w)
+        Box::pin(async move {
+            let answer = self.inner.worker(w).await;
+            let held = self.read.lock().unwrap().take();
+            wait(held).await;
+            answer
+        })
     }
     fn sweep<'a>(&'a self) -> BoxFuture<'a, Result<SweepReport, RegistryError>> {
         self.inner.sweep()
