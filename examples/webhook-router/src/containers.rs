@@ -1,25 +1,26 @@
 //! The in-process container platform: every simulated container (a tokio task) this process runs,
 //! by worker id, with its mailbox, as a container platform keeps containers reachable by id.
 //!
-//! **One container per worker.** Only the replica whose admission *created* a worker
-//! (`new: true`) starts its container ([`Containers::start`]); every other replica, and every
-//! later event, only hands events to it by id ([`Containers::hand`]). A second start for a worker
-//! id is refused (and counted: it would be a bug). With several router replicas in one process
-//! (`--simulate --replicas N`) they share one `Containers`; with replicas in separate processes,
-//! each process has its own and reaches the others' containers through [`crate::remote`].
+//! **One container per worker.** A worker's container is started only by whoever wins its *start
+//! claim* (see [`crate::lifecycle`]): with every replica in this process, the claim is taken here
+//! ([`Containers::claim`], exclusive per worker id); with replicas in separate processes, it is an
+//! owner record next to the shared registry ([`crate::remote`]), and each process has its own
+//! `Containers`. Every other path, and every later event, only hands events to the container by
+//! id ([`Containers::hand`]). A start the platform refuses after its caller won the claim
+//! ([`Containers::start`]) is counted in the [`Ledger`] as a bug; a claim lost to another path is
+//! counted apart, as the expected outcome of a race.
 //!
-//! An event may reach a worker before its owner has started the container (the owner's
-//! admission answer is still on its way): in one process it waits in the worker's mailbox, which
-//! the container takes over when it starts ("parked"). If the owner never starts it (its replica
-//! died in between), the worker never heartbeats, the sweep declares it dead after the start-up
-//! grace, and the registry releases its events for re-dispatch; the parked mailbox is then
-//! dropped.
+//! An event may reach a worker before its container is started (the claim's winner is still on
+//! its way): it waits in the worker's mailbox, which the container takes over when it starts
+//! ("parked"). If the winner never starts it (its replica died in between), the worker never
+//! heartbeats, the sweep declares it dead after the start-up grace, and the registry releases its
+//! events for re-dispatch; the parked mailbox is then dropped.
 //!
 //! Each mailbox is a [`crate::mailbox`]: a bounded channel with a bounded overflow behind it, so
 //! that an event handed to a busy worker waits in order instead of being refused.
 //!
-//! [`Ledger`] counts container starts per worker id and per delivery, and releases per delivery,
-//! for the simulator's audit.
+//! [`Ledger`] counts container starts per worker id and per delivery, releases per delivery, and
+//! start claims lost or given up, for the simulator's audit.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -64,6 +65,19 @@ pub enum Handed {
     Absent(Job),
 }
 
+/// What a claim of a worker's start came to ([`Containers::claim`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This replica holds it: start the container.
+    Won,
+    /// Another replica of this process claimed or started the container, for the admission of
+    /// `cause`.
+    Lost {
+        /// The delivery whose admission won the claim.
+        cause: Option<DeliveryId>,
+    },
+}
+
 /// What a crash request found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashOutcome {
@@ -75,12 +89,40 @@ pub enum CrashOutcome {
     NotHere,
 }
 
+/// Where a worker's container stands on the platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// No container yet: events wait for one (parked).
+    Parked,
+    /// A replica of this process won the worker's start claim here and is starting it.
+    Claimed(ReplicaTag),
+    /// Started by this replica (running, or stopped since).
+    Started(ReplicaTag),
+}
+
 struct Slot {
-    /// The replica that started the container; `None` while events wait for it (parked).
-    owner: Option<ReplicaTag>,
+    stage: Stage,
+    /// The delivery whose admission claimed or started the container (none while parked).
+    cause: Option<DeliveryId>,
     jobs: mailbox::Sender,
+    /// The receiving end, until a container takes it over.
     parked: Option<Mailbox>,
     crash: Arc<Notify>,
+}
+
+impl Slot {
+    fn started_by(&self, owner: ReplicaTag) -> bool {
+        self.stage == Stage::Started(owner)
+    }
+
+    fn is_started(&self) -> bool {
+        matches!(self.stage, Stage::Started(_))
+    }
+
+    /// No running container behind the mailbox: none started yet, or the one started has stopped.
+    fn without_container(&self) -> bool {
+        !self.is_started() || self.jobs.is_closed()
+    }
 }
 
 /// The platform (see the [module documentation](self)).
@@ -131,23 +173,60 @@ impl Containers {
         &self.traces
     }
 
-    fn slot(&self, owner: Option<ReplicaTag>) -> (Slot, Mailbox) {
+    /// A slot at `stage` whose mailbox waits, parked, for a container to take it over.
+    fn slot(&self, stage: Stage) -> Slot {
         let (jobs, rx) =
             mailbox::channel(self.mailbox, self.overflow, self.overflow_metrics.clone());
-        (
-            Slot {
-                owner,
-                jobs,
-                parked: None,
-                crash: Arc::new(Notify::new()),
-            },
-            rx,
-        )
+        Slot {
+            stage,
+            cause: None,
+            jobs,
+            parked: Some(rx),
+            crash: Arc::new(Notify::new()),
+        }
     }
 
-    /// Starts `worker`'s container for `owner`, whose admission of `cause` created the worker:
-    /// its mailbox (with whatever was parked in it), or `None` if a container for that id was
-    /// started already (refused and counted: never two containers for one worker).
+    /// Claims the start of `worker`'s container for `owner`, whose admission of `cause` placed an
+    /// event on the worker, when every replica that could start it shares this platform:
+    /// [`Claim::Won`] if no replica had claimed or started it (the caller then starts it, or
+    /// [`unclaim`](Self::unclaim)s it), else [`Claim::Lost`] with the delivery the holder claimed
+    /// it for (the caller hands its event to that container, unless it is the same delivery,
+    /// which the holder hands). Events handed meanwhile are parked for the container.
+    ///
+    /// **Locking behaviour:** holds the worker's map shard for the check and insert only.
+    pub fn claim(&self, worker: WorkerId, owner: ReplicaTag, cause: &DeliveryId) -> Claim {
+        let mut slot = self
+            .slots
+            .entry(worker)
+            .or_insert_with(|| self.slot(Stage::Parked));
+        if slot.stage != Stage::Parked {
+            return Claim::Lost {
+                cause: slot.cause.clone(),
+            };
+        }
+        slot.stage = Stage::Claimed(owner);
+        slot.cause = Some(cause.clone());
+        Claim::Won
+    }
+
+    /// Gives up `owner`'s claim on `worker`'s start (the worker is no longer one to start): the
+    /// mailbox stays parked, to be forgotten once the registry no longer counts the worker alive.
+    ///
+    /// **Locking behaviour:** holds the worker's map shard for the update only.
+    pub fn unclaim(&self, worker: WorkerId, owner: ReplicaTag) {
+        if let Some(mut slot) = self.slots.get_mut(&worker) {
+            if slot.stage == Stage::Claimed(owner) {
+                slot.stage = Stage::Parked;
+                slot.cause = None;
+            }
+        }
+    }
+
+    /// Starts `worker`'s container for `owner`, which won its start claim (here with
+    /// [`claim`](Self::claim), or in the owner records of a shared registry); `cause` is the
+    /// delivery whose admission led to the start. Returns its mailbox, with whatever was parked in
+    /// it; `None` if another replica of this process has claimed or started a container for that
+    /// id: refused, and counted as a bug in the [`Ledger`], since a claim's winner is unique.
     ///
     /// **Locking behaviour:** holds the worker's map shard for the insert only.
     pub fn start(
@@ -156,34 +235,26 @@ impl Containers {
         owner: ReplicaTag,
         cause: (&Target, &DeliveryId),
     ) -> Option<Started> {
-        let started = match self.slots.entry(worker) {
-            Entry::Vacant(v) => {
-                let (slot, jobs) = self.slot(Some(owner));
-                let crash = slot.crash.clone();
-                v.insert(slot);
-                Started { jobs, crash }
-            }
-            Entry::Occupied(mut o) => {
-                let slot = o.get_mut();
-                match (slot.owner, slot.parked.take()) {
-                    (None, Some(jobs)) => {
-                        slot.owner = Some(owner);
-                        Started {
-                            jobs,
-                            crash: slot.crash.clone(),
-                        }
-                    }
-                    (_, parked) => {
-                        slot.parked = parked;
-                        // Relaxed: a statistic.
-                        self.ledger.refused.fetch_add(1, Ordering::Relaxed);
-                        return None;
-                    }
-                }
-            }
+        let mut slot = self
+            .slots
+            .entry(worker)
+            .or_insert_with(|| self.slot(Stage::Parked));
+        let jobs = match slot.stage {
+            Stage::Parked => slot.parked.take(),
+            Stage::Claimed(by) if by == owner => slot.parked.take(),
+            Stage::Claimed(_) | Stage::Started(_) => None,
         };
+        let Some(jobs) = jobs else {
+            // Relaxed: a statistic.
+            self.ledger.refused.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        slot.stage = Stage::Started(owner);
+        slot.cause = Some(cause.1.clone());
+        let crash = slot.crash.clone();
+        drop(slot);
         self.ledger.started(worker, cause);
-        Some(started)
+        Some(Started { jobs, crash })
     }
 
     /// Hands `job` to `worker`'s container. Without one here: parks it in a new mailbox for the
@@ -198,13 +269,7 @@ impl Containers {
             Some(jobs) => jobs,
             None => match self.slots.entry(worker) {
                 Entry::Occupied(o) => o.get().jobs.clone(),
-                Entry::Vacant(v) if park => {
-                    let (mut slot, rx) = self.slot(None);
-                    slot.parked = Some(rx);
-                    let jobs = slot.jobs.clone();
-                    v.insert(slot);
-                    jobs
-                }
+                Entry::Vacant(v) if park => v.insert(self.slot(Stage::Parked)).jobs.clone(),
                 Entry::Vacant(_) => return Handed::Absent(job),
             },
         };
@@ -225,7 +290,7 @@ impl Containers {
     /// Tells `worker`'s container to crash.
     pub fn crash(&self, worker: WorkerId) -> CrashOutcome {
         match self.slots.get(&worker) {
-            Some(slot) if slot.owner.is_some() => {
+            Some(slot) if slot.is_started() => {
                 if slot.jobs.is_closed() {
                     CrashOutcome::Stopped
                 } else {
@@ -239,47 +304,48 @@ impl Containers {
 
     /// Whether a container for `worker` was started here (running or stopped since).
     pub fn knows(&self, worker: WorkerId) -> bool {
-        self.slots.get(&worker).is_some_and(|s| s.owner.is_some())
+        self.slots.get(&worker).is_some_and(|s| s.is_started())
     }
 
     /// Whether `worker` has a container here that has not stopped.
     pub fn is_running(&self, worker: WorkerId) -> bool {
         self.slots
             .get(&worker)
-            .is_some_and(|s| s.owner.is_some() && !s.jobs.is_closed())
+            .is_some_and(|s| !s.without_container())
     }
 
     /// The workers whose containers `owner` started (running or not).
     pub fn owned_by(&self, owner: ReplicaTag) -> Vec<WorkerId> {
         self.slots
             .iter()
-            .filter(|s| s.owner == Some(owner))
+            .filter(|s| s.started_by(owner))
             .map(|s| *s.key())
             .collect()
     }
 
     /// Closes the mailboxes of `owner`'s containers (shutdown): each finishes what is queued, then
-    /// leaves. Returns how many there were.
+    /// leaves. Returns how many there were. A container `owner` has claimed and not started yet
+    /// keeps its mailbox: its start is on its way, and the admission that started it drains it.
     pub fn close_owned_by(&self, owner: ReplicaTag) -> usize {
         let before = self.slots.len();
-        self.slots.retain(|_, s| s.owner != Some(owner));
+        self.slots.retain(|_, s| !s.started_by(owner));
         before - self.slots.len()
     }
 
-    /// Workers whose mailbox has no running container behind it (stopped, or parked): the ones to
-    /// forget once the registry no longer counts them alive.
+    /// Workers whose mailbox has no running container behind it (stopped, parked, or claimed by
+    /// a start that never came): the ones to forget once the registry no longer counts them
+    /// alive.
     pub fn without_container(&self) -> Vec<WorkerId> {
         self.slots
             .iter()
-            .filter(|s| s.owner.is_none() || s.jobs.is_closed())
+            .filter(|s| s.without_container())
             .map(|s| *s.key())
             .collect()
     }
 
     /// Forgets `worker`'s mailbox if it still has no running container behind it.
     pub fn forget(&self, worker: WorkerId) {
-        self.slots
-            .remove_if(&worker, |_, s| s.owner.is_none() || s.jobs.is_closed());
+        self.slots.remove_if(&worker, |_, s| s.without_container());
     }
 
     /// Mailboxes on the platform (running, stopped or parked).
@@ -305,6 +371,8 @@ pub struct Ledger {
     running: AtomicUsize,
     max_running: AtomicUsize,
     refused: AtomicU64,
+    lost: AtomicU64,
+    abandoned: AtomicU64,
 }
 
 /// What the [`Ledger`] shows.
@@ -316,8 +384,15 @@ pub struct Audit {
     pub workers: usize,
     /// The most containers started for one worker id (1 when all is well).
     pub max_per_worker: u32,
-    /// Second starts the platform refused.
+    /// Starts the platform refused although their caller had won the worker's start claim: a
+    /// bug (0 when all is well).
     pub refused: u64,
+    /// Start claims lost to another path that was starting the same worker (the loser handed its
+    /// event to the winner's container instead): the expected outcome of a race, not a refusal.
+    pub lost_claims: u64,
+    /// Start claims won and then given up, the registry no longer counting the worker as one to
+    /// start (it died, or started elsewhere, while the claim's winner was on its way).
+    pub abandoned_claims: u64,
     /// The most containers one delivery started (more than one only after it was released).
     pub max_per_delivery: u32,
     /// Deliveries that started more containers than 1 + the times they were released.
@@ -333,6 +408,19 @@ impl Ledger {
             .by_delivery
             .entry((cause.0.clone(), cause.1.clone()))
             .or_default() += 1;
+    }
+
+    /// A start claim was lost to another path starting the same worker: the loser hands its event
+    /// over instead.
+    pub(crate) fn claim_lost(&self) {
+        // Relaxed: a statistic.
+        self.lost.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A start claim was won and then given up (the worker is no longer one to start).
+    pub(crate) fn claim_abandoned(&self) {
+        // Relaxed: a statistic.
+        self.abandoned.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the released events a sweeper callback was handed.
@@ -374,6 +462,8 @@ impl Ledger {
             workers: self.by_worker.len(),
             // Relaxed: statistics, read once the run is over.
             refused: self.refused.load(Ordering::Relaxed),
+            lost_claims: self.lost.load(Ordering::Relaxed),
+            abandoned_claims: self.abandoned.load(Ordering::Relaxed),
             max_running: self.max_running.load(Ordering::Relaxed),
             ..Audit::default()
         };
@@ -450,6 +540,53 @@ mod tests {
         );
         assert_eq!(audit.refused, 1);
         assert!(audit.unexplained.is_empty());
+    }
+
+    /// A start claim: one replica of the process wins it, the others lose it and learn which
+    /// delivery it was won for; events handed meanwhile wait for the container; the winner starts
+    /// it (another replica's start is refused and counted), or gives the claim up and another may
+    /// claim it.
+    #[test]
+    fn one_start_claim_per_worker() {
+        let c = Containers::new(4, 0);
+        let (a, b) = (c.join(), c.join());
+        let (w, v) = (WorkerId::new(7), WorkerId::new(8));
+        let t = Target::new("o/r", 1).unwrap();
+        let (d, e) = (DeliveryId::new("d").unwrap(), DeliveryId::new("e").unwrap());
+        let lost_to = |cause: &DeliveryId| Claim::Lost {
+            cause: Some(cause.clone()),
+        };
+        assert_eq!(c.claim(w, a, &d), Claim::Won, "a wins");
+        assert_eq!(c.claim(w, b, &e), lost_to(&d), "b loses, to d's claim");
+        assert_eq!(c.claim(w, a, &d), lost_to(&d), "not a again");
+        // Claimed, not started: events wait for it; it cannot crash, it is not running, a
+        // shutdown leaves it for its start, and it is forgotten if the registry drops the worker.
+        assert!(matches!(c.hand(w, job(1), false), Handed::Queued));
+        assert_eq!(c.crash(w), CrashOutcome::NotHere);
+        assert!(!c.is_running(w) && !c.knows(w));
+        assert_eq!(c.close_owned_by(a), 0);
+        assert!(c.owned_by(a).is_empty());
+        assert_eq!(c.without_container(), vec![w]);
+        assert!(c.start(w, b, (&t, &e)).is_none(), "b holds no claim");
+        assert_eq!(c.ledger().audit().refused, 1);
+        let mut started = c.start(w, a, (&t, &d)).expect("a starts it");
+        assert_eq!(started.jobs.try_recv().unwrap().event.as_str(), "d1");
+        assert!(c.is_running(w) && c.knows(w));
+        assert_eq!(c.claim(w, b, &e), lost_to(&d), "started: no claim");
+        // Given up: the mailbox stays parked, and the next claim wins.
+        assert_eq!(c.claim(v, a, &d), Claim::Won);
+        assert!(matches!(c.hand(v, job(2), false), Handed::Queued));
+        c.unclaim(v, b);
+        assert_eq!(c.claim(v, b, &e), lost_to(&d), "only a's unclaim counts");
+        c.unclaim(v, a);
+        assert_eq!(c.claim(v, b, &e), Claim::Won);
+        let mut later = c.start(v, b, (&t, &e)).expect("b starts it");
+        assert_eq!(later.jobs.try_recv().unwrap().event.as_str(), "d2");
+        let audit = c.ledger().audit();
+        assert_eq!(
+            (audit.started, audit.max_per_worker, audit.refused),
+            (2, 1, 1)
+        );
     }
 
     #[test]

@@ -2,19 +2,23 @@
 //! its worker's container by id, on this process's [`Containers`](crate::containers::Containers)
 //! or, with replicas in other processes, on its owner replica through [`Remote`].
 //!
-//! Only the admission that created the worker (`new: true`) starts its container (see
-//! [`crate::lifecycle`]), so that no worker ever has two containers, whichever replicas its events
-//! reach. The one exception is a lost reply: an admission that created a worker committed but its
-//! answer never arrived (a timeout, a dropped connection), so its retry is a duplicate naming a
-//! worker that never started ([`AlreadyClaimed::needs_start`]). A retry at least one heartbeat
-//! interval after the claim starts it then, and hands it the delivery, unless a container for it
-//! is known here or to the owner records. Every event goes through the worker's bounded mailbox;
-//! behind a full one it waits, still claimed, in the worker's bounded overflow (answered
-//! `202 waiting` with its position, see [`crate::mailbox`]). A full overflow too, or an owner that
-//! cannot be reached, releases the claim again and answers 503.
+//! Two paths start a worker's container: the admission that created the worker (`new: true`), and
+//! the retry of one whose reply was lost: an admission that created (or placed an event on) a
+//! worker committed but its answer never arrived (a timeout, a dropped connection), so its retry
+//! is a duplicate naming a worker that never started ([`AlreadyClaimed::needs_start`]). Both go
+//! through the worker's start claim ([`crate::lifecycle`]): whichever wins starts the container
+//! and hands it its event; whichever loses hands its own event to that container, here or on the
+//! winner's replica, unless it is the very delivery the winner placed (a redelivery racing the
+//! admission it retries: handing it twice would run it twice). So no worker ever has two
+//! containers, whatever the timing and whichever replicas its events reach.
+//! Every event goes through the worker's bounded mailbox; behind a full one it waits, still
+//! claimed, in the worker's bounded overflow (answered `202 waiting` with its position, see
+//! [`crate::mailbox`]). A full overflow too, or an owner that cannot be reached, releases the
+//! claim again and answers 503.
 
 use crate::app::App;
 use crate::containers::Handed;
+use crate::lifecycle::Start;
 use crate::outcome::{Dispatch, Source};
 use crate::remote::{Handover, Owner, Remote};
 use crate::telemetry::{self, TraceParent};
@@ -72,9 +76,9 @@ impl App {
                 telemetry::record_admission(&admit, &a);
                 a
             }
-            Ok(Admission::Duplicate(d)) => match self.lost_start(&d, target).await {
+            Ok(Admission::Duplicate(d)) => match self.lost_start(&d, target, delivery).await {
                 Some(a) => {
-                    // A worker whose creating admission lost its reply: started now.
+                    // A worker that had not started: the event is handed to it now.
                     telemetry::record_admission(&admit, &a);
                     a
                 }
@@ -117,7 +121,14 @@ impl App {
     ) -> Dispatch {
         self.inner.targets.insert(target.clone(), a.worker);
         if a.new {
-            self.start_container(a.worker, target, delivery).await;
+            match self.start_container(a.worker, target, delivery).await {
+                Start::Started | Start::HandOver => {}
+                // A retry of this delivery won the start claim: it hands the event over.
+                Start::Handled => return Dispatch::Assigned(a),
+                // The worker died before it could be started: the registry has released its
+                // events, this one included, for re-dispatch.
+                Start::Dead => return self.settle(target, delivery, a, Handover::Held).await,
+            }
         }
         // Shutdown began between the check and the admission, so the drain may have missed this
         // worker: drain it now (it is busy with this event, so it runs it and exits).
@@ -136,43 +147,40 @@ impl App {
         self.settle(target, delivery, a, handover).await
     }
 
-    /// The creation to carry out for a duplicate whose holder never started: the admission that
-    /// created it committed, but its reply was lost, so nothing started its container. `None`
-    /// when the duplicate does not ask for a start, or a container for the worker is started here
-    /// or has an owner record elsewhere, or the worker has started or died since.
+    /// A duplicate whose holder never started: the admission that placed it committed, but its
+    /// reply was lost (or is still on its way), so nothing may have started the worker's container
+    /// or handed it the event. This retry claims the worker's start (see [`crate::lifecycle`]):
+    /// it starts the worker if it wins. Returns the assignment to hand the event over on, if this
+    /// retry is to (it started the worker, or lost the claim to a path that placed another
+    /// delivery); `None` for a plain duplicate: the duplicate does not ask for a start, the
+    /// worker has started or died since, or the claim's winner placed this very delivery (and
+    /// hands it: handing it here too would run it twice).
     ///
-    /// A worker younger than one heartbeat interval is left alone: a worker that was started
-    /// beats at once, so one that has not after an interval was never started, while a younger
-    /// one may be starting on the replica whose admission created it (a redelivery racing that
-    /// start would otherwise start the worker twice). A retry that comes that early gets the
-    /// plain duplicate; the worker then dies unstarted after its start-up grace, and its
-    /// delivery is released and re-dispatched.
-    async fn lost_start(&self, dup: &AlreadyClaimed, target: &Target) -> Option<Assignment> {
+    /// No time is waited for: the start claim decides between this retry and the admission it
+    /// retries. (This path once waited for the worker to be a heartbeat interval old, betting that
+    /// a slower creating admission was a lost one; on a loaded machine it lost the bet, and the
+    /// worker was started twice.)
+    async fn lost_start(
+        &self,
+        dup: &AlreadyClaimed,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Option<Assignment> {
         let worker = dup.needs_start()?;
-        if self.inner.containers.knows(worker) {
-            return None;
-        }
-        if let Some(remote) = &self.inner.remote {
-            if !matches!(remote.owner(worker).await, Ok(Owner::Unknown)) {
-                return None;
-            }
-        }
         let info = self.inner.registry.worker(worker).await.ok()??;
-        // Before its first heartbeat, `heartbeat_age` is the time since its creation (on the
-        // registry's time base).
-        if !info.status.is_alive()
-            || info.has_heartbeated
-            || info.target.as_ref() != Some(target)
-            || info.heartbeat_age < self.inner.registry.config().heartbeat_interval()
-        {
+        if !info.status.is_alive() || info.has_heartbeated || info.target.as_ref() != Some(target) {
             return None;
         }
-        tracing::warn!(
-            %target, %worker,
-            "a redelivery names a worker that never started (the reply to the admission that \
-             created it was lost): starting it now"
-        );
-        Some(Assignment::new(worker, info.token, true))
+        match self.start_container(worker, target, delivery).await {
+            Start::Started => tracing::info!(
+                %target, %worker,
+                "a redelivery named a worker that had not started (the reply to the admission \
+                 that placed it was lost, or is still on its way): started it"
+            ),
+            Start::HandOver => {}
+            Start::Handled | Start::Dead => return None,
+        }
+        Some(Assignment::new(worker, info.token, false))
     }
 
     /// What an admitted event's handover makes of it: assigned, overflowed (queued behind the
@@ -232,7 +240,7 @@ impl App {
 
     /// Hands `job` to worker `id`'s container: on this process's platform (parked for the container
     /// to come if it is not started yet and every replica is in this process), else on its owner
-    /// replica.
+    /// replica (this one included: parked if the container is not started yet).
     async fn hand_over(&self, id: WorkerId, job: Job) -> Handover {
         let park = self.inner.remote.is_none();
         match self.inner.containers.hand(id, job, park) {
@@ -249,9 +257,10 @@ impl App {
     }
 
     /// Hands `job` to `worker`'s container on its owner replica (see [`crate::remote`]), looking
-    /// the owner up until it has published its record (for at most [`Remote::owner_wait`]); this
+    /// the owner up until it has claimed the worker (for at most [`Remote::owner_wait`]); this
     /// process's own containers are checked again meanwhile, since the owner may be this process,
-    /// between its admission and its record.
+    /// between its admission and its claim. An owner record naming this replica, written before
+    /// the container starts, parks the event for it.
     async fn forward(&self, remote: &Remote, worker: WorkerId, mut job: Job) -> Handover {
         let containers = &self.inner.containers;
         let deadline = Instant::now() + remote.owner_wait();
@@ -259,9 +268,10 @@ impl App {
         loop {
             match remote.owner(worker).await {
                 Err(reason) => return Handover::Unreachable(reason),
-                // Ours: started by another task of this process a moment ago, or gone.
+                // Ours: claimed by another task of this process a moment ago (parked for its
+                // start), started, or gone.
                 Ok(Owner::This) => {
-                    return match containers.hand(worker, job, false) {
+                    return match containers.hand(worker, job, true) {
                         Handed::Absent(_) | Handed::Stopped => Handover::Held,
                         Handed::Queued => Handover::Queued,
                         Handed::Overflowed { position } => Handover::Overflowed { position },

@@ -1,11 +1,13 @@
 //! Container lifecycle: a worker's container (a tokio task running [`worker::Worker`]) started
-//! by the admission that created the worker, crashed on request (`POST /debug/...`), and its
-//! mailbox forgotten once the registry no longer counts the worker alive.
+//! by whichever path wins the worker's start claim (the admission that created the worker, or the
+//! retry of one whose reply was lost), crashed on request (`POST /debug/...`), and its mailbox
+//! forgotten once the registry no longer counts the worker alive.
 
 use crate::app::App;
-use crate::containers::CrashOutcome;
+use crate::containers::{Claim, CrashOutcome};
 use crate::mailbox::Mailbox;
 use crate::outcome::{CrashError, Unfinished, UnfinishedWhy};
+use crate::remote::{Owner, StartClaim};
 use crate::worker::{self, Exit};
 
 use std::sync::Arc;
@@ -13,28 +15,116 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use worker_registry::{DeliveryId, Status, Target, WorkerId, WorkerRegistry};
 
+/// What came of an attempt to start a worker's container (see [`App::start_container`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// This replica won the worker's start claim and started its container.
+    Started,
+    /// Another path holds the claim (or it could not be decided): the event goes to the
+    /// worker's container like any other, on this platform or on its owner replica.
+    HandOver,
+    /// Another path holds the claim, won for the admission of this same delivery: that path
+    /// hands it to the container (handing it too would run it twice).
+    Handled,
+    /// The claim was won, but the registry no longer counts the worker alive: its events, the
+    /// one at hand included, are released for re-dispatch (they stay with it until then).
+    Dead,
+}
+
 impl App {
-    /// Starts the container of a worker this router's admission of `delivery` just created, and
-    /// (with replicas in other processes) records this replica as its owner.
+    /// Starts worker `id`'s container if this replica wins its start claim; the admission of
+    /// `delivery` placed an event on the worker, which has never started (the admission created
+    /// it, or it is the retry of one whose reply was lost).
+    ///
+    /// The claim comes first, so that whatever the timing exactly one path starts the worker: with
+    /// every replica in this process, [`Containers::claim`](crate::containers::Containers::claim);
+    /// with replicas in other processes, this replica's owner record written next to the shared
+    /// registry if no record exists ([`Remote::claim_start`](crate::remote::Remote::claim_start)).
+    /// A winner then checks that the worker is still one to start (alive, never heartbeated): a
+    /// winner held up for a whole worker lifetime must not start a worker that has come and gone.
+    /// The loser hands its event over, unless the winner claimed for the same delivery.
     pub(crate) async fn start_container(
         &self,
         id: WorkerId,
         target: &Target,
         delivery: &DeliveryId,
-    ) {
+    ) -> Start {
+        match self.claim_start(id, delivery).await {
+            Claimed::Won => {}
+            Claimed::Lost { same: true } => return Start::Handled,
+            Claimed::Lost { same: false } | Claimed::Undecided => return Start::HandOver,
+        }
+        let ledger = self.inner.containers.ledger();
+        match self.to_start(id).await {
+            ToStart::Yes => {}
+            verdict => {
+                ledger.claim_abandoned();
+                match &self.inner.remote {
+                    None => self.inner.containers.unclaim(id, self.inner.replica),
+                    Some(remote) => remote.forget(&[id]).await,
+                }
+                tracing::info!(worker = %id, ?verdict, "won the start claim of a worker that is no longer one to start: given up");
+                return if verdict == ToStart::Dead {
+                    Start::Dead
+                } else {
+                    Start::HandOver
+                };
+            }
+        }
         let Some(started) = self
             .inner
             .containers
             .start(id, self.inner.replica, (target, delivery))
         else {
-            tracing::error!(worker = %id, "a container for this worker was started already: not starting a second one");
-            return;
+            tracing::error!(worker = %id, "the platform refused to start a container whose start claim this replica won (a bug): not starting a second one");
+            return Start::HandOver;
         };
         self.spawn_worker(id, started.jobs, started.crash);
         tracing::info!(worker = %id, %target, %delivery, "container started");
-        if let Some(remote) = &self.inner.remote {
-            let containers = self.inner.containers.clone();
-            remote.publish(id, move || containers.is_running(id)).await;
+        Start::Started
+    }
+
+    /// Takes worker `id`'s start claim for this replica's admission of `delivery` (a lost claim
+    /// is counted).
+    async fn claim_start(&self, id: WorkerId, delivery: &DeliveryId) -> Claimed {
+        let (owner, cause) = match &self.inner.remote {
+            None => match self
+                .inner
+                .containers
+                .claim(id, self.inner.replica, delivery)
+            {
+                Claim::Won => return Claimed::Won,
+                Claim::Lost { cause } => (Owner::This, cause),
+            },
+            Some(remote) => match remote.claim_start(id, delivery).await {
+                Ok(StartClaim::Won) => return Claimed::Won,
+                Ok(StartClaim::Lost { owner, cause }) => (owner, cause),
+                Err(reason) => {
+                    tracing::warn!(worker = %id, "not starting the worker's container: {reason}; the event goes to whichever replica starts it, or the worker dies unstarted after its start-up grace and the sweep releases its events");
+                    return Claimed::Undecided;
+                }
+            },
+        };
+        self.inner.containers.ledger().claim_lost();
+        let same = cause.as_ref() == Some(delivery);
+        tracing::debug!(worker = %id, ?owner, ?cause, "another path claimed the worker's start: {}", if same { "it hands this delivery" } else { "handing the event to its container" });
+        Claimed::Lost { same }
+    }
+
+    /// Whether worker `id`, whose start claim this replica holds, is still one to start.
+    async fn to_start(&self, id: WorkerId) -> ToStart {
+        match self.inner.registry.worker(id).await {
+            Ok(Some(info)) if !info.status.is_alive() => ToStart::Dead,
+            Ok(Some(info)) if info.has_heartbeated => ToStart::Running,
+            Ok(Some(_)) => ToStart::Yes,
+            Ok(None) => ToStart::Dead,
+            // Cannot tell: the claim is this replica's and the worker was alive and unstarted
+            // when it was admitted, so start it (if it has died since, its first heartbeat fences
+            // it).
+            Err(e) => {
+                tracing::debug!(worker = %id, "could not read the worker before starting it, starting it: {e}");
+                ToStart::Yes
+            }
         }
     }
 
@@ -118,6 +208,28 @@ impl App {
             }
         }
     }
+}
+
+/// What a claim of a worker's start came to, for this replica.
+enum Claimed {
+    Won,
+    /// `same`: the winner claimed for the admission of the same delivery.
+    Lost {
+        same: bool,
+    },
+    /// The owner records could not be reached.
+    Undecided,
+}
+
+/// Whether a worker whose start claim was won is still one to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToStart {
+    /// Alive and never heartbeated: start it.
+    Yes,
+    /// Dead (or unknown): its events are released.
+    Dead,
+    /// Alive and heartbeating: a container runs it somewhere (one that lost its owner record).
+    Running,
 }
 
 /// Keeps the running-task count (see [`App::wait_workers`]).

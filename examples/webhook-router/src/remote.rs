@@ -1,48 +1,63 @@
-//! Replicas in separate processes: handing an event to a worker whose container another router
-//! process runs.
+//! Replicas in separate processes: claiming the start of a worker's container, and handing an
+//! event to a worker whose container another router process runs.
 //!
-//! Each worker's container belongs to the replica whose admission created the worker
-//! (`new: true`). That replica starts it, then records its own address (`--advertise-url`) as the
-//! worker's owner in the [`Store`] next to the registry. Any replica whose admission places an
-//! event on a worker it does not run looks the owner up and forwards the event to
-//! `POST /internal/workers/{id}/jobs` there, with the admin token. What can go wrong, and what
-//! the replica answers GitHub:
+//! Each worker's container belongs to the replica that won its *start claim*: before it starts
+//! the container, a replica writes its own address (`--advertise-url`) as the worker's owner
+//! record in the [`Store`] next to the registry, in one atomic step that writes nothing if a
+//! record exists ([`Remote::claim_start`]). Both paths that start a worker claim first: the
+//! admission that created it (`new: true`) and the retry of one whose reply was lost
+//! ([`AlreadyClaimed::needs_start`](worker_registry::AlreadyClaimed::needs_start)); whichever
+//! loses hands its event over like any other (see [`crate::lifecycle`]). Any replica whose
+//! admission places an event on a worker it does not run looks the owner up and forwards the
+//! event to `POST /internal/workers/{id}/jobs` there, with the admin token; the owner queues it,
+//! or parks it for the container it is about to start (its record is written first). What can go
+//! wrong, and what the replica answers GitHub:
 //!
 //! | the owner | handover | answer |
 //! |---|---|---|
-//! | queued it (202) | [`Handover::Queued`] | 202 assigned |
+//! | queued (or parked) it (202) | [`Handover::Queued`] | 202 assigned |
 //! | queued it behind its full mailbox (202, `overflowed` with a position) | [`Handover::Overflowed`] | 202 waiting, with the position |
 //! | has a full mailbox and overflow for it (429) | [`Handover::Full`] | the claim is released, 503 capacity |
-//! | has no running container for it (410, 404) | [`Handover::Held`] | 202: the worker has no container anywhere, so it never heartbeats again; the sweep declares it dead and the registry releases its events for re-dispatch |
-//! | refuses the connection (its process is gone) | [`Handover::Held`] | 202, the same: its containers died with it |
+//! | has a stopped container for it (410) | [`Handover::Held`] | 202: the worker has no container anywhere, so it never heartbeats again; the sweep declares it dead and the registry releases its events for re-dispatch |
+//! | refuses the connection (its process is gone) | [`Handover::Held`] | 202, the same: its containers died with it (or it died between its claim and the start) |
 //! | no owner recorded within [`MAX_OWNER_WAIT`] (or the lookup failed), another failure, a timeout | [`Handover::Unreachable`] | the claim is released, 503 unavailable (if the release fails too, 202: the claim stays with the worker, which releases it when it dies or exits) |
 //!
-//! This module is the network half only: the owner records (`Remote::owner`,
-//! `Remote::publish`) and the request to another replica (`Remote::post`). It knows nothing of
-//! this process's containers; [`crate::dispatch`] decides when to look locally and when to forward.
+//! A record lives as long as its worker: it is removed when the container ends with the worker
+//! dead, by the replica whose sweep declares the worker dead (its owner may be gone, or may have
+//! died between its claim and the start), or by a claim's winner that finds the worker no longer
+//! one to start. It has no expiry: a record that expired while its worker lived would let a second
+//! replica claim, and start, the same worker.
 //!
-//! So no worker ever gets a second container (only the creating admission starts one), and an
-//! accepted event is either in its container's queue or held by a worker that will die, in which
-//! case the sweep of a surviving replica re-dispatches it.
+//! This module is the network half only: the owner records (`Remote::claim_start`,
+//! `Remote::owner`, `Remote::forget`) and the request to another replica (`Remote::post`). It
+//! knows nothing of this process's containers; [`crate::lifecycle`] and [`crate::dispatch`]
+//! decide when to start, when to look locally and when to forward.
+//!
+//! So no worker ever gets a second container (only a claim's winner starts one), and an accepted
+//! event is either in its container's queue (or parked for it) or held by a worker that will die,
+//! in which case the sweep of a surviving replica re-dispatches it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use tokio::time::sleep;
 use utoipa::ToSchema;
-use worker_registry::WorkerId;
+use worker_registry::{DeliveryId, WorkerId};
 
 use crate::secrets::Secret;
 use crate::store::Store;
 use crate::worker::Job;
 
+/// How many times a start claim is tried while the backend cannot answer.
+pub const CLAIM_ATTEMPTS: u32 = 3;
 /// How long a forwarded event may take to be answered.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long connecting to another replica may take.
 pub const FORWARD_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
-/// The longest wait for a new worker's owner to publish its address (the owner publishes right
-/// after its admission returns; the wait is also at most one heartbeat interval).
+/// The longest wait for a new worker's owner to claim it (the owner claims right after its
+/// admission returns; the wait is also at most one heartbeat interval).
 pub const MAX_OWNER_WAIT: Duration = Duration::from_secs(1);
 
 /// What became of an event handed to a worker (by this process or by its owner).
@@ -62,6 +77,21 @@ pub enum Handover {
     Held,
     /// Not delivered for this reason; the worker may well be alive.
     Unreachable(String),
+}
+
+/// What came of a claim of a worker's start ([`Remote::claim_start`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartClaim {
+    /// This claim holds: start the container.
+    Won,
+    /// Another claim holds: this replica's own (another task of this process is starting the
+    /// container), or another replica's.
+    Lost {
+        /// Whose.
+        owner: Owner,
+        /// The delivery whose admission made it (none in a record without one).
+        cause: Option<DeliveryId>,
+    },
 }
 
 /// Which replica runs a worker's container, as its owner record says.
@@ -95,8 +125,9 @@ pub struct ForwardedJob {
 pub struct ForwardAnswer {
     /// The worker.
     pub worker: u64,
-    /// `queued`, `overflowed` (behind its full mailbox, see `position`), `full` (mailbox and
-    /// overflow), `stopped` (its container here has stopped) or `unknown` (no container here).
+    /// `queued` (in its mailbox, or parked for the container this replica is starting),
+    /// `overflowed` (behind its full mailbox, see `position`), `full` (mailbox and overflow) or
+    /// `stopped` (its container here has stopped).
     pub result: String,
     /// Overflowed: its place in the worker's overflow (from 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,7 +141,10 @@ struct Inner {
     http: reqwest::Client,
     token: Secret,
     owner_wait: Duration,
-    publish_retry: Duration,
+    claim_retry: Duration,
+    /// The next start claim's id: unique in this process, and seeded from the clock so that a
+    /// restarted process on the same address does not reuse its predecessor's ids.
+    next_claim: AtomicU64,
 }
 
 /// This replica's way to the containers of the others (cheap to clone).
@@ -152,7 +186,8 @@ impl Remote {
             http,
             token,
             owner_wait: heartbeat.min(MAX_OWNER_WAIT),
-            publish_retry: heartbeat.clamp(Duration::from_millis(10), Duration::from_secs(5)),
+            claim_retry: heartbeat.clamp(Duration::from_millis(10), Duration::from_secs(5)),
+            next_claim: AtomicU64::new(claim_seed()),
         })))
     }
 
@@ -166,40 +201,59 @@ impl Remote {
         &self.0.store
     }
 
-    /// How long a dispatch waits for a new worker's owner to publish its record.
+    /// How long a dispatch waits for a new worker's owner to claim it.
     pub fn owner_wait(&self) -> Duration {
         self.0.owner_wait
     }
 
-    /// Records this replica as the owner of `worker`'s container; if the backend cannot answer,
-    /// tries again in the background for as long as `running` (whether the container still runs)
-    /// says so.
-    pub(crate) async fn publish(
+    /// Claims the start of `worker`'s container for this replica, whose admission of `cause`
+    /// placed an event on it: writes this replica's owner record, under a claim id of its own,
+    /// unless a record exists ([`Store::claim`], one atomic step on the server), and says whose
+    /// record holds, and for which delivery. Exactly one claim wins, whichever
+    /// replicas race, and however many tasks of this process do. A backend that cannot answer is
+    /// tried [`CLAIM_ATTEMPTS`] times in all (the same claim id each time: a claim written by an
+    /// attempt whose answer was lost is recognised as this one's); `Err` (why) if none answers.
+    pub(crate) async fn claim_start(
         &self,
         worker: WorkerId,
-        running: impl Fn() -> bool + Send + 'static,
-    ) {
-        let Err(e) = self.0.store.publish(worker, &self.0.advertise).await else {
-            return;
-        };
-        tracing::warn!(%worker, "could not record this replica as the container's owner, retrying: {e}");
-        let this = self.clone();
-        tokio::spawn(async move {
-            let mut delay = this.0.publish_retry / 4;
-            while running() {
-                sleep(delay).await;
-                if this
-                    .0
-                    .store
-                    .publish(worker, &this.0.advertise)
-                    .await
-                    .is_ok()
-                {
-                    return;
+        cause: &DeliveryId,
+    ) -> Result<StartClaim, String> {
+        // Relaxed: only uniqueness matters, which the read-modify-write gives.
+        let claim = self.0.next_claim.fetch_add(1, Ordering::Relaxed);
+        let mut delay = self.0.claim_retry / 4;
+        let mut attempt = 1;
+        loop {
+            let held = self
+                .0
+                .store
+                .claim(worker, &self.0.advertise, claim, cause.as_str())
+                .await;
+            match held {
+                Ok(r) if r.address == self.0.advertise && r.claim == claim => {
+                    return Ok(StartClaim::Won)
                 }
-                delay = (delay * 2).min(this.0.publish_retry);
+                Ok(r) => {
+                    let owner = if r.address == self.0.advertise {
+                        Owner::This
+                    } else {
+                        Owner::Other(r.address)
+                    };
+                    let cause = DeliveryId::new(&r.delivery).ok();
+                    return Ok(StartClaim::Lost { owner, cause });
+                }
+                Err(e) if attempt < CLAIM_ATTEMPTS => {
+                    tracing::debug!(%worker, attempt, "start claim not answered, trying again: {e}");
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "its start claim was not answered in {CLAIM_ATTEMPTS} attempts: {e}"
+                    ))
+                }
             }
-        });
+            sleep(delay).await;
+            delay = (delay * 2).min(self.0.claim_retry);
+            attempt += 1;
+        }
     }
 
     /// Forgets the owner records of `workers` (best effort: a stale record only leads a forwarded
@@ -261,6 +315,15 @@ impl Remote {
             Err(e) => Handover::Unreachable(format!("forwarding to {address} failed: {e}")),
         }
     }
+}
+
+/// A first claim id: the clock's nanoseconds, kept below 2^62 so that a claim id fits a
+/// PostgreSQL `bigint` however many claims follow.
+fn claim_seed() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    u64::try_from(nanos % (1 << 62)).unwrap_or(0)
 }
 
 /// Whether the connection was refused (nobody listens: the process is gone), as opposed to a

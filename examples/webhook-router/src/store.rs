@@ -6,12 +6,14 @@
 //!
 //! | backend | owners | live count (read only) |
 //! |---|---|---|
-//! | Redis | hash `{<name>}:webhook-router:owners`, worker id → base URL (same hash tag: same Cluster slot as the registry) | `ZCARD {<name>}:live` |
-//! | PostgreSQL | table `webhook_router_owners (registry, worker, address)`, created by the router | `wr_capacity.live` of the registry |
+//! | Redis | hash `{<name>}:webhook-router:owners`, worker id → `"<claim> <delivery> <base URL>"` (same hash tag: same Cluster slot as the registry) | `ZCARD {<name>}:live` |
+//! | PostgreSQL | table `webhook_router_owners (registry, worker, address, claim, delivery)`, created by the router | `wr_capacity.live` of the registry |
 //!
-//! A worker's record is written by the replica whose admission created the worker, right after it
-//! started the container, and removed when the container ends, or by the sweeping replica when the
-//! registry declares the worker dead (its owner may be gone).
+//! A worker's record is its *start claim*: written, if none exists, by the replica about to start
+//! its container, before the start ([`Store::claim`]; the claim id tells that replica's attempt
+//! from any other, and the delivery whose admission made it is kept beside it), and removed when the container ends, by the sweeping replica when the registry
+//! declares the worker dead (its owner may be gone), or by a winner that finds the worker no
+//! longer one to start (see [`crate::remote`] for its lifetime).
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -30,9 +32,14 @@ const POSTGRES_SCHEMA: &str = "
         registry   text NOT NULL,
         worker     bigint NOT NULL,
         address    text NOT NULL,
+        claim      bigint NOT NULL DEFAULT 0,
+        delivery   text NOT NULL DEFAULT '',
         created_at timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (registry, worker)
-    );";
+    );
+    ALTER TABLE webhook_router_owners
+        ADD COLUMN IF NOT EXISTS claim bigint NOT NULL DEFAULT 0,
+        ADD COLUMN IF NOT EXISTS delivery text NOT NULL DEFAULT '';";
 
 /// The store of a shared backend (cheap to clone).
 #[derive(Clone)]
@@ -80,6 +87,51 @@ async fn timed<T>(
 
 fn db_id(worker: WorkerId) -> i64 {
     i64::try_from(worker.get()).unwrap_or(i64::MAX)
+}
+
+/// A claim id as PostgreSQL's `bigint` holds it (ids are kept below 2^62, see
+/// [`crate::remote`]).
+fn db_claim(claim: u64) -> i64 {
+    i64::try_from(claim).unwrap_or(i64::MAX)
+}
+
+/// Writes a worker's owner record unless one exists; answers the record that holds.
+/// `KEYS[1]` the owners hash, `ARGV[1]` the worker id, `ARGV[2]` the record.
+const REDIS_CLAIM: &str = "
+    if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then return ARGV[2] end
+    return redis.call('HGET', KEYS[1], ARGV[1])";
+
+/// A worker's owner record: the replica that claimed its start, under which claim, and for the
+/// admission of which delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRecord {
+    /// Where the replica is reached (`--advertise-url`).
+    pub address: String,
+    /// The claim's id, unique to the claiming attempt.
+    pub claim: u64,
+    /// The delivery whose admission made the claim (the winner hands that one to the container).
+    pub delivery: String,
+}
+
+impl OwnerRecord {
+    /// Reads a record as the Redis hash holds it, `"<claim> <delivery> <address>"` (neither a
+    /// delivery id nor an address has a space). A bare address, as a router before start claims
+    /// wrote it, reads as claim 0 for no delivery.
+    fn parse(held: &str) -> Self {
+        let mut parts = held.splitn(3, ' ');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(claim), Some(delivery), Some(address)) => Self {
+                address: address.to_owned(),
+                claim: claim.parse().unwrap_or(0),
+                delivery: delivery.to_owned(),
+            },
+            _ => Self {
+                address: held.to_owned(),
+                claim: 0,
+                delivery: String::new(),
+            },
+        }
+    }
 }
 
 impl Store {
@@ -148,52 +200,90 @@ impl Store {
         }
     }
 
-    /// Records that `worker`'s container runs on the replica reachable at `address`.
-    pub async fn publish(&self, worker: WorkerId, address: &str) -> Result<(), RegistryError> {
+    /// Claims the start of `worker`'s container for the replica reachable at `address`, as its
+    /// claim `claim`, made for the admission of `delivery`: writes that owner record unless one
+    /// exists, in one atomic step on the server, and returns the record that holds (the one
+    /// written, or the one found). The claim is this one's if the record carries its `claim`.
+    ///
+    /// | backend | step |
+    /// |---|---|
+    /// | Redis | `EVAL`: `HSETNX owners <worker> "<claim> <delivery> <address>"`, then `HGET` of the field |
+    /// | PostgreSQL | `INSERT ... ON CONFLICT (registry, worker) DO UPDATE` (a no-op update) `RETURNING address, claim, delivery` |
+    pub async fn claim(
+        &self,
+        worker: WorkerId,
+        address: &str,
+        claim: u64,
+        delivery: &str,
+    ) -> Result<OwnerRecord, RegistryError> {
         timed(self.backend(), async {
             match self {
                 Self::Redis { conn, owners, .. } => {
                     let mut conn = conn.clone();
-                    redis::cmd("HSET")
+                    let held: String = redis::cmd("EVAL")
+                        .arg(REDIS_CLAIM)
+                        .arg(1)
                         .arg(owners)
                         .arg(worker.get())
-                        .arg(address)
-                        .query_async::<i64>(&mut conn)
+                        .arg(format!("{claim} {delivery} {address}"))
+                        .query_async(&mut conn)
                         .await
                         .map_err(redis_error)?;
+                    Ok(OwnerRecord::parse(&held))
                 }
                 Self::Postgres { pool, registry } => {
                     let client = pool.get().await.map_err(pg_error)?;
+                    // The no-op update makes the row's current values the answer when it exists,
+                    // in the same statement (a `DO NOTHING` answers nothing then).
                     let stmt = client
                         .prepare_cached(
-                            "INSERT INTO webhook_router_owners (registry, worker, address) VALUES ($1, $2, $3) \
-                             ON CONFLICT (registry, worker) DO UPDATE SET address = EXCLUDED.address",
+                            "INSERT INTO webhook_router_owners \
+                               (registry, worker, address, claim, delivery) \
+                             VALUES ($1, $2, $3, $4, $5) \
+                             ON CONFLICT (registry, worker) DO UPDATE \
+                               SET claim = webhook_router_owners.claim \
+                             RETURNING address, claim, delivery",
                         )
                         .await
                         .map_err(pg_error)?;
-                    client
-                        .execute(&stmt, &[registry, &db_id(worker), &address])
+                    let row = client
+                        .query_one(
+                            &stmt,
+                            &[
+                                registry,
+                                &db_id(worker),
+                                &address,
+                                &db_claim(claim),
+                                &delivery,
+                            ],
+                        )
                         .await
                         .map_err(pg_error)?;
+                    Ok(OwnerRecord {
+                        address: row.get(0),
+                        claim: u64::try_from(row.get::<_, i64>(1)).unwrap_or(0),
+                        delivery: row.get(2),
+                    })
                 }
             }
-            Ok(())
         })
         .await
     }
 
-    /// The address of the replica that runs `worker`'s container, if one published it.
+    /// The address of the replica that runs (or is starting) `worker`'s container, if one claimed
+    /// it.
     pub async fn owner(&self, worker: WorkerId) -> Result<Option<String>, RegistryError> {
         timed(self.backend(), async {
             match self {
                 Self::Redis { conn, owners, .. } => {
                     let mut conn = conn.clone();
-                    redis::cmd("HGET")
+                    let held = redis::cmd("HGET")
                         .arg(owners)
                         .arg(worker.get())
                         .query_async::<Option<String>>(&mut conn)
                         .await
-                        .map_err(redis_error)
+                        .map_err(redis_error)?;
+                    Ok(held.map(|h| OwnerRecord::parse(&h).address))
                 }
                 Self::Postgres { pool, registry } => {
                     let client = pool.get().await.map_err(pg_error)?;

@@ -7,15 +7,18 @@
 //! of times, each poll letting a little virtual time pass.
 
 mod common;
+mod hold;
 
 use common::*;
+use hold::Hold;
 
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
 use webhook_router::github;
-use worker_registry::WorkerRegistry;
+use worker_registry::{DynRegistry, WorkerRegistry};
+
 #[tokio::test(start_paused = true)]
 async fn assigned_then_duplicate_then_sticky() {
     let h = start(Setup::default()).await;
@@ -707,12 +710,8 @@ async fn a_redelivery_starts_the_worker_whose_creating_admission_lost_its_reply(
         panic!("admitted")
     };
     assert!(a.new);
-    // A redelivery at once may race the start on the replica that created it: a plain duplicate.
-    let early = h.deliver("pull_request", "lost", &pr("octo/repo", 9)).await;
-    assert_eq!(early.body["outcome"], "duplicate");
-    // One heartbeat interval later the worker has still not beaten: it was never started, and
-    // the redelivery starts it (and hands it the event).
-    tokio::time::advance(HEARTBEAT + Duration::from_millis(1)).await;
+    // The redelivery, at once (no time is waited for), wins the worker's start claim: it starts
+    // the worker and hands it the event.
     let retry = h.deliver("pull_request", "lost", &pr("octo/repo", 9)).await;
     assert_eq!(retry.status, StatusCode::ACCEPTED, "{:?}", retry.body);
     assert_eq!(retry.body["outcome"], "assigned");
@@ -729,4 +728,134 @@ async fn a_redelivery_starts_the_worker_whose_creating_admission_lost_its_reply(
         .unwrap()
         .unwrap();
     assert!(info.has_heartbeated);
+    let audit = h.server.app().containers().ledger().audit();
+    assert_eq!((audit.started, audit.refused, audit.lost_claims), (1, 0, 0));
+}
+
+/// The race the start claim settles, made deterministic: the reply to the admission that created a
+/// worker is held back (as on a loaded machine), and a redelivery of that delivery, answered a
+/// duplicate whose worker never started, takes the lost-start path meanwhile. It wins the
+/// worker's start claim, starts the worker and hands it the event; the creating admission, let
+/// go, loses the claim to that very delivery and leaves the handover to the winner. One
+/// container, the event run once and completed, and the ledger shows one lost claim and no
+/// refusal.
+#[tokio::test(start_paused = true)]
+async fn a_held_back_creating_admission_and_a_redelivery_start_one_container() {
+    let mut hold = None;
+    let h = start_with(Setup::default(), |memory| {
+        let (held, registry) = Hold::wrap(DynRegistry::new(memory));
+        hold = Some(held);
+        registry
+    })
+    .await;
+    let hold = hold.unwrap();
+    let held = hold.hold("race");
+    let payload = pr("octo/repo", 9);
+    let (first, retry) = tokio::join!(h.deliver("pull_request", "race", &payload), async {
+        held.reached().await;
+        let retry = h.deliver("pull_request", "race", &payload).await;
+        held.release();
+        retry
+    });
+    assert_eq!(retry.status, StatusCode::ACCEPTED, "{:?}", retry.body);
+    assert_eq!(retry.body["outcome"], "assigned");
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{:?}", first.body);
+    assert_eq!(first.body["outcome"], "assigned");
+    assert_eq!(first.body["new"], true);
+    let w = worker_of(&first);
+    assert_eq!(worker_of(&retry), w);
+    let done = eventually(|| async {
+        let d = h.deliver("pull_request", "race", &payload).await;
+        (d.body["state"] == "completed").then_some(d)
+    })
+    .await;
+    assert_eq!(worker_of(&done), w);
+    let id = worker_registry::WorkerId::new(w);
+    // Idle again: whatever was queued for it has run.
+    eventually(|| async {
+        WorkerRegistry::worker(&h.memory, id)
+            .await
+            .unwrap()
+            .filter(|i| i.activity == worker_registry::Activity::Idle)
+    })
+    .await;
+    assert_eq!(hold.loops(id), 1, "the event ran once");
+    let containers = h.server.app().containers();
+    assert!(containers.is_running(id));
+    let audit = containers.ledger().audit();
+    assert_eq!(
+        (audit.started, audit.workers, audit.max_per_worker),
+        (1, 1, 1),
+        "one container: {audit:?}"
+    );
+    assert_eq!(
+        (audit.refused, audit.lost_claims, audit.abandoned_claims),
+        (0, 1, 0),
+        "the creating admission lost the claim, nothing was refused: {audit:?}"
+    );
+}
+
+/// The other order: a redelivery, answered a duplicate whose worker never started while the
+/// creating admission's reply is held back, is itself held up (its read of the worker); the
+/// creating admission then wins the start claim, starts the worker and hands it the event. The
+/// redelivery, let go, loses the claim to the admission of that very delivery and is a plain
+/// duplicate: the event is not handed over a second time.
+#[tokio::test(start_paused = true)]
+async fn a_redelivery_that_loses_the_start_claim_to_its_own_delivery_is_a_duplicate() {
+    let mut hold = None;
+    let h = start_with(Setup::default(), |memory| {
+        let (held, registry) = Hold::wrap(DynRegistry::new(memory));
+        hold = Some(held);
+        registry
+    })
+    .await;
+    let hold = hold.unwrap();
+    let creating = hold.hold("order");
+    let payload = pr("octo/repo", 9);
+    let answered = tokio::sync::Notify::new();
+    let (first, retry) = tokio::join!(
+        async {
+            let first = h.deliver("pull_request", "order", &payload).await;
+            answered.notify_one();
+            first
+        },
+        async {
+            creating.reached().await;
+            let read = hold.hold_read();
+            let (retry, ()) = tokio::join!(h.deliver("pull_request", "order", &payload), async {
+                // The redelivery has read the worker (alive, never heartbeated) and waits.
+                read.reached().await;
+                creating.release();
+                answered.notified().await;
+                read.release();
+            });
+            retry
+        },
+    );
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{:?}", first.body);
+    assert_eq!(first.body["outcome"], "assigned");
+    assert_eq!(first.body["new"], true);
+    assert_eq!(retry.status, StatusCode::OK, "{:?}", retry.body);
+    assert_eq!(retry.body["outcome"], "duplicate");
+    let id = worker_registry::WorkerId::new(worker_of(&first));
+    assert_eq!(worker_of(&retry), id.get());
+    eventually(|| async {
+        let d = h.deliver("pull_request", "order", &payload).await;
+        (d.body["state"] == "completed").then_some(())
+    })
+    .await;
+    eventually(|| async {
+        WorkerRegistry::worker(&h.memory, id)
+            .await
+            .unwrap()
+            .filter(|i| i.activity == worker_registry::Activity::Idle)
+    })
+    .await;
+    assert_eq!(hold.loops(id), 1, "the event ran once");
+    let audit = h.server.app().containers().ledger().audit();
+    assert_eq!(
+        (audit.started, audit.refused, audit.lost_claims),
+        (1, 0, 1),
+        "the redelivery lost the claim, nothing was refused: {audit:?}"
+    );
 }

@@ -23,17 +23,17 @@ use worker_registry::{DeliveryId, FencingToken, Target, WorkerId};
     tag = "internal",
     description = "An event another replica of the router admitted for a worker whose container \
                    this replica runs (served only with a shared registry, replicas in separate \
-                   processes). It is put in the container's queue as it is; the registry's \
-                   decision was made by the forwarding replica.",
+                   processes). It is put in the container's queue as it is, or parked for the \
+                   container if this replica has claimed its start and not started it yet; the \
+                   registry's decision was made by the forwarding replica.",
     params(("id" = u64, Path, minimum = 0, maximum = 17592186044415_u64,
             description = "Worker id: a decimal integer without sign or leading zeros, at most 2^44 - 1")),
     request_body(content = ForwardedJob, content_type = "application/json"),
     security(("bearer" = [])),
     responses(
-        (status = 202, description = "Queued, or (`overflowed`, with its `position`) queued behind the container's full mailbox", body = ForwardAnswer),
+        (status = 202, description = "Queued (or parked for the container this replica is starting), or (`overflowed`, with its `position`) queued behind the container's full mailbox", body = ForwardAnswer),
         (status = 400, description = "A bad id or body", body = ErrorAnswer),
         (status = 401, description = "Bearer token missing or wrong (when one is configured)", body = ErrorAnswer),
-        (status = 404, description = "No container of this replica has that id", body = ForwardAnswer),
         (status = 410, description = "Its container here has stopped", body = ForwardAnswer),
         (status = 429, description = "Its mailbox and the overflow behind it are full", body = ForwardAnswer),
     ),
@@ -71,7 +71,10 @@ pub(crate) async fn internal_jobs(
             .unwrap_or_default(),
     };
     let mut position = None;
-    let (status, result) = match app.containers().hand(id, job, false) {
+    // The forwarding replica read this replica's owner record, which is written before the
+    // container starts: without a container yet, the event is parked for it (if it never starts,
+    // the worker dies unstarted, the registry releases its events and the mailbox is forgotten).
+    let (status, result) = match app.containers().hand(id, job, true) {
         Handed::Queued => (StatusCode::ACCEPTED, "queued"),
         Handed::Overflowed { position: p } => {
             position = Some(p as u64);
@@ -79,6 +82,7 @@ pub(crate) async fn internal_jobs(
         }
         Handed::Full => (StatusCode::TOO_MANY_REQUESTS, "full"),
         Handed::Stopped => (StatusCode::GONE, "stopped"),
+        // Not reached: the event is parked.
         Handed::Absent(_) => (StatusCode::NOT_FOUND, "unknown"),
     };
     (

@@ -344,6 +344,35 @@ fn recovery(out: &mut String, f: &Findings<'_>) {
     );
 }
 
+/// What became of start claims, if anything but a plain win: lost to a racing path (handed over),
+/// given up (the worker gone meanwhile), or won and then refused by the platform (a bug).
+fn starts(ledger: &Audit) -> String {
+    let mut parts = Vec::new();
+    if ledger.lost_claims > 0 {
+        parts.push(format!(
+            "{} start claims lost to a racing path, their events handed over",
+            ledger.lost_claims
+        ));
+    }
+    if ledger.abandoned_claims > 0 {
+        parts.push(format!(
+            "{} won for a worker gone meanwhile",
+            ledger.abandoned_claims
+        ));
+    }
+    if ledger.refused > 0 {
+        parts.push(format!(
+            "{} starts refused after a won claim (a bug)",
+            ledger.refused
+        ));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
+}
+
 /// Containers per worker and per delivery, and the live count against the capacity.
 fn capacity(out: &mut String, f: &Findings<'_>) {
     let ledger = &f.counts.ledger;
@@ -353,7 +382,7 @@ fn capacity(out: &mut String, f: &Findings<'_>) {
         ledger.started,
         ledger.workers,
         ledger.max_per_worker,
-        if ledger.refused > 0 { format!(" ({} second starts refused)", ledger.refused) } else { String::new() },
+        starts(ledger),
         ledger.max_per_delivery,
         ledger.unexplained.len(),
         ledger.max_running,

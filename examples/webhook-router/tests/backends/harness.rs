@@ -19,7 +19,7 @@ use webhook_router::body::{BodyBudget, BodyLimits, DEFAULT_BODY_BUDGET, DEFAULT_
 use webhook_router::github;
 use webhook_router::policy::Policy;
 use webhook_router::server::{self, Server, ServerLimits};
-use worker_registry::RegistryConfig;
+use worker_registry::{DynRegistry, RegistryConfig};
 
 pub use test_servers::{postgres as pg, redis as rd};
 
@@ -156,7 +156,18 @@ pub async fn replica(
     config: &RegistryConfig,
     options: &Options,
 ) -> Server {
-    let registry = choice.open(config.clone(), name).await.unwrap();
+    replica_with(choice, name, config, options, |r| r).await
+}
+
+/// Like [`replica`], on `wrap(its registry handle)`: one that holds admission replies back, say.
+pub async fn replica_with(
+    choice: &RegistryChoice,
+    name: &str,
+    config: &RegistryConfig,
+    options: &Options,
+    wrap: impl FnOnce(DynRegistry) -> DynRegistry,
+) -> Server {
+    let registry = wrap(choice.open(config.clone(), name).await.unwrap());
     let listener = TcpListener::bind(loopback()).await.unwrap();
     let advertise = format!("http://{}", listener.local_addr().unwrap());
     let platform = Platform::for_backend(

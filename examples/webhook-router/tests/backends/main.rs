@@ -7,6 +7,8 @@
 #[path = "../fake_github/mod.rs"]
 mod fake_github;
 mod harness;
+#[path = "../hold/mod.rs"]
+mod hold;
 
 mod outage;
 mod processes;

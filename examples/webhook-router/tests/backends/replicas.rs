@@ -9,9 +9,12 @@ use webhook_router::app::Options;
 use webhook_router::backend::RegistryChoice;
 use webhook_router::server::Server;
 use webhook_router::sim::{self, Plan, Probe};
-use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry};
+use worker_registry::{
+    Activity, Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry,
+};
 
 use crate::harness::*;
+use crate::hold::Hold;
 
 /// Three router replicas in this process on the registry `name`, on loopback ports.
 async fn three_replicas(
@@ -264,6 +267,179 @@ async fn forwarding_between_replicas_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_between_replicas_on_postgres() {
     forwarding(Kind::Postgres).await;
+}
+
+/// The start claim across processes, made deterministic: replica A's admission creates a worker
+/// and its reply is held back (as on a loaded machine); a redelivery reaches replica B (its own
+/// containers), is a duplicate whose worker never started, and B wins the worker's start claim
+/// (its owner record, written before the start), starts it and hands it the event. A, let go,
+/// loses the claim to a claim made for that very delivery, and leaves the handover to B. One
+/// container in all, on B; A started none and refused nothing; the event ran once, completed.
+async fn start_claim_across_replicas(kind: Kind) {
+    let Some(choice) = shared(kind) else {
+        return;
+    };
+    let name = unique("claim");
+    // Patient: the worker must not be declared dead while A's reply is held.
+    let config = patient_config(8);
+    let options = options(Duration::from_millis(20), Duration::from_secs(3600), 8);
+    let mut hold = None;
+    let a = replica_with(&choice, &name, &config, &options, |registry| {
+        let (held, registry) = Hold::wrap(registry);
+        hold = Some(held);
+        registry
+    })
+    .await;
+    let mut counted = None;
+    let b = replica_with(&choice, &name, &config, &options, |registry| {
+        let (loops, registry) = Hold::wrap(registry);
+        counted = Some(loops);
+        registry
+    })
+    .await;
+    let (ba, bb) = (base(&a), base(&b));
+    let http = client();
+    let held = hold.unwrap().hold("c-1");
+    let payload = pr("o/r", 1);
+    let (first, retry) = tokio::join!(deliver(&http, &ba, "c-1", &payload), async {
+        held.reached().await;
+        let retry = deliver(&http, &bb, "c-1", &payload).await;
+        held.release();
+        retry
+    });
+    assert_eq!(retry.status, StatusCode::ACCEPTED, "{}", retry.body);
+    assert_eq!(retry.body["outcome"], "assigned", "{}", retry.body);
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
+    assert_eq!(first.body["new"], true, "{}", first.body);
+    let w = first.worker();
+    assert_eq!(retry.worker(), w);
+    let id = WorkerId::new(w);
+    assert!(b.app().containers().is_running(id), "B won the claim");
+    assert!(!a.app().containers().knows(id), "A started none");
+    let owner = b.app().remote().unwrap().store().owner(id).await.unwrap();
+    assert_eq!(owner.as_deref(), Some(bb.as_str()), "B's record holds");
+    eventually("c-1 completed", || async {
+        deliver(&http, &ba, "c-1", &payload)
+            .await
+            .completed()
+            .then_some(())
+    })
+    .await;
+    // Idle again: whatever was queued for it has run.
+    eventually("the worker idle", || async {
+        b.app()
+            .registry()
+            .worker(id)
+            .await
+            .unwrap()
+            .filter(|i| i.activity == Activity::Idle)
+    })
+    .await;
+    assert_eq!(counted.unwrap().loops(id), 1, "the event ran once");
+    let (on_a, on_b) = (
+        a.app().containers().ledger().audit(),
+        b.app().containers().ledger().audit(),
+    );
+    assert_eq!(
+        (on_a.started, on_a.refused, on_a.lost_claims),
+        (0, 0, 1),
+        "A lost the claim and handed over: {on_a:?}"
+    );
+    assert_eq!(
+        (on_b.started, on_b.refused, on_b.lost_claims),
+        (1, 0, 0),
+        "{on_b:?}"
+    );
+    a.shutdown(Duration::from_secs(2)).await;
+    b.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_claim_across_replicas_on_redis() {
+    start_claim_across_replicas(Kind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_claim_across_replicas_on_postgres() {
+    start_claim_across_replicas(Kind::Postgres).await;
+}
+
+/// A replica whose admission of k-1 created a worker, and which won the worker's start claim and
+/// was killed before it started the container: its owner record names an address nobody listens
+/// on, and the worker never heartbeats. GitHub's redelivery of k-1 reaches replica B: a duplicate
+/// whose worker never started; B loses the start claim to the record, made for k-1 itself, and
+/// answers a plain duplicate (the event is with the worker). A later event for the same pull
+/// request, k-2, is placed on the worker and forwarded to the dead address: the refused
+/// connection leaves it with the worker (202). The sweep declares the worker dead, B forgets the
+/// record, and both events are re-dispatched to a new worker on B and completed.
+async fn a_claim_won_by_a_replica_killed_before_the_start(kind: Kind) {
+    let Some(choice) = shared(kind) else {
+        return;
+    };
+    let name = unique("gone");
+    // Patient: the worker must still be alive when k-2 is placed, however slow the machine.
+    let config = patient_config(8);
+    let options = options(Duration::from_millis(20), Duration::from_secs(3600), 8);
+    let b = replica(&choice, &name, &config, &options).await;
+    let bb = base(&b);
+    let http = client();
+    // The dead replica's admission created the worker, and its claim was written.
+    let registry = choice.open(config.clone(), &name).await.unwrap();
+    let t = Target::new("o/gone", 1).unwrap();
+    let Ok(Admission::Assigned(a)) = registry.admit(&t, &DeliveryId::new("k-1").unwrap()).await
+    else {
+        panic!("admitted");
+    };
+    let gone = {
+        let l = std::net::TcpListener::bind(loopback()).unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let store = b.app().remote().unwrap().store();
+    let record = store.claim(a.worker, &gone, 1, "k-1").await.unwrap();
+    assert_eq!(record.address, gone);
+
+    let retry = deliver(&http, &bb, "k-1", &pr("o/gone", 1)).await;
+    assert_eq!(retry.status, StatusCode::OK, "{}", retry.body);
+    assert_eq!(retry.body["outcome"], "duplicate", "{}", retry.body);
+    assert_eq!(retry.worker(), a.worker.get(), "{}", retry.body);
+    assert_eq!(b.app().containers().ledger().audit().lost_claims, 1);
+    let held = deliver(&http, &bb, "k-2", &pr("o/gone", 1)).await;
+    assert_eq!(held.status, StatusCode::ACCEPTED, "{}", held.body);
+    assert_eq!(held.worker(), a.worker.get(), "{}", held.body);
+    assert!(!b.app().containers().knows(a.worker), "B started nothing");
+    for d in ["k-1", "k-2"] {
+        let done = eventually(&format!("{d} re-dispatched and completed"), || async {
+            let again = deliver(&http, &bb, d, &pr("o/gone", 1)).await;
+            again.completed().then_some(again)
+        })
+        .await;
+        let by = done.body["targets"][0]["worker"].as_u64().unwrap();
+        assert!(by > a.worker.get(), "{}", done.body);
+        assert!(b.app().containers().knows(WorkerId::new(by)), "on B");
+    }
+    eventually("the dead worker's record forgotten", || async {
+        store.owner(a.worker).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    // Every resend before the death lost the claim to the dead replica's record again.
+    let audit = b.app().containers().ledger().audit();
+    assert_eq!(
+        (audit.started, audit.max_per_worker, audit.refused),
+        (1, 1, 0),
+        "{audit:?}"
+    );
+    assert!(audit.lost_claims >= 1, "{audit:?}");
+    b.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_won_by_a_replica_killed_before_the_start_on_redis() {
+    a_claim_won_by_a_replica_killed_before_the_start(Kind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_won_by_a_replica_killed_before_the_start_on_postgres() {
+    a_claim_won_by_a_replica_killed_before_the_start(Kind::Postgres).await;
 }
 
 /// A forwarded event for a busy worker whose mailbox is full waits in the owner's overflow: the
