@@ -80,8 +80,8 @@ impl Histogram {
                 // Relaxed: statistics.
                 let n = c.load(Ordering::Relaxed);
                 count += n;
-                // prometheus-client writes f64::MAX as `+Inf`.
-                let bound = self.bounds.get(i).map_or(f64::MAX, Duration::as_secs_f64);
+                // The last bucket is +Inf (prometheus-client 0.26 writes f64::INFINITY as `+Inf`).
+                let bound = self.bounds.get(i).map_or(f64::INFINITY, Duration::as_secs_f64);
                 (bound, n)
             })
             .collect();
@@ -164,7 +164,7 @@ mod tests {
         h.observe(Duration::from_secs(3));
         let (sum, count, buckets) = h.snapshot();
         assert_eq!(count, 4);
-        assert_eq!(buckets, vec![(0.001, 2), (0.01, 1), (f64::MAX, 1)]);
+        assert_eq!(buckets, vec![(0.001, 2), (0.01, 1), (f64::INFINITY, 1)]);
         assert!((sum - 3.0065).abs() < 1e-9, "{sum}");
     }
 }
