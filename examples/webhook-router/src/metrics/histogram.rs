@@ -81,7 +81,10 @@ impl Histogram {
                 let n = c.load(Ordering::Relaxed);
                 count += n;
                 // The last bucket is +Inf (prometheus-client 0.26 writes f64::INFINITY as `+Inf`).
-                let bound = self.bounds.get(i).map_or(f64::INFINITY, Duration::as_secs_f64);
+                let bound = self
+                    .bounds
+                    .get(i)
+                    .map_or(f64::INFINITY, Duration::as_secs_f64);
                 (bound, n)
             })
             .collect();

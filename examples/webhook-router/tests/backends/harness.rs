@@ -126,6 +126,27 @@ where
     }
 }
 
+/// Opens `choice`'s registry `name`, trying again while it cannot (a busy machine can keep a
+/// server from answering a connection within the router's connect timeout): a test fails on a
+/// backend that does not open within [`HANG`], never on one that was slow to.
+pub async fn open_registry(
+    choice: &RegistryChoice,
+    config: &RegistryConfig,
+    name: &str,
+) -> DynRegistry {
+    let started = std::time::Instant::now();
+    loop {
+        match choice.open(config.clone(), name).await {
+            Ok(registry) => return registry,
+            Err(e) if started.elapsed() < HANG => {
+                eprintln!("opening the {choice} registry {name}: {e}; trying again");
+                tokio::time::sleep(HEARTBEAT).await;
+            }
+            Err(e) => panic!("the {choice} registry {name} did not open within {HANG:?}: {e}"),
+        }
+    }
+}
+
 pub fn options(work: Duration, idle: Duration, mailbox: usize) -> Options {
     Options {
         webhook_secret: Some(SECRET).into(),
@@ -167,7 +188,7 @@ pub async fn replica_with(
     options: &Options,
     wrap: impl FnOnce(DynRegistry) -> DynRegistry,
 ) -> Server {
-    let registry = wrap(choice.open(config.clone(), name).await.unwrap());
+    let registry = wrap(open_registry(choice, config, name).await);
     let listener = TcpListener::bind(loopback()).await.unwrap();
     let advertise = format!("http://{}", listener.local_addr().unwrap());
     let platform = Platform::for_backend(

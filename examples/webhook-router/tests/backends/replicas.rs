@@ -128,7 +128,7 @@ async fn three_replicas_report_the_room_the_server_holds(kind: Kind) {
     assert!(report.passed(), "the audit failed: {report:?}");
     assert!(report.killed.is_some(), "a replica was killed: {report:?}");
     assert!(report.parked > 0, "the room was used: {report:?}");
-    let fresh = choice.open(config.clone(), &name).await.unwrap();
+    let fresh = open_registry(&choice, &config, &name).await;
     assert_eq!(
         report.waiting,
         fresh.status().waiting,
@@ -229,7 +229,7 @@ async fn forwarding(kind: Kind) {
 
     // A worker whose container nobody published (created here behind the routers' backs): B waits
     // a heartbeat interval for its owner, then gives the claim back and answers 503.
-    let registry = choice.open(config.clone(), &name).await.unwrap();
+    let registry = open_registry(&choice, &config, &name).await;
     let t = Target::new("o/orphan", 1).unwrap();
     let Ok(Admission::Assigned(orphan)) =
         registry.admit(&t, &DeliveryId::new("o-0").unwrap()).await
@@ -384,7 +384,7 @@ async fn a_claim_won_by_a_replica_killed_before_the_start(kind: Kind) {
     let bb = base(&b);
     let http = client();
     // The dead replica's admission created the worker, and its claim was written.
-    let registry = choice.open(config.clone(), &name).await.unwrap();
+    let registry = open_registry(&choice, &config, &name).await;
     let t = Target::new("o/gone", 1).unwrap();
     let Ok(Admission::Assigned(a)) = registry.admit(&t, &DeliveryId::new("k-1").unwrap()).await
     else {

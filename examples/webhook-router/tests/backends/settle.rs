@@ -14,7 +14,7 @@ async fn released_delivery_is_unfinished_until_completed(kind: Kind) {
         return;
     };
     let name = unique("settle");
-    let registry = choice.open(config(4), &name).await.unwrap();
+    let registry = open_registry(&choice, &config(4), &name).await;
     let store = Store::open(&choice, &name)
         .await
         .unwrap()
