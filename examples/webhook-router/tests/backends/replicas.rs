@@ -340,9 +340,16 @@ async fn start_claim_across_replicas(kind: Kind) {
         a.app().containers().ledger().audit(),
         b.app().containers().ledger().audit(),
     );
+    // A lost the claim at least once: its creating admission did; a poll above that reached A
+    // before the worker's first heartbeat asked for its start again and lost it again (a run at
+    // load 12 counted 2).
     assert_eq!(
-        (on_a.started, on_a.refused, on_a.lost_claims),
-        (0, 0, 1),
+        (on_a.started, on_a.refused),
+        (0, 0),
+        "A started nothing and refused nothing: {on_a:?}"
+    );
+    assert!(
+        on_a.lost_claims >= 1,
         "A lost the claim and handed over: {on_a:?}"
     );
     assert_eq!(
