@@ -69,6 +69,7 @@ pub(crate) async fn internal_jobs(
             .as_deref()
             .and_then(TraceParent::parse)
             .unwrap_or_default(),
+        payload: None,
     };
     let mut position = None;
     // The forwarding replica read this replica's owner record, which is written before the
