@@ -7,10 +7,13 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use webhook_router::app::Options;
 use webhook_router::backend::RegistryChoice;
+use webhook_router::remote::Handover;
+use webhook_router::runs::digest;
 use webhook_router::server::Server;
 use webhook_router::sim::{self, Plan, Probe};
+use webhook_router::worker::Job;
 use worker_registry::{
-    Activity, Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry,
+    Activity, Admission, DeliveryId, Payload, RegistryConfig, Target, WorkerId, WorkerRegistry,
 };
 
 use crate::harness::*;
@@ -181,6 +184,47 @@ async fn forwarding(kind: Kind) {
         })
         .await;
     }
+
+    // An event that carries its payload reaches the owner's container with the body as sent:
+    // admitted through B's handle (sticky on A's worker), forwarded by B's `Remote` to A.
+    a.app().containers().runs().keep();
+    let (t, d) = (
+        Target::new("o/r", 1).unwrap(),
+        DeliveryId::new("f-body").unwrap(),
+    );
+    let Ok(Admission::Assigned(placed)) = b.app().registry().admit(&t, &d).await else {
+        panic!("f-body is placed on the live worker");
+    };
+    assert_eq!(placed.worker, id);
+    let sent = b"{\n  \"action\": \"synchronize\",\n  \"raw\": \"\\u00e9\\n\"\n}\n\0\xff".to_vec();
+    let payload = Payload::builder("pull_request", sent.clone())
+        .action("synchronize")
+        .header("X-GitHub-Delivery", "f-body")
+        .header(
+            "X-Hub-Signature-256",
+            webhook_router::github::sign(b"s", &sent),
+        )
+        .build()
+        .unwrap();
+    let job = Job {
+        target: t.clone(),
+        event: d.clone(),
+        token: placed.token,
+        trace: Default::default(),
+        payload: Some(payload.clone()),
+    };
+    let remote = b.app().remote().expect("B forwards");
+    assert_eq!(remote.post(&ba, id, job).await, Handover::Queued);
+    let runs = eventually("f-body run on A", || async {
+        let r = a.app().containers().runs().of(&t, &d);
+        (!r.is_empty()).then_some(r)
+    })
+    .await;
+    assert_eq!(
+        (runs[0].worker, runs[0].body),
+        (id, Some(digest(&sent))),
+        "A's worker ran on the bytes B forwarded"
+    );
 
     // The internal endpoint takes the admin token.
     let open = http
