@@ -441,6 +441,13 @@ impl Ledger {
         }
     }
 
+    /// Whether a sweeper callback of this process was handed `delivery` to `target` released
+    /// (its worker died, or it was promoted out of the waiting room).
+    pub fn was_released(&self, target: &Target, delivery: &DeliveryId) -> bool {
+        self.releases
+            .contains_key(&(target.clone(), delivery.clone()))
+    }
+
     /// A container task began.
     pub fn running_up(&self) {
         // Relaxed: statistics; the maximum is approximate under races by at most the racers.
