@@ -1,6 +1,7 @@
 //! Several router replicas on one shared registry: the simulator's 3-replica audit (one replica
-//! killed mid-run), forwarding between replicas that each run their own containers, and claims
-//! that survive a restart of every replica (Redis with AOF).
+//! killed mid-run), forwarding between replicas that each run their own containers (an event's
+//! payload included), and claims that survive a restart of every replica (Redis with AOF); and
+//! the simulator's audit of the bodies workers ran on, on the in-memory registry.
 
 use std::time::Duration;
 
@@ -96,6 +97,57 @@ async fn three_replicas_audit_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_audit_on_postgres() {
     three_replicas_audit(Kind::Postgres).await;
+}
+
+/// `--simulate` on the in-memory registry (which keeps payloads): workers crashed and drained,
+/// deliveries parked and promoted; the audit compares, for every completed delivery, the body
+/// its worker ran on with the body sent, and finds every one equal, released and promoted ones
+/// included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_on_memory_finds_every_body_as_sent() {
+    let choice = RegistryChoice::Memory;
+    let name = unique("bodies");
+    let config = configured(6, MISSED, 256);
+    let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
+    let (servers, probe) = sim::start(
+        &choice,
+        &name,
+        &config,
+        &options,
+        Default::default(),
+        loopback(),
+        1,
+    )
+    .await
+    .expect("the router starts");
+    let plan = Plan {
+        events: 600,
+        rate: 300,
+        clients: 8,
+        repos: 4,
+        prs: 4,
+        redeliveries: 0.1,
+        crash_every: HEARTBEAT * 3,
+        drain_every: HEARTBEAT * 4,
+        max_time: Duration::from_secs(20),
+        seed: 5,
+        secret: SECRET.as_bytes().to_vec(),
+        admin_token: Some(TOKEN.to_owned()),
+        shutdown_deadline: Duration::from_secs(2),
+        registry: choice.to_string(),
+        registry_name: name,
+    };
+    let report = sim::run(servers, plan, probe).await;
+    let b = &report.bodies;
+    assert!(b.kept, "the in-memory registry keeps payloads");
+    assert!(b.mismatched.is_empty(), "{:?}", b.mismatched);
+    assert!(b.matched > 300, "{report:?}");
+    assert!(
+        b.handed_on > 0,
+        "released or promoted ones checked too: {report:?}"
+    );
+    assert!(report.promoted > 0 && report.crashes > 0, "{report:?}");
+    assert_eq!(report.completed, report.accepted, "{report:?}");
 }
 
 /// The simulator's summary reports the waiting room as the server holds it: with two slots for
