@@ -4,7 +4,7 @@
 //! Each worker's container belongs to the replica that won its *start claim*: before it starts
 //! the container, a replica writes its own address (`--advertise-url`) as the worker's owner
 //! record in the [`Store`] next to the registry, in one atomic step that writes nothing if a
-//! record exists ([`Remote::claim_start`]). Both paths that start a worker claim first: the
+//! record exists (`Remote::claim_start`). Both paths that start a worker claim first: the
 //! admission that created it (`new: true`) and the retry of one whose reply was lost
 //! ([`AlreadyClaimed::needs_start`](worker_registry::AlreadyClaimed::needs_start)); whichever
 //! loses hands its event over like any other (see [`crate::lifecycle`]). Any replica whose
@@ -82,7 +82,7 @@ pub enum Handover {
     Unreachable(String),
 }
 
-/// What came of a claim of a worker's start ([`Remote::claim_start`]).
+/// What came of a claim of a worker's start (`Remote::claim_start`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartClaim {
     /// This claim holds: start the container.
