@@ -40,6 +40,34 @@ async fn three_replicas(
     .expect("three replicas start")
 }
 
+/// A small `--simulate` run's plan: `events` deliveries at 300/s over 8 clients to 16 pull
+/// requests, `redeliveries` of them resent, workers crashed and drained every few heartbeats.
+fn small_plan(
+    choice: &RegistryChoice,
+    name: String,
+    events: usize,
+    redeliveries: f64,
+    seed: u64,
+) -> Plan {
+    Plan {
+        events,
+        rate: 300,
+        clients: 8,
+        repos: 4,
+        prs: 4,
+        redeliveries,
+        crash_every: HEARTBEAT * 3,
+        drain_every: HEARTBEAT * 4,
+        max_time: Duration::from_secs(20),
+        seed,
+        secret: SECRET.as_bytes().to_vec(),
+        admin_token: Some(TOKEN.to_owned()),
+        shutdown_deadline: Duration::from_secs(2),
+        registry: choice.to_string(),
+        registry_name: name,
+    }
+}
+
 /// `--simulate --replicas 3`, smaller: three replicas in this process on one registry, each
 /// delivery and its redeliveries sent to different replicas, workers crashed and drained, the
 /// third replica killed when half the traffic is sent; the audit must pass and show the kill.
@@ -51,23 +79,7 @@ async fn three_replicas_audit(kind: Kind) {
     let config = config(12);
     let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
     let (servers, probe) = three_replicas(&choice, &name, &config, &options).await;
-    let plan = Plan {
-        events: 600,
-        rate: 300,
-        clients: 8,
-        repos: 4,
-        prs: 4,
-        redeliveries: 0.15,
-        crash_every: HEARTBEAT * 3,
-        drain_every: HEARTBEAT * 4,
-        max_time: Duration::from_secs(20),
-        seed: 7,
-        secret: SECRET.as_bytes().to_vec(),
-        admin_token: Some(TOKEN.to_owned()),
-        shutdown_deadline: Duration::from_secs(2),
-        registry: choice.to_string(),
-        registry_name: name,
-    };
+    let plan = small_plan(&choice, name, 600, 0.15, 7);
     let report = sim::run(servers, plan, probe).await;
     // Settled: the server held nothing unfinished before the audit (else the audit would judge
     // work still being re-dispatched).
@@ -120,23 +132,7 @@ async fn the_audit_on_memory_finds_every_body_as_sent() {
     )
     .await
     .expect("the router starts");
-    let plan = Plan {
-        events: 600,
-        rate: 300,
-        clients: 8,
-        repos: 4,
-        prs: 4,
-        redeliveries: 0.1,
-        crash_every: HEARTBEAT * 3,
-        drain_every: HEARTBEAT * 4,
-        max_time: Duration::from_secs(20),
-        seed: 5,
-        secret: SECRET.as_bytes().to_vec(),
-        admin_token: Some(TOKEN.to_owned()),
-        shutdown_deadline: Duration::from_secs(2),
-        registry: choice.to_string(),
-        registry_name: name,
-    };
+    let plan = small_plan(&choice, name, 600, 0.1, 5);
     let report = sim::run(servers, plan, probe).await;
     let b = &report.bodies;
     assert!(b.kept, "the in-memory registry keeps payloads");
@@ -162,23 +158,7 @@ async fn three_replicas_report_the_room_the_server_holds(kind: Kind) {
     let config = configured(2, MISSED, 512);
     let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
     let (servers, probe) = three_replicas(&choice, &name, &config, &options).await;
-    let plan = Plan {
-        events: 300,
-        rate: 300,
-        clients: 8,
-        repos: 4,
-        prs: 4,
-        redeliveries: 0.1,
-        crash_every: HEARTBEAT * 3,
-        drain_every: HEARTBEAT * 4,
-        max_time: Duration::from_secs(20),
-        seed: 11,
-        secret: SECRET.as_bytes().to_vec(),
-        admin_token: Some(TOKEN.to_owned()),
-        shutdown_deadline: Duration::from_secs(2),
-        registry: choice.to_string(),
-        registry_name: name.clone(),
-    };
+    let plan = small_plan(&choice, name.clone(), 300, 0.1, 11);
     let report = sim::run(servers, plan, probe).await;
     assert!(report.passed(), "the audit failed: {report:?}");
     assert!(report.killed.is_some(), "a replica was killed: {report:?}");
