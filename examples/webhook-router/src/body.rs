@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use http_body_util::BodyExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -123,6 +123,18 @@ pub struct ReadBody {
     /// The bytes.
     pub bytes: Vec<u8>,
     _reserved: Option<OwnedSemaphorePermit>,
+}
+
+impl ReadBody {
+    /// The bytes as a shared buffer (what a [`Payload`](worker_registry::Payload) holds), their
+    /// share of the read budget given back: from here on the registry's payload budget bounds
+    /// them. The buffer is first shrunk to the body's length (it grew by doubling; glibc shrinks
+    /// in place), so that what the budget counts is what is held.
+    pub fn into_bytes(self) -> Bytes {
+        let mut bytes = self.bytes;
+        bytes.shrink_to_fit();
+        Bytes::from(bytes)
+    }
 }
 
 /// Reads `body` under `limits`, feeding `verify` (the HMAC and the digest the header announced)

@@ -33,6 +33,7 @@ use worker_registry::{DeliveryId, ReleasedEvent, Target, WorkerId};
 
 use crate::limits::{MAX_MAILBOX, MAX_OVERFLOW};
 use crate::mailbox::{self, Mailbox, OverflowMetrics, Put};
+use crate::runs::Runs;
 use crate::telemetry::Traces;
 use crate::worker::Job;
 
@@ -134,6 +135,7 @@ pub struct Containers {
     next_replica: AtomicU32,
     ledger: Ledger,
     traces: Arc<Traces>,
+    runs: Arc<Runs>,
 }
 
 impl Containers {
@@ -148,6 +150,7 @@ impl Containers {
             next_replica: AtomicU32::new(1),
             ledger: Ledger::default(),
             traces: Arc::default(),
+            runs: Arc::default(),
         }
     }
 
@@ -171,6 +174,11 @@ impl Containers {
     /// event's trace links to).
     pub fn traces(&self) -> &Arc<Traces> {
         &self.traces
+    }
+
+    /// What the workers ran on (kept only when asked: see [`crate::runs`]).
+    pub fn runs(&self) -> &Arc<Runs> {
+        &self.runs
     }
 
     /// A slot at `stage` whose mailbox waits, parked, for a container to take it over.
@@ -433,6 +441,13 @@ impl Ledger {
         }
     }
 
+    /// Whether a sweeper callback of this process was handed `delivery` to `target` released
+    /// (its worker died, or it was promoted out of the waiting room).
+    pub fn was_released(&self, target: &Target, delivery: &DeliveryId) -> bool {
+        self.releases
+            .contains_key(&(target.clone(), delivery.clone()))
+    }
+
     /// A container task began.
     pub fn running_up(&self) {
         // Relaxed: statistics; the maximum is approximate under races by at most the racers.
@@ -498,6 +513,7 @@ mod tests {
             event: DeliveryId::new(&format!("d{n}")).unwrap(),
             token: FencingToken::from_raw(n),
             trace: Default::default(),
+            payload: None,
         }
     }
 

@@ -29,11 +29,14 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 use tracing::Instrument;
 use worker_registry::{
-    Admission, AlreadyClaimed, Assignment, DeliveryId, Target, WorkerId, WorkerRegistry,
+    Admission, AlreadyClaimed, Assignment, DeliveryId, Payload, Rejection, Target, WorkerId,
+    WorkerRegistry,
 };
 
 impl App {
-    /// Admits one (target, delivery) pair and hands it to the target's worker.
+    /// Admits one (target, delivery) pair, with what GitHub sent (`payload`, kept by the registry
+    /// with the claim: see [`WorkerRegistry::admit_with`]), and hands it to the target's worker
+    /// in a [`Job`] that carries the payload.
     ///
     /// Only the admission that created the worker (`new: true`) starts its container; every event
     /// goes through the worker's bounded mailbox, found by id on the platform (or on its owner
@@ -42,11 +45,12 @@ impl App {
         &self,
         target: &Target,
         delivery: &DeliveryId,
+        payload: Option<&Payload>,
         source: Source,
     ) -> Dispatch {
         let span = telemetry::dispatch_span(target, delivery, source);
         let d = self
-            .place(target, delivery, source)
+            .place(target, delivery, payload, source)
             .instrument(span.clone())
             .await;
         telemetry::record_dispatch(&span, &d);
@@ -57,7 +61,13 @@ impl App {
         d
     }
 
-    async fn place(&self, target: &Target, delivery: &DeliveryId, source: Source) -> Dispatch {
+    async fn place(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        payload: Option<&Payload>,
+        source: Source,
+    ) -> Dispatch {
         // A shutdown refuses new deliveries only: released ones are placed until its deadline. A
         // delivery that sees the flag clear may still race with the drain, which is fine: it is
         // caught below.
@@ -65,10 +75,11 @@ impl App {
             return Dispatch::Closing;
         }
         let admit = telemetry::admit_span();
-        let admission = self
-            .inner
-            .registry
-            .admit(target, delivery)
+        let registry = &self.inner.registry;
+        // A backend that keeps none would refuse the admission (`Unsupported`).
+        let payload = payload.filter(|_| registry.keeps_payloads());
+        let admission = registry
+            .admit_with(target, delivery, payload)
             .instrument(admit.clone())
             .await;
         let a = match admission {
@@ -90,9 +101,10 @@ impl App {
             Ok(Admission::Rejected(r)) => {
                 admit.record("decision", "rejected");
                 // With the room on, the registry parks what finds no room (no capacity, or the
-                // target's worker draining): a refusal then means the room is full.
-                let registry = &self.inner.registry;
-                if registry.parks() && registry.config().max_waiting() > 0 {
+                // target's worker draining): a refusal then means the room is full. A refusal for
+                // the payload budget is never parked.
+                let budget = matches!(r, Rejection::PayloadBudget { .. });
+                if !budget && registry.parks() && registry.config().max_waiting() > 0 {
                     return Dispatch::RoomFull(r);
                 }
                 return Dispatch::Rejected(r);
@@ -107,17 +119,18 @@ impl App {
                 return Dispatch::Unavailable(e);
             }
         };
-        self.deliver(target, delivery, a).await
+        self.deliver(target, delivery, a, payload).await
     }
 
     /// Hands a delivery the registry placed on `a` to its worker (starting the worker's container
     /// if `a` created it): the rest of an admission, and all of a promotion out of the waiting
-    /// room (see [`crate::redispatch`]).
+    /// room (see [`crate::redispatch`]). The worker's [`Job`] carries `payload`.
     pub(crate) async fn deliver(
         &self,
         target: &Target,
         delivery: &DeliveryId,
         a: Assignment,
+        payload: Option<&Payload>,
     ) -> Dispatch {
         self.inner.targets.insert(target.clone(), a.worker);
         if a.new {
@@ -142,6 +155,8 @@ impl App {
             token: a.token,
             // The dispatch span's: the worker's loop continues this trace.
             trace: TraceParent::current(),
+            // Shared with the registry's copy: a reference count, not the bytes.
+            payload: payload.cloned(),
         };
         let handover = self.hand_over(a.worker, job).await;
         self.settle(target, delivery, a, handover).await

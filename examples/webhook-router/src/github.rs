@@ -4,11 +4,14 @@
 
 use std::fmt;
 
+use axum::body::Bytes;
 use axum::http::{header, HeaderMap, StatusCode};
 use hmac::{KeyInit, Mac};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
-use worker_registry::{DeliveryId, DeliveryIdError, Target, TargetError};
+use worker_registry::{
+    DeliveryId, DeliveryIdError, Payload, PayloadError as EventError, Target, TargetError,
+};
 
 use crate::secrets::HmacSha256;
 
@@ -352,6 +355,68 @@ pub fn delivery_key(guid: &DeliveryId, hook: Option<&str>) -> Result<DeliveryId,
         None => Ok(guid.clone()),
         Some(h) => DeliveryId::new(&format!("{guid}@{h}")),
     }
+}
+
+/// The headers a delivery's [`Payload`] carries to its worker, when GitHub sent them: the
+/// delivery id, the signature (so the worker can verify the body itself), and the hook's identity.
+pub const PAYLOAD_HEADERS: [&str; 5] = [
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    HOOK_ID_HEADER,
+    HOOK_TARGET_TYPE_HEADER,
+    HOOK_TARGET_ID_HEADER,
+];
+
+/// What GitHub sent with `delivery`, as its worker gets it: the event name, `action`, the
+/// `Content-Type` as sent, `body` as received (shared, not copied) and the [`PAYLOAD_HEADERS`]
+/// present. An `Err` is a header or action GitHub never sends (a 400).
+///
+/// # Examples
+///
+/// ```
+/// use axum::body::Bytes;
+/// use axum::http::HeaderMap;
+/// use webhook_router::github::{delivery, payload};
+///
+/// let mut h = HeaderMap::new();
+/// h.insert("x-github-event", "pull_request".parse().unwrap());
+/// h.insert("x-github-delivery", "d-1".parse().unwrap());
+/// h.insert("x-github-hook-id", "7".parse().unwrap());
+/// h.insert("content-type", "application/json".parse().unwrap());
+/// let d = delivery(&h).unwrap();
+/// let p = payload(&d, Some("opened"), &h, Bytes::from_static(b"{}")).unwrap();
+/// assert_eq!((p.event(), p.action(), p.content_type()), ("pull_request", Some("opened"), "application/json"));
+/// assert_eq!((p.header("x-github-delivery"), p.header("x-github-hook-id")), (Some("d-1"), Some("7")));
+/// assert_eq!(&p.body()[..], b"{}");
+/// ```
+pub fn payload(
+    delivery: &Delivery,
+    action: Option<&str>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Payload, EventError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or(match delivery.content_type {
+            ContentType::Json => "application/json",
+            ContentType::Form => "application/x-www-form-urlencoded",
+        });
+    let mut p = Payload::builder(delivery.event.as_str(), body).content_type(content_type);
+    if let Some(a) = action {
+        p = p.action(a);
+    }
+    for name in PAYLOAD_HEADERS {
+        // Each of these is single where it matters (checked with the delivery); the first is kept.
+        if let Some(v) = headers.get(name) {
+            let v = v.to_str().map_err(|_| EventError::BadHeader {
+                name: name.to_owned(),
+                reason: "has a value that is not visible ASCII",
+            })?;
+            p = p.header(name, v);
+        }
+    }
+    p.build()
 }
 
 /// The JSON document of a delivery: the body itself (not copied), or the `payload` field of a

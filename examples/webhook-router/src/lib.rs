@@ -26,6 +26,7 @@
 //!   channel with a bounded overflow behind it); [`remote`]:
 //!   the owner records and forwarding to containers that other router processes run; [`store`]:
 //!   those records next to a shared registry; [`worker`]: the simulated worker container;
+//!   [`runs`]: what its loops ran on (the body's digest, for the simulator's audit);
 //!   [`metrics`]: the router's own metrics; [`backend`]: `--registry`, the backend choice;
 //!   [`telemetry`]: a delivery's spans, the `traceparent` handed to its worker, and (feature
 //!   `otel`) their export over OTLP.
@@ -54,6 +55,7 @@ pub mod redispatch;
 pub mod reload;
 pub mod remote;
 pub mod routing;
+pub mod runs;
 pub mod secrets;
 pub mod server;
 pub mod shutdown;

@@ -138,6 +138,7 @@ impl App {
             stop: self.inner.stop.subscribe(),
             timings: self.inner.timings,
             traces: self.inner.containers.traces().clone(),
+            runs: self.inner.containers.runs().clone(),
         };
         self.inner.running.send_modify(|n| *n += 1);
         self.inner.containers.ledger().running_up();

@@ -31,7 +31,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 
 use crate::telemetry::TraceParent;
-use worker_registry::{DeliveryId, FencingToken, Target};
+use worker_registry::{DeliveryId, FencingToken, Payload, Target};
 
 /// One event handed to a worker (`crate::worker` names it too).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,13 @@ pub struct Job {
     pub token: FencingToken,
     /// The W3C `traceparent` of the span it was dispatched under (its loop's parent).
     pub trace: TraceParent,
+    /// What GitHub sent with the delivery (the event name, action, content type, the body as
+    /// received and the headers a worker needs), shared with the registry's copy and every other
+    /// hop (a reference count, no copy of the body). `None` only when the router does not have it:
+    /// a delivery re-dispatched or promoted by a registry that does not keep payloads
+    /// ([`keeps_payloads`](worker_registry::WorkerRegistry::keeps_payloads) false), or forwarded
+    /// by a replica that sent none.
+    pub payload: Option<Payload>,
 }
 
 /// Events queued in overflows and overflowed in total, across a platform's workers (the
@@ -146,6 +153,7 @@ impl Overflow {
 /// #     event: DeliveryId::new(&format!("d{n}")).unwrap(),
 /// #     token: FencingToken::from_raw(1),
 /// #     trace: Default::default(),
+/// #     payload: None,
 /// # };
 ///
 /// let (tx, mut rx) = mailbox::channel(1, 1, OverflowMetrics::default());
@@ -311,6 +319,7 @@ impl Mailbox {
     /// #     event: DeliveryId::new("d").unwrap(),
     /// #     token: FencingToken::from_raw(1),
     /// #     trace: Default::default(),
+    /// #     payload: None,
     /// # };
     /// assert_eq!(tx.put(job), Put::Closed);
     /// ```
@@ -375,6 +384,7 @@ mod tests {
             event: DeliveryId::new(&format!("d{n}")).unwrap(),
             token: FencingToken::from_raw(n),
             trace: Default::default(),
+            payload: None,
         }
     }
 

@@ -49,7 +49,7 @@ pub const RECONCILE_COUNTS: [&str; 11] = [
 ];
 
 /// Every outcome label of `webhook_router_deliveries_total`.
-pub const DELIVERY_OUTCOMES: [&str; 14] = [
+pub const DELIVERY_OUTCOMES: [&str; 15] = [
     "assigned",
     "duplicate",
     "waiting",
@@ -57,6 +57,7 @@ pub const DELIVERY_OUTCOMES: [&str; 14] = [
     "draining",
     "waiting_room_full",
     "overflow_full",
+    "payload_budget",
     "closing",
     "unavailable",
     "ignored",

@@ -80,13 +80,15 @@ impl Dispatch {
     /// overflowed delivery included: the registry admitted it), `duplicate`, `waiting`, `capacity`
     /// (no capacity, the waiting room off), `draining` (the room off), `waiting_room_full` (no
     /// capacity or the worker draining, and the room full), `overflow_full` (the worker's mailbox
-    /// and overflow are full), `closing` or `unavailable`.
+    /// and overflow are full), `payload_budget` (the registry's payload budget is full),
+    /// `closing` or `unavailable`.
     pub fn outcome(&self) -> &'static str {
         match self {
             Self::Assigned(_) | Self::Overflowed { .. } => "assigned",
             Self::Duplicate(_) => "duplicate",
             Self::Waiting(_) => "waiting",
             Self::Rejected(Rejection::CapacityFull { .. }) => "capacity",
+            Self::Rejected(Rejection::PayloadBudget { .. }) => "payload_budget",
             Self::Rejected(_) => "draining",
             Self::RoomFull(_) => "waiting_room_full",
             Self::Backlog { .. } => "overflow_full",
@@ -96,7 +98,7 @@ impl Dispatch {
     }
 
     /// Every value of [`outcome`](Self::outcome).
-    pub const OUTCOMES: [&'static str; 9] = [
+    pub const OUTCOMES: [&'static str; 10] = [
         "assigned",
         "duplicate",
         "waiting",
@@ -104,6 +106,7 @@ impl Dispatch {
         "draining",
         "waiting_room_full",
         "overflow_full",
+        "payload_budget",
         "closing",
         "unavailable",
     ];

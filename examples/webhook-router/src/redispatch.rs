@@ -13,7 +13,8 @@ use std::sync::atomic::Ordering;
 
 use tracing::Instrument;
 use worker_registry::{
-    Deferred, DeliveryId, Maintenance, ReleaseReason, ReleasedEvent, SweepReport, Target, WorkerId,
+    Deferred, DeliveryId, Maintenance, Payload, ReleaseReason, ReleasedEvent, SweepReport, Target,
+    WorkerId, WorkerRegistry,
 };
 
 /// A released event's identity: one delivery to one target.
@@ -103,19 +104,21 @@ impl App {
                 .take(&event.target, &event.delivery);
             let span =
                 telemetry::redispatch_span(&event.target, &event.delivery, original.as_ref());
+            let payload = self.released_payload(&event).await;
             let d = match (event.reason, event.assignment) {
                 // Placed by the registry already (its claim is in flight on that worker):
                 // deliver it there; admitting it again would be a duplicate.
                 (ReleaseReason::Promoted, Some(a)) => {
                     let d = self
-                        .deliver(&event.target, &event.delivery, a)
+                        .deliver(&event.target, &event.delivery, a, payload.as_ref())
                         .instrument(span)
                         .await;
                     self.inner.metrics.admission(Source::Promotion, d.outcome());
                     d
                 }
                 _ => {
-                    self.dispatch(&event.target, &event.delivery, Source::Redispatch)
+                    let (t, id) = (&event.target, &event.delivery);
+                    self.dispatch(t, id, payload.as_ref(), Source::Redispatch)
                         .instrument(span)
                         .await
                 }
@@ -162,5 +165,30 @@ impl App {
             }
         }
         placed
+    }
+
+    /// What GitHub sent with a released or promoted delivery: the event's own copy, else (an
+    /// event offered again by a shared backend after an earlier hand-over) the registry's, looked
+    /// up by (target, delivery); `None` only if the registry keeps none, or holds none for it
+    /// any more (the delivery is then handed on without, and logged).
+    async fn released_payload(&self, event: &ReleasedEvent) -> Option<Payload> {
+        if event.payload.is_some() {
+            return event.payload.clone();
+        }
+        let registry = &self.inner.registry;
+        if !registry.keeps_payloads() {
+            return None;
+        }
+        match registry.payload(&event.target, &event.delivery).await {
+            Ok(Some(p)) => Some(p),
+            Ok(None) => {
+                tracing::warn!(target = %event.target, delivery = %event.delivery, "the registry holds no payload for a released delivery: it is handed on without one");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(target = %event.target, delivery = %event.delivery, "the payload of a released delivery could not be read ({e}): it is handed on without one");
+                None
+            }
+        }
     }
 }

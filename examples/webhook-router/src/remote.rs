@@ -4,13 +4,14 @@
 //! Each worker's container belongs to the replica that won its *start claim*: before it starts
 //! the container, a replica writes its own address (`--advertise-url`) as the worker's owner
 //! record in the [`Store`] next to the registry, in one atomic step that writes nothing if a
-//! record exists ([`Remote::claim_start`]). Both paths that start a worker claim first: the
+//! record exists (`Remote::claim_start`). Both paths that start a worker claim first: the
 //! admission that created it (`new: true`) and the retry of one whose reply was lost
 //! ([`AlreadyClaimed::needs_start`](worker_registry::AlreadyClaimed::needs_start)); whichever
 //! loses hands its event over like any other (see [`crate::lifecycle`]). Any replica whose
 //! admission places an event on a worker it does not run looks the owner up and forwards the
-//! event to `POST /internal/workers/{id}/jobs` there, with the admin token; the owner queues it,
-//! or parks it for the container it is about to start (its record is written first). What can go
+//! event to `POST /internal/workers/{id}/jobs` there, with the admin token (and with the event's
+//! payload, its body as GitHub sent it: see [`JOB_WITH_BODY`]); the owner queues it, or parks it
+//! for the container it is about to start (its record is written first). What can go
 //! wrong, and what the replica answers GitHub:
 //!
 //! | the owner | handover | answer |
@@ -41,13 +42,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use axum::body::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::time::sleep;
 use utoipa::ToSchema;
-use worker_registry::{DeliveryId, WorkerId};
+use worker_registry::{DeliveryId, FencingToken, Payload, TargetError, WorkerId};
 
 use crate::secrets::Secret;
 use crate::store::Store;
+use crate::telemetry::TraceParent;
 use crate::worker::Job;
 
 /// How many times a start claim is tried while the backend cannot answer.
@@ -79,7 +82,7 @@ pub enum Handover {
     Unreachable(String),
 }
 
-/// What came of a claim of a worker's start ([`Remote::claim_start`]).
+/// What came of a claim of a worker's start (`Remote::claim_start`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartClaim {
     /// This claim holds: start the container.
@@ -105,6 +108,37 @@ pub enum Owner {
     Unknown,
 }
 
+/// The media type of a forwarded event that carries its payload: the [`ForwardedJob`] as compact
+/// JSON (with its `payload` metadata) on one line, a line feed, then the payload's body exactly as
+/// GitHub sent it. The body is not re-encoded (base64 in JSON would make a 25 MiB body 33 MiB and
+/// cost two passes over it): the receiving replica parses the one short line and keeps the rest
+/// of the request's buffer as the body, without a copy. An event without a payload is sent as
+/// plain `application/json`, as replicas of earlier versions send and take it.
+pub const JOB_WITH_BODY: &str = "application/vnd.webhook-router.job+body";
+
+/// The most bytes a forwarded event's request may have: the largest body GitHub sends, its
+/// largest metadata, and room for the job's JSON line.
+pub const MAX_FORWARDED_BYTES: usize = crate::github::MAX_PAYLOAD_BYTES
+    + worker_registry::limits::MAX_PAYLOAD_META_LEN * 2
+    + 64 * 1024;
+
+/// A forwarded event's payload metadata (its body follows the JSON line, see [`JOB_WITH_BODY`]).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ForwardedPayload {
+    /// The event name (`X-GitHub-Event`).
+    pub event: String,
+    /// The action, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// The body's content type.
+    pub content_type: String,
+    /// The extra headers, as `[name, value]` pairs in order.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// The body's length: what follows the JSON line must be exactly this long.
+    pub body_len: u64,
+}
+
 /// A forwarded event, as `POST /internal/workers/{id}/jobs` takes it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ForwardedJob {
@@ -118,6 +152,121 @@ pub struct ForwardedJob {
     /// parent of the worker's loop span.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// What GitHub sent with the delivery, without its body (sent as [`JOB_WITH_BODY`] only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<ForwardedPayload>,
+}
+
+/// `job` as a forwarding request's content type and body: [`JOB_WITH_BODY`] if it carries a
+/// payload (one copy of the body, into the request), else `application/json`.
+///
+/// # Examples
+///
+/// ```
+/// use webhook_router::remote::{decode_job, encode_job, JOB_WITH_BODY};
+/// use webhook_router::worker::Job;
+/// use worker_registry::{DeliveryId, FencingToken, Payload, Target};
+///
+/// let payload = Payload::builder("pull_request", &b"{\n \"action\": \"opened\"}"[..])
+///     .action("opened")
+///     .header("X-GitHub-Delivery", "d-1")
+///     .build()
+///     .unwrap();
+/// let job = Job {
+///     target: Target::new("o/r", 1).unwrap(),
+///     event: DeliveryId::new("d-1").unwrap(),
+///     token: FencingToken::from_raw(7),
+///     trace: Default::default(),
+///     payload: Some(payload),
+/// };
+/// let (content_type, body) = encode_job(&job);
+/// assert_eq!(content_type, JOB_WITH_BODY);
+/// assert_eq!(decode_job(content_type, body).unwrap(), job);
+/// ```
+pub fn encode_job(job: &Job) -> (&'static str, Bytes) {
+    let forwarded = ForwardedJob {
+        target: job.target.to_string(),
+        delivery: job.event.to_string(),
+        token: job.token.get(),
+        traceparent: job.trace.as_str().map(str::to_owned),
+        payload: job.payload.as_ref().map(|p| ForwardedPayload {
+            event: p.event().to_owned(),
+            action: p.action().map(str::to_owned),
+            content_type: p.content_type().to_owned(),
+            headers: p
+                .headers()
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                .collect(),
+            body_len: p.body().len() as u64,
+        }),
+    };
+    // Serialising these plain structs cannot fail; compact JSON has no raw line feed.
+    let line = serde_json::to_vec(&forwarded).unwrap_or_default();
+    match &job.payload {
+        None => ("application/json", Bytes::from(line)),
+        Some(p) => {
+            let mut buf = Vec::with_capacity(line.len() + 1 + p.body().len());
+            buf.extend_from_slice(&line);
+            buf.push(b'\n');
+            buf.extend_from_slice(p.body());
+            (JOB_WITH_BODY, Bytes::from(buf))
+        }
+    }
+}
+
+/// A forwarding request's job, from its content type (`application/json` or [`JOB_WITH_BODY`],
+/// parameters ignored) and body; the payload's body is a slice of `body` (no copy). `Err` says
+/// what is wrong (a 400).
+pub fn decode_job(content_type: &str, body: Bytes) -> Result<Job, String> {
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    let (line, rest) = if media.eq_ignore_ascii_case(JOB_WITH_BODY) {
+        let end = body
+            .iter()
+            .position(|b| *b == b'\n')
+            .ok_or_else(|| format!("{JOB_WITH_BODY}: no line feed after the job's JSON"))?;
+        (body.slice(..end), Some(body.slice(end + 1..)))
+    } else if media.eq_ignore_ascii_case("application/json") {
+        (body, None)
+    } else {
+        return Err(format!(
+            "content type {content_type:?}: expected application/json or {JOB_WITH_BODY}"
+        ));
+    };
+    let job: ForwardedJob =
+        serde_json::from_slice(&line).map_err(|e| format!("the job's JSON: {e}"))?;
+    let payload = match (job.payload, rest) {
+        (None, _) => None,
+        (Some(_), None) => return Err(format!("a payload is sent as {JOB_WITH_BODY}")),
+        (Some(p), Some(rest)) => {
+            if rest.len() as u64 != p.body_len {
+                return Err(format!(
+                    "the payload's body is {} bytes, its body_len says {}",
+                    rest.len(),
+                    p.body_len
+                ));
+            }
+            let mut b = Payload::builder(p.event, rest).content_type(p.content_type);
+            if let Some(a) = p.action {
+                b = b.action(a);
+            }
+            for (n, v) in p.headers {
+                b = b.header(n, v);
+            }
+            Some(b.build().map_err(|e| e.to_string())?)
+        }
+    };
+    Ok(Job {
+        target: job.target.parse().map_err(|e: TargetError| e.to_string())?,
+        event: DeliveryId::new(&job.delivery).map_err(|e| e.to_string())?,
+        token: FencingToken::from_raw(job.token),
+        // A malformed one is dropped: the event is still delivered, in a trace of its own.
+        trace: job
+            .traceparent
+            .as_deref()
+            .and_then(TraceParent::parse)
+            .unwrap_or_default(),
+        payload,
+    })
 }
 
 /// How `POST /internal/workers/{id}/jobs` answered.
@@ -275,19 +424,16 @@ impl Remote {
         }
     }
 
-    /// Forwards `job` to `worker`'s container on the replica at `address`.
-    pub(crate) async fn post(&self, address: &str, worker: WorkerId, job: Job) -> Handover {
-        let body = ForwardedJob {
-            target: job.target.to_string(),
-            delivery: job.event.to_string(),
-            token: job.token.get(),
-            traceparent: job.trace.as_str().map(str::to_owned),
-        };
+    /// Forwards `job` (with its payload, if it carries one: see [`encode_job`]) to `worker`'s
+    /// container on the replica at `address`.
+    pub async fn post(&self, address: &str, worker: WorkerId, job: Job) -> Handover {
+        let (content_type, body) = encode_job(&job);
         let mut req = self
             .0
             .http
             .post(format!("{address}/internal/workers/{worker}/jobs"))
-            .json(&body);
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body);
         if let Some(t) = self.0.token.current_text() {
             req = req.bearer_auth(t);
         }
@@ -337,4 +483,59 @@ fn refused(e: &reqwest::Error) -> bool {
         source = s.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use worker_registry::Target;
+
+    fn job(body: &'static [u8]) -> Job {
+        Job {
+            target: Target::new("o/r", 1).unwrap(),
+            event: DeliveryId::new("d").unwrap(),
+            token: FencingToken::from_raw(3),
+            trace: Default::default(),
+            payload: Some(
+                Payload::builder("pull_request", body)
+                    .header("x-github-hook-id", "9")
+                    .build()
+                    .unwrap(),
+            ),
+        }
+    }
+
+    #[test]
+    fn a_payload_round_trips_byte_for_byte_and_its_body_is_not_copied() {
+        let j = job(b"line\none\n\0\xff");
+        let (ct, wire) = encode_job(&j);
+        let decoded = decode_job(&format!("{ct}; charset=binary"), wire.clone()).unwrap();
+        assert_eq!(decoded, j);
+        let body = decoded.payload.unwrap().body().clone();
+        assert_eq!(
+            body.as_ptr(),
+            wire[wire.len() - body.len()..].as_ptr(),
+            "a slice of the request's buffer"
+        );
+        // Without a payload: plain JSON, as earlier versions send it.
+        let bare = Job { payload: None, ..j };
+        let (ct, wire) = encode_job(&bare);
+        assert_eq!(ct, "application/json");
+        assert_eq!(decode_job(ct, wire).unwrap(), bare);
+    }
+
+    #[test]
+    fn a_truncated_or_unframed_payload_is_refused_with_a_reason() {
+        let (ct, wire) = encode_job(&job(b"0123456789"));
+        let short = wire.slice(..wire.len() - 1);
+        let e = decode_job(ct, short).unwrap_err();
+        assert!(e.contains("9 bytes, its body_len says 10"), "{e}");
+        let line = wire.slice(..wire.iter().position(|b| *b == b'\n').unwrap());
+        let e = decode_job(ct, line.clone()).unwrap_err();
+        assert!(e.contains("no line feed"), "{e}");
+        let e = decode_job("application/json", line).unwrap_err();
+        assert!(e.contains("is sent as"), "{e}");
+        let e = decode_job("text/plain", wire).unwrap_err();
+        assert!(e.contains("expected application/json"), "{e}");
+    }
 }

@@ -9,8 +9,8 @@ use crate::outcome::{Dispatch, Source};
 use crate::policy::Decision;
 
 use worker_registry::{
-    Assignment, ClaimOutcome, DeliveryId, RegistryError, Rejection, Status, Target, WorkerId,
-    WorkerRegistry,
+    Assignment, ClaimOutcome, DeliveryId, Payload, RegistryError, Rejection, Status, Target,
+    WorkerId, WorkerRegistry,
 };
 
 /// What the router did with one pull request of a delivery, under the routing policy's decision.
@@ -80,18 +80,21 @@ impl App {
         }
     }
 
-    /// Carries out the routing policy's `decision` for one pull request of a delivery.
+    /// Carries out the routing policy's `decision` for one pull request of a delivery, which
+    /// carries `payload` (see [`App::dispatch`]).
     pub async fn apply(
         &self,
         decision: Decision,
         target: &Target,
         delivery: &DeliveryId,
+        payload: Option<&Payload>,
     ) -> TargetOutcome {
         match decision {
             Decision::Ignore => TargetOutcome::Ignored,
-            Decision::Start => {
-                TargetOutcome::Dispatched(self.dispatch(target, delivery, Source::Webhook).await)
-            }
+            Decision::Start => TargetOutcome::Dispatched(
+                self.dispatch(target, delivery, payload, Source::Webhook)
+                    .await,
+            ),
             Decision::Reach | Decision::Drain => {
                 if self.is_closing() {
                     return TargetOutcome::Dispatched(Dispatch::Closing);
@@ -103,9 +106,10 @@ impl App {
                             .await
                     }
                     Ok(Some(_)) if decision == Decision::Reach => TargetOutcome::Dispatched(
-                        self.dispatch(target, delivery, Source::Webhook).await,
+                        self.dispatch(target, delivery, payload, Source::Webhook)
+                            .await,
                     ),
-                    Ok(Some(w)) => self.drain_last(target, delivery, w).await,
+                    Ok(Some(w)) => self.drain_last(target, delivery, payload, w).await,
                 }
             }
         }
@@ -117,6 +121,7 @@ impl App {
         &self,
         target: &Target,
         delivery: &DeliveryId,
+        payload: Option<&Payload>,
         worker: WorkerId,
     ) -> TargetOutcome {
         // Already draining: nothing more to do (admitting the event would park it for the
@@ -126,7 +131,10 @@ impl App {
                 return TargetOutcome::AlreadyDraining { worker };
             }
         }
-        match self.dispatch(target, delivery, Source::Webhook).await {
+        match self
+            .dispatch(target, delivery, payload, Source::Webhook)
+            .await
+        {
             // Queued behind a full mailbox is queued too: a draining worker runs everything it
             // was handed (its overflow included) before it exits.
             Dispatch::Assigned(a) | Dispatch::Overflowed { assignment: a, .. } => {

@@ -18,6 +18,7 @@
 //! verdict: a heartbeat is simply tried again at the next tick, a completion a few times.
 
 use crate::mailbox::Mailbox;
+use crate::runs::Runs;
 use crate::telemetry::{self, Traces};
 
 use std::sync::Arc;
@@ -93,6 +94,8 @@ pub struct Worker {
     pub timings: Timings,
     /// The process's handed-over events' trace contexts (a completed event is forgotten there).
     pub traces: Arc<Traces>,
+    /// Where it records what each completed loop ran on (see [`crate::runs`]).
+    pub runs: Arc<Runs>,
 }
 
 /// What interrupted a loop.
@@ -229,6 +232,11 @@ impl Worker {
             "not_recorded"
         };
         span.record("outcome", outcome);
+        if recorded {
+            // The simulated work "reads" the event: what it ran on is recorded for the audit.
+            self.runs
+                .ran(self.id, &job.target, &job.event, job.payload.as_ref());
+        }
         tracing::debug!(worker = %self.id, target = %job.target, event = %job.event, outcome, "loop finished");
         self.traces.completed(&job.target, &job.event);
         Ok(())

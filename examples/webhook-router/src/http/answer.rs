@@ -33,6 +33,9 @@ pub enum Outcome {
     WaitingRoomFull,
     /// The worker's mailbox and the overflow behind it are full (503, no claim left behind).
     OverflowFull,
+    /// The registry holds as many bytes of payloads as its `payload_budget` allows (503, no claim
+    /// left behind; room appears as work completes).
+    PayloadBudget,
     /// The router is shutting down (503).
     Closing,
     /// The registry's backend could not answer; nothing was accepted (503).
@@ -52,6 +55,7 @@ impl Outcome {
             Self::Draining => "draining",
             Self::WaitingRoomFull => "waiting_room_full",
             Self::OverflowFull => "overflow_full",
+            Self::PayloadBudget => "payload_budget",
             Self::Closing => "closing",
             Self::Unavailable => "unavailable",
         }
@@ -65,6 +69,7 @@ impl Outcome {
                 | Self::Draining
                 | Self::WaitingRoomFull
                 | Self::OverflowFull
+                | Self::PayloadBudget
                 | Self::Closing
                 | Self::Unavailable
         )

@@ -5,16 +5,14 @@ use super::answer::ErrorAnswer;
 use super::reply::error_response;
 use crate::app::App;
 use crate::containers::Handed;
-use crate::remote::{ForwardAnswer, ForwardedJob};
-use crate::telemetry::TraceParent;
-use crate::worker::Job;
+use crate::remote::{decode_job, ForwardAnswer, ForwardedJob};
 
-use axum::extract::rejection::JsonRejection;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use worker_registry::{DeliveryId, FencingToken, Target, WorkerId};
+use worker_registry::WorkerId;
 
 /// Takes an event another replica forwards for one of this router's containers.
 #[utoipa::path(
@@ -25,10 +23,18 @@ use worker_registry::{DeliveryId, FencingToken, Target, WorkerId};
                    this replica runs (served only with a shared registry, replicas in separate \
                    processes). It is put in the container's queue as it is, or parked for the \
                    container if this replica has claimed its start and not started it yet; the \
-                   registry's decision was made by the forwarding replica.",
+                   registry's decision was made by the forwarding replica. An event that carries \
+                   its payload is sent as `application/vnd.webhook-router.job+body`, so that its \
+                   body travels as GitHub sent it.",
     params(("id" = u64, Path, minimum = 0, maximum = 17592186044415_u64,
             description = "Worker id: a decimal integer without sign or leading zeros, at most 2^44 - 1")),
-    request_body(content = ForwardedJob, content_type = "application/json"),
+    request_body(
+        description = "The job as JSON; with its payload (what GitHub sent), the job's JSON on one line, a line feed, then the payload's body as GitHub sent it (`body_len` bytes)",
+        content(
+            (ForwardedJob = "application/json"),
+            (ForwardedJob = "application/vnd.webhook-router.job+body"),
+        ),
+    ),
     security(("bearer" = [])),
     responses(
         (status = 202, description = "Queued (or parked for the container this replica is starting), or (`overflowed`, with its `position`) queued behind the container's full mailbox", body = ForwardAnswer),
@@ -41,34 +47,20 @@ use worker_registry::{DeliveryId, FencingToken, Target, WorkerId};
 pub(crate) async fn internal_jobs(
     State(app): State<App>,
     Path(id): Path<String>,
-    body: Result<Json<ForwardedJob>, JsonRejection>,
+    headers: HeaderMap,
+    body: Bytes,
 ) -> Response {
     let id: WorkerId = match id.parse() {
         Ok(id) => id,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
     };
-    let job = match body {
-        Ok(Json(job)) => job,
-        Err(e) => return error_response(StatusCode::BAD_REQUEST, e.body_text()),
-    };
-    let target: Target = match job.target.parse() {
-        Ok(t) => t,
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let job = match decode_job(content_type, body) {
+        Ok(job) => job,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
-    };
-    let delivery = match DeliveryId::new(&job.delivery) {
-        Ok(d) => d,
-        Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
-    };
-    let job = Job {
-        target,
-        event: delivery,
-        token: FencingToken::from_raw(job.token),
-        // A malformed one is dropped: the event is still delivered, in a trace of its own.
-        trace: job
-            .traceparent
-            .as_deref()
-            .and_then(TraceParent::parse)
-            .unwrap_or_default(),
     };
     let mut position = None;
     // The forwarding replica read this replica's owner record, which is written before the

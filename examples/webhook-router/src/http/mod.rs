@@ -23,13 +23,14 @@ pub mod webhook;
 pub use reply::{retry_after_secs, Reply};
 
 use crate::app::App;
+use crate::remote::MAX_FORWARDED_BYTES;
 use answer::Outcome;
 use probes::Readiness;
 use reply::{error_response, refused, OVERLOADED};
 
 use std::time::Duration;
 
-use axum::extract::Request;
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -108,7 +109,11 @@ fn admin_routes(app: &App, metrics: Metrics) -> Router {
     let router = Router::new();
     // Replicas in other processes forward events for this router's containers here.
     let router = match app.remote() {
-        Some(_) => router.route("/internal/workers/{id}/jobs", post(internal::internal_jobs)),
+        Some(_) => router.route(
+            "/internal/workers/{id}/jobs",
+            // A forwarded payload is as large as GitHub sends (axum's default limit is 2 MB).
+            post(internal::internal_jobs).layer(DefaultBodyLimit::max(MAX_FORWARDED_BYTES)),
+        ),
         None => router,
     };
     let routes = router

@@ -11,14 +11,14 @@ use super::probes::ProbeAnswer;
 use super::webhook::FormDelivery;
 use super::{debug, internal, probes, webhook};
 use crate::policy::Decision;
-use crate::remote::{ForwardAnswer, ForwardedJob};
+use crate::remote::{ForwardAnswer, ForwardedJob, ForwardedPayload};
 
 #[derive(OpenApi)]
 #[openapi(
     paths(webhook::webhook, debug::crash, internal::internal_jobs, probes::readyz),
     components(schemas(
         DeliveryAnswer, TargetAnswer, Outcome, ClaimStateName, Decision, ErrorAnswer, CrashAnswer,
-        FormDelivery, ForwardedJob, ForwardAnswer, ProbeAnswer,
+        FormDelivery, ForwardedJob, ForwardedPayload, ForwardAnswer, ProbeAnswer,
     )),
     tags(
         (name = "webhook", description = "GitHub webhook deliveries"),

@@ -20,12 +20,13 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 use worker_registry::{
-    Assignment, ClaimState, Rejection, Target, Waiting, WorkerId, WorkerRegistry,
+    Assignment, ClaimState, Payload, RegistryError, Rejection, Target, Waiting, WorkerId,
+    WorkerRegistry,
 };
 
 /// The whole handling of one `POST /webhook`.
 pub async fn handle(app: &App, request: Request) -> Reply {
-    let (delivery, raw) = match read(app, request).await {
+    let (delivery, raw, headers) = match read(app, request).await {
         Ok(read) => read,
         Err(reply) => return reply,
     };
@@ -41,17 +42,28 @@ pub async fn handle(app: &App, request: Request) -> Reply {
         Ok(Route::Ignored(reason)) => return ignored(delivery.event, reason),
         Err(e) => return Reply::error(StatusCode::BAD_REQUEST, e),
     };
-    // The body's share of the memory budget is given back here.
     drop(payload);
-    drop(raw);
     let decision = app
         .options()
         .policy
         .decide(&delivery.event, action.as_deref());
+    // The body's share of the read budget is given back here; the registry's payload budget
+    // bounds it from now on (or, on a backend that keeps no payloads, it is dropped).
+    let event = if decision == Decision::Ignore {
+        drop(raw);
+        None
+    } else {
+        match event_payload(app, &delivery, action.as_deref(), &headers, raw) {
+            Ok(event) => event,
+            Err((status, e)) => return Reply::error(status, e),
+        }
+    };
     let mut answers = Vec::with_capacity(targets.len());
     let mut wait: Option<Duration> = None;
     for target in &targets {
-        let outcome = app.apply(decision, target, &delivery.key).await;
+        let outcome = app
+            .apply(decision, target, &delivery.key, event.as_ref())
+            .await;
         tracing::debug!(%target, delivery = %delivery.key, event = %delivery.event, %decision, ?outcome, "delivery");
         let (answer, w) = target_answer(app, target, outcome, &delivery.event, action.as_deref());
         wait = wait.max(w);
@@ -60,10 +72,38 @@ pub async fn handle(app: &App, request: Request) -> Reply {
     answer(decision, delivery.event, action, answers, wait)
 }
 
-/// The delivery's identity and its body (holding its share of the memory budget), or the refusal
-/// of the request: everything that rules it out without its body is checked before the body is
-/// read.
-async fn read(app: &App, request: Request) -> Result<(Delivery, body::ReadBody), Reply> {
+/// What GitHub sent, as the registry keeps it with the delivery's claims and the worker gets it
+/// ([`github::payload`]); `None` if the registry keeps no payloads. A payload the registry's
+/// [`max_payload_bytes`](worker_registry::RegistryConfig::max_payload_bytes) refuses is a 413
+/// here, before any registry call (GitHub would send it again unchanged).
+fn event_payload(
+    app: &App,
+    delivery: &Delivery,
+    action: Option<&str>,
+    headers: &HeaderMap,
+    raw: body::ReadBody,
+) -> Result<Option<Payload>, (StatusCode, String)> {
+    let registry = app.registry();
+    if !registry.keeps_payloads() {
+        return Ok(None);
+    }
+    let payload = github::payload(delivery, action, headers, raw.into_bytes())
+        .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    let limit = registry.config().max_payload_bytes();
+    if payload.size() > limit {
+        let e = RegistryError::PayloadTooLarge {
+            size: payload.size(),
+            limit,
+        };
+        return Err((StatusCode::PAYLOAD_TOO_LARGE, e.to_string()));
+    }
+    Ok(Some(payload))
+}
+
+/// The delivery's identity, its body (holding its share of the memory budget) and its headers, or
+/// the refusal of the request: everything that rules it out without its body is checked before
+/// the body is read.
+async fn read(app: &App, request: Request) -> Result<(Delivery, body::ReadBody, HeaderMap), Reply> {
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
     if app.is_closing() {
@@ -117,7 +157,7 @@ async fn read(app: &App, request: Request) -> Result<(Delivery, body::ReadBody),
             return Err(Reply::error(status, e));
         }
     };
-    Ok((delivery, raw))
+    Ok((delivery, raw, parts.headers))
 }
 
 /// The `X-GitHub-Event` header as far as it can be echoed (visible, at most 64 characters).
@@ -197,7 +237,8 @@ fn answer(
 fn wait_for(app: &App, d: &Dispatch) -> Duration {
     let cfg = app.registry().config();
     match d {
-        Dispatch::Rejected(Rejection::TargetDraining { .. })
+        // Room appears as workers complete loops (a completion frees its payload too).
+        Dispatch::Rejected(Rejection::TargetDraining { .. } | Rejection::PayloadBudget { .. })
         | Dispatch::RoomFull(Rejection::TargetDraining { .. })
         | Dispatch::Backlog { .. } => app.options().work,
         Dispatch::Closing => cfg.heartbeat_timeout(),
@@ -293,6 +334,12 @@ fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
             a.outcome = Outcome::Draining;
             a.worker = Some(worker.get());
             a.reason = Some(format!("its worker {worker} is draining"));
+        }
+        Dispatch::Rejected(r @ Rejection::PayloadBudget { .. }) => {
+            a.outcome = Outcome::PayloadBudget;
+            a.reason = Some(format!(
+                "{r}: the registry holds as many payloads as it may; send it again once work completes"
+            ));
         }
         Dispatch::Rejected(r) => {
             a.outcome = Outcome::Capacity;
@@ -419,9 +466,9 @@ fn summary(answers: &[TargetAnswer]) -> Outcome {
         (status = 400, description = "A missing, repeated or invalid header, or a payload that is not what its event promises", body = ErrorAnswer),
         (status = 401, description = "A malformed X-Hub-Signature-256, or (when the router has a secret) a missing or wrong one", body = ErrorAnswer),
         (status = 408, description = "The body was not received in time", body = ErrorAnswer),
-        (status = 413, description = "Larger than GitHub's 25 MiB", body = ErrorAnswer),
+        (status = 413, description = "Larger than GitHub's 25 MiB, or than the registry's `max_payload_bytes` (nothing was claimed)", body = ErrorAnswer),
         (status = 415, description = "Not application/json nor application/x-www-form-urlencoded", body = ErrorAnswer),
-        (status = 503, description = "Not accepted now (no capacity, the worker drains or its queue is full, shutting down, the registry's backend is away, or too many deliveries at once): send it again after Retry-After; nothing was left behind",
+        (status = 503, description = "Not accepted now (no capacity, the worker drains or its queue is full, the registry's payload budget is full, shutting down, the registry's backend is away, or too many deliveries at once): send it again after Retry-After; nothing was left behind",
          body = DeliveryAnswer,
          headers(("Retry-After" = u64, description = "Seconds to wait"))),
     ),

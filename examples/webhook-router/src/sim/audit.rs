@@ -5,7 +5,39 @@
 
 use super::client::Outcome;
 use super::sampler::Probe;
+use super::traffic::Delivery;
 use super::Sim;
+use crate::runs::digest;
+
+use serde_json::Value;
+use worker_registry::{DeliveryId, Target, WorkerRegistry};
+
+/// What the audit found of the bodies the workers ran on ([`crate::runs`]): for every pull
+/// request of every delivery found completed, each recorded loop's body against the body sent.
+///
+/// # Examples
+///
+/// ```
+/// use webhook_router::sim::Bodies;
+///
+/// let b = Bodies::default();
+/// assert!(b.mismatched.is_empty());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Bodies {
+    /// Whether the registry keeps payloads; if not, jobs carry none and nothing is compared.
+    pub kept: bool,
+    /// (pull request, delivery) pairs completed with every recorded loop on the body sent.
+    pub matched: usize,
+    /// Of those, released (their worker died) or promoted out of the waiting room before the
+    /// loop that completed them.
+    pub handed_on: usize,
+    /// Pairs completed without a recorded loop (a `reach` or `drain` of a pull request without a
+    /// worker is recorded as handled without one).
+    pub unrun: usize,
+    /// Pairs with a loop whose body was missing or not the one sent, each described.
+    pub mismatched: Vec<String>,
+}
 
 /// What the audit found.
 pub(super) struct Audited {
@@ -19,6 +51,8 @@ pub(super) struct Audited {
     pub(super) lost: usize,
     /// The accepted deliveries not found completed, each explained.
     pub(super) not_completed: Vec<NotCompleted>,
+    /// The bodies the completed ones ran on.
+    pub(super) bodies: Bodies,
 }
 
 /// An accepted delivery the audit did not find completed: how its last redelivery was answered and
@@ -68,6 +102,10 @@ pub(super) async fn run(sim: &Sim, probe: &Probe) -> Audited {
     };
     let (mut completed, mut in_flight, mut lost) = (0usize, 0usize, 0usize);
     let mut not_completed = Vec::new();
+    let mut bodies = Bodies {
+        kept: sim.app().registry().keeps_payloads(),
+        ..Bodies::default()
+    };
     for &i in &accepted {
         let (o, body) = sim.client.send(&sim.deliveries[i], i).await;
         // Every pull request the delivery names must hold it as completed.
@@ -76,7 +114,12 @@ pub(super) async fn run(sim: &Sim, probe: &Probe) -> Audited {
             .and_then(|b| b["targets"].as_array())
             .is_some_and(|ts| !ts.is_empty() && ts.iter().all(|t| t["state"] == "completed"));
         match (o, all_completed) {
-            (Outcome::Duplicate, true) => completed += 1,
+            (Outcome::Duplicate, true) => {
+                completed += 1;
+                if let Some(b) = &body {
+                    ran_on(sim, &sim.deliveries[i], b, &mut bodies);
+                }
+            }
             (Outcome::Duplicate, false) => in_flight += 1,
             _ => lost += 1,
         }
@@ -97,5 +140,50 @@ pub(super) async fn run(sim: &Sim, probe: &Probe) -> Audited {
         in_flight,
         lost,
         not_completed,
+        bodies,
+    }
+}
+
+/// Checks the loops that ran `d` (found completed, `answer` naming its pull requests) against the
+/// body sent: every one must have run on it, byte for byte (by SHA-256), when the registry keeps
+/// payloads.
+fn ran_on(sim: &Sim, d: &Delivery, answer: &Value, bodies: &mut Bodies) {
+    let sent = digest(&d.body);
+    // The simulator sends no hook headers: the claim key is the delivery id.
+    let Ok(key) = DeliveryId::new(&d.id) else {
+        return;
+    };
+    let targets = answer["targets"].as_array().map_or(&[][..], Vec::as_slice);
+    for t in targets {
+        let Some(target) = t["target"].as_str().and_then(|t| t.parse::<Target>().ok()) else {
+            continue;
+        };
+        let containers = sim.app().containers();
+        let runs = containers.runs().of(&target, &key);
+        if runs.is_empty() {
+            bodies.unrun += 1;
+            continue;
+        }
+        if !bodies.kept {
+            continue;
+        }
+        let bad: Vec<String> = runs
+            .iter()
+            .filter(|r| r.body != Some(sent))
+            .map(|r| match r.body {
+                None => format!("worker {} ran it without a payload", r.worker),
+                Some(_) => format!("worker {} ran it on other bytes", r.worker),
+            })
+            .collect();
+        if bad.is_empty() {
+            bodies.matched += 1;
+            if containers.ledger().was_released(&target, &key) {
+                bodies.handed_on += 1;
+            }
+        } else {
+            bodies
+                .mismatched
+                .push(format!("{} on {target}: {}", d.id, bad.join("; ")));
+        }
     }
 }

@@ -174,7 +174,8 @@ impl Client {
             (202, Some("drained")) => Outcome::AssignedExisting,
             (202, Some("ignored")) => Outcome::Ignored,
             (202, Some("waiting")) => Outcome::Waiting,
-            (503, Some("capacity")) => Outcome::Capacity,
+            // The registry's payload budget is room too: counted with capacity.
+            (503, Some("capacity" | "payload_budget")) => Outcome::Capacity,
             (503, Some("draining")) => Outcome::Draining,
             (503, Some("waiting_room_full")) => Outcome::RoomFull,
             (503, Some("overflow_full")) => Outcome::OverflowFull,

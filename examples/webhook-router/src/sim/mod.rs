@@ -27,7 +27,7 @@ mod shutdown;
 mod summary;
 mod traffic;
 
-pub use audit::NotCompleted;
+pub use audit::{Bodies, NotCompleted};
 pub use sampler::Probe;
 pub use settle::SETTLE_CAP;
 pub use summary::Report;
@@ -125,6 +125,10 @@ impl Sim {
             plan.clients,
             plan.admin_token.clone(),
         );
+        // The audit compares the bodies the workers ran on with those sent.
+        for s in &servers {
+            s.app().containers().runs().keep();
+        }
         Self {
             apps: servers.iter().map(|s| s.app().clone()).collect(),
             servers: Mutex::new(servers.into_iter().map(Some).collect()),

@@ -11,7 +11,7 @@ use worker_registry::{
     DeadReason, DynRegistry, Status, StatusSnapshot, WorkerInfo, WorkerRegistry,
 };
 
-use super::audit::{Audited, NotCompleted};
+use super::audit::{Audited, Bodies, NotCompleted};
 use super::client::Outcome;
 use super::clients::Traffic;
 use super::killer::Kill;
@@ -150,6 +150,7 @@ pub(super) fn print(mut f: Findings<'_>) -> Report {
         "audit      {} accepted deliveries redelivered once more: {} duplicate/completed, {} still in flight, {} lost",
         f.audited.accepted, f.audited.completed, f.audited.in_flight, f.audited.lost,
     );
+    bodies(&mut out, &f.audited.bodies);
     settle(&mut out, &f);
     status_table(&mut out, "at the end of the traffic", &f.at_peak, 12, 4);
     status_table(&mut out, "final", &f.settled.status, usize::MAX, 4);
@@ -178,6 +179,29 @@ pub(super) fn print(mut f: Findings<'_>) -> Report {
         crashes,
         settle_cut: f.settled.cut,
         not_completed: f.audited.not_completed,
+        bodies: f.audited.bodies,
+    }
+}
+
+/// The bodies the completed deliveries' workers ran on, against those sent.
+fn bodies(out: &mut String, b: &Bodies) {
+    if !b.kept {
+        let _ = writeln!(
+            out,
+            "bodies     not compared: this registry keeps no payloads (workers get ids only)"
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "bodies     {} completed (pull request, delivery) pairs ran on the body sent ({} of them after a release or promotion), {} on other or no bytes; {} handled without a worker",
+        b.matched,
+        b.handed_on,
+        b.mismatched.len(),
+        b.unrun,
+    );
+    for m in b.mismatched.iter().take(20) {
+        let _ = writeln!(out, "  wrong body: {m}");
     }
 }
 
@@ -471,11 +495,14 @@ pub struct Report {
     pub settle_cut: Option<Result<u64, String>>,
     /// The accepted deliveries the audit did not find completed, each explained.
     pub not_completed: Vec<NotCompleted>,
+    /// The bodies the completed deliveries' workers ran on, against those sent.
+    pub bodies: Bodies,
 }
 
 impl Report {
     /// Whether the audit passed: nothing lost or left unfinished, no worker with two containers
-    /// and no delivery that started more than its releases explain, capacity never exceeded.
+    /// and no delivery that started more than its releases explain, capacity never exceeded, and
+    /// (on a registry that keeps payloads) every completed delivery run on the body sent.
     pub fn passed(&self) -> bool {
         self.lost == 0
             && self.outage_lost == 0
@@ -485,6 +512,7 @@ impl Report {
             && self.containers.refused == 0
             && self.containers.unexplained.is_empty()
             && self.max_live <= self.capacity
+            && self.bodies.mismatched.is_empty()
     }
 }
 

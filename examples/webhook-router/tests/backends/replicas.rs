@@ -1,16 +1,20 @@
 //! Several router replicas on one shared registry: the simulator's 3-replica audit (one replica
-//! killed mid-run), forwarding between replicas that each run their own containers, and claims
-//! that survive a restart of every replica (Redis with AOF).
+//! killed mid-run), forwarding between replicas that each run their own containers (an event's
+//! payload included), and claims that survive a restart of every replica (Redis with AOF); and
+//! the simulator's audit of the bodies workers ran on, on the in-memory registry.
 
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use webhook_router::app::Options;
 use webhook_router::backend::RegistryChoice;
+use webhook_router::remote::Handover;
+use webhook_router::runs::digest;
 use webhook_router::server::Server;
 use webhook_router::sim::{self, Plan, Probe};
+use webhook_router::worker::Job;
 use worker_registry::{
-    Activity, Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry,
+    Activity, Admission, DeliveryId, Payload, RegistryConfig, Target, WorkerId, WorkerRegistry,
 };
 
 use crate::harness::*;
@@ -36,6 +40,34 @@ async fn three_replicas(
     .expect("three replicas start")
 }
 
+/// A small `--simulate` run's plan: `events` deliveries at 300/s over 8 clients to 16 pull
+/// requests, `redeliveries` of them resent, workers crashed and drained every few heartbeats.
+fn small_plan(
+    choice: &RegistryChoice,
+    name: String,
+    events: usize,
+    redeliveries: f64,
+    seed: u64,
+) -> Plan {
+    Plan {
+        events,
+        rate: 300,
+        clients: 8,
+        repos: 4,
+        prs: 4,
+        redeliveries,
+        crash_every: HEARTBEAT * 3,
+        drain_every: HEARTBEAT * 4,
+        max_time: Duration::from_secs(20),
+        seed,
+        secret: SECRET.as_bytes().to_vec(),
+        admin_token: Some(TOKEN.to_owned()),
+        shutdown_deadline: Duration::from_secs(2),
+        registry: choice.to_string(),
+        registry_name: name,
+    }
+}
+
 /// `--simulate --replicas 3`, smaller: three replicas in this process on one registry, each
 /// delivery and its redeliveries sent to different replicas, workers crashed and drained, the
 /// third replica killed when half the traffic is sent; the audit must pass and show the kill.
@@ -47,23 +79,7 @@ async fn three_replicas_audit(kind: Kind) {
     let config = config(12);
     let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
     let (servers, probe) = three_replicas(&choice, &name, &config, &options).await;
-    let plan = Plan {
-        events: 600,
-        rate: 300,
-        clients: 8,
-        repos: 4,
-        prs: 4,
-        redeliveries: 0.15,
-        crash_every: HEARTBEAT * 3,
-        drain_every: HEARTBEAT * 4,
-        max_time: Duration::from_secs(20),
-        seed: 7,
-        secret: SECRET.as_bytes().to_vec(),
-        admin_token: Some(TOKEN.to_owned()),
-        shutdown_deadline: Duration::from_secs(2),
-        registry: choice.to_string(),
-        registry_name: name,
-    };
+    let plan = small_plan(&choice, name, 600, 0.15, 7);
     let report = sim::run(servers, plan, probe).await;
     // Settled: the server held nothing unfinished before the audit (else the audit would judge
     // work still being re-dispatched).
@@ -95,6 +111,41 @@ async fn three_replicas_audit_on_postgres() {
     three_replicas_audit(Kind::Postgres).await;
 }
 
+/// `--simulate` on the in-memory registry (which keeps payloads): workers crashed and drained,
+/// deliveries parked and promoted; the audit compares, for every completed delivery, the body
+/// its worker ran on with the body sent, and finds every one equal, released and promoted ones
+/// included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_on_memory_finds_every_body_as_sent() {
+    let choice = RegistryChoice::Memory;
+    let name = unique("bodies");
+    let config = configured(6, MISSED, 256);
+    let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
+    let (servers, probe) = sim::start(
+        &choice,
+        &name,
+        &config,
+        &options,
+        Default::default(),
+        loopback(),
+        1,
+    )
+    .await
+    .expect("the router starts");
+    let plan = small_plan(&choice, name, 600, 0.1, 5);
+    let report = sim::run(servers, plan, probe).await;
+    let b = &report.bodies;
+    assert!(b.kept, "the in-memory registry keeps payloads");
+    assert!(b.mismatched.is_empty(), "{:?}", b.mismatched);
+    assert!(b.matched > 300, "{report:?}");
+    assert!(
+        b.handed_on > 0,
+        "released or promoted ones checked too: {report:?}"
+    );
+    assert!(report.promoted > 0 && report.crashes > 0, "{report:?}");
+    assert_eq!(report.completed, report.accepted, "{report:?}");
+}
+
 /// The simulator's summary reports the waiting room as the server holds it: with two slots for
 /// three replicas the room fills, the third replica is killed while deliveries wait, and once
 /// the run has settled the summary's "still waiting" is what a fresh handle on the registry
@@ -107,23 +158,7 @@ async fn three_replicas_report_the_room_the_server_holds(kind: Kind) {
     let config = configured(2, MISSED, 512);
     let options = options(Duration::from_millis(20), HEARTBEAT * 2, 16);
     let (servers, probe) = three_replicas(&choice, &name, &config, &options).await;
-    let plan = Plan {
-        events: 300,
-        rate: 300,
-        clients: 8,
-        repos: 4,
-        prs: 4,
-        redeliveries: 0.1,
-        crash_every: HEARTBEAT * 3,
-        drain_every: HEARTBEAT * 4,
-        max_time: Duration::from_secs(20),
-        seed: 11,
-        secret: SECRET.as_bytes().to_vec(),
-        admin_token: Some(TOKEN.to_owned()),
-        shutdown_deadline: Duration::from_secs(2),
-        registry: choice.to_string(),
-        registry_name: name.clone(),
-    };
+    let plan = small_plan(&choice, name.clone(), 300, 0.1, 11);
     let report = sim::run(servers, plan, probe).await;
     assert!(report.passed(), "the audit failed: {report:?}");
     assert!(report.killed.is_some(), "a replica was killed: {report:?}");
@@ -181,6 +216,47 @@ async fn forwarding(kind: Kind) {
         })
         .await;
     }
+
+    // An event that carries its payload reaches the owner's container with the body as sent:
+    // admitted through B's handle (sticky on A's worker), forwarded by B's `Remote` to A.
+    a.app().containers().runs().keep();
+    let (t, d) = (
+        Target::new("o/r", 1).unwrap(),
+        DeliveryId::new("f-body").unwrap(),
+    );
+    let Ok(Admission::Assigned(placed)) = b.app().registry().admit(&t, &d).await else {
+        panic!("f-body is placed on the live worker");
+    };
+    assert_eq!(placed.worker, id);
+    let sent = b"{\n  \"action\": \"synchronize\",\n  \"raw\": \"\\u00e9\\n\"\n}\n\0\xff".to_vec();
+    let payload = Payload::builder("pull_request", sent.clone())
+        .action("synchronize")
+        .header("X-GitHub-Delivery", "f-body")
+        .header(
+            "X-Hub-Signature-256",
+            webhook_router::github::sign(b"s", &sent),
+        )
+        .build()
+        .unwrap();
+    let job = Job {
+        target: t.clone(),
+        event: d.clone(),
+        token: placed.token,
+        trace: Default::default(),
+        payload: Some(payload.clone()),
+    };
+    let remote = b.app().remote().expect("B forwards");
+    assert_eq!(remote.post(&ba, id, job).await, Handover::Queued);
+    let runs = eventually("f-body run on A", || async {
+        let r = a.app().containers().runs().of(&t, &d);
+        (!r.is_empty()).then_some(r)
+    })
+    .await;
+    assert_eq!(
+        (runs[0].worker, runs[0].body),
+        (id, Some(digest(&sent))),
+        "A's worker ran on the bytes B forwarded"
+    );
 
     // The internal endpoint takes the admin token.
     let open = http

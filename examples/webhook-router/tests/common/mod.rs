@@ -38,6 +38,10 @@ pub struct Setup {
     pub owner_cap: usize,
     /// How long a worker waits for another event before it exits.
     pub idle: Duration,
+    /// The registry's `max_payload_bytes`.
+    pub max_payload: u64,
+    /// The registry's `payload_budget`.
+    pub payload_budget: u64,
 }
 
 impl Default for Setup {
@@ -57,6 +61,8 @@ impl Default for Setup {
             owner_cap: 0,
             // Workers stay until drained, crashed or shut down (unless a test advances an hour).
             idle: Duration::from_secs(3600),
+            max_payload: worker_registry::config::DEFAULT_MAX_PAYLOAD_BYTES,
+            payload_budget: worker_registry::config::DEFAULT_PAYLOAD_BUDGET,
         }
     }
 }
@@ -89,6 +95,8 @@ pub async fn start_with(
         .startup_grace(HEARTBEAT)
         .max_waiting(setup.waiting)
         .max_workers_per_owner(setup.owner_cap)
+        .max_payload_bytes(setup.max_payload)
+        .payload_budget(setup.payload_budget)
         .build()
         .unwrap();
     let memory = InMemoryRegistry::with_clock(config, TokioClock::new());
