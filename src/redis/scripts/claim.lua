@@ -18,7 +18,10 @@ if since then
     'unstarted', 0 })
 end
 
-if st ~= 'none' then forget_claim(member, c) end
+if st ~= 'none' then
+  forget_claim(member, c)
+  drop_payload_key(pkey(member)) -- a released claim's, not yet moved to the stream
+end
 redis.call('HSET', ckey(member), 'ca', now)
 redis.call('ZADD', K.unbound, now, member)
 return 'outcome\tclaimed'
