@@ -60,13 +60,13 @@ if plan.kind ~= 'sticky' and plan.kind ~= 'new' then
     parked, pos = park(cfg, target, delivery, blocker, now)
   end
   if parked == 'at' then
-    -- A released (or forgotten) claim of the pair goes: the parked delivery is that delivery now
-    -- (its promotion hands it over), and `p:<member>` is the parked delivery's.
-    if st ~= 'none' then
-      forget_claim(member, c)
-      drop_payload_key(pkey(member))
+    if size then
+      -- A released claim's payload not yet moved to the stream gives way to the parked one (the
+      -- same delivery's; the sweep then releases that claim without one: `payload_released`
+      -- leaves a parked pair's `p:<member>` alone).
+      if st ~= 'none' then drop_payload_key(pkey(member)) end
+      store_payload(member, size, ARGV[14])
     end
-    if size then store_payload(member, size, ARGV[14]) end
     store_cfg(cfg) -- a death reads them to promote
     if plan.stale_mapping then redis.call('DEL', tkey(target)) end
     local reason, worker = 'capacity', ''

@@ -62,8 +62,9 @@ end
 
 -- Payloads (see docs::redis, "Payloads"). Keys, all in the registry's hash slot:
 --   p:<member>  hash  s size (as Payload::size counts it), b the encoded payload: the payload of
---                     the pair's in-flight claim or of its parked delivery (one pair is never
---                     both), written by the same call that writes the claim or parks it
+--                     the pair's in-flight claim or of its parked delivery (a parked pair has no
+--                     claim in flight), written by the same call that writes the claim or parks
+--                     it
 --   r:<id>      hash  the same, of released-stream entry <id>: a released claim's payload,
 --                     moved there (RENAME, no copy) by the step that writes the entry
 --   rpi         hash  member -> the entry id of its latest released copy (a re-admission's
@@ -126,10 +127,12 @@ end
 
 -- A claim of `member` was released through entry `id`: its payload, if it has one, moves to the
 -- entry (RENAME: O(1), nothing copied) and stays counted until the entry is acknowledged or
--- expires, or the pair is admitted again with its payload.
+-- expires, or the pair is admitted again with its payload. If the pair was parked meanwhile
+-- (admitted again and refused), `p:<member>` is the parked delivery's and stays with it.
 local function payload_released(member, id)
   local k = pkey(member)
   if redis.call('EXISTS', k) == 0 then return end
+  if redis.call('ZSCORE', K.worder, member) then return end
   redis.call('RENAME', k, rkey(id))
   redis.call('HSET', K.rpi, member, id)
 end
