@@ -79,7 +79,7 @@ impl<C: Clock> Direct<C> {
     /// the heartbeat timeout is released (as if its worker had died), so nothing is lost.
     ///
     /// A parked pair (the waiting room) is claimed already: the answer is the duplicate `admit`
-    /// gives ([`ClaimState::Waiting`](crate::ClaimState::Waiting), no holder), and it stays parked.
+    /// gives ([`ClaimState::Waiting`], no holder), and it stays parked.
     ///
     /// **Locking behaviour:** one claims-shard lock: the probe and the insert are one critical
     /// section, so there is no window between the check and the insert. With the waiting room on,
