@@ -4,7 +4,10 @@
 //! that server. The rows: a sticky admit (a new delivery for a target whose worker is active), a
 //! duplicate admit (a redelivery of a delivery in flight on a worker that has heartbeated), a
 //! heartbeat, an admit that creates a worker (a new target each call, on a registry with room
-//! for all of them), and a completion.
+//! for all of them), and a completion; and the two admits again with a typical 30 KB payload
+//! (`admit_with`: `admit_sticky_30k`, `admit_new_worker_30k`), beside today's in the same run.
+//! A payload row makes at most [`PAYLOAD_ROW_CALLS`] calls (each leaves 30 KB on the server
+//! until the bench completes them after the row), and runs in criterion only in `--test` mode.
 //!
 //! ```text
 //! cargo bench --features redis --bench redis            # criterion, then the table
@@ -33,7 +36,9 @@ use hdrhistogram::Histogram;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::runtime::Runtime;
 use worker_registry::redis::RedisRegistry;
-use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry};
+use worker_registry::{
+    Admission, DeliveryId, Payload, RegistryConfig, Target, WorkerId, WorkerRegistry,
+};
 
 #[path = "../tests/redis/harness.rs"]
 mod harness;
@@ -46,6 +51,11 @@ const TARGETS: usize = 64;
 /// are far apart (here about 25 ms at the concurrent row's rate), never two in one ms.
 const BEATERS: usize = 4096;
 
+/// The payload rows' body size: a typical `pull_request` delivery's.
+const PAYLOAD_BYTES: usize = 30_000;
+/// The most calls one payload row makes (its admissions hold 30 KB each until the row ends).
+const PAYLOAD_ROW_CALLS: usize = 4_000;
+
 /// What a row calls.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Call {
@@ -56,6 +66,8 @@ enum Call {
     BareFcall,
     Create,
     Complete,
+    AdmitPayload,
+    CreatePayload,
 }
 
 impl Call {
@@ -68,7 +80,13 @@ impl Call {
             Self::BareFcall => "bare_fcall",
             Self::Create => "admit_new_worker",
             Self::Complete => "complete",
+            Self::AdmitPayload => "admit_sticky_30k",
+            Self::CreatePayload => "admit_new_worker_30k",
         }
+    }
+
+    fn carries_payload(self) -> bool {
+        matches!(self, Self::AdmitPayload | Self::CreatePayload)
     }
 }
 
@@ -90,6 +108,11 @@ struct Fixture {
     done: AtomicUsize,
     /// The creating admits so far (each a new target).
     created: AtomicUsize,
+    /// The payload the payload rows carry, and the pairs they admitted (completed after the row).
+    payload: Payload,
+    /// The sticky payload row's own counter (the complete row walks `next`'s ids).
+    next_carrying: AtomicUsize,
+    carried: Mutex<Vec<(bool, Target, DeliveryId)>>,
     run: u128,
 }
 
@@ -136,6 +159,28 @@ impl Fixture {
                     .complete(&self.targets[n % TARGETS], &d)
                     .await
                     .expect("complete");
+            }
+            Call::AdmitPayload => {
+                let n = self.next_carrying.fetch_add(1, Ordering::Relaxed);
+                let (t, d) = (
+                    &self.targets[n % TARGETS],
+                    DeliveryId::new(&format!("bench-p-{}-{n}", self.run)).unwrap(),
+                );
+                let a = self.registry.admit_with(t, &d, Some(&self.payload)).await;
+                assert!(matches!(a, Ok(Admission::Assigned(_))), "{a:?}");
+                self.carried.lock().unwrap().push((false, t.clone(), d));
+            }
+            Call::CreatePayload => {
+                let n = self.created.fetch_add(1, Ordering::Relaxed);
+                let t = Target::new(&format!("octo/new-{}", self.run % 1_000_000), n as u64 + 1)
+                    .unwrap();
+                let d = DeliveryId::new("d").unwrap();
+                let a = self.roomy.admit_with(&t, &d, Some(&self.payload)).await;
+                assert!(
+                    matches!(a, Ok(Admission::Assigned(ref x)) if x.new),
+                    "{a:?}"
+                );
+                self.carried.lock().unwrap().push((true, t, d));
             }
             Call::Duplicate => {
                 let a = self.registry.admit(&self.dup.0, &self.dup.1).await;
@@ -281,26 +326,46 @@ async fn setup(url: &str) -> Arc<Fixture> {
         next: AtomicUsize::new(0),
         done: AtomicUsize::new(0),
         created: AtomicUsize::new(0),
+        payload: Payload::builder("pull_request", vec![b'x'; PAYLOAD_BYTES])
+            .action("synchronize")
+            .content_type("application/json")
+            .build()
+            .unwrap(),
+        next_carrying: AtomicUsize::new(0),
+        carried: Mutex::new(Vec::new()),
         run,
     })
 }
 
-const CALLS: [Call; 7] = [
+/// Completes what the payload rows admitted, so that their payloads leave the server (untimed).
+async fn complete_carried(f: &Fixture) {
+    let carried = std::mem::take(&mut *f.carried.lock().unwrap());
+    for (roomy, t, d) in carried {
+        let r = if roomy { &f.roomy } else { &f.registry };
+        r.complete(&t, &d)
+            .await
+            .expect("complete a payload row's admission");
+    }
+}
+
+const CALLS: [Call; 9] = [
     Call::Bare,
     Call::BareFcall,
     Call::Admit,
+    Call::AdmitPayload,
     Call::Duplicate,
     Call::Heartbeat,
     Call::Create,
+    Call::CreatePayload,
     Call::Complete,
 ];
 
-fn criterion_benches(c: &mut Criterion, rt: &Runtime, f: &Arc<Fixture>) {
+fn criterion_benches(c: &mut Criterion, rt: &Runtime, f: &Arc<Fixture>, smoke: bool) {
     let mut g = c.benchmark_group("redis");
     for in_flight in [1, IN_FLIGHT] {
         for call in CALLS {
-            if call == Call::Complete {
-                continue; // table only (see `Fixture::done`)
+            if call == Call::Complete || (call.carries_payload() && !smoke) {
+                continue; // table only (see `Fixture::done`, `PAYLOAD_ROW_CALLS`)
             }
             g.bench_function(format!("{}/{in_flight}", call.name()), |b| {
                 b.iter_custom(|iters| {
@@ -311,6 +376,7 @@ fn criterion_benches(c: &mut Criterion, rt: &Runtime, f: &Arc<Fixture>) {
         }
     }
     g.finish();
+    rt.block_on(complete_carried(f));
 }
 
 struct Row {
@@ -339,11 +405,14 @@ fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
     let mut rows = Vec::new();
     for in_flight in [1, IN_FLIGHT] {
         for call in CALLS {
-            let n = if in_flight == 1 {
+            let mut n = if in_flight == 1 {
                 calls_per_row / 4
             } else {
                 calls_per_row
             };
+            if call.carries_payload() {
+                n = n.min(PAYLOAD_ROW_CALLS);
+            }
             // Warm up, then measure.
             rt.block_on(drive(f, call, n / 10, in_flight, false));
             rt.block_on(reset_stats(f));
@@ -366,6 +435,7 @@ fn table(rt: &Runtime, f: &Arc<Fixture>, calls_per_row: usize) -> Vec<Row> {
                 p99_us: hist.value_at_quantile(0.99) as f64 / 1_000.0,
                 inner,
             });
+            rt.block_on(complete_carried(f));
         }
     }
     rows
@@ -613,7 +683,7 @@ fn main() {
         .sample_size(20)
         .without_plots()
         .configure_from_args();
-    criterion_benches(&mut c, &rt, &f);
+    criterion_benches(&mut c, &rt, &f, smoke);
     c.final_summary();
     if smoke {
         return;

@@ -302,7 +302,9 @@ pub trait WorkerRegistry: Send + Sync {
     ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send;
 
     /// Records that this pair is being handled, bound to no worker, unless it already is (the
-    /// duplicate check of [`admit`](Self::admit) without the assignment).
+    /// duplicate check of [`admit`](Self::admit) without the assignment). A parked pair (the
+    /// waiting room) is claimed already: [`ClaimOutcome::AlreadyClaimed`] in
+    /// [`ClaimState::Waiting`](crate::ClaimState::Waiting), no holder, and it stays parked.
     ///
     /// A bare claim that is neither completed nor released within
     /// [`heartbeat_timeout`](RegistryConfig::heartbeat_timeout) is released as if its worker had

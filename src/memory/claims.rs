@@ -12,7 +12,7 @@ use crate::api::report::ReleaseReason;
 use crate::api::status::Status;
 use crate::clock::Clock;
 use crate::state::Word;
-use crate::sync::{Arc, Ordering};
+use crate::sync::{self, Arc, Ordering};
 
 /// Where an in-flight claim stands at a given time (a retained one is a duplicate until its
 /// retention ends).
@@ -78,9 +78,13 @@ impl<C: Clock> Direct<C> {
     /// what a router normally calls. An unbound claim that is neither completed nor released within
     /// the heartbeat timeout is released (as if its worker had died), so nothing is lost.
     ///
+    /// A parked pair (the waiting room) is claimed already: the answer is the duplicate `admit`
+    /// gives ([`ClaimState::Waiting`], no holder), and it stays parked.
+    ///
     /// **Locking behaviour:** one claims-shard lock: the probe and the insert are one critical
-    /// section, so there is no window between the check and the insert. No allocation once the
-    /// shard has room.
+    /// section, so there is no window between the check and the insert. With the waiting room on,
+    /// the room's mutex first, held over that section (parking probes the claims under it too,
+    /// so a pair is never both parked and bare-claimed). No allocation once the shard has room.
     ///
     /// # Examples
     ///
@@ -93,6 +97,16 @@ impl<C: Clock> Direct<C> {
     /// assert!(matches!(registry.claim(&t, &e), ClaimOutcome::AlreadyClaimed(_)));
     /// ```
     pub fn claim(&self, target: &Target, event: &DeliveryId) -> ClaimOutcome {
+        let room = self.inner.room.as_ref().map(sync::lock);
+        if let Some(at) = room.as_ref().and_then(|r| r.waits_since(target, event)) {
+            drop(room);
+            self.inner.counters.duplicates.inc();
+            return ClaimOutcome::AlreadyClaimed(AlreadyClaimed::new(
+                None,
+                self.wall_at(at),
+                ClaimState::Waiting,
+            ));
+        }
         let now = self.now_ms();
         let hash = pair_hash(target, event.key_hash());
         let outcome = self.inner.claims.with(hash, |shard| {
@@ -112,6 +126,7 @@ impl<C: Clock> Direct<C> {
             self.put_claim(shard, hash, loc, claim);
             ClaimOutcome::Claimed
         });
+        drop(room);
         match outcome {
             ClaimOutcome::AlreadyClaimed(_) => self.inner.counters.duplicates.inc(),
             _ => {

@@ -10,6 +10,7 @@ use ::redis::Value;
 use super::codec::{self, bad, bad_outcome, Fields, Reply};
 use super::counters::C;
 use super::error;
+use super::payloads;
 use super::scripts::{Call, Function, SCRIPTS};
 use super::RedisRegistry;
 use crate::api::contract::{Maintenance, Subscribe, WorkerRegistry};
@@ -303,9 +304,50 @@ impl RedisRegistry {
     }
 }
 
+/// A payload on its way into an admission's call: its size, the budget, and its encoding.
+pub(crate) struct Carried {
+    size: u64,
+    budget: u64,
+    encoded: Vec<u8>,
+}
+
+impl Carried {
+    /// Appends the admission script's payload arguments (size, budget, encoded payload).
+    pub(crate) fn args(&self, inv: &mut Call) {
+        inv.arg(self.size).arg(self.budget).arg(&self.encoded[..]);
+    }
+}
+
 impl RedisRegistry {
-    /// Decodes an admission's outcome (`duplicate`, or a placement) and waits for a new
-    /// worker's replication when asked to.
+    /// `admit` or `admit_with`: one call of `admit` (`admit_waiting` with the room on), with the
+    /// payload's arguments if one is carried.
+    async fn admit_carrying(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+        carried: Option<&Carried>,
+    ) -> Result<Admission, RegistryError> {
+        let l = &self.inner.limits;
+        if let Some(room) = &l.room {
+            return self.admit_waiting(room, target, delivery, carried).await;
+        }
+        let mut inv = self.prepare(&SCRIPTS.admit);
+        inv.text(target)
+            .arg(delivery.as_str())
+            .arg(l.max_workers)
+            .arg(l.timeout_ms)
+            .arg(l.startup_grace_ms)
+            .arg(l.retention_ms);
+        if let Some(c) = carried {
+            c.args(&mut inv);
+        }
+        let v = self.invoke_emitting(&inv).await?;
+        let (word, f) = codec::outcome(&v)?;
+        self.decode_admission(&word, &f).await
+    }
+
+    /// Decodes an admission's outcome (`duplicate`, a refusal for the payload budget, or a
+    /// placement) and waits for a new worker's replication when asked to.
     pub(super) async fn decode_admission(
         &self,
         word: &str,
@@ -313,6 +355,14 @@ impl RedisRegistry {
     ) -> Result<Admission, RegistryError> {
         if word == vocab::DUPLICATE {
             return Ok(Admission::Duplicate(self.duplicate(f)?));
+        }
+        if word == payloads::PAYLOAD_BUDGET {
+            self.inner.counters.inc(C::RejectedPayloadBudget);
+            return Ok(Admission::Rejected(Rejection::PayloadBudget {
+                held: f.uint("held")?,
+                needed: f.uint("needed")?,
+                limit: f.uint("limit")?,
+            }));
         }
         let placed = self
             .placed(word, f)?
@@ -330,48 +380,49 @@ impl RedisRegistry {
 }
 
 impl WorkerRegistry for RedisRegistry {
-    /// Payloads are not kept yet (`keeps_payloads` is false): one is refused, nothing claimed.
+    /// The size is checked here, before any round trip; the payload then travels in the
+    /// admission's own call, which checks the budget and stores it with the claim (or the parked
+    /// delivery). See `docs::redis`, "Payloads".
     async fn admit_with(
         &self,
         target: &Target,
         delivery: &DeliveryId,
         payload: Option<&Payload>,
     ) -> Result<Admission, RegistryError> {
-        if payload.is_some() {
-            return Err(RegistryError::Unsupported {
-                backend: "redis",
-                feature: "payloads",
+        let Some(p) = payload else {
+            return self.admit_carrying(target, delivery, None).await;
+        };
+        let limit = self.inner.config.max_payload_bytes();
+        if p.size() > limit {
+            self.inner.counters.inc(C::PayloadsTooLarge);
+            return Err(RegistryError::PayloadTooLarge {
+                size: p.size(),
+                limit,
             });
         }
-        self.admit(target, delivery).await
+        let carried = Carried {
+            size: p.size(),
+            budget: self.inner.config.payload_budget(),
+            encoded: payloads::encode(p),
+        };
+        self.admit_carrying(target, delivery, Some(&carried)).await
     }
-    /// Payloads are not kept yet: there is none to find.
     async fn payload(
         &self,
-        _target: &Target,
-        _delivery: &DeliveryId,
+        target: &Target,
+        delivery: &DeliveryId,
     ) -> Result<Option<Payload>, RegistryError> {
-        Ok(None)
+        self.lookup(target, delivery).await
+    }
+    fn keeps_payloads(&self) -> bool {
+        true
     }
     async fn admit(
         &self,
         target: &Target,
         delivery: &DeliveryId,
     ) -> Result<Admission, RegistryError> {
-        let l = &self.inner.limits;
-        if let Some(room) = &l.room {
-            return self.admit_waiting(room, target, delivery).await;
-        }
-        let mut inv = self.prepare(&SCRIPTS.admit);
-        inv.text(target)
-            .arg(delivery.as_str())
-            .arg(l.max_workers)
-            .arg(l.timeout_ms)
-            .arg(l.startup_grace_ms)
-            .arg(l.retention_ms);
-        let v = self.invoke_emitting(&inv).await?;
-        let (word, f) = codec::outcome(&v)?;
-        self.decode_admission(&word, &f).await
+        self.admit_carrying(target, delivery, None).await
     }
 
     async fn claim(

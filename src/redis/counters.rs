@@ -36,6 +36,8 @@ pub(crate) enum C {
     Parked,
     Promoted,
     WaitingExpired,
+    RejectedPayloadBudget,
+    PayloadsTooLarge,
 }
 
 /// A gauge observed at a registry time: the later observation wins.
@@ -65,6 +67,8 @@ pub(crate) struct Counters {
     live: Gauge,
     retained: Gauge,
     waiting: Gauge,
+    payloads: Gauge,
+    payload_bytes: Gauge,
 }
 
 impl Counters {
@@ -74,6 +78,8 @@ impl Counters {
             live: Gauge::default(),
             retained: Gauge::default(),
             waiting: Gauge::default(),
+            payloads: Gauge::default(),
+            payload_bytes: Gauge::default(),
         }
     }
 
@@ -104,6 +110,8 @@ impl Counters {
             C::Parked => &s.parked,
             C::Promoted => &s.promoted,
             C::WaitingExpired => &s.waiting_expired,
+            C::RejectedPayloadBudget => &s.rejected_payload_budget,
+            C::PayloadsTooLarge => &s.payloads_too_large,
         }
     }
 
@@ -143,6 +151,12 @@ impl Counters {
         self.waiting.observe(at_ms, waiting);
     }
 
+    /// Payloads held (count, bytes) as seen at registry time `at_ms` (a sweep's end).
+    pub(crate) fn observe_payloads(&self, at_ms: u64, held: u64, bytes: u64) {
+        self.payloads.observe(at_ms, held);
+        self.payload_bytes.observe(at_ms, bytes);
+    }
+
     /// Retained claims as seen at registry time `at_ms`.
     pub(crate) fn observe_retained(&self, at_ms: u64, retained: u64) {
         self.retained.observe(at_ms, retained);
@@ -156,6 +170,8 @@ impl Counters {
         s.live_workers = usize::try_from(self.live.get()).unwrap_or(usize::MAX);
         s.retained_claims = usize::try_from(self.retained.get()).unwrap_or(usize::MAX);
         s.snapshot_age = snapshot_age;
+        s.payloads_held = usize::try_from(self.payloads.get()).unwrap_or(usize::MAX);
+        s.payload_bytes_held = self.payload_bytes.get();
         s
     }
 }

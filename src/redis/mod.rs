@@ -51,13 +51,14 @@
 //! | `{n}:drain_ext` | list | stalls whose drain-deadline walk is not done, oldest first: `<from>:<to>:<len>:<cursor>:<skip>` (the walk's position in `{n}:drain`); popped when done |
 //! | `{n}:rescan` | string | after a dropped stall: `<live cursor>\t<flight cursor>`, the scores the rescan walk has re-judged up to (`-inf` at the start, `done` past the end); deleted when both are done |
 //! | `{n}:test_offset_ms` | string | the test-only time offset |
+//! | `{n}:p:<target>:<delivery>`, `{n}:r:<entry id>`, `{n}:rpi`, `{n}:pay` | hashes | payloads (`payloads.rs`; see `docs::redis`, "Payloads"): the in-flight claim's or the parked delivery's, a released entry's (moved there by `RENAME`), pair → its latest released copy, and the count and bytes held (the budget's counter) |
 //! | `{n}:worder`, `{n}:wd:<target>`, `{n}:wt`, `{n}:wo:<owner>`, `{n}:wring`, `{n}:wready`, `{n}:wb:<id>`, `{n}:wpo`, `{n}:olive`, `{n}:room`, `{n}:wseq` | zsets, hashes, sets, string | the waiting room and the per-owner cap (`lib_waiting.lua`; see `docs::redis`, "The waiting room") |
 //!
 //! **The library** (`src/redis/scripts/`, assembled by `scripts.rs` into one `FUNCTION LOAD`):
 //! `lib_base.lua` (key names, the clock, events, the reply words), `lib_claims.lua` (claim
 //! standing and removal) and `lib_workers.lua` (placement, death bookkeeping, encoding), run once
 //! at load as library-level locals, then one file per decision, each the body of one function
-//! `wr_<checksum>_<decision>` (flagged `no-writes`: `worker`, `changes`, `snap_page`): `admit`, `assign`, `claim`, `release`, `complete` (both `complete` and
+//! `wr_<checksum>_<decision>` (flagged `no-writes`: `worker`, `changes`, `snap_page`, `payload`): `admit` (with a payload for `admit_with`), `assign`, `claim`, `payload` (the lookup), `release`, `complete` (both `complete` and
 //! `complete_by`), `heartbeat`, `loop_started`, `loop_finished`, `register`, `deregister`, `drain`
 //! (`drain_within`, and each batch of `drain_all_within`'s `ZSCAN` walk), `worker`, `sweep` (one bounded step), `publish` (one
 //! bounded step of publishing the snapshot), `changes` and `snap_page` (what a handle reads to bring
@@ -187,6 +188,7 @@ mod keys;
 mod lease;
 mod link;
 mod loss;
+mod payloads;
 mod publish;
 mod scripts;
 mod stream;

@@ -93,6 +93,25 @@ impl Call {
     }
 }
 
+/// Sends `calls` as one pipeline (one round trip, each call its own atomic step); if the server
+/// has no such function, loads the library and sends them once more.
+pub(crate) async fn invoke_all<T: FromRedisValue, C: ConnectionLike>(
+    calls: &[Call],
+    conn: &mut C,
+) -> RedisResult<Vec<T>> {
+    let mut pipe = redis::pipe();
+    for call in calls {
+        pipe.add_command(call.cmd.clone());
+    }
+    match pipe.query_async(conn).await {
+        Err(e) if function_missing(&e) => {
+            load(conn).await?;
+            pipe.query_async(conn).await
+        }
+        answer => answer,
+    }
+}
+
 /// Whether the server answered that the function (or its library) is not loaded.
 fn function_missing(e: &RedisError) -> bool {
     e.to_string().contains("Function not found")
@@ -187,6 +206,7 @@ scripts! {
     assign => "assign.lua";
     assign_waiting => "assign_waiting.lua";
     claim => "claim.lua";
+    payload => "payload.lua", read_only;
     release => "release.lua";
     complete => "complete.lua";
     heartbeat => "heartbeat.lua";

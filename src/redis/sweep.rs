@@ -105,6 +105,8 @@ impl RedisRegistry {
         if self.inner.limits.room.is_some() {
             self.waiting_now(&mut report).await?;
         }
+        self.attach_payloads(&mut report.released).await?;
+        self.payloads_now(cur.at).await?;
         report.version = self.inner.snapshot.version();
         self.count_sweep(&report, cur.at, &totals, released_expired);
         report.took = started.elapsed();

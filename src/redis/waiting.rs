@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::codec::{self, bad_outcome, Fields};
+use super::contract::Carried;
 use super::counters::C;
 use super::scripts::SCRIPTS;
 use super::{RedisRegistry, RoomLimits};
@@ -33,6 +34,7 @@ impl RedisRegistry {
         room: &RoomLimits,
         target: &Target,
         delivery: &DeliveryId,
+        carried: Option<&Carried>,
     ) -> Result<Admission, RegistryError> {
         let l = &self.inner.limits;
         let mut inv = self.prepare(&SCRIPTS.admit_waiting);
@@ -46,6 +48,9 @@ impl RedisRegistry {
             .arg(room.max_workers_per_owner)
             .arg(room.max_waiting)
             .arg(room.max_waiting_per_owner);
+        if let Some(c) = carried {
+            c.args(&mut inv);
+        }
         let v = self.invoke_emitting(&inv).await?;
         let (word, f) = codec::outcome(&v)?;
         if word == vocab::WAITING {

@@ -162,6 +162,7 @@ macro_rules! conformance_suite {
                 a_promoted_delivery_survives_the_crash_of_its_replica,
                 a_mass_death_promotes_every_waiting_delivery_once,
                 a_sweeps_snapshot_lists_the_workers_its_promotion_placed,
+                a_bare_claim_of_a_parked_pair_is_a_duplicate_and_leaves_it_waiting,
                 without_parking_a_refused_admission_is_rejected,
             }
             payloads {

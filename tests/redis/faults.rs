@@ -430,3 +430,29 @@ async fn wait_on_create_answers_once_a_replica_has_the_new_worker() {
     let id: worker_registry::WorkerId = short.register().await.unwrap();
     assert!(id > b.worker);
 }
+
+/// Payloads survive a restart of a server with AOF (`testkit::payload_checks`): one in flight
+/// and one parked are found after it, byte for byte, and handed over with their deliveries.
+#[tokio::test]
+async fn with_aof_payloads_survive_a_restart_of_the_server() {
+    let Some(mut server) = Server::start(true, "faults") else {
+        return;
+    };
+    let r = RedisRegistry::builder(server.url())
+        .name("aof-payloads")
+        .config(
+            worker_registry::testkit::payload_checks::restart_config()
+                .build()
+                .expect("config"),
+        )
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500))
+        .reconnect_retries(1)
+        .connect()
+        .await
+        .expect("connect");
+    worker_registry::testkit::payload_checks::payloads_survive_a_restart(&r, || async {
+        server.restart();
+    })
+    .await;
+}

@@ -1,8 +1,9 @@
-//! Nothing grows without bound: rounds of the same traffic (workers created, some deliveries
-//! completed and some left in flight, the workers dying unheard, their deliveries released and
-//! acknowledged, a replica that comes, sweeps and goes) leave the registry's keys, and the size of
-//! each, where the first round left them, once the retentions have passed. Only the change log
-//! (kept for its last `CHANGE_LOG_VERSIONS` versions) and the counters' values move.
+//! Nothing grows without bound: rounds of the same traffic (workers created, deliveries admitted
+//! with payloads, some completed and some left in flight, the workers dying unheard, their
+//! deliveries released and acknowledged, a replica that comes, sweeps and goes) leave the
+//! registry's keys, and the size of each, where the first round left them, once the retentions
+//! have passed; no payload is left (no `p:*`, `r:*` key, nothing counted held). Only the change
+//! log (kept for its last `CHANGE_LOG_VERSIONS` versions) and the counters' values move.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,7 +13,19 @@ use worker_registry::{
     Admission, DeliveryId, Maintenance, RegistryConfig, SweepReport, Target, WorkerRegistry,
 };
 
+use worker_registry::testkit::payload_checks::sample;
+
 use crate::harness::{self, Server};
+
+/// Checks that the registry holds no payload: no payload key, none counted.
+#[track_caller]
+fn no_payloads_left(r: &RedisRegistry, footprint: &BTreeMap<String, u64>) {
+    for kind in ["p:*", "r:*", "rpi"] {
+        assert!(!footprint.contains_key(kind), "{kind} left: {footprint:?}");
+    }
+    let s = r.stats();
+    assert_eq!((s.payloads_held, s.payload_bytes_held), (0, 0), "{s:?}");
+}
 
 /// Every key of the registry (`{name}:*`) by kind: a per-item key (`w:<id>`, `c:<...>`) counted
 /// under its kind, any other key with its size (members, fields, entries; 1 for a string), and
@@ -144,7 +157,11 @@ async fn rounds_of_the_same_traffic_leave_the_same_keys_behind() {
         for i in 0..8 {
             let t = Target::new("octo/repo", round * 100 + i + 1).unwrap();
             let d = DeliveryId::new(&format!("d{round}-{i}")).unwrap();
-            r.admit(&t, &d).await.unwrap();
+            let p = sample(&format!("{round}-{i}"), 2_000);
+            assert!(matches!(
+                r.admit_with(&t, &d, Some(&p)).await.unwrap(),
+                Admission::Assigned(_)
+            ));
             if i % 2 == 0 {
                 r.complete(&t, &d).await.unwrap();
             }
@@ -160,6 +177,7 @@ async fn rounds_of_the_same_traffic_leave_the_same_keys_behind() {
         // replica's consumer is forgotten.
         pass(&r, Duration::from_secs(30)).await;
         let mut now = footprint(&server.url(), &name).await;
+        no_payloads_left(&r, &now);
         // The change log keeps its last versions (CHANGE_LOG_VERSIONS): it grows until then.
         assert!(now.remove("changes").unwrap_or(0) < 10_000);
         match &first {
@@ -183,7 +201,8 @@ async fn rounds_of_the_same_traffic_leave_the_same_keys_behind() {
 /// one at its cap, a delivery behind a draining worker), the workers die unheard, the waiting
 /// targets are promoted into their slots or expire past `max_wait`, and the promoted workers die
 /// in turn. Every round leaves the waiting room's keys where the first left them: none of the
-/// per-target, per-owner or per-worker keys, and only the room's settings and its counter.
+/// per-target, per-owner or per-worker keys, and only the room's settings and its counter; and no
+/// payload (the parked, promoted, released and expired ones all carried one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rounds_through_the_waiting_room_leave_the_same_keys_behind() {
     let Some(server) = Server::start(false, "Redis growth test (waiting room)") else {
@@ -220,7 +239,8 @@ async fn rounds_through_the_waiting_room_leave_the_same_keys_behind() {
             let owner = if i < 8 { "big" } else { "small" };
             let t = Target::new(&format!("{owner}/repo"), round * 100 + i + 1).unwrap();
             let d = DeliveryId::new(&format!("d{round}-{i}")).unwrap();
-            match r.admit(&t, &d).await.unwrap() {
+            let p = sample(&format!("{round}-{i}"), 2_000);
+            match r.admit_with(&t, &d, Some(&p)).await.unwrap() {
                 Admission::Assigned(a) => {
                     first_worker.get_or_insert((t, a.worker));
                 }
@@ -243,6 +263,7 @@ async fn rounds_through_the_waiting_room_leave_the_same_keys_behind() {
         (promoted, expired) = (s.promoted, s.waiting_expired);
         assert_eq!(s.waiting, 0);
         let mut now = footprint(&server.url(), &name).await;
+        no_payloads_left(&r, &now);
         assert!(now.remove("changes").unwrap_or(0) < 10_000);
         // A stall span (at most 64 are kept) is measured when a loaded machine leaves more than
         // two sweep intervals of real time between two sweeps: not what this test counts.

@@ -89,3 +89,33 @@ async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicat
     };
     assert_eq!(after.needs_start(), None);
 }
+
+/// An admission with a payload whose reply is lost (`testkit::payload_checks`): the retry is an
+/// unstarted duplicate and the payload is there, byte for byte, through both handles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_to_an_admission_with_a_payload_leaves_the_payload_retrievable() {
+    let Some(url) = harness::shared("lost-reply") else {
+        return;
+    };
+    let proxy = Proxy::start(&host_port(&url)).await;
+    let name = harness::unique_name("lost-reply-payload");
+    let through = RedisRegistry::builder(format!("redis://{}/", proxy.addr()))
+        .name(&name)
+        .config(RegistryConfig::default())
+        .response_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let direct = RedisRegistry::builder(&url)
+        .name(&name)
+        .connect()
+        .await
+        .unwrap();
+    worker_registry::testkit::payload_checks::a_lost_reply_leaves_the_payload_retrievable(
+        &through,
+        &direct,
+        || proxy.drop_next_reply(),
+    )
+    .await;
+    assert_eq!(proxy.dropped(), 1);
+}

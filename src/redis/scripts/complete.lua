@@ -42,7 +42,9 @@ if retained > max_retained + math.floor(max_retained / 16) then
   end
 end
 
--- Complete it, retained for `retention` (the key's expiry is the backstop).
+-- Complete it, retained for `retention` (the key's expiry is the backstop); its payload goes (a
+-- retained claim keeps only ids).
+drop_payload_key(pkey(member))
 redis.call('HSET', ckey(member), 'dn', now)
 redis.call('PEXPIRE', ckey(member), ttl)
 redis.call('ZADD', K.done, now, member)

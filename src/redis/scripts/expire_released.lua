@@ -38,6 +38,7 @@ for _, id in ipairs(due) do
     redis.call('XACK', K.released, 'dispatch', id)
     redis.call('XDEL', K.released, id)
     redis.call('ZREM', K.deliveries, id)
+    payload_entry_gone(id, t .. ':' .. d)
     out[#out + 1] = t
     out[#out + 1] = d
   end

@@ -13,4 +13,7 @@ if st == 'expired' then return UNKNOWN end
 if st == 'completed' then return 'outcome\tcompleted' end
 
 forget_claim(member, c)
+-- Its payload goes with it (an in-flight claim's, or a released one's not yet moved to the
+-- stream).
+drop_payload_key(pkey(member))
 return 'outcome\tok'

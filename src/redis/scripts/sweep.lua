@@ -637,7 +637,8 @@ if swept then
   for _, r in ipairs(releases) do
     local m = r[1]
     local t, d = split_member(m)
-    redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', r[2], 'r', r[3])
+    local id = redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', r[2], 'r', r[3])
+    payload_released(m, id)
     redis.call('DEL', ckey(m))
     redis.call('ZREM', K.unbound, m)
     redis.call('ZREM', K.released_due, m)
@@ -657,7 +658,7 @@ if swept then
     redis.call('HDEL', wkey(h), claim_field(m))
     redis.call('ZREM', K.flight, m)
     redis.call('SADD', wskey(h), m)
-    redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', h, 'r', RR_STUCK)
+    payload_released(m, redis.call('XADD', K.released, '*', 't', t, 'd', d, 'h', h, 'r', RR_STUCK))
     emit({ 'K', h, t, d })
     released_pairs[#released_pairs + 1] = { t, d }
   end

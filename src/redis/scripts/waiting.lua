@@ -23,6 +23,7 @@ if cfg.mx > 0 then
     local p = string.find(m, ':', 1, true)
     local t, d = string.sub(m, 1, p - 1), string.sub(m, p + 1)
     room_drop(t, d)
+    drop_payload_key(pkey(m))
     if redis.call('EXISTS', wdkey(t)) == 0 then
       leave_line(t, redis.call('HGET', K.wt, t), false)
       redis.call('HDEL', K.wt, t)

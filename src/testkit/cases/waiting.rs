@@ -666,6 +666,76 @@ pub async fn a_sweeps_snapshot_lists_the_workers_its_promotion_placed<F: Fixture
     assert!(s.worker(w1).is_some_and(|w| !w.status.is_alive()));
 }
 
+/// A bare [`claim`](WorkerRegistry::claim) of a parked pair is the duplicate `admit` answers
+/// (`AlreadyClaimed`, no holder, [`ClaimState::Waiting`], since the parking) and leaves the parked
+/// delivery as it is: it still waits, a redelivery is still a waiting duplicate, and the death that
+/// frees a slot promotes it onto a worker, handed over once (a bare claim must not take it out of
+/// the room, nor the promotion drop it for the claim's sake). A pair that does not wait is claimed
+/// as before.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn a_bare_claim_of_a_parked_pair_is_a_duplicate_and_leaves_it_waiting<F: Fixture>(
+    fixture: &F,
+) {
+    let r = registry(fixture, parking(8)).await;
+    if !r.parks() {
+        return;
+    }
+    let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
+    let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
+    waiting(r.admit(&t(3), &d("c")).await);
+    let parked = duplicate(r.admit(&t(3), &d("c")).await);
+    let duplicates = r.stats().duplicates;
+
+    match r.claim(&t(3), &d("c")).await {
+        Ok(crate::ClaimOutcome::AlreadyClaimed(dup)) => {
+            assert_eq!((dup.holder, dup.state), (None, ClaimState::Waiting));
+            assert_eq!(dup.since(), parked.since(), "claimed since the parking");
+        }
+        other => panic!("a bare claim of a parked pair is a duplicate, got {other:?}"),
+    }
+    assert_eq!(
+        r.stats().duplicates,
+        duplicates + 1,
+        "counted as a duplicate"
+    );
+    assert_eq!(sweep(&r).await.waiting, 1, "still parked");
+    let again = duplicate(r.admit(&t(3), &d("c")).await);
+    assert_eq!((again.holder, again.state), (None, ClaimState::Waiting));
+    // A pair that does not wait is claimed as before.
+    assert_eq!(
+        r.claim(&t(4), &d("z")).await,
+        Ok(crate::ClaimOutcome::Claimed)
+    );
+    r.release(&t(4), &d("z"))
+        .await
+        .expect("the bare claim exists");
+
+    // w1 falls silent and dies: its slot goes to the parked delivery.
+    let reports = run_beating(fixture, &r, &[w2], TIMEOUT + PAST).await;
+    assert!(died_in(&reports).contains(&w1), "{reports:?}");
+    let handed: BTreeSet<_> = reports
+        .iter()
+        .flat_map(|rep| promoted(&rep.released))
+        .collect();
+    assert_eq!(handed, BTreeSet::from([(t(3), d("c"))]), "{reports:?}");
+    assert_eq!(r.stats().promoted, 1);
+    let placed = reports
+        .iter()
+        .flat_map(|rep| rep.released.iter())
+        .find(|e| e.reason == ReleaseReason::Promoted)
+        .and_then(|e| e.assignment)
+        .expect("the promotion's assignment");
+    let dup = duplicate(r.admit(&t(3), &d("c")).await);
+    assert_eq!(
+        (dup.holder, dup.state),
+        (Some(placed.worker), ClaimState::InFlight)
+    );
+    assert_eq!((r.status().waiting, r.stats().waiting), (0, 0));
+}
+
 /// With the waiting room off (`max_waiting` 0), or on a backend that does not park whatever the
 /// configuration says, an admission that cannot be placed is rejected as it always was, and
 /// nothing waits. Runs on every backend.

@@ -172,6 +172,15 @@ impl Model {
             self.counts.duplicates += 1;
             return ClaimOutcome::AlreadyClaimed(dup);
         }
+        // A parked pair is claimed already (`admit`'s duplicate check): it stays parked.
+        if let Some(at) = self.waits_since(target, delivery) {
+            self.counts.duplicates += 1;
+            return ClaimOutcome::AlreadyClaimed(AlreadyClaimed::new(
+                None,
+                wall(at),
+                ClaimState::Waiting,
+            ));
+        }
         self.put_claim(key, None, None);
         ClaimOutcome::Claimed
     }
