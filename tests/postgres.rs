@@ -24,9 +24,9 @@ use differential::{apply, Op, SweepView};
 use tokio::task::JoinSet;
 use worker_registry::postgres::PostgresRegistry;
 use worker_registry::{
-    Admission, ConnectError, DeadReason, DeliveryId, Event, HeartbeatAck, Maintenance,
-    RegistryConfig, RegistryError, Rejection, ReleaseReason, Status, Subscribe, Target,
-    WorkerRegistry,
+    Admission, ClaimOutcome, ClaimState, ConnectError, DeadReason, DeliveryId, Event, HeartbeatAck,
+    Maintenance, RegistryConfig, RegistryError, Rejection, ReleaseReason, Status, Subscribe,
+    Target, WorkerRegistry,
 };
 
 async fn open(url: &str, test: &str, config: RegistryConfig) -> PostgresRegistry {
@@ -1776,6 +1776,56 @@ async fn a_redelivery_of_a_promoted_pair_before_its_handover_starts_nothing() {
         .collect();
     assert_eq!(promoted.len(), 1);
     assert!(promoted[0].assignment.unwrap().new);
+}
+
+/// A bare claim of a parked pair is `admit`'s duplicate check without the assignment: it answers
+/// the pair as waiting (no holder, since its parking) and leaves it parked, so the promotion
+/// still hands it over (a claim that took the pair would make the promotion drop it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_claim_of_a_parked_pair_answers_waiting_and_leaves_it_parked() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .max_workers(1)
+        .max_waiting(8)
+        .build()
+        .unwrap();
+    let a = open(&url, "claim-parked", config).await;
+    let b = a.connect_replica().await.unwrap();
+    let Admission::Assigned(first) = a.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    let Admission::Waiting(_) = a.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    for handle in [&a, &b] {
+        let ClaimOutcome::AlreadyClaimed(dup) = handle.claim(&t(2), &d("b")).await.unwrap() else {
+            panic!("a parked pair claimed")
+        };
+        assert_eq!(dup.state, ClaimState::Waiting, "{dup:?}");
+        assert_eq!(dup.holder, None);
+        assert!(!dup.unstarted);
+    }
+    let Admission::Duplicate(dup) = b.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(dup.state, ClaimState::Waiting);
+    // A pair that is neither claimed nor parked is still claimed.
+    assert_eq!(
+        b.claim(&t(2), &d("c")).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    a.deregister(first.worker).await.unwrap();
+    let r = a.sweep().await.unwrap();
+    let promoted: Vec<_> = r
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .map(|e| (e.target.clone(), e.delivery.clone()))
+        .collect();
+    assert_eq!(promoted, vec![(t(2), d("b"))], "{r:?}");
+    assert_eq!(r.waiting, 0);
 }
 
 /// A handle on the application's deadpool `Pool` (`builder_with_pool`): its calls take that

@@ -846,7 +846,10 @@ BEGIN
 END
 $$;
 
--- claim: a bare claim (no worker), unless the pair is claimed. 'claimed' or 'duplicate'.
+-- claim: a bare claim (no worker), unless the pair is claimed or parked: 'claimed', or
+-- 'duplicate' as admit answers it (a parked pair: state 'waiting', no holder, since its parking,
+-- and the parked delivery left as it is; one index probe of wr_waiting_pair, only on the way to
+-- a new claim).
 CREATE OR REPLACE FUNCTION wr_claim(
     p_reg bigint, p_repo text, p_number bigint, p_delivery text,
     p_retention bigint, p_unbound bigint,
@@ -872,6 +875,18 @@ BEGIN
                 RETURN;
             END IF;
             o_state := NULL;
+        END IF;
+        -- Parked (admit's duplicate check, in admit's order: the claim, then the room).
+        SELECT w.parked_at_ms INTO o_since FROM wr_waiting w
+         WHERE w.registry = p_reg AND w.repo = p_repo AND w.number = p_number
+           AND w.delivery = p_delivery;
+        IF FOUND THEN
+            o_outcome := 'duplicate';
+            o_state := 'waiting';
+            o_unstarted := false;
+            RETURN;
+        END IF;
+        IF c.claimed_at_ms IS NOT NULL THEN
             -- Released or expired: replaced (a completed one leaves the retained count).
             IF wr_replace_claim(p_reg, p_repo, p_number, p_delivery, NULL, v_now,
                                 p_retention, p_unbound) THEN
