@@ -357,7 +357,8 @@ async fn a_replica_killed_mid_transaction_leaves_nothing_behind() {
         .query_one(
             "SELECT o_outcome, o_new, o_worker FROM wr_admit(
                     (SELECT id FROM wr_registries WHERE name = $1),
-                    'octo/repo', 1, 'half', 64, 1000000, 1000000, 0, 0, 0)",
+                    'octo/repo', 1, 'half', 64, 1000000, 1000000, 0, 0, 0,
+                    NULL, NULL, NULL, NULL, NULL, NULL, 0)",
             &[&name],
         )
         .await
@@ -523,7 +524,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 8);
+    assert_eq!(n, 9);
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await
@@ -933,7 +934,7 @@ async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept(
         .unwrap();
     assert_eq!(
         PostgresRegistry::migrate(&db_url).await.unwrap(),
-        [4, 5, 6, 7, 8]
+        [4, 5, 6, 7, 8, 9]
     );
     assert_eq!(retained_in_db(&client, "kept").await, (7, 7));
     assert_eq!(retained_in_db(&client, "empty").await, (0, 0));

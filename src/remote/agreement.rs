@@ -26,6 +26,8 @@ pub(crate) fn settings(c: &RegistryConfig) -> Vec<(&'static str, String)> {
         ("drain_deadline_ms", ms(c.drain_deadline())),
         ("brake_fraction", c.brake_fraction().to_string()),
         ("brake_min_workers", c.brake_min_workers().to_string()),
+        ("max_payload_bytes", c.max_payload_bytes().to_string()),
+        ("payload_budget", c.payload_budget().to_string()),
     ]
 }
 

@@ -66,6 +66,8 @@ counters!(
     parked,
     promoted,
     waiting_expired,
+    rejected_payload_budget,
+    payloads_too_large,
 );
 
 impl Counters {

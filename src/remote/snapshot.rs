@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 
 use crate::api::ids::WorkerId;
-use crate::api::snapshot::{ClaimCounts, StatusSnapshot, WorkerInfo};
+use crate::api::snapshot::{ClaimCounts, PayloadUsage, StatusSnapshot, WorkerInfo};
 
 /// What changed between the cached snapshot and `version`.
 #[derive(Debug, Clone)]
@@ -85,6 +85,8 @@ pub(crate) fn apply(base: &StatusSnapshot, change: Change) -> StatusSnapshot {
         change.claims,
     );
     snapshot.waiting = change.waiting.unwrap_or(base.waiting);
+    // Kept until the backend sets them (`SnapshotCache::set_payloads`).
+    snapshot.payloads = base.payloads;
     snapshot
 }
 
@@ -208,6 +210,24 @@ impl SnapshotCache {
             }
             let mut s = (*c.snapshot).clone();
             s.waiting = waiting;
+            Arc::new(Cached {
+                snapshot: Arc::new(s),
+                fetched: c.fetched,
+                age_at_fetch: c.age_at_fetch,
+            })
+        });
+    }
+
+    /// Sets the payloads held in the cached snapshot (the same version: the backend publishes
+    /// them beside the change, and sets them here after applying it).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn set_payloads(&self, payloads: PayloadUsage) {
+        self.cell.rcu(|c| {
+            if c.snapshot.payloads == payloads {
+                return c.clone();
+            }
+            let mut s = (*c.snapshot).clone();
+            s.payloads = payloads;
             Arc::new(Cached {
                 snapshot: Arc::new(s),
                 fetched: c.fetched,
