@@ -23,6 +23,7 @@ use std::time::Duration;
 use differential::{apply, Op, SweepView};
 use tokio::task::JoinSet;
 use worker_registry::postgres::PostgresRegistry;
+use worker_registry::testkit::payload_checks;
 use worker_registry::{
     Admission, ClaimOutcome, ClaimState, ConnectError, DeadReason, DeliveryId, Event, HeartbeatAck,
     Maintenance, RegistryConfig, RegistryError, Rejection, ReleaseReason, Status, Subscribe,
@@ -473,6 +474,30 @@ async fn a_database_restart_is_a_retryable_error_and_the_same_handle_recovers() 
         r.deregister(w).await.unwrap();
     }
     assert!(got.is_some(), "no event after the restart");
+}
+
+/// Payloads are rows like the claims: a restart of the server (fsync on) keeps the one in flight
+/// and the parked one, byte for byte, and the handle hands them on after it
+/// (`testkit::payload_checks::payloads_survive_a_restart`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_survive_a_database_restart() {
+    let Some(mut cluster) = pg_cluster::own_cluster() else {
+        return;
+    };
+    let url = cluster.url();
+    let r = PostgresRegistry::builder(&url)
+        .name("payload-restart")
+        .config(payload_checks::restart_config().build().unwrap())
+        .call_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    payload_checks::payloads_survive_a_restart(&r, || async {
+        cluster.kill().unwrap();
+        cluster.restart().unwrap();
+    })
+    .await;
 }
 
 /// Creates an empty database of its own on the cluster at `url` and returns its URL.
@@ -1199,6 +1224,36 @@ async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicat
         panic!("still a duplicate")
     };
     assert_eq!(after.needs_start(), None);
+}
+
+/// A lost reply to an admission that carried a payload (the reply-dropping proxy): the payload
+/// was committed with the claim, so the retry is a duplicate and the payload is there, byte for
+/// byte, through the proxy and directly
+/// (`testkit::payload_checks::a_lost_reply_leaves_the_payload_retrievable`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_to_an_admission_with_a_payload_leaves_the_payload_retrievable() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let (_, upstream) = via(&url, "127.0.0.1:1".parse().unwrap());
+    let proxy = proxy::Proxy::start(&upstream).await;
+    let (proxied, _) = via(&url, proxy.addr());
+    let name = pg_cluster::unique_name("lost-payload");
+    let through = PostgresRegistry::builder(&proxied)
+        .name(&name)
+        .connect()
+        .await
+        .unwrap();
+    let direct = PostgresRegistry::builder(&url)
+        .name(&name)
+        .connect()
+        .await
+        .unwrap();
+    payload_checks::a_lost_reply_leaves_the_payload_retrievable(&through, &direct, || {
+        proxy.drop_next_reply()
+    })
+    .await;
+    assert_eq!(proxy.dropped(), 1);
 }
 
 /// The next `DataLost` event on `events` (bounded wait), skipping others; its workers sorted.
