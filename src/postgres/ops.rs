@@ -231,7 +231,13 @@ impl WorkerRegistry for PostgresRegistry {
         target: &Target,
         delivery: &DeliveryId,
     ) -> Result<Option<Payload>, RegistryError> {
-        self.lookup_payload(target, delivery).await
+        let (reg, number) = (self.inner.id, number_param(target));
+        self.call(
+            payload::LOOKUP,
+            &[&reg, &target.repo(), &number, &delivery.as_str()],
+            payload::from_row,
+        )
+        .await
     }
 
     fn keeps_payloads(&self) -> bool {

@@ -7,15 +7,20 @@ use base64::Engine as _;
 use serde::Deserialize;
 use tokio_postgres::Row;
 
+use tokio_postgres::types::FromSql;
+
 use super::error::{decode, Failure};
-use super::rows::{col, number_param};
-use super::PostgresRegistry;
-use crate::api::error::RegistryError;
-use crate::api::ids::{DeliveryId, Target};
 use crate::api::payload::Payload;
 
-const LOOKUP: &str = "SELECT o_event, o_action, o_ctype, o_headers, o_body \
-                      FROM wr_payload($1, $2, $3, $4)";
+/// The lookup (`WorkerRegistry::payload`): one primary-key read, its row read by [`from_row`].
+pub(crate) const LOOKUP: &str = "SELECT o_event, o_action, o_ctype, o_headers, o_body \
+                                 FROM wr_payload($1, $2, $3, $4)";
+
+/// One column of the lookup's row.
+fn col<'a, T: FromSql<'a>>(row: &'a Row, name: &str) -> Result<T, Failure> {
+    row.try_get(name)
+        .map_err(|e| decode(format!("column {name}: {e}")))
+}
 
 /// A payload as `wr_admit`'s parameters (all `NULL` for none).
 pub(crate) struct Params<'a> {
@@ -101,7 +106,7 @@ impl PayloadJson {
 }
 
 /// The lookup's row: the payload, or none (every column `NULL`).
-fn from_row(row: &Row) -> Result<Option<Payload>, Failure> {
+pub(crate) fn from_row(row: &Row) -> Result<Option<Payload>, Failure> {
     let Some(body) = col::<Option<Vec<u8>>>(row, "o_body")? else {
         return Ok(None);
     };
@@ -116,21 +121,4 @@ fn from_row(row: &Row) -> Result<Option<Payload>, Failure> {
         body,
     )
     .map(Some)
-}
-
-impl PostgresRegistry {
-    /// `payload()`: one primary-key read of the pair's row.
-    pub(super) async fn lookup_payload(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> Result<Option<Payload>, RegistryError> {
-        let (reg, number) = (self.inner.id, number_param(target));
-        self.call(
-            LOOKUP,
-            &[&reg, &target.repo(), &number, &delivery.as_str()],
-            from_row,
-        )
-        .await
-    }
 }
