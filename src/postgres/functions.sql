@@ -13,7 +13,8 @@
 -- which the client retries a bounded number of times, as it does deadlocks (40P01).
 --
 -- Lock order, the same in every function: claim -> target -> capacity row -> worker (a death:
--- worker -> capacity row -> claims) -> retained-counter stripe. The sweep's steps take their
+-- worker -> capacity row -> claims -> their payload rows) -> retained-counter stripe -> payload
+-- rows -> the payload-budget row (wr_payload_budget). The sweep's steps take their
 -- workers first but with SKIP LOCKED (they never wait for a worker row), and the multi-worker
 -- operations (drain_all) lock all their workers in one statement before anything else.
 --

@@ -152,8 +152,9 @@
 //! that had them (memory hands each over once).
 //!
 //! **Lock order**, the same everywhere: claim, target, capacity row, worker (a death: worker,
-//! capacity row, claims), and last one retained-counter stripe (each call takes at most one, in
-//! its last statement). The sweep's steps take worker rows first but only with `SKIP LOCKED`,
+//! capacity row, claims, their payload rows), then one retained-counter stripe (each call takes
+//! at most one, in its last statement), then payload rows and last the payload-budget row
+//! (`docs::postgres`, "Payloads"). The sweep's steps take worker rows first but only with `SKIP LOCKED`,
 //! so they never wait for one, and target rows after them only with `SKIP LOCKED`;
 //! `drain_all` locks all its workers in one statement before it changes any. Deadlocks are
 //! therefore not expected; if the server detects one anyway, the call is retried like a
