@@ -1163,26 +1163,36 @@ fn via(url: &str, addr: std::net::SocketAddr) -> (String, String) {
     (format!("{scheme}://{at}{addr}/{db}"), hostport.to_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicate() {
-    let Some(url) = pg_cluster::shared_url() else {
-        return;
-    };
+/// A reply-dropping proxy in front of the server at `url`, a handle on a new registry through it,
+/// and one on the same registry directly.
+async fn behind_a_proxy(
+    url: &str,
+    test: &str,
+) -> (proxy::Proxy, PostgresRegistry, PostgresRegistry) {
     // The proxy's address is known once it listens; the upstream is the URL's.
-    let (_, upstream) = via(&url, "127.0.0.1:1".parse().unwrap());
+    let (_, upstream) = via(url, "127.0.0.1:1".parse().unwrap());
     let proxy = proxy::Proxy::start(&upstream).await;
-    let (proxied, _) = via(&url, proxy.addr());
-    let name = pg_cluster::unique_name("lost-reply");
+    let (proxied, _) = via(url, proxy.addr());
+    let name = pg_cluster::unique_name(test);
     let through = PostgresRegistry::builder(&proxied)
         .name(&name)
         .connect()
         .await
         .unwrap();
-    let direct = PostgresRegistry::builder(&url)
+    let direct = PostgresRegistry::builder(url)
         .name(&name)
         .connect()
         .await
         .unwrap();
+    (proxy, through, direct)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicate() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let (proxy, through, direct) = behind_a_proxy(&url, "lost-reply").await;
     // An admission first (the statement is prepared on the connection before the lost one).
     assert!(matches!(
         through.admit(&t(1), &d("lost")).await,
@@ -1235,20 +1245,7 @@ async fn a_lost_reply_to_an_admission_with_a_payload_leaves_the_payload_retrieva
     let Some(url) = pg_cluster::shared_url() else {
         return;
     };
-    let (_, upstream) = via(&url, "127.0.0.1:1".parse().unwrap());
-    let proxy = proxy::Proxy::start(&upstream).await;
-    let (proxied, _) = via(&url, proxy.addr());
-    let name = pg_cluster::unique_name("lost-payload");
-    let through = PostgresRegistry::builder(&proxied)
-        .name(&name)
-        .connect()
-        .await
-        .unwrap();
-    let direct = PostgresRegistry::builder(&url)
-        .name(&name)
-        .connect()
-        .await
-        .unwrap();
+    let (proxy, through, direct) = behind_a_proxy(&url, "lost-payload").await;
     payload_checks::a_lost_reply_leaves_the_payload_retrievable(&through, &direct, || {
         proxy.drop_next_reply()
     })

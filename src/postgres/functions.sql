@@ -437,10 +437,8 @@ BEGIN
     END IF;
     IF p_body IS NOT NULL THEN
         -- A parked pair is a duplicate whatever the budget says (as wr_park would answer).
-        SELECT w.parked_at_ms INTO o_since FROM wr_waiting w
-         WHERE w.registry = p_reg AND w.repo = p_repo AND w.number = p_number
-           AND w.delivery = p_delivery;
-        IF FOUND THEN
+        o_since := wr_parked_since(p_reg, p_repo, p_number, p_delivery);
+        IF o_since IS NOT NULL THEN
             o_outcome := 'duplicate';
             o_state := 'waiting';
             o_unstarted := false;
@@ -646,6 +644,15 @@ BEGIN
            IS DISTINCT FROM (excluded.max_workers, excluded.owner_cap, excluded.retention,
                              excluded.unbound);
 END
+$$;
+
+-- When the pair was parked, if it waits in the room (one probe of wr_waiting_pair), else NULL.
+CREATE OR REPLACE FUNCTION wr_parked_since(p_reg bigint, p_repo text, p_number bigint,
+                                           p_delivery text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT w.parked_at_ms FROM wr_waiting w
+     WHERE w.registry = p_reg AND w.repo = p_repo AND w.number = p_number
+       AND w.delivery = p_delivery
 $$;
 
 -- Parks a refused delivery (the caller holds its target's row): 'waiting' with its position
@@ -1026,10 +1033,8 @@ BEGIN
             o_state := NULL;
         END IF;
         -- Parked (admit's duplicate check, in admit's order: the claim, then the room).
-        SELECT w.parked_at_ms INTO o_since FROM wr_waiting w
-         WHERE w.registry = p_reg AND w.repo = p_repo AND w.number = p_number
-           AND w.delivery = p_delivery;
-        IF FOUND THEN
+        o_since := wr_parked_since(p_reg, p_repo, p_number, p_delivery);
+        IF o_since IS NOT NULL THEN
             o_outcome := 'duplicate';
             o_state := 'waiting';
             o_unstarted := false;
