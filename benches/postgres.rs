@@ -1,7 +1,8 @@
 //! The PostgreSQL backend's hot calls against the floor under them, in one run on one server and
-//! one pool: `admit` of a new delivery (onto its target's worker), `admit` of a duplicate, and
-//! `heartbeat`, each with 1 and with 64 calls in flight, next to a bare prepared `SELECT 1`
-//! through the same handle (`PostgresRegistry::ping`).
+//! one pool: `admit` of a new delivery (onto its target's worker), the same with a typical 30 KB
+//! payload (`admit_with`: every such admit also writes the registry's one payload-budget row),
+//! `admit` of a duplicate, and `heartbeat`, each with 1 and with 64 calls in flight, next to a
+//! bare prepared `SELECT 1` through the same handle (`PostgresRegistry::ping`).
 //!
 //! `cargo bench --features postgres --bench postgres` uses `WORKER_REGISTRY_POSTGRES_URL`, or
 //! starts a throwaway cluster (see `tests/support/pg_cluster.rs`), and says so and exits if there
@@ -19,8 +20,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use hdrhistogram::Histogram;
+use worker_registry::config::MAX_PAYLOAD_BUDGET;
 use worker_registry::postgres::PostgresRegistry;
-use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerId, WorkerRegistry};
+use worker_registry::testkit::payload_checks::sample;
+use worker_registry::{
+    Admission, DeliveryId, Payload, RegistryConfig, Target, WorkerId, WorkerRegistry,
+};
 
 /// Calls in flight at once.
 const CONCURRENCY: [usize; 2] = [1, 64];
@@ -38,15 +43,29 @@ type Results = Arc<Mutex<BTreeMap<(usize, &'static str), Tally>>>;
 enum Call {
     Bare,
     Admit,
+    AdmitPayload,
     Duplicate,
     Heartbeat,
 }
+
+/// Every call, in the order the table lists them.
+const CALLS: [Call; 5] = [
+    Call::Bare,
+    Call::Admit,
+    Call::AdmitPayload,
+    Call::Duplicate,
+    Call::Heartbeat,
+];
+
+/// The payload's body: a typical `pull_request` delivery's size.
+const PAYLOAD_BYTES: usize = 30 * 1024;
 
 impl Call {
     fn name(self) -> &'static str {
         match self {
             Call::Bare => "bare SELECT 1",
             Call::Admit => "admit (new delivery)",
+            Call::AdmitPayload => "admit_with (new delivery, 30 KB payload)",
             Call::Duplicate => "admit (duplicate)",
             Call::Heartbeat => "heartbeat",
         }
@@ -58,6 +77,7 @@ struct Fixture {
     targets: Vec<Target>,
     workers: Vec<WorkerId>,
     duplicates: Vec<(Target, DeliveryId)>,
+    payload: Payload,
     next: AtomicU64,
 }
 
@@ -71,6 +91,15 @@ impl Fixture {
                 let n = self.next.fetch_add(1, Ordering::Relaxed);
                 let d = DeliveryId::new(&format!("new-{n}")).unwrap();
                 let a = r.admit(&self.targets[slot], &d).await.unwrap();
+                assert!(matches!(a, Admission::Assigned(_)), "{a:?}");
+            }
+            Call::AdmitPayload => {
+                let n = self.next.fetch_add(1, Ordering::Relaxed);
+                let d = DeliveryId::new(&format!("new-{n}")).unwrap();
+                let a = r
+                    .admit_with(&self.targets[slot], &d, Some(&self.payload))
+                    .await
+                    .unwrap();
                 assert!(matches!(a, Admission::Assigned(_)), "{a:?}");
             }
             Call::Duplicate => {
@@ -131,6 +160,8 @@ fn main() {
     let fixture = rt.block_on(async {
         let config = RegistryConfig::builder()
             .max_workers(10_000)
+            // The bench admits without completing: the budget must not be what it measures.
+            .payload_budget(MAX_PAYLOAD_BUDGET)
             .build()
             .unwrap();
         let registry = PostgresRegistry::builder(&url)
@@ -159,9 +190,10 @@ fn main() {
             targets,
             workers,
             duplicates,
+            payload: sample("bench", PAYLOAD_BYTES),
             next: AtomicU64::new(0),
         });
-        for call in [Call::Bare, Call::Admit, Call::Duplicate, Call::Heartbeat] {
+        for call in CALLS {
             let h = Mutex::new(Histogram::new(3).unwrap());
             run(&f, call, max, max as u64 * 2, &h).await;
         }
@@ -178,7 +210,7 @@ fn main() {
     for inflight in CONCURRENCY {
         let mut g = c.benchmark_group(format!("postgres/{inflight}-in-flight"));
         g.throughput(Throughput::Elements(1));
-        for call in [Call::Bare, Call::Admit, Call::Duplicate, Call::Heartbeat] {
+        for call in CALLS {
             let (f, results) = (fixture.clone(), results.clone());
             g.bench_function(call.name(), |b| {
                 b.iter_custom(|iters| {
@@ -217,7 +249,7 @@ fn print_table(all: &BTreeMap<(usize, &'static str), Tally>) {
                 .map(|t| t.calls as f64 / t.elapsed.as_secs_f64().max(1e-9))
         };
         let bare = rate(Call::Bare.name());
-        for call in [Call::Bare, Call::Admit, Call::Duplicate, Call::Heartbeat] {
+        for call in CALLS {
             let Some(t) = all.get(&(inflight, call.name())) else {
                 continue;
             };

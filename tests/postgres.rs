@@ -23,10 +23,11 @@ use std::time::Duration;
 use differential::{apply, Op, SweepView};
 use tokio::task::JoinSet;
 use worker_registry::postgres::PostgresRegistry;
+use worker_registry::testkit::payload_checks;
 use worker_registry::{
-    Admission, ConnectError, DeadReason, DeliveryId, Event, HeartbeatAck, Maintenance,
-    RegistryConfig, RegistryError, Rejection, ReleaseReason, Status, Subscribe, Target,
-    WorkerRegistry,
+    Admission, ClaimOutcome, ClaimState, ConnectError, DeadReason, DeliveryId, Event, HeartbeatAck,
+    Maintenance, RegistryConfig, RegistryError, Rejection, ReleaseReason, Status, Subscribe,
+    Target, WorkerRegistry,
 };
 
 async fn open(url: &str, test: &str, config: RegistryConfig) -> PostgresRegistry {
@@ -357,7 +358,8 @@ async fn a_replica_killed_mid_transaction_leaves_nothing_behind() {
         .query_one(
             "SELECT o_outcome, o_new, o_worker FROM wr_admit(
                     (SELECT id FROM wr_registries WHERE name = $1),
-                    'octo/repo', 1, 'half', 64, 1000000, 1000000, 0, 0, 0)",
+                    'octo/repo', 1, 'half', 64, 1000000, 1000000, 0, 0, 0,
+                    NULL, NULL, NULL, NULL, NULL, NULL, 0)",
             &[&name],
         )
         .await
@@ -474,6 +476,30 @@ async fn a_database_restart_is_a_retryable_error_and_the_same_handle_recovers() 
     assert!(got.is_some(), "no event after the restart");
 }
 
+/// Payloads are rows like the claims: a restart of the server (fsync on) keeps the one in flight
+/// and the parked one, byte for byte, and the handle hands them on after it
+/// (`testkit::payload_checks::payloads_survive_a_restart`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_survive_a_database_restart() {
+    let Some(mut cluster) = pg_cluster::own_cluster() else {
+        return;
+    };
+    let url = cluster.url();
+    let r = PostgresRegistry::builder(&url)
+        .name("payload-restart")
+        .config(payload_checks::restart_config().build().unwrap())
+        .call_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    payload_checks::payloads_survive_a_restart(&r, || async {
+        cluster.kill().unwrap();
+        cluster.restart().unwrap();
+    })
+    .await;
+}
+
 /// Creates an empty database of its own on the cluster at `url` and returns its URL.
 async fn fresh_database(url: &str, prefix: &str) -> String {
     let db = pg_cluster::unique_name(prefix).replace('-', "_");
@@ -523,7 +549,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 8);
+    assert_eq!(n, 9);
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await
@@ -933,7 +959,7 @@ async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept(
         .unwrap();
     assert_eq!(
         PostgresRegistry::migrate(&db_url).await.unwrap(),
-        [4, 5, 6, 7, 8]
+        [4, 5, 6, 7, 8, 9]
     );
     assert_eq!(retained_in_db(&client, "kept").await, (7, 7));
     assert_eq!(retained_in_db(&client, "empty").await, (0, 0));
@@ -1137,26 +1163,36 @@ fn via(url: &str, addr: std::net::SocketAddr) -> (String, String) {
     (format!("{scheme}://{at}{addr}/{db}"), hostport.to_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicate() {
-    let Some(url) = pg_cluster::shared_url() else {
-        return;
-    };
+/// A reply-dropping proxy in front of the server at `url`, a handle on a new registry through it,
+/// and one on the same registry directly.
+async fn behind_a_proxy(
+    url: &str,
+    test: &str,
+) -> (proxy::Proxy, PostgresRegistry, PostgresRegistry) {
     // The proxy's address is known once it listens; the upstream is the URL's.
-    let (_, upstream) = via(&url, "127.0.0.1:1".parse().unwrap());
+    let (_, upstream) = via(url, "127.0.0.1:1".parse().unwrap());
     let proxy = proxy::Proxy::start(&upstream).await;
-    let (proxied, _) = via(&url, proxy.addr());
-    let name = pg_cluster::unique_name("lost-reply");
+    let (proxied, _) = via(url, proxy.addr());
+    let name = pg_cluster::unique_name(test);
     let through = PostgresRegistry::builder(&proxied)
         .name(&name)
         .connect()
         .await
         .unwrap();
-    let direct = PostgresRegistry::builder(&url)
+    let direct = PostgresRegistry::builder(url)
         .name(&name)
         .connect()
         .await
         .unwrap();
+    (proxy, through, direct)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicate() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let (proxy, through, direct) = behind_a_proxy(&url, "lost-reply").await;
     // An admission first (the statement is prepared on the connection before the lost one).
     assert!(matches!(
         through.admit(&t(1), &d("lost")).await,
@@ -1198,6 +1234,23 @@ async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicat
         panic!("still a duplicate")
     };
     assert_eq!(after.needs_start(), None);
+}
+
+/// A lost reply to an admission that carried a payload (the reply-dropping proxy): the payload
+/// was committed with the claim, so the retry is a duplicate and the payload is there, byte for
+/// byte, through the proxy and directly
+/// (`testkit::payload_checks::a_lost_reply_leaves_the_payload_retrievable`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_to_an_admission_with_a_payload_leaves_the_payload_retrievable() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let (proxy, through, direct) = behind_a_proxy(&url, "lost-payload").await;
+    payload_checks::a_lost_reply_leaves_the_payload_retrievable(&through, &direct, || {
+        proxy.drop_next_reply()
+    })
+    .await;
+    assert_eq!(proxy.dropped(), 1);
 }
 
 /// The next `DataLost` event on `events` (bounded wait), skipping others; its workers sorted.
@@ -1776,6 +1829,56 @@ async fn a_redelivery_of_a_promoted_pair_before_its_handover_starts_nothing() {
         .collect();
     assert_eq!(promoted.len(), 1);
     assert!(promoted[0].assignment.unwrap().new);
+}
+
+/// A bare claim of a parked pair is `admit`'s duplicate check without the assignment: it answers
+/// the pair as waiting (no holder, since its parking) and leaves it parked, so the promotion
+/// still hands it over (a claim that took the pair would make the promotion drop it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_claim_of_a_parked_pair_answers_waiting_and_leaves_it_parked() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let config = RegistryConfig::builder()
+        .max_workers(1)
+        .max_waiting(8)
+        .build()
+        .unwrap();
+    let a = open(&url, "claim-parked", config).await;
+    let b = a.connect_replica().await.unwrap();
+    let Admission::Assigned(first) = a.admit(&t(1), &d("a")).await.unwrap() else {
+        panic!()
+    };
+    let Admission::Waiting(_) = a.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    for handle in [&a, &b] {
+        let ClaimOutcome::AlreadyClaimed(dup) = handle.claim(&t(2), &d("b")).await.unwrap() else {
+            panic!("a parked pair claimed")
+        };
+        assert_eq!(dup.state, ClaimState::Waiting, "{dup:?}");
+        assert_eq!(dup.holder, None);
+        assert!(!dup.unstarted);
+    }
+    let Admission::Duplicate(dup) = b.admit(&t(2), &d("b")).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(dup.state, ClaimState::Waiting);
+    // A pair that is neither claimed nor parked is still claimed.
+    assert_eq!(
+        b.claim(&t(2), &d("c")).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    a.deregister(first.worker).await.unwrap();
+    let r = a.sweep().await.unwrap();
+    let promoted: Vec<_> = r
+        .released
+        .iter()
+        .filter(|e| e.reason == ReleaseReason::Promoted)
+        .map(|e| (e.target.clone(), e.delivery.clone()))
+        .collect();
+    assert_eq!(promoted, vec![(t(2), d("b"))], "{r:?}");
+    assert_eq!(r.waiting, 0);
 }
 
 /// A handle on the application's deadpool `Pool` (`builder_with_pool`): its calls take that

@@ -3,8 +3,9 @@
 //! released to the outbox and acknowledged, a replica that comes, sweeps and goes) leave the
 //! registry's rows in every table where the first round left them, once the retentions have
 //! passed (the dead purged, the retained claims expired, the outbox empty, the waiting room
-//! empty: each parked delivery promoted or dropped past `max_wait`); only the purge log, kept for
-//! its last 1 000 versions, grows within that window.
+//! empty: each parked delivery promoted or dropped past `max_wait`, no payload left of any
+//! delivery, in flight, parked or released, and the byte count back to zero); only the purge log,
+//! kept for its last 1 000 versions, grows within that window.
 
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
@@ -14,12 +15,13 @@ use std::time::Duration;
 
 use tokio_postgres::NoTls;
 use worker_registry::postgres::PostgresRegistry;
+use worker_registry::testkit::payload_checks::sample;
 use worker_registry::{
     Admission, DeliveryId, Maintenance, RegistryConfig, SweepReport, Target, WorkerRegistry,
 };
 
 /// The tables that hold a registry's rows.
-const TABLES: [&str; 14] = [
+const TABLES: [&str; 16] = [
     "wr_capacity",
     "wr_workers",
     "wr_targets",
@@ -34,6 +36,8 @@ const TABLES: [&str; 14] = [
     "wr_room",
     "wr_owner_waiting",
     "wr_owner_live",
+    "wr_payloads",
+    "wr_payload_budget",
 ];
 
 /// The registry's rows per table.
@@ -124,7 +128,12 @@ async fn rounds_of_the_same_traffic_leave_the_same_rows_behind() {
             let owner = if i % 3 == 0 { "other" } else { "octo" };
             let t = Target::new(&format!("{owner}/repo"), round * 100 + i + 1).unwrap();
             let d = DeliveryId::new(&format!("d{round}-{i}")).unwrap();
-            let placed = matches!(r.admit(&t, &d).await.unwrap(), Admission::Assigned(_));
+            // Every delivery carries a payload: what is held of them must go with the work.
+            let p = sample(&format!("{round}-{i}"), 2_000);
+            let placed = matches!(
+                r.admit_with(&t, &d, Some(&p)).await.unwrap(),
+                Admission::Assigned(_)
+            );
             if placed && i % 2 == 0 {
                 r.complete(&t, &d).await.unwrap();
             }
@@ -159,7 +168,24 @@ async fn rounds_of_the_same_traffic_leave_the_same_rows_behind() {
         "wr_waiting",
         "wr_owner_waiting",
         "wr_owner_live",
+        "wr_payloads",
     ] {
         assert_eq!(first[table], 0, "{table}: {first:?}");
     }
+    // The byte count agrees: nothing held.
+    let (c, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let row = c
+        .query_one(
+            "SELECT held, bytes FROM wr_payload_budget \
+              WHERE registry = (SELECT id FROM wr_registries WHERE name = $1)",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (0, 0));
+    assert_eq!(
+        (r.stats().payloads_held, r.stats().payload_bytes_held),
+        (0, 0)
+    );
 }

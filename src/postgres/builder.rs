@@ -8,18 +8,17 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::Type;
 
 use super::error::{retrying, BACKEND};
 use super::poll::{Feed, Poller};
-use super::{conn, listen, migrate, rows, Inner, Params, PostgresRegistry, Tls};
+use super::{conn, delta, listen, migrate, rows, Inner, Params, PostgresRegistry, Tls};
 use crate::api::connect::ConnectError;
 use crate::api::error::RegistryError;
 use crate::api::events::EventSender;
-use crate::api::snapshot::StatusSnapshot;
 use crate::config::RegistryConfig;
 use crate::remote::counters::Counters;
 use crate::remote::loss::LossWatch;
@@ -310,9 +309,9 @@ impl PostgresRegistryBuilder {
         let owns_pool = self.pool.is_none();
         let registry = PostgresRegistry {
             inner: Arc::new(Inner {
-                snapshot: SnapshotCache::new(StatusSnapshot::empty(
+                snapshot: SnapshotCache::new(delta::empty_snapshot(
                     self.config.max_workers(),
-                    SystemTime::now(),
+                    self.config.payload_budget(),
                 )),
                 pool,
                 settings: self,

@@ -154,7 +154,7 @@ fn unfit(e: &tokio_postgres::Error) -> bool {
 fn typed<'a>(
     params: &'a [&'a (dyn ToSql + Sync)],
 ) -> Result<Vec<(&'a (dyn ToSql + Sync), Type)>, Failure> {
-    const CANDIDATES: [Type; 9] = [
+    const CANDIDATES: [Type; 10] = [
         Type::INT8,
         Type::INT4,
         Type::TEXT,
@@ -164,6 +164,8 @@ fn typed<'a>(
         Type::TEXT_ARRAY,
         Type::INT4_ARRAY,
         Type::JSONB,
+        // A payload's body (`Option<&[u8]>`), sent in the binary format as every parameter.
+        Type::BYTEA,
     ];
     let mut scratch = BytesMut::new();
     params
@@ -189,7 +191,8 @@ mod tests {
     fn parameters_declare_the_types_they_encode_as() {
         let (a, b, c, d): (i64, &str, f64, Option<i32>) = (1, "x", 0.5, None);
         let v = vec![1i64, 2];
-        let params: [&(dyn ToSql + Sync); 5] = [&a, &b, &c, &d, &v];
+        let (body, none): (Option<&[u8]>, Option<&[u8]>) = (Some(&[0, 0xff][..]), None);
+        let params: [&(dyn ToSql + Sync); 7] = [&a, &b, &c, &d, &v, &body, &none];
         let types: Vec<Type> = typed(&params)
             .unwrap()
             .into_iter()
@@ -202,7 +205,9 @@ mod tests {
                 Type::TEXT,
                 Type::FLOAT8,
                 Type::INT4,
-                Type::INT8_ARRAY
+                Type::INT8_ARRAY,
+                Type::BYTEA,
+                Type::BYTEA
             ]
         );
     }

@@ -7,11 +7,14 @@
 //! further behind than the purge log reaches, reads every row once, and the cache starts from
 //! those alone.
 
+use std::time::SystemTime;
+
 use serde::Deserialize;
 
 use super::error::Failure;
 use super::rows::{self, OutboxRow, WorkerRow};
-use crate::api::snapshot::ClaimCounts;
+
+use crate::api::snapshot::{ClaimCounts, PayloadUsage, StatusSnapshot};
 use crate::remote::snapshot::{Change, SnapshotCache};
 
 /// What `wr_snapshot_since` answers.
@@ -37,6 +40,11 @@ pub(crate) struct SnapshotDelta {
     /// Deliveries waiting in the waiting room.
     #[serde(default)]
     pub(crate) waiting: i64,
+    /// Payloads held, and their bytes.
+    #[serde(default)]
+    pub(crate) payloads: i64,
+    #[serde(default)]
+    pub(crate) payload_bytes: i64,
     /// The rows versioned after the version asked about (or all of them, if `full`).
     #[serde(default)]
     pub(crate) workers: Vec<WorkerRow>,
@@ -96,6 +104,13 @@ impl SnapshotDelta {
     /// ids never repeat, so a delta read for an older version applies to a newer copy as well.
     pub(crate) fn apply_to(self, cache: &SnapshotCache) -> Result<(), Failure> {
         let now = rows::since_epoch(self.now);
+        let payloads = self.changed.then(|| {
+            PayloadUsage::new(
+                usize::try_from(self.payloads).unwrap_or(0),
+                u64::try_from(self.payload_bytes).unwrap_or(0),
+                cache.load().payloads.budget,
+            )
+        });
         if !self.changed {
             // The published version's time moved on without a change (or this handle is ahead:
             // then nothing happens).
@@ -111,8 +126,18 @@ impl SnapshotDelta {
                 cache.advance(change, now);
             }
         }
+        if let Some(usage) = payloads {
+            cache.set_payloads(usage);
+        }
         Ok(())
     }
+}
+
+/// A handle's snapshot before it read one: no workers, nothing held against `budget`.
+pub(crate) fn empty_snapshot(max_workers: usize, budget: u64) -> StatusSnapshot {
+    let mut s = StatusSnapshot::empty(max_workers, SystemTime::now());
+    s.payloads = PayloadUsage::new(0, 0, budget);
+    s
 }
 
 #[cfg(test)]
@@ -144,6 +169,8 @@ mod tests {
             in_flight: 2,
             retained: 1,
             waiting: 0,
+            payloads: 0,
+            payload_bytes: 0,
             workers,
             purged,
         }

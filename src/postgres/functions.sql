@@ -13,7 +13,8 @@
 -- which the client retries a bounded number of times, as it does deadlocks (40P01).
 --
 -- Lock order, the same in every function: claim -> target -> capacity row -> worker (a death:
--- worker -> capacity row -> claims) -> retained-counter stripe. The sweep's steps take their
+-- worker -> capacity row -> claims -> their payload rows) -> retained-counter stripe -> payload
+-- rows -> the payload-budget row (wr_payload_budget). The sweep's steps take their
 -- workers first but with SKIP LOCKED (they never wait for a worker row), and the multi-worker
 -- operations (drain_all) lock all their workers in one statement before anything else.
 --
@@ -44,6 +45,7 @@ BEGIN
     SELECT v_id, s FROM generate_series(-1, 15) AS s ON CONFLICT DO NOTHING;
     INSERT INTO wr_leases (registry) VALUES (v_id) ON CONFLICT DO NOTHING;
     INSERT INTO wr_room (registry) VALUES (v_id) ON CONFLICT DO NOTHING;
+    INSERT INTO wr_payload_budget (registry) VALUES (v_id) ON CONFLICT DO NOTHING;
     RETURN v_id;
 END
 $$;
@@ -173,11 +175,20 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_id bigint;
 BEGIN
-    UPDATE wr_claims k SET release_reason = coalesce(k.release_reason, 'worker_died'),
-                           dead_reason = u.reason
-      FROM unnest(p_ids, p_reasons) AS u (id, reason)
-     WHERE k.registry = p_reg AND k.holder = u.id AND k.completed_at_ms IS NULL
-       AND (k.release_reason IS NULL OR k.release_reason = 'stuck');
+    -- Their payloads stay where they are (keyed by the pair), marked as the released copy the
+    -- outbox row hands out: one index probe each, the body not rewritten.
+    WITH released AS (
+        UPDATE wr_claims k SET release_reason = coalesce(k.release_reason, 'worker_died'),
+                               dead_reason = u.reason
+          FROM unnest(p_ids, p_reasons) AS u (id, reason)
+         WHERE k.registry = p_reg AND k.holder = u.id AND k.completed_at_ms IS NULL
+           AND (k.release_reason IS NULL OR k.release_reason = 'stuck')
+        RETURNING k.repo, k.number, k.delivery
+    )
+    UPDATE wr_payloads p SET released = true
+      FROM released r
+     WHERE p.registry = p_reg AND p.repo = r.repo AND p.number = r.number
+       AND p.delivery = r.delivery AND NOT p.released;
     -- The owners' live-worker slots (rows only while max_workers_per_owner is on), one each,
     -- never below 0: under the capacity row every writer of wr_owner_live holds, so these rows
     -- never deadlock.
@@ -375,15 +386,23 @@ $$;
 --   'assigned' with the worker, token sequence and whether it is new;
 --   'waiting' with o_position and why it was refused (o_reason: 'capacity', 'owner_full' or
 --             'draining' with o_worker), when the waiting room is on (p_max_waiting > 0);
---   'capacity' / 'owner_full' / 'draining' (no claim left behind).
--- With the room off and no owner cap, the work is what it was before the room existed.
+--   'capacity' / 'owner_full' / 'draining' (no claim left behind);
+--   'payload_budget' with o_held, the bytes held as the check read them (nothing placed).
+-- With the room off and no owner cap, the work is what it was before the room existed, plus one
+-- probe of wr_payloads by the pair on the way to a new claim (a released copy is freed).
+-- A payload (p_body not NULL, its metadata in p_event .. p_headers, its Payload::size p_size)
+-- is checked against p_budget after the duplicate checks (a parked pair's too) and before the
+-- placement, crediting the released copy of the same pair, and stored with the claim or the
+-- parked delivery (wr_payload_put).
 CREATE OR REPLACE FUNCTION wr_admit(
     p_reg bigint, p_repo text, p_number bigint, p_delivery text,
     p_max bigint, p_retention bigint, p_unbound bigint,
     p_owner_cap bigint, p_max_waiting bigint, p_per_owner bigint,
+    p_event text, p_action text, p_ctype text, p_headers text[], p_body bytea, p_size bigint,
+    p_budget bigint,
     OUT o_outcome text, OUT o_worker bigint, OUT o_seq bigint, OUT o_new boolean,
     OUT o_since bigint, OUT o_state text, OUT o_unstarted boolean,
-    OUT o_position bigint, OUT o_reason text
+    OUT o_position bigint, OUT o_reason text, OUT o_held bigint
 )
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -416,6 +435,26 @@ BEGIN
         END IF;
         o_state := NULL;
     END IF;
+    IF p_body IS NOT NULL THEN
+        -- A parked pair is a duplicate whatever the budget says (as wr_park would answer).
+        o_since := wr_parked_since(p_reg, p_repo, p_number, p_delivery);
+        IF o_since IS NOT NULL THEN
+            o_outcome := 'duplicate';
+            o_state := 'waiting';
+            o_unstarted := false;
+            RETURN;
+        END IF;
+        -- The budget, read without a lock (wr_payload_put re-checks it under the row's lock).
+        SELECT b.bytes INTO o_held FROM wr_payload_budget b WHERE b.registry = p_reg;
+        IF coalesce(o_held, 0) + p_size
+           - coalesce((SELECT y.size FROM wr_payloads y
+                        WHERE y.registry = p_reg AND y.repo = p_repo AND y.number = p_number
+                          AND y.delivery = p_delivery), 0) > p_budget THEN
+            o_outcome := 'payload_budget';
+            o_held := coalesce(o_held, 0);
+            RETURN;
+        END IF;
+    END IF;
 
     SELECT p.o_outcome, p.o_worker, p.o_seq, p.o_new INTO o_outcome, o_worker, o_seq, o_new
       FROM wr_place(p_reg, p_repo, p_number, v_now, p_max, p_owner_cap, p_max_waiting > 0) p;
@@ -431,6 +470,8 @@ BEGIN
             o_outcome := 'waiting';
             o_position := v_park.o_position;
             o_seq := NULL;
+            PERFORM wr_payload_put(p_reg, p_repo, p_number, p_delivery, p_event, p_action,
+                                   p_ctype, p_headers, p_body, p_size, p_budget);
             RETURN;
         ELSIF v_park.o_outcome = 'duplicate' THEN
             o_outcome := 'duplicate';
@@ -467,7 +508,109 @@ BEGIN
         RAISE EXCEPTION 'delivery % on % was admitted concurrently', p_delivery,
             p_repo || '#' || p_number USING ERRCODE = 'serialization_failure';
     END IF;
+    PERFORM wr_payload_put(p_reg, p_repo, p_number, p_delivery, p_event, p_action, p_ctype,
+                           p_headers, p_body, p_size, p_budget);
 END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Payloads (migration 0009; the design in `docs::postgres`, "Payloads"): one wr_payloads row per
+-- pair with work left, and the registry's count in wr_payload_budget, which every call that
+-- stores or deletes one writes as the last lock of its transaction (after the payload row).
+-- ---------------------------------------------------------------------------------------------
+
+-- Stores the payload admitted with a pair (p_body NULL: none; a released copy the pair still
+-- had is deleted), in the transaction that claimed or parked it, and moves the count. The
+-- budget is a conditional update: past p_budget (a concurrent admit took the room since this
+-- one's check), serialization_failure undoes the admission and its retry is refused at the check.
+CREATE OR REPLACE FUNCTION wr_payload_put(
+    p_reg bigint, p_repo text, p_number bigint, p_delivery text, p_event text, p_action text,
+    p_ctype text, p_headers text[], p_body bytea, p_size bigint, p_budget bigint
+) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_old bigint;
+BEGIN
+    IF p_body IS NULL THEN
+        DELETE FROM wr_payloads
+         WHERE registry = p_reg AND repo = p_repo AND number = p_number
+           AND delivery = p_delivery
+        RETURNING size INTO v_old;
+        IF FOUND THEN
+            UPDATE wr_payload_budget SET held = held - 1, bytes = bytes - v_old
+             WHERE registry = p_reg;
+        END IF;
+        RETURN;
+    END IF;
+    SELECT size INTO v_old FROM wr_payloads
+     WHERE registry = p_reg AND repo = p_repo AND number = p_number AND delivery = p_delivery
+    FOR UPDATE;
+    INSERT INTO wr_payloads AS y (registry, repo, number, delivery, event, action, content_type,
+                                  headers, body, size, released)
+    VALUES (p_reg, p_repo, p_number, p_delivery, p_event, p_action, p_ctype, p_headers, p_body,
+            p_size, false)
+    ON CONFLICT (registry, repo, number, delivery) DO UPDATE
+       SET event = excluded.event, action = excluded.action,
+           content_type = excluded.content_type, headers = excluded.headers,
+           body = excluded.body, size = excluded.size, released = false;
+    UPDATE wr_payload_budget
+       SET held = held + CASE WHEN v_old IS NULL THEN 1 ELSE 0 END,
+           bytes = bytes + p_size - coalesce(v_old, 0)
+     WHERE registry = p_reg AND bytes + p_size - coalesce(v_old, 0) <= p_budget;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the payload budget was taken concurrently'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+END
+$$;
+
+-- Deletes the payloads of the given pairs (only released copies if p_released_only) and moves
+-- the count. One index probe per pair.
+CREATE OR REPLACE FUNCTION wr_payload_drop(
+    p_reg bigint, p_repo text[], p_number bigint[], p_delivery text[], p_released_only boolean
+) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n bigint;
+    v_bytes bigint;
+BEGIN
+    WITH gone AS (
+        DELETE FROM wr_payloads y
+         USING unnest(p_repo, p_number, p_delivery) AS u (repo, number, delivery)
+         WHERE y.registry = p_reg AND y.repo = u.repo AND y.number = u.number
+           AND y.delivery = u.delivery AND (y.released OR NOT p_released_only)
+        RETURNING y.size
+    )
+    SELECT count(*), coalesce(sum(size), 0) INTO v_n, v_bytes FROM gone;
+    IF v_n > 0 THEN
+        UPDATE wr_payload_budget SET held = held - v_n, bytes = bytes - v_bytes
+         WHERE registry = p_reg;
+    END IF;
+END
+$$;
+
+-- A pair's payload as the outbox hands it out (jsonb, the body in base64), or NULL.
+CREATE OR REPLACE FUNCTION wr_payload_json(p_reg bigint, p_repo text, p_number bigint,
+                                           p_delivery text) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object('event', y.event, 'action', y.action,
+                              'content_type', y.content_type, 'headers', to_jsonb(y.headers),
+                              'body', translate(encode(y.body, 'base64'), E'\n', ''))
+      FROM wr_payloads y
+     WHERE y.registry = p_reg AND y.repo = p_repo AND y.number = p_number
+       AND y.delivery = p_delivery
+$$;
+
+-- payload: the pair's payload (in flight, parked, or the released copy), one primary-key read.
+CREATE OR REPLACE FUNCTION wr_payload(p_reg bigint, p_repo text, p_number bigint,
+                                      p_delivery text,
+                                      OUT o_event text, OUT o_action text, OUT o_ctype text,
+                                      OUT o_headers text[], OUT o_body bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT y.event, y.action, y.content_type, y.headers, y.body
+      FROM wr_payloads y
+     WHERE y.registry = p_reg AND y.repo = p_repo AND y.number = p_number
+       AND y.delivery = p_delivery
 $$;
 
 -- ---------------------------------------------------------------------------------------------
@@ -501,6 +644,15 @@ BEGIN
            IS DISTINCT FROM (excluded.max_workers, excluded.owner_cap, excluded.retention,
                              excluded.unbound);
 END
+$$;
+
+-- When the pair was parked, if it waits in the room (one probe of wr_waiting_pair), else NULL.
+CREATE OR REPLACE FUNCTION wr_parked_since(p_reg bigint, p_repo text, p_number bigint,
+                                           p_delivery text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT w.parked_at_ms FROM wr_waiting w
+     WHERE w.registry = p_reg AND w.repo = p_repo AND w.number = p_number
+       AND w.delivery = p_delivery
 $$;
 
 -- Parks a refused delivery (the caller holds its target's row): 'waiting' with its position
@@ -811,6 +963,10 @@ BEGIN
         PERFORM wr_owner_unpark(p_reg, r.owner, r.n);
     END LOOP;
     UPDATE wr_room SET waiting = greatest(waiting - v_n, 0) WHERE registry = p_reg;
+    -- Their payloads go with them.
+    PERFORM wr_payload_drop(p_reg, array_agg(x->>0), array_agg((x->>1)::bigint),
+                            array_agg(x->>2), false)
+       FROM jsonb_array_elements(v_rows) x;
     FOR r IN SELECT x->>0 AS repo, (x->>1)::bigint AS number, x->>2 AS delivery
                FROM jsonb_array_elements(v_rows) x LOOP
         PERFORM wr_notify(p_reg, 'waiting_expired ' || wr_target_text(r.repo, r.number) || ' '
@@ -846,7 +1002,10 @@ BEGIN
 END
 $$;
 
--- claim: a bare claim (no worker), unless the pair is claimed. 'claimed' or 'duplicate'.
+-- claim: a bare claim (no worker), unless the pair is claimed or parked: 'claimed', or
+-- 'duplicate' as admit answers it (a parked pair: state 'waiting', no holder, since its parking,
+-- and the parked delivery left as it is; one index probe of wr_waiting_pair, only on the way to
+-- a new claim).
 CREATE OR REPLACE FUNCTION wr_claim(
     p_reg bigint, p_repo text, p_number bigint, p_delivery text,
     p_retention bigint, p_unbound bigint,
@@ -872,6 +1031,16 @@ BEGIN
                 RETURN;
             END IF;
             o_state := NULL;
+        END IF;
+        -- Parked (admit's duplicate check, in admit's order: the claim, then the room).
+        o_since := wr_parked_since(p_reg, p_repo, p_number, p_delivery);
+        IF o_since IS NOT NULL THEN
+            o_outcome := 'duplicate';
+            o_state := 'waiting';
+            o_unstarted := false;
+            RETURN;
+        END IF;
+        IF c.claimed_at_ms IS NOT NULL THEN
             -- Released or expired: replaced (a completed one leaves the retained count).
             IF wr_replace_claim(p_reg, p_repo, p_number, p_delivery, NULL, v_now,
                                 p_retention, p_unbound) THEN
@@ -909,6 +1078,8 @@ BEGIN
      WHERE registry = p_reg AND repo = p_repo AND number = p_number AND delivery = p_delivery
        AND completed_at_ms IS NULL;
     IF FOUND THEN
+        PERFORM wr_payload_drop(p_reg, ARRAY[p_repo], ARRAY[p_number], ARRAY[p_delivery],
+                                false);
         RETURN 'ok';
     END IF;
     SELECT completed_at_ms INTO v_done FROM wr_claims
@@ -954,6 +1125,9 @@ BEGIN
              WHERE registry = p_reg AND repo = p_repo AND number = p_number
                AND delivery = p_delivery;
             PERFORM wr_retained_add(p_reg, 1);
+            -- The work is done: the payload goes (a retained claim keeps ids only).
+            PERFORM wr_payload_drop(p_reg, ARRAY[p_repo], ARRAY[p_number], ARRAY[p_delivery],
+                                    false);
             o_outcome := 'completed';
         WHEN 'released' THEN
             o_outcome := 'released';
@@ -1390,7 +1564,11 @@ BEGIN
           FROM moved
         RETURNING id, repo, number, delivery, holder, reason, dead_reason
     )
-    SELECT coalesce(jsonb_agg(to_jsonb(outbox) ORDER BY outbox.id), '[]') INTO v_events
+    SELECT coalesce(jsonb_agg(to_jsonb(outbox)
+                              || jsonb_build_object('payload',
+                                     wr_payload_json(p_reg, outbox.repo, outbox.number,
+                                                     outbox.delivery))
+                              ORDER BY outbox.id), '[]') INTO v_events
       FROM outbox;
 
     RETURN jsonb_build_object(
@@ -1542,6 +1720,12 @@ BEGIN
                                  dead_reason, released_at_ms)
         SELECT p_reg, repo, number, delivery, holder, 'stuck', NULL, p_now FROM marked
         RETURNING repo, number, delivery, holder
+    ), copies AS (
+        UPDATE wr_payloads y SET released = true
+          FROM marked m
+         WHERE y.registry = p_reg AND y.repo = m.repo AND y.number = m.number
+           AND y.delivery = m.delivery
+        RETURNING 1
     )
     SELECT count(*), coalesce(array_agg(repo), '{}'), coalesce(array_agg(number), '{}'),
            coalesce(array_agg(delivery), '{}'), coalesce(array_agg(holder), '{}')
@@ -1720,6 +1904,8 @@ DECLARE
     v_floor bigint;
     v_payload text;
     v_waiting bigint;
+    v_payloads bigint;
+    v_payload_bytes bigint;
     r record;
 BEGIN
     IF NOT wr_holds_lease(p_reg, p_replica) THEN
@@ -1728,6 +1914,10 @@ BEGIN
     -- The waiting gauge: the room's count (one row, read without a lock).
     SELECT coalesce((SELECT m.waiting FROM wr_room m WHERE m.registry = p_reg), 0)
       INTO v_waiting;
+    -- The payload gauges: the budget row (one row, read without a lock).
+    SELECT coalesce(b.held, 0), coalesce(b.bytes, 0) INTO v_payloads, v_payload_bytes
+      FROM (SELECT 1) one
+      LEFT JOIN wr_payload_budget b ON b.registry = p_reg;
     -- The last versioning step (at most p_step rows) and the version, under the snapshot row's
     -- exclusive lock.
     SELECT * INTO s FROM wr_snapshots WHERE registry = p_reg FOR UPDATE;
@@ -1745,6 +1935,7 @@ BEGIN
        AND s.in_flight = coalesce(p_in_flight, s.in_flight)
        AND s.retained = coalesce(p_retained, s.retained)
        AND s.waiting = v_waiting
+       AND s.payloads = v_payloads AND s.payload_bytes = v_payload_bytes
        AND NOT EXISTS (SELECT 1 FROM wr_workers
                         WHERE registry = p_reg AND version = v_version)
        AND NOT EXISTS (SELECT 1 FROM wr_purged
@@ -1756,7 +1947,8 @@ BEGIN
         UPDATE wr_snapshots
            SET version = v_version, taken_at_ms = p_now, brake_engaged = p_brake,
                in_flight = coalesce(p_in_flight, in_flight),
-               retained = coalesce(p_retained, retained), waiting = v_waiting
+               retained = coalesce(p_retained, retained), waiting = v_waiting,
+               payloads = v_payloads, payload_bytes = v_payload_bytes
          WHERE registry = p_reg;
     END IF;
 
@@ -1834,7 +2026,11 @@ BEGIN
         RETURNING o.id, o.repo, o.number, o.delivery, o.holder, o.reason, o.dead_reason,
                   o.assign_seq, o.assign_new, picked.first
     )
-    SELECT coalesce(jsonb_agg(to_jsonb(claimed) ORDER BY claimed.id), '[]') INTO v_events
+    SELECT coalesce(jsonb_agg(to_jsonb(claimed)
+                              || jsonb_build_object('payload',
+                                     wr_payload_json(p_reg, claimed.repo, claimed.number,
+                                                     claimed.delivery))
+                              ORDER BY claimed.id), '[]') INTO v_events
       FROM claimed;
     RETURN jsonb_build_object('now', v_now, 'events', v_events,
                               'snapshot', wr_snapshot_since(p_reg, p_known));
@@ -1863,6 +2059,7 @@ BEGIN
         'now', wr_now(p_reg), 'changed', true, 'full', v_full,
         'version', s.version, 'taken_at_ms', s.taken_at_ms, 'brake_engaged', s.brake_engaged,
         'in_flight', s.in_flight, 'retained', s.retained, 'waiting', s.waiting,
+        'payloads', s.payloads, 'payload_bytes', s.payload_bytes,
         'workers', (SELECT coalesce(jsonb_agg(to_jsonb(x) - 'registry' ORDER BY x.id), '[]')
                       FROM wr_workers x
                      WHERE x.registry = p_reg
@@ -1880,9 +2077,21 @@ CREATE OR REPLACE FUNCTION wr_acknowledge(p_reg bigint, p_ids bigint[]) RETURNS 
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer;
+    v_repo text[];
+    v_number bigint[];
+    v_delivery text[];
 BEGIN
-    DELETE FROM wr_released WHERE registry = p_reg AND id = ANY (p_ids);
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    WITH gone AS (
+        DELETE FROM wr_released WHERE registry = p_reg AND id = ANY (p_ids)
+        RETURNING repo, number, delivery
+    )
+    SELECT count(*), array_agg(repo), array_agg(number), array_agg(delivery)
+      INTO v_n, v_repo, v_number, v_delivery FROM gone;
+    -- The released copies of their payloads go with them (a pair admitted again since holds
+    -- its payload as the claim's, no longer released, and keeps it).
+    IF v_n > 0 THEN
+        PERFORM wr_payload_drop(p_reg, v_repo, v_number, v_delivery, true);
+    END IF;
     RETURN v_n;
 END
 $$;
@@ -2073,6 +2282,12 @@ BEGIN
         RETURNING repo, number, delivery)
     SELECT coalesce(jsonb_agg(jsonb_build_array(repo, number, delivery)), '[]'), count(*)
       INTO v_rows, v_n FROM gone;
+    -- The released copies of their payloads go with them.
+    IF v_n > 0 THEN
+        PERFORM wr_payload_drop(p_reg, array_agg(x->>0), array_agg((x->>1)::bigint),
+                                array_agg(x->>2), true)
+           FROM jsonb_array_elements(v_rows) x;
+    END IF;
     RETURN jsonb_build_object('expired', v_rows, 'more', v_n = p_batch);
 END
 $$;

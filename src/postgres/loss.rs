@@ -8,13 +8,11 @@
 //! the counter and the version have caught up. Every sweep of every handle reads
 //! the three (one statement, three primary-key lookups) before it refreshes its snapshot.
 
-use std::time::SystemTime;
-
+use super::delta;
 use super::rows::col;
 use super::PostgresRegistry;
 use crate::api::error::RegistryError;
 use crate::api::events::Event;
-use crate::api::snapshot::StatusSnapshot;
 use crate::remote::{agreement, loss};
 
 /// Moves the incarnation on from `$2` to `$3` unless another handle did already; the current one.
@@ -106,9 +104,9 @@ impl PostgresRegistry {
         }
         let lost = loss::lost_workers(self, &before).await?;
         loss::log("postgres", self.name(), &inner.replica, &found, &lost);
-        inner.snapshot.reset(StatusSnapshot::empty(
+        inner.snapshot.reset(delta::empty_snapshot(
             before.capacity.limit,
-            SystemTime::now(),
+            before.payloads.budget,
         ));
         inner.events.send(|| Event::DataLost { lost });
         Ok(())

@@ -57,6 +57,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "waiting_room",
         sql: include_str!("migrations/0008_waiting_room.sql"),
     },
+    Migration {
+        version: 9,
+        name: "payloads",
+        sql: include_str!("migrations/0009_payloads.sql"),
+    },
 ];
 
 /// The current functions, applied after the migrations whenever [`functions_checksum`] changes.

@@ -12,6 +12,7 @@
 //! | `maintain.rs` | the lease holder's maintenance, in bounded steps |
 //! | `functions.sql` | every current function, re-applied on connect when it changes |
 //! | `migrate.rs`, `migrations/*.sql` | the schema (versioned migrations) and the functions file |
+//! | `payload.rs` | payloads as the functions take them and hand them back; the lookup |
 //! | `rows.rs` | from stored columns to the contract's types |
 //! | `delta.rs` | what a sweep reads of the published snapshot, applied to the shared cache (`remote::snapshot`) |
 //! | `listen.rs` | lifecycle events: `NOTIFY` in the functions, `LISTEN` per handle |
@@ -151,8 +152,9 @@
 //! that had them (memory hands each over once).
 //!
 //! **Lock order**, the same everywhere: claim, target, capacity row, worker (a death: worker,
-//! capacity row, claims), and last one retained-counter stripe (each call takes at most one, in
-//! its last statement). The sweep's steps take worker rows first but only with `SKIP LOCKED`,
+//! capacity row, claims, their payload rows), then one retained-counter stripe (each call takes
+//! at most one, in its last statement), then payload rows and last the payload-budget row
+//! (`docs::postgres`, "Payloads"). The sweep's steps take worker rows first but only with `SKIP LOCKED`,
 //! so they never wait for one, and target rows after them only with `SKIP LOCKED`;
 //! `drain_all` locks all its workers in one statement before it changes any. Deadlocks are
 //! therefore not expected; if the server detects one anyway, the call is retried like a
@@ -211,6 +213,7 @@ mod loss;
 mod maintain;
 mod migrate;
 mod ops;
+mod payload;
 mod poll;
 mod room;
 mod rows;
@@ -341,6 +344,9 @@ struct Params {
     max_wait: i64,
     /// `max_workers_per_owner` (0: off).
     owner_cap: i64,
+    /// `max_payload_bytes` (checked here, before any round trip) and `payload_budget`.
+    max_payload_bytes: u64,
+    payload_budget: i64,
 }
 
 impl Params {
@@ -370,6 +376,8 @@ impl Params {
             per_owner: count(c.max_waiting_per_owner()),
             max_wait: rows::ms(c.max_wait()),
             owner_cap: count(c.max_workers_per_owner()),
+            max_payload_bytes: c.max_payload_bytes(),
+            payload_budget: i64::try_from(c.payload_budget()).unwrap_or(i64::MAX),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio_postgres::Row;
 
 use super::error::{decode, Failure};
+use super::payload;
 use super::rows::{self, col, number_param, worker_param, WorkerRow};
 use super::PostgresRegistry;
 use crate::api::contract::{Subscribe, WorkerRegistry};
@@ -25,7 +26,10 @@ use crate::config::RegistryConfig;
 use crate::remote::vocab;
 
 const ADMIT: &str = "SELECT o_outcome, o_worker, o_seq, o_new, o_since, o_state, o_unstarted, \
-                     o_position, o_reason FROM wr_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+                     o_position, o_reason, o_held FROM wr_admit($1, $2, $3, $4, $5, $6, $7, $8, \
+                     $9, $10, $11, $12, $13, $14, $15, $16, $17)";
+/// `wr_admit`'s refusal when the payload would take the bytes held past the budget.
+const PAYLOAD_BUDGET: &str = "payload_budget";
 /// `wr_place`'s refusal when the target's owner holds `max_workers_per_owner` live workers.
 const OWNER_FULL: &str = "owner_full";
 /// The claim state of a parked pair.
@@ -116,6 +120,39 @@ impl PostgresRegistry {
         }
     }
 
+    /// `wr_admit`'s answer (`payload`: what was given, for a budget refusal's figures).
+    fn admission(&self, row: &Row, payload: Option<&Payload>) -> Result<Admission, Failure> {
+        let outcome = col::<String>(row, "o_outcome")?;
+        if outcome == vocab::DUPLICATE {
+            return Ok(Admission::Duplicate(Self::duplicate(row)?));
+        }
+        if outcome == WAITING {
+            let reason: String = col(row, "o_reason")?;
+            let Err(reason) = self.placed(row, &reason)? else {
+                return Err(decode(format!("parked with reason {reason:?}")));
+            };
+            let position: i64 = col(row, "o_position")?;
+            return Ok(Admission::Waiting(Waiting::new(
+                usize::try_from(position).unwrap_or(0),
+                reason,
+            )));
+        }
+        if outcome == PAYLOAD_BUDGET {
+            let held: Option<i64> = col(row, "o_held")?;
+            return Ok(Admission::Rejected(Rejection::PayloadBudget {
+                held: held.and_then(|h| u64::try_from(h).ok()).unwrap_or(0),
+                needed: payload
+                    .map(Payload::size)
+                    .ok_or_else(|| decode("a budget refusal of an admission without a payload"))?,
+                limit: self.config_ref().payload_budget(),
+            }));
+        }
+        Ok(match self.placement(row)? {
+            Ok(a) => Admission::Assigned(a),
+            Err(r) => Admission::Rejected(r),
+        })
+    }
+
     fn count_placement(&self, r: &Result<Assignment, Rejection>) {
         let c = &self.inner.counters;
         match r {
@@ -123,42 +160,29 @@ impl PostgresRegistry {
             Ok(_) => c.admitted_sticky.inc(),
             Err(Rejection::CapacityFull { .. }) => c.rejected_capacity.inc(),
             Err(Rejection::TargetDraining { .. }) => c.rejected_draining.inc(),
-            // Not decided by this backend (it keeps no payloads yet).
-            Err(Rejection::PayloadBudget { .. }) => {}
+            Err(Rejection::PayloadBudget { .. }) => c.rejected_payload_budget.inc(),
         }
     }
 }
 
 impl WorkerRegistry for PostgresRegistry {
-    /// Payloads are not kept yet (`keeps_payloads` is false): one is refused, nothing claimed.
     async fn admit_with(
         &self,
         target: &Target,
         delivery: &DeliveryId,
         payload: Option<&Payload>,
     ) -> Result<Admission, RegistryError> {
-        if payload.is_some() {
-            return Err(RegistryError::Unsupported {
-                backend: "postgres",
-                feature: "payloads",
-            });
-        }
-        self.admit(target, delivery).await
-    }
-    /// Payloads are not kept yet: there is none to find.
-    async fn payload(
-        &self,
-        _target: &Target,
-        _delivery: &DeliveryId,
-    ) -> Result<Option<Payload>, RegistryError> {
-        Ok(None)
-    }
-    async fn admit(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> Result<Admission, RegistryError> {
         let p = &self.inner.params;
+        if let Some(given) = payload {
+            if given.size() > p.max_payload_bytes {
+                self.inner.counters.payloads_too_large.inc();
+                return Err(RegistryError::PayloadTooLarge {
+                    size: given.size(),
+                    limit: p.max_payload_bytes,
+                });
+            }
+        }
+        let y = payload::Params::of(payload);
         let (reg, number) = (self.inner.id, number_param(target));
         let admission = self
             .call(
@@ -174,28 +198,15 @@ impl WorkerRegistry for PostgresRegistry {
                     &p.owner_cap,
                     &p.max_waiting,
                     &p.per_owner,
+                    &y.event,
+                    &y.action,
+                    &y.content_type,
+                    &y.headers,
+                    &y.body,
+                    &y.size,
+                    &p.payload_budget,
                 ],
-                |row| {
-                    let outcome = col::<String>(row, "o_outcome")?;
-                    if outcome == vocab::DUPLICATE {
-                        return Ok(Admission::Duplicate(Self::duplicate(row)?));
-                    }
-                    if outcome == WAITING {
-                        let reason: String = col(row, "o_reason")?;
-                        let Err(reason) = self.placed(row, &reason)? else {
-                            return Err(decode(format!("parked with reason {reason:?}")));
-                        };
-                        let position: i64 = col(row, "o_position")?;
-                        return Ok(Admission::Waiting(Waiting::new(
-                            usize::try_from(position).unwrap_or(0),
-                            reason,
-                        )));
-                    }
-                    Ok(match self.placement(row)? {
-                        Ok(a) => Admission::Assigned(a),
-                        Err(r) => Admission::Rejected(r),
-                    })
-                },
+                |row| self.admission(row, payload),
             )
             .await?;
         match &admission {
@@ -211,6 +222,26 @@ impl WorkerRegistry for PostgresRegistry {
             Admission::Waiting(_) => self.inner.counters.parked.inc(),
         }
         Ok(admission)
+    }
+
+    /// One primary-key read: the payload of the pair's claim in flight, its parked delivery, or
+    /// its released copy (they share the row).
+    async fn payload(
+        &self,
+        target: &Target,
+        delivery: &DeliveryId,
+    ) -> Result<Option<Payload>, RegistryError> {
+        let (reg, number) = (self.inner.id, number_param(target));
+        self.call(
+            payload::LOOKUP,
+            &[&reg, &target.repo(), &number, &delivery.as_str()],
+            payload::from_row,
+        )
+        .await
+    }
+
+    fn keeps_payloads(&self) -> bool {
+        true
     }
 
     async fn claim(
@@ -455,6 +486,8 @@ impl WorkerRegistry for PostgresRegistry {
         s.data_losses = inner.loss.losses();
         s.snapshot_age = inner.snapshot.age();
         s.waiting = snapshot.waiting;
+        s.payloads_held = snapshot.payloads.held;
+        s.payload_bytes_held = snapshot.payloads.bytes;
         s
     }
 

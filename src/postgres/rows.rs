@@ -9,6 +9,7 @@ use tokio_postgres::types::FromSql;
 use tokio_postgres::Row;
 
 use super::error::{decode, Failure};
+use super::payload::PayloadJson;
 use crate::api::ids::{DeliveryId, FencingToken, Target, WorkerId};
 use crate::api::outcome::Assignment;
 use crate::api::report::{Receipt, ReleaseReason, ReleasedEvent};
@@ -192,6 +193,9 @@ pub(crate) struct OutboxRow {
     /// Whether this collect is the first to hand the row out (not a re-offer).
     #[serde(default)]
     pub(crate) first: bool,
+    /// The delivery's payload, if it has one (`wr_payload_json`).
+    #[serde(default)]
+    payload: Option<PayloadJson>,
 }
 
 impl OutboxRow {
@@ -202,6 +206,16 @@ impl OutboxRow {
 
     /// The contract's event for this row, its receipt the row id.
     pub(crate) fn event(&self) -> Result<ReleasedEvent, Failure> {
+        let payload = self
+            .payload
+            .as_ref()
+            .map(PayloadJson::payload)
+            .transpose()?;
+        Ok(self.bare_event()?.with_payload(payload))
+    }
+
+    /// The event without its payload.
+    fn bare_event(&self) -> Result<ReleasedEvent, Failure> {
         if self.is_promoted() {
             return self.promoted();
         }

@@ -85,7 +85,7 @@ pub(crate) fn apply(base: &StatusSnapshot, change: Change) -> StatusSnapshot {
         change.claims,
     );
     snapshot.waiting = change.waiting.unwrap_or(base.waiting);
-    // Not published either: kept until the next sweep sets it (`set_payloads`).
+    // Kept until the backend sets them (`SnapshotCache::set_payloads`).
     snapshot.payloads = base.payloads;
     snapshot
 }
@@ -218,8 +218,9 @@ impl SnapshotCache {
         });
     }
 
-    /// Sets the payloads held in the cached snapshot (the same version: like the room, they are
-    /// not part of the published snapshot; a sweep reads them and sets them here).
+    /// Sets the payloads held in the cached snapshot (the same version: Redis's sweep reads them
+    /// and sets them here; PostgreSQL publishes them beside the change and sets them after
+    /// applying it).
     pub(crate) fn set_payloads(&self, usage: PayloadUsage) {
         self.cell.rcu(|c| {
             if c.snapshot.payloads == usage {
