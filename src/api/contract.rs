@@ -700,7 +700,8 @@ pub trait WorkerRegistry: Send + Sync {
     /// Whether this backend keeps payloads (see [`admit_with`](Self::admit_with)). One that does
     /// not refuses an admission that carries a payload with [`RegistryError::Unsupported`] and
     /// answers [`payload`](Self::payload) with `None`; an admission without one is unaffected.
-    /// The in-memory backend keeps them.
+    /// Every backend of this crate keeps them (in-memory, Redis, PostgreSQL); the default `false`
+    /// is for a backend of your own that does not yet.
     ///
     /// # Examples
     ///

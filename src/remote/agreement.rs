@@ -5,9 +5,18 @@
 //! otherwise than its operator configured it; refusing makes the mismatch visible at deploy time.)
 //! To change them, stop every replica, delete the stored value (Redis `{name}:config`, PostgreSQL
 //! `wr_registries.config`), and start them with the new configuration.
+//!
+//! A setting added to the list after a registry stored its configuration ([`ADDED_LATER`]) is not
+//! compared while the stored text lacks it: upgrading the library must not refuse every handle of
+//! a running registry. It is compared once the stored configuration is written again (deleted
+//! and stored by the next first handle, as above).
 
 use crate::clock::millis;
 use crate::config::RegistryConfig;
+
+/// Settings added to [`settings`] after its first release (the payload limits, in 0.2): a stored
+/// configuration without one of them agrees with any value of it.
+pub(crate) const ADDED_LATER: [&str; 2] = ["max_payload_bytes", "payload_budget"];
 
 /// The deciding settings of `c`, by name, as text (durations in ms).
 pub(crate) fn settings(c: &RegistryConfig) -> Vec<(&'static str, String)> {
@@ -55,6 +64,7 @@ pub(crate) fn disagreement(
     };
     ours.iter().find_map(|(name, v)| match value(name) {
         Some(s) if s == v => None,
+        None if ADDED_LATER.contains(name) => None,
         s => Some((*name, s.unwrap_or("(none)").to_owned(), v.clone())),
     })
 }
@@ -72,5 +82,33 @@ mod tests {
         assert_eq!((name, ours.as_str()), ("max_workers", "3"));
         assert_eq!(stored, RegistryConfig::default().max_workers().to_string());
         assert_eq!(disagreement("", &a).map(|d| d.1), Some("(none)".to_owned()));
+    }
+
+    #[test]
+    fn a_configuration_stored_before_a_setting_existed_agrees_with_any_value_of_it() {
+        let ours = settings(&RegistryConfig::default());
+        let before: Vec<_> = ours
+            .iter()
+            .filter(|(k, _)| !ADDED_LATER.contains(k))
+            .cloned()
+            .collect();
+        assert_eq!(disagreement(&encode(&before), &ours), None);
+        // Stored, it is compared like any other.
+        let other = settings(
+            &RegistryConfig::builder()
+                .payload_budget(1 << 30)
+                .build()
+                .unwrap(),
+        );
+        let (name, _, _) = disagreement(&encode(&ours), &other).unwrap();
+        assert_eq!(name, "payload_budget");
+        // A setting of the first release missing from the stored text is still a disagreement.
+        let without_workers: Vec<_> = ours
+            .iter()
+            .filter(|(k, _)| *k != "max_workers")
+            .cloned()
+            .collect();
+        let (name, stored, _) = disagreement(&encode(&without_workers), &ours).unwrap();
+        assert_eq!((name, stored.as_str()), ("max_workers", "(none)"));
     }
 }
