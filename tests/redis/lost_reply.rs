@@ -18,13 +18,11 @@ fn host_port(url: &str) -> String {
     rest.split('/').next().unwrap_or(rest).to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicate() {
-    let Some(url) = harness::shared("lost-reply") else {
-        return;
-    };
-    let proxy = Proxy::start(&host_port(&url)).await;
-    let name = harness::unique_name("lost-reply");
+/// A proxy in front of the server at `url`, a handle of a fresh registry through it (its replies
+/// can be dropped) and one straight to the server.
+async fn through_a_proxy(url: &str, prefix: &str) -> (Proxy, RedisRegistry, RedisRegistry) {
+    let proxy = Proxy::start(&host_port(url)).await;
+    let name = harness::unique_name(prefix);
     let through = RedisRegistry::builder(format!("redis://{}/", proxy.addr()))
         .name(&name)
         .config(RegistryConfig::default())
@@ -32,11 +30,20 @@ async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicat
         .connect()
         .await
         .unwrap();
-    let direct = RedisRegistry::builder(&url)
+    let direct = RedisRegistry::builder(url)
         .name(&name)
         .connect()
         .await
         .unwrap();
+    (proxy, through, direct)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicate() {
+    let Some(url) = harness::shared("lost-reply") else {
+        return;
+    };
+    let (proxy, through, direct) = through_a_proxy(&url, "lost-reply").await;
     let (t, d) = (
         Target::new("octo/repo", 7).unwrap(),
         DeliveryId::new("lost").unwrap(),
@@ -97,20 +104,7 @@ async fn a_lost_reply_to_an_admission_with_a_payload_leaves_the_payload_retrieva
     let Some(url) = harness::shared("lost-reply") else {
         return;
     };
-    let proxy = Proxy::start(&host_port(&url)).await;
-    let name = harness::unique_name("lost-reply-payload");
-    let through = RedisRegistry::builder(format!("redis://{}/", proxy.addr()))
-        .name(&name)
-        .config(RegistryConfig::default())
-        .response_timeout(Duration::from_secs(1))
-        .connect()
-        .await
-        .unwrap();
-    let direct = RedisRegistry::builder(&url)
-        .name(&name)
-        .connect()
-        .await
-        .unwrap();
+    let (proxy, through, direct) = through_a_proxy(&url, "lost-reply-payload").await;
     worker_registry::testkit::payload_checks::a_lost_reply_leaves_the_payload_retrievable(
         &through,
         &direct,
