@@ -62,18 +62,18 @@ async fn the_retry_of_an_admission_whose_reply_was_lost_is_an_unstarted_duplicat
     assert!(err.is_retryable(), "a lost reply is retryable: {err:?}");
     assert_eq!(proxy.dropped(), 1);
 
-    // The retry (the connection manager reconnects through the proxy; bounded).
-    let mut retry = None;
-    for _ in 0..50 {
+    // The retry (the connection manager reconnects through the proxy), tried again while the
+    // connection is down: only a hang (two minutes) ends the wait, not a slow machine.
+    let started = std::time::Instant::now();
+    let retry = loop {
         match through.admit(&t, &d).await {
-            Ok(a) => {
-                retry = Some(a);
-                break;
+            Ok(a) => break Some(a),
+            Err(e) if e.is_retryable() && started.elapsed() < Duration::from_secs(120) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
             }
-            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
             Err(e) => panic!("{e:?}"),
         }
-    }
+    };
     let Some(Admission::Duplicate(dup)) = retry else {
         panic!("the admission was carried out, so its retry is a duplicate: {retry:?}")
     };
