@@ -125,10 +125,17 @@ impl App {
         worker: WorkerId,
     ) -> TargetOutcome {
         // Already draining: nothing more to do (admitting the event would park it for the
-        // successor, which a closed pull request does not want).
+        // successor, which a closed pull request does not want). Recorded as handled all the
+        // same, so that a redelivery of this event is answered as the duplicate it is (AC2).
         if let Ok(Some(info)) = self.inner.registry.worker(worker).await {
             if info.status == Status::Draining {
-                return TargetOutcome::AlreadyDraining { worker };
+                return match self
+                    .handled_without_worker(Decision::Drain, target, delivery)
+                    .await
+                {
+                    TargetOutcome::NoWorker(_) => TargetOutcome::AlreadyDraining { worker },
+                    other => other,
+                };
             }
         }
         match self

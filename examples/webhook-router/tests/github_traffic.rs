@@ -9,6 +9,7 @@ use common::*;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use std::time::Duration;
 use webhook_router::github;
 
 const SECRET: &str = "It's a Secret to Everybody";
@@ -164,6 +165,41 @@ async fn a_closed_pull_request_drains_its_worker_and_starts_none() {
         "ignored"
     );
     assert_eq!(h.memory.direct().live_workers(), 0);
+}
+
+/// A redelivery of a `closed` event is a duplicate, also while the worker it drained is still
+/// draining (the drain path once answered it "ignored: already draining" before asking the
+/// dedupe), and so is a redelivery of a `closed` event that found the worker already draining.
+#[tokio::test(start_paused = true)]
+async fn a_redelivered_close_is_a_duplicate_while_its_worker_drains() {
+    let h = start(Setup {
+        // The worker is busy with its last event for the whole test: it stays draining.
+        work: Duration::from_secs(3600),
+        ..Setup::default()
+    })
+    .await;
+    let w = worker_of(&h.deliver("pull_request", "d-1", &pr("o/r", 6)).await);
+    let mut closed = pr("o/r", 6);
+    closed["action"] = json!("closed");
+    let a = h.deliver("pull_request", "d-2", &closed).await;
+    assert_eq!(a.body["outcome"], "drained", "{:#}", a.body);
+    h.until_status(w, "draining").await;
+    let again = h.deliver("pull_request", "d-2", &closed).await;
+    assert_eq!(again.status, StatusCode::OK, "{:#}", again.body);
+    assert_eq!(again.body["outcome"], "duplicate", "{:#}", again.body);
+    // A second close, new: nothing to drain; its redelivery is a duplicate too.
+    let second = h.deliver("pull_request", "d-3", &closed).await;
+    assert_eq!(second.status, StatusCode::ACCEPTED, "{:#}", second.body);
+    assert!(second.body["reason"]
+        .as_str()
+        .unwrap()
+        .contains("already draining"));
+    let second_again = h.deliver("pull_request", "d-3", &closed).await;
+    assert_eq!(
+        second_again.body["outcome"], "duplicate",
+        "{:#}",
+        second_again.body
+    );
 }
 
 /// A configured policy is followed: here, labels start workers and closing is ignored.
