@@ -231,6 +231,7 @@ use tokio_postgres::Row;
 
 pub use self::builder::PostgresRegistryBuilder;
 use self::conn::Checkout;
+pub use self::error::SchemaTooOld;
 use self::error::{retrying, Failure};
 use crate::api::connect::ConnectError;
 use crate::api::contract::WorkerRegistry;
@@ -284,7 +285,7 @@ pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// **Locking behaviour:** every call but `status`, `stats` and `config` is one function call in
 /// its own transaction, on one pooled connection (waiting for one if all are busy, up to the call
-/// timeout); the locks it takes are listed on its function in `functions.sql`.
+/// timeout); the locks it takes are listed on its function in `functions/*.sql`.
 /// `status` and `stats` take no lock and do no I/O.
 ///
 /// # Examples
