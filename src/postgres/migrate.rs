@@ -40,7 +40,16 @@ pub(crate) const OLD_HISTORY_LAST: i32 = 9;
 /// they are applied (after the migrations, whenever [`functions_checksum`] changes): name, SQL.
 /// `base` first (what the others use); a `LANGUAGE sql` function must come after the functions
 /// its body calls, a PL/pgSQL one may come anywhere.
-pub(crate) const FUNCTION_FILES: &[(&str, &str)] = &[("functions", include_str!("functions.sql"))];
+pub(crate) const FUNCTION_FILES: &[(&str, &str)] = &[
+    ("base", include_str!("functions/base.sql")),
+    ("payloads", include_str!("functions/payloads.sql")),
+    ("waiting", include_str!("functions/waiting.sql")),
+    ("workers", include_str!("functions/workers.sql")),
+    ("claims", include_str!("functions/claims.sql")),
+    ("sweep", include_str!("functions/sweep.sql")),
+    ("snapshot", include_str!("functions/snapshot.sql")),
+    ("outbox", include_str!("functions/outbox.sql")),
+];
 
 /// How long the migration transaction waits for a lock (the advisory lock while another replica
 /// migrates, a table lock a migration takes) before it fails and is retried.

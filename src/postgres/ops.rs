@@ -1,5 +1,5 @@
 //! The contract's per-call methods for [`PostgresRegistry`]: each is one call of its function in
-//! `functions.sql`, decoded into the contract's answer, and counted.
+//! `functions/*.sql`, decoded into the contract's answer, and counted.
 
 use std::sync::Arc;
 use std::time::Duration;
