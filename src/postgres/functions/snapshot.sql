@@ -208,3 +208,21 @@ BEGIN
                           AND g.version <= s.version) END);
 END
 $$;
+
+-- audit: what the registry holds unfinished, read now (one statement, one snapshot of the data,
+-- no lock): the live workers (the capacity row), the claims in flight (bound or bare; counted
+-- on wr_claims_in_flight), the deliveries released or promoted and not yet acknowledged (claims
+-- a death released that no sweep has moved yet, on wr_claims_released, and the outbox rows) and
+-- the deliveries waiting (the room's count). Proportional to the claims in flight and the
+-- released ones: for audits and tests, not a hot path.
+CREATE OR REPLACE FUNCTION wr_audit(p_reg bigint, OUT o_live bigint, OUT o_in_flight bigint,
+                                    OUT o_released bigint, OUT o_waiting bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT c.live FROM wr_capacity c WHERE c.registry = p_reg), 0)::bigint,
+           (SELECT count(*) FROM wr_claims k
+             WHERE k.registry = p_reg AND k.completed_at_ms IS NULL AND k.release_reason IS NULL),
+           (SELECT count(*) FROM wr_claims k
+             WHERE k.registry = p_reg AND k.release_reason IN ('worker_died', 'unbound'))
+             + (SELECT count(*) FROM wr_released o WHERE o.registry = p_reg),
+           coalesce((SELECT r.waiting FROM wr_room r WHERE r.registry = p_reg), 0)::bigint
+$$;
