@@ -145,8 +145,14 @@ pub trait DynBackend: Send + Sync + 'static {
     fn status(&self) -> Arc<StatusSnapshot>;
     /// See [`WorkerRegistry::stats`].
     fn stats(&self) -> Stats;
-    /// See [`WorkerRegistry::audit`].
-    fn audit<'a>(&'a self) -> BoxFuture<'a, Result<Audit, RegistryError>>;
+    /// See [`WorkerRegistry::audit`]; the default answers [`RegistryError::Unsupported`] as the
+    /// trait's does.
+    fn audit<'a>(&'a self) -> BoxFuture<'a, Result<Audit, RegistryError>> {
+        Box::pin(std::future::ready(Err(RegistryError::Unsupported {
+            backend: "unknown",
+            feature: "audit",
+        })))
+    }
     /// See [`WorkerRegistry::config`].
     fn config(&self) -> &RegistryConfig;
     /// See [`WorkerRegistry::parks`].
