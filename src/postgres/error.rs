@@ -121,6 +121,10 @@ impl fmt::Display for DecodeError {
 
 impl Error for DecodeError {}
 
+/// The old history's last version (migrations 0001-0009 before the baseline): a database at it
+/// holds exactly the baseline's schema (`migrate.rs`).
+pub(crate) const OLD_HISTORY_LAST: i32 = 9;
+
 /// The database's schema was migrated by the migrations of worker-registry before 0.2.0 (the
 /// old history, 0001-0009, replaced by one baseline) and stopped before 0009: this version
 /// cannot bring it up to date. The source of the [`RegistryError::Backend`] (not retryable)
@@ -161,9 +165,7 @@ impl fmt::Display for SchemaTooOld {
              revision 5f5eb62 (the last with the old history; PostgresRegistry::migrate), then \
              connect with this version; or, if its registries hold nothing to keep, drop its \
              wr_* tables and functions and connect again",
-            self.found,
-            super::migrate::OLD_HISTORY_LAST,
-            super::migrate::OLD_HISTORY_LAST,
+            self.found, OLD_HISTORY_LAST, OLD_HISTORY_LAST,
         )
     }
 }

@@ -9,7 +9,7 @@
 
 use tokio_postgres::{Client, Transaction};
 
-use super::error::{decode, Failure, SchemaTooOld};
+use super::error::{decode, Failure, SchemaTooOld, OLD_HISTORY_LAST};
 
 /// One migration: its version, a name, and its SQL.
 pub(crate) struct Migration {
@@ -32,9 +32,6 @@ const BASELINE: &str = "baseline";
 /// The name the old history recorded its version 1 under: a database whose version 1 has it was
 /// migrated by the old files.
 const OLD_HISTORY_FIRST: &str = "schema";
-
-/// The old history's last version: a database at it holds exactly the baseline's schema.
-pub(crate) const OLD_HISTORY_LAST: i32 = 9;
 
 /// The current functions, split by concern like the Redis backend's Lua library, in the order
 /// they are applied (after the migrations, whenever [`functions_checksum`] changes): name, SQL.
