@@ -71,6 +71,15 @@ pub(crate) fn pg_error(e: impl std::error::Error + Send + Sync + 'static) -> Reg
     RegistryError::backend("postgres", true, e)
 }
 
+/// Creates the router's own tables (`sql`, which takes an advisory lock first, so replicas
+/// starting together create them once), in one transaction.
+pub(crate) async fn create_tables(pool: &Pool, sql: &str) -> Result<(), String> {
+    let mut client = pool.get().await.map_err(|e| e.to_string())?;
+    let tx = client.transaction().await.map_err(|e| e.to_string())?;
+    tx.batch_execute(sql).await.map_err(|e| e.to_string())?;
+    tx.commit().await.map_err(|e| e.to_string())
+}
+
 /// Runs `fut` within the backend call timeout.
 pub(crate) async fn timed<T>(
     backend: &'static str,
@@ -178,13 +187,7 @@ impl Store {
                     .recycle_timeout(Some(BACKEND_CONNECT_TIMEOUT))
                     .build()
                     .map_err(|e| e.to_string())?;
-                let mut client = pool.get().await.map_err(|e| e.to_string())?;
-                let tx = client.transaction().await.map_err(|e| e.to_string())?;
-                tx.batch_execute(POSTGRES_SCHEMA)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                tx.commit().await.map_err(|e| e.to_string())?;
-                drop(client);
+                create_tables(&pool, POSTGRES_SCHEMA).await?;
                 Ok(Some(Self::Postgres {
                     pool,
                     registry: name.to_owned(),

@@ -24,7 +24,7 @@ use tokio_postgres::Row;
 use worker_registry::RegistryError;
 
 use crate::backend::RegistryChoice;
-use crate::store::{pg_error, redis_error, timed, Store};
+use crate::store::{create_tables, pg_error, redis_error, timed, Store};
 
 mod chased;
 
@@ -196,12 +196,7 @@ impl Shared {
             return Ok(Self::default());
         };
         if let Store::Postgres { pool, .. } = store {
-            let mut client = pool.get().await.map_err(|e| e.to_string())?;
-            let tx = client.transaction().await.map_err(|e| e.to_string())?;
-            tx.batch_execute(POSTGRES_SCHEMA)
-                .await
-                .map_err(|e| e.to_string())?;
-            tx.commit().await.map_err(|e| e.to_string())?;
+            create_tables(pool, POSTGRES_SCHEMA).await?;
         }
         Ok(Self::Store(store.clone()))
     }
