@@ -197,7 +197,8 @@ pub struct Stats {
 /// ```
 /// use worker_registry::Audit;
 ///
-/// let a = Audit { in_flight: 2, waiting: 1, ..Audit::default() };
+/// let mut a = Audit::default();
+/// (a.in_flight, a.waiting) = (2, 1);
 /// assert_eq!(a.unfinished(), 3);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
