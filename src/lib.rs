@@ -118,7 +118,7 @@ pub use api::report::{Receipt, ReleaseReason, ReleasedEvent, SweepReport};
 pub use api::snapshot::{
     Capacity, ClaimCounts, PayloadUsage, StatusCounts, StatusSnapshot, WorkerInfo,
 };
-pub use api::stats::{Stats, SweepDurations};
+pub use api::stats::{Audit, Stats, SweepDurations};
 pub use api::status::{Activity, DeadReason, PoolStatus, Status, WorkerKind};
 pub use api::waiting::{ExpireReason, ExpiredWaiting};
 #[cfg(feature = "tokio")]

@@ -12,6 +12,8 @@ mod differential;
 mod ids;
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[path = "support/pg_history.rs"]
+mod pg_history;
 #[path = "support/proxy.rs"]
 mod proxy;
 
@@ -22,7 +24,7 @@ use std::time::Duration;
 
 use differential::{apply, Op, SweepView};
 use tokio::task::JoinSet;
-use worker_registry::postgres::PostgresRegistry;
+use worker_registry::postgres::{PostgresRegistry, SchemaTooOld};
 use worker_registry::testkit::payload_checks;
 use worker_registry::{
     Admission, ClaimOutcome, ClaimState, ConnectError, DeadReason, DeliveryId, Event, HeartbeatAck,
@@ -549,7 +551,7 @@ async fn concurrent_first_connects_apply_the_migrations_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 9);
+    assert_eq!(n, 1, "the baseline");
     let regs: i64 = client
         .query_one("SELECT count(*) FROM wr_registries", &[])
         .await
@@ -902,75 +904,135 @@ async fn the_retained_counter_stays_exact_while_replicas_complete_and_sweep_at_o
     assert_eq!((counter, count), (20, 20));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn migration_4_starts_the_counter_from_a_count_of_the_claims_already_kept() {
-    let Some(url) = pg_cluster::shared_url() else {
-        return;
-    };
-    // A database of its own at version 3, with claims in it, as an older release left it.
-    let db_url = fresh_database(&url, "upgrade").await;
-    let (client, conn) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls)
+/// A connection of its own to the database at `url`.
+async fn client_of(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(conn);
     client
-        .batch_execute(
-            "CREATE TABLE wr_schema_migrations (
-                 version    integer PRIMARY KEY,
-                 name       text NOT NULL,
-                 applied_at timestamptz NOT NULL DEFAULT now()
-             )",
-        )
-        .await
-        .unwrap();
-    for (v, sql) in [
-        (
-            1,
-            include_str!("../src/postgres/migrations/0001_schema.sql"),
-        ),
-        (
-            2,
-            include_str!("../src/postgres/migrations/0002_functions.sql"),
-        ),
-        (
-            3,
-            include_str!("../src/postgres/migrations/0003_lifecycle.sql"),
-        ),
-    ] {
-        client.batch_execute(sql).await.unwrap();
-        client
-            .execute(
-                "INSERT INTO wr_schema_migrations (version, name) VALUES ($1, 'old')",
-                &[&v],
-            )
-            .await
-            .unwrap();
-    }
+}
+
+/// The rows of `wr_schema_migrations`, by version.
+async fn recorded_migrations(client: &tokio_postgres::Client) -> Vec<(i32, String)> {
     client
-        .batch_execute(
-            "SELECT wr_open('kept'); SELECT wr_open('empty');
-             INSERT INTO wr_claims (registry, repo, number, delivery, holder, claimed_at_ms,
-                                    completed_at_ms)
-             SELECT r.id, 'octo/repo', i, 'd' || i, NULL, wr_now(r.id),
-                    CASE WHEN i <= 7 THEN wr_now(r.id) END
-               FROM wr_registries r, generate_series(1, 9) i WHERE r.name = 'kept';",
+        .query(
+            "SELECT version, name FROM wr_schema_migrations ORDER BY version",
+            &[],
         )
         .await
-        .unwrap();
-    assert_eq!(
-        PostgresRegistry::migrate(&db_url).await.unwrap(),
-        [4, 5, 6, 7, 8, 9]
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_baseline_is_the_old_history_without_its_functions() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let old = fresh_database(&url, "old_history").await;
+    if !pg_history::migrate_old(&client_of(&old).await, 9).await {
+        return;
+    }
+    let new = fresh_database(&url, "baseline").await;
+    assert_eq!(PostgresRegistry::migrate(&new).await.unwrap(), [1]);
+    let (Some(old_schema), Some(new_schema)) = (
+        pg_history::schema_without_functions(&old),
+        pg_history::schema_without_functions(&new),
+    ) else {
+        return;
+    };
+    assert!(old_schema.len() > 60, "{old_schema:#?}");
+    let only_old: Vec<_> = old_schema
+        .iter()
+        .filter(|e| !new_schema.contains(e))
+        .collect();
+    let only_new: Vec<_> = new_schema
+        .iter()
+        .filter(|e| !old_schema.contains(e))
+        .collect();
+    assert!(
+        only_old.is_empty() && only_new.is_empty(),
+        "only in the old history: {only_old:#?}\nonly in the baseline: {only_new:#?}"
     );
-    assert_eq!(retained_in_db(&client, "kept").await, (7, 7));
-    assert_eq!(retained_in_db(&client, "empty").await, (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_old_history_brought_to_0009_opens_at_the_baseline() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    // As the last build with the old history left it: migrated to 0009, functions applied, and
+    // a registry with a claim in flight.
+    let db_url = fresh_database(&url, "old_at_9").await;
+    let client = client_of(&db_url).await;
+    if !pg_history::migrate_old(&client, 9).await {
+        return;
+    }
+    let old = PostgresRegistry::builder(&db_url)
+        .name("kept")
+        .listen(false)
+        .migrate(false)
+        .connect()
+        .await
+        .unwrap();
+    let Admission::Assigned(a) = old.admit(&t(1), &d("before")).await.unwrap() else {
+        panic!("the first admission is assigned");
+    };
+    drop(old);
+    assert!(PostgresRegistry::migrate(&db_url).await.unwrap().is_empty());
+    assert_eq!(
+        recorded_migrations(&client).await,
+        [(1, "baseline".to_owned())]
+    );
     let r = PostgresRegistry::builder(&db_url)
         .name("kept")
         .listen(false)
         .connect()
         .await
         .unwrap();
-    r.sweep().await.unwrap();
-    assert_eq!(r.status().claims.retained, 7);
+    match r.admit(&t(1), &d("before")).await.unwrap() {
+        Admission::Duplicate(dup) => assert_eq!(dup.holder, Some(a.worker)),
+        other => panic!("the claim made before the upgrade is kept: {other:?}"),
+    }
+    let Admission::Assigned(b) = r.admit(&t(1), &d("after")).await.unwrap() else {
+        panic!("a new delivery of the target is assigned");
+    };
+    assert_eq!(b.worker, a.worker, "sticky across the upgrade");
+    assert!(PostgresRegistry::migrate(&db_url).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_the_old_history_before_0009_is_refused_naming_its_version() {
+    let Some(url) = pg_cluster::shared_url() else {
+        return;
+    };
+    let db_url = fresh_database(&url, "old_at_5").await;
+    let client = client_of(&db_url).await;
+    if !pg_history::migrate_old(&client, 5).await {
+        return;
+    }
+    let e = PostgresRegistry::migrate(&db_url).await.unwrap_err();
+    assert!(!e.is_retryable(), "{e}");
+    let found = std::iter::successors(std::error::Error::source(&e), |c| c.source())
+        .find_map(|c| c.downcast_ref::<SchemaTooOld>())
+        .unwrap_or_else(|| panic!("not a SchemaTooOld: {e:?}"));
+    assert_eq!(found.found, 5);
+    let text = e.to_string();
+    assert!(
+        text.contains("migration 0005") && text.contains("git"),
+        "{text}"
+    );
+    let refused = PostgresRegistry::builder(&db_url)
+        .listen(false)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("migration 0005"), "{refused}");
+    // Nothing was changed: the history is as it was.
+    assert_eq!(recorded_migrations(&client).await.len(), 5);
 }
 
 /// The registry's id, on a connection of its own.

@@ -2,7 +2,7 @@
 # Wall-clock server time per call (`INFO commandstats`, FCALL usec_per_call) of a sticky admit and
 # a creating admit beside their floors (benches/tools/redis_floor.lua) and a no-op FCALL, on a
 # throwaway plain redis-server, 5 120 calls a row sent with `redis-cli --pipe`, alternated three
-# times (docs::redis, "How far from the floor").
+# times (benches/RESULTS.md, "How far from the floor").
 #
 # Usage: benches/tools/redis_floor_wall.sh <redis bench binary> (as redis_instructions.sh)
 

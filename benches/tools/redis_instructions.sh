@@ -20,7 +20,7 @@
 # whole server's instructions between `callgrind_control -z` and `-d`, divided by 2 048; the
 # server's own timers add about +-1 500 a call between runs.
 #
-# Then the floors (docs::redis, "How far from the floor"): the same server loads
+# Then the floors (benches/RESULTS.md, "How far from the floor"): the same server loads
 # benches/tools/redis_floor.lua, functions that make exactly a sticky admit's 8 commands and a
 # creating admit's 13 on keys of the same shapes (under a prefix of their own, seeded as the
 # registry's are) and decide nothing, and a no-op FCALL with the admit's arguments. Each decision's

@@ -43,7 +43,7 @@ use super::outcome::{Admission, AssignOutcome, ClaimOutcome, DrainAll, Heartbeat
 use super::payload::Payload;
 use super::report::{ReleasedEvent, SweepReport};
 use super::snapshot::{StatusSnapshot, WorkerInfo};
-use super::stats::Stats;
+use super::stats::{Audit, Stats};
 use super::status::{DeadReason, Status};
 use crate::config::RegistryConfig;
 
@@ -679,6 +679,35 @@ pub trait WorkerRegistry: Send + Sync {
     /// assert_eq!(r.stats().admitted_new, 0);
     /// ```
     fn stats(&self) -> Stats;
+
+    /// What the registry's storage holds unfinished now ([`Audit`]): live workers, claims in
+    /// flight, released deliveries not yet handed over for good, deliveries waiting. Unlike
+    /// [`stats`](Self::stats) it reads the backend's storage: one consistent read (one atomic step
+    /// on a shared backend, taking no lock a decision waits for), whose cost each backend states
+    /// (it may be proportional to the unfinished work). For audits, tests and operators: keep it
+    /// off a hot path. The default answers [`RegistryError::Unsupported`] (`"audit"`), for a
+    /// backend of your own that does not offer it yet; every backend of this crate does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
+    ///
+    /// let r = InMemoryRegistry::default();
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+    /// r.admit(&t, &d).await.unwrap();
+    /// let a = r.audit().await.unwrap();
+    /// assert_eq!((a.live_workers, a.in_flight, a.unfinished()), (1, 1, 1));
+    /// # }
+    /// ```
+    fn audit(&self) -> impl Future<Output = Result<Audit, RegistryError>> + Send {
+        std::future::ready(Err(RegistryError::Unsupported {
+            backend: "unknown",
+            feature: "audit",
+        }))
+    }
 
     /// Whether this backend implements the waiting room (see [`admit`](Self::admit)). One that
     /// does not behaves as a waiting room of size 0 whatever

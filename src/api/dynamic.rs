@@ -23,7 +23,7 @@ use super::outcome::{Admission, AssignOutcome, ClaimOutcome, DrainAll, Heartbeat
 use super::payload::Payload;
 use super::report::{ReleasedEvent, SweepReport};
 use super::snapshot::{StatusSnapshot, WorkerInfo};
-use super::stats::Stats;
+use super::stats::{Audit, Stats};
 use super::status::{DeadReason, Status};
 use crate::config::RegistryConfig;
 
@@ -145,6 +145,14 @@ pub trait DynBackend: Send + Sync + 'static {
     fn status(&self) -> Arc<StatusSnapshot>;
     /// See [`WorkerRegistry::stats`].
     fn stats(&self) -> Stats;
+    /// See [`WorkerRegistry::audit`]; the default answers [`RegistryError::Unsupported`] as the
+    /// trait's does.
+    fn audit<'a>(&'a self) -> BoxFuture<'a, Result<Audit, RegistryError>> {
+        Box::pin(std::future::ready(Err(RegistryError::Unsupported {
+            backend: "unknown",
+            feature: "audit",
+        })))
+    }
     /// See [`WorkerRegistry::config`].
     fn config(&self) -> &RegistryConfig;
     /// See [`WorkerRegistry::parks`].
@@ -281,6 +289,9 @@ impl<T: Backend> DynBackend for T {
     }
     fn stats(&self) -> Stats {
         WorkerRegistry::stats(self)
+    }
+    fn audit<'a>(&'a self) -> BoxFuture<'a, Result<Audit, RegistryError>> {
+        Box::pin(<T as WorkerRegistry>::audit(self))
     }
     fn config(&self) -> &RegistryConfig {
         WorkerRegistry::config(self)
@@ -442,6 +453,10 @@ impl WorkerRegistry for DynRegistry {
     }
     fn stats(&self) -> Stats {
         self.0.stats()
+    }
+    fn audit(&self) -> impl Future<Output = Result<Audit, RegistryError>> + Send {
+        let backend = self.0.clone();
+        async move { backend.audit().await }
     }
     fn config(&self) -> &RegistryConfig {
         self.0.config()

@@ -183,6 +183,53 @@ pub struct Stats {
     pub snapshot_age: Duration,
 }
 
+/// What the registry's storage holds unfinished, read from the storage itself when asked
+/// ([`WorkerRegistry::audit`](crate::WorkerRegistry::audit)), not from a snapshot: for
+/// simulations, tests and operators checking that accepted work was completed, handed on or is
+/// still waiting.
+///
+/// A promoted delivery counts twice until its hand-over is acknowledged: in flight on its
+/// worker, and released (the hand-over to re-dispatch). A stuck claim's tombstone is not in
+/// flight; its release is released until acknowledged.
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::Audit;
+///
+/// let mut a = Audit::default();
+/// (a.in_flight, a.waiting) = (2, 1);
+/// assert_eq!(a.unfinished(), 3);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Audit {
+    /// Live (non-dead) workers.
+    pub live_workers: u64,
+    /// Claims in flight: neither completed nor released, bound to a worker or bare.
+    pub in_flight: u64,
+    /// Deliveries released (their worker died, they were stuck or unbound) or promoted out of
+    /// the waiting room, whose hand-over is not finished: not yet in a sweep's report, or, on a
+    /// shared backend, reported and not yet [acknowledged](crate::Maintenance::acknowledge). A
+    /// claim whose worker died counts here from the death on, swept or not.
+    pub released: u64,
+    /// Deliveries parked in the waiting room.
+    pub waiting: u64,
+}
+
+impl Audit {
+    /// Everything accepted and not finished: in flight, released or waiting. 0 means every
+    /// delivery the registry accepted was completed (or, if expired from the waiting room,
+    /// reported as such).
+    ///
+    /// # Examples
+    ///
+    /// See [`Audit`].
+    pub fn unfinished(&self) -> u64 {
+        self.in_flight + self.released + self.waiting
+    }
+}
+
 impl Stats {
     /// Deaths for one reason.
     ///

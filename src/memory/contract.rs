@@ -135,6 +135,9 @@ impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
     fn stats(&self) -> Stats {
         self.direct().stats()
     }
+    fn audit(&self) -> impl Future<Output = Result<crate::Audit, RegistryError>> + Send {
+        ready(Ok(self.direct().audit()))
+    }
     fn config(&self) -> &RegistryConfig {
         self.direct().config()
     }

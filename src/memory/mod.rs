@@ -610,6 +610,40 @@ impl<C: Clock> Direct<C> {
         self.inner.events.sender.subscribe()
     }
 
+    /// What the registry holds unfinished now (see [`WorkerRegistry::audit`]): claims in flight
+    /// (those of dead workers, not yet swept, count as released), promoted deliveries awaiting the
+    /// next sweep's report, the waiting room's count and the live workers.
+    ///
+    /// **Locking behaviour:** locks each claims shard in turn, visiting its in-flight claims
+    /// (proportional to the claims in flight), then the waiting room's lock once.
+    ///
+    /// [`WorkerRegistry::audit`]: crate::WorkerRegistry::audit
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use worker_registry::{memory::Direct, DeliveryId, Target};
+    ///
+    /// let registry = Direct::default();
+    /// registry.admit(&Target::new("o/r", 1).unwrap(), &DeliveryId::new("d").unwrap());
+    /// assert_eq!(registry.audit().in_flight, 1);
+    /// ```
+    pub fn audit(&self) -> crate::Audit {
+        let inner = &*self.inner;
+        let (in_flight, released) = inner.claims.by_holder();
+        let handover = inner
+            .room
+            .as_ref()
+            .map_or(0, |room| sync::lock(room).handover.len());
+        crate::Audit {
+            live_workers: self.live_workers() as u64,
+            in_flight: in_flight as u64,
+            released: (released + handover) as u64,
+            // Relaxed: a gauge, exact once callers are quiet.
+            waiting: inner.waiting.load(Ordering::Relaxed) as u64,
+        }
+    }
+
     /// Number of claims in the map right now (in flight, retained, or released but not yet swept).
     ///
     /// **Locking behaviour:** locks each claims shard in turn.

@@ -655,6 +655,22 @@ impl ClaimTable {
         n
     }
 
+    /// In-flight claims (not stuck) by their holder: (alive or none, dead: released by the death
+    /// and not yet swept), over every shard. Visits every in-flight claim, each shard under its
+    /// lock in turn (an audit's read, not a hot path's).
+    pub(crate) fn by_holder(&self) -> (usize, usize) {
+        let (mut in_flight, mut released) = (0, 0);
+        self.each(|s| {
+            for claim in s.slab.iter().filter(|c| !c.stuck) {
+                match &claim.holder {
+                    Some(h) if h.state.load().is_dead() => released += 1,
+                    _ => in_flight += 1,
+                }
+            }
+        });
+        (in_flight, released)
+    }
+
     /// In-flight claims (not stuck) and entries of any kind, over every shard.
     pub(crate) fn counts(&self) -> (usize, usize) {
         let (mut in_flight, mut entries) = (0, 0);

@@ -29,6 +29,8 @@ pub(crate) enum Failure {
     /// The server answered something this version of the crate cannot read (a bug, or a schema
     /// from another version).
     Decode(String),
+    /// The database was migrated by the old history and stopped before its last version.
+    Schema(SchemaTooOld),
 }
 
 impl From<tokio_postgres::Error> for Failure {
@@ -78,6 +80,7 @@ impl Failure {
                 RegistryError::backend(BACKEND, retryable, e)
             }
             Self::Decode(what) => RegistryError::backend(BACKEND, false, DecodeError(what)),
+            Self::Schema(e) => RegistryError::backend(BACKEND, false, e),
         }
     }
 }
@@ -117,6 +120,57 @@ impl fmt::Display for DecodeError {
 }
 
 impl Error for DecodeError {}
+
+/// The old history's last version (migrations 0001-0009 before the baseline): a database at it
+/// holds exactly the baseline's schema (`migrate.rs`).
+pub(crate) const OLD_HISTORY_LAST: i32 = 9;
+
+/// The database's schema was migrated by the migrations of worker-registry before 0.2.0 (the
+/// old history, 0001-0009, replaced by one baseline) and stopped before 0009: this version
+/// cannot bring it up to date. The source of the [`RegistryError::Backend`] (not retryable)
+/// that [`PostgresRegistry::migrate`](super::PostgresRegistry::migrate) and `connect` return;
+/// the upgrade path is in [`docs::postgres`](crate::docs::postgres), "Migrations".
+///
+/// # Examples
+///
+/// ```
+/// use worker_registry::postgres::SchemaTooOld;
+/// use worker_registry::RegistryError;
+///
+/// fn found(e: &RegistryError) -> Option<i32> {
+///     let mut cause = std::error::Error::source(e);
+///     while let Some(c) = cause {
+///         if let Some(old) = c.downcast_ref::<SchemaTooOld>() {
+///             return Some(old.found);
+///         }
+///         cause = c.source();
+///     }
+///     None
+/// }
+/// # assert_eq!(found(&RegistryError::backend("postgres", false, "down")), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SchemaTooOld {
+    /// The last version of the old history the database records.
+    pub found: i32,
+}
+
+impl fmt::Display for SchemaTooOld {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the database's schema is at migration {:04} of the old history (0001-{:04}), which \
+             this version cannot upgrade: migrate it to {:04} first with worker-registry at git \
+             revision 5f5eb62 (the last with the old history; PostgresRegistry::migrate), then \
+             connect with this version; or, if its registries hold nothing to keep, drop its \
+             wr_* tables and functions and connect again",
+            self.found, OLD_HISTORY_LAST, OLD_HISTORY_LAST,
+        )
+    }
+}
+
+impl Error for SchemaTooOld {}
 
 /// A prepared statement vanished between two round trips of one call: the connection goes through
 /// a pooler in transaction mode, which lends a server connection per transaction.

@@ -1,5 +1,5 @@
 //! The lease holder's part of a sweep: the maintenance, in bounded steps (the functions
-//! `wr_sweep_*` in `functions.sql`), each its own short transaction, so other calls interleave
+//! `wr_sweep_*` in `functions/sweep.sql`), each its own short transaction, so other calls interleave
 //! with them: retention, releases left from before, versioning of rows other calls changed, the
 //! deaths (each step handing its deliveries to this replica), then one transaction with the
 //! in-flight gauge, the publish and this replica's collect (or, with a delivery stuck, the stuck

@@ -1,205 +1,32 @@
 //! [`PostgresRegistry`] (feature `postgres`): the registry kept in PostgreSQL, so that several
 //! router replicas share one set of workers, claims and capacity, and its history is durable and
-//! queryable. The contract it implements is documented on [`WorkerRegistry`]; this page says how
-//! it is kept in SQL.
+//! queryable. The contract it implements is documented on [`WorkerRegistry`]; how it is kept in
+//! SQL (schema, functions, locks, the sweep's steps, events, errors, measured cost) is in
+//! [`docs::postgres`](crate::docs::postgres).
+//!
+//! In short: every decision is one PL/pgSQL function called as one statement (one transaction,
+//! one round trip), on the server's clock; one replica at a time holds the maintenance lease
+//! and sweeps in bounded steps; the snapshot is cached per handle and read without I/O.
 //!
 //! | file | holds |
 //! |---|---|
 //! | `mod.rs` | the handle, its builder, the call path (pool, prepared statement, retries) |
+//! | `builder.rs` | [`PostgresRegistryBuilder`]: the URL, the name, the pool, the timeouts, connect |
 //! | `conn.rs` | one call's connection: cancelled and closed if the call ended early, dropped if unfit; unnamed statements behind a pooler |
 //! | `ops.rs` | the contract's per-call methods, each one function call |
 //! | `sweep.rs` | `sweep` (the lease, the outbox share, the snapshot) and `acknowledge` |
 //! | `maintain.rs` | the lease holder's maintenance, in bounded steps |
-//! | `functions.sql` | every current function, re-applied on connect when it changes |
-//! | `migrate.rs`, `migrations/*.sql` | the schema (versioned migrations) and the functions file |
+//! | `room.rs` | the waiting room's settings, written by every connect |
+//! | `migrate.rs`, `migrations/0001_baseline.sql` | the schema (the baseline and later migrations), the upgrade from the old history, the function files applied on connect |
+//! | `functions/*.sql` | every current function, by concern (base, payloads, waiting, workers, claims, sweep, snapshot, outbox), re-applied on connect when they change |
 //! | `payload.rs` | payloads as the functions take them and hand them back; the lookup |
 //! | `rows.rs` | from stored columns to the contract's types |
 //! | `delta.rs` | what a sweep reads of the published snapshot, applied to the shared cache (`remote::snapshot`) |
 //! | `listen.rs` | lifecycle events: `NOTIFY` in the functions, `LISTEN` per handle |
 //! | `poll.rs` | lifecycle events for a handle that cannot `LISTEN`: the event log, polled |
-//! | `error.rs` | backend errors, and the bounded retry of lost races |
-//!
-//! # Design
-//!
-//! **One function, one transaction, one round trip per call.** Every decision is a PL/pgSQL
-//! function (all of them, as they are now, in `functions.sql`; the versioned migrations keep only
-//! schema changes, and the function definitions migrations 0002-0004 carried when they were
-//! written are replaced by that file on connect) called as one statement in autocommit, so the
-//! decision and its writes are one transaction that takes the locks it needs and nothing is
-//! decided on the client between two statements (no check-then-act across round trips). The
-//! client prepares each call once per connection and runs it with one round trip.
-//!
-//! **Time** is the server's: `clock_timestamp()` in milliseconds, plus the registry's test
-//! offset (`wr_registries.test_offset_ms`, zero unless a `testkit` build moved it), read once at
-//! the start of each function. Replicas with skewed clocks therefore agree on who is dead.
-//!
-//! **Duplicate detection** (`wr_admit`, `wr_claim`): a redelivery is one primary-key lookup
-//! without a lock or a write. A new pair is claimed by `INSERT ... ON CONFLICT`: two admits of
-//! one new pair serialise on the key; the one that commits second finds a live claim in its
-//! upsert, raises a serialization failure that undoes its placement, and its retry answers
-//! `Duplicate`. A released or expired claim is replaced by the same upsert.
-//!
-//! **Sticky assignment** (`wr_place`): the target's row in `wr_targets` is locked `FOR UPDATE`
-//! (inserted with `ON CONFLICT DO NOTHING` first if it does not exist) for the rest of the
-//! transaction, so two assignments of one target never both create a worker. An active worker is
-//! taken with `UPDATE ... WHERE status = 'active'`, which re-checks the status under the worker's
-//! row lock: a sweep or a drain that got there first is seen.
-//!
-//! **Capacity** is one counter row (`wr_capacity`): a new worker reserves its slot and its id
-//! with `UPDATE ... SET live = live + 1, next_worker_id = next_worker_id + 1 WHERE live < max`,
-//! which cannot exceed the limit under any concurrency (the row lock serialises creators, and each
-//! re-checks the condition on the row as the previous one left it); every death gives the slot
-//! back in its own transaction. Worker ids come from the same row, so they are per registry,
-//! start at 1, never repeat, and a rolled-back creation spends none.
-//!
-//! **Death** (`wr_kill`): the status, the capacity slot, and the release of the worker's
-//! in-flight claims (`release_reason`) happen in the transaction that kills it, whichever call
-//! that is (deregister, loop end, drain, or the sweep). A heartbeat racing the sweep either
-//! commits first (the sweep's `FOR UPDATE` re-check sees the fresh heartbeat and spares the
-//! worker) or waits for the sweep and then finds it dead: never both.
-//!
-//! **The sweep** runs on every replica; only the holder of the registry's **maintenance lease**
-//! maintains. The lease is a row (`wr_leases`: holder, expiry on the registry's time, three
-//! `sweep_interval`s and at least 100 ms, `maintain::MIN_LEASE_TTL`), as Oban's peers
-//! and River's leader election keep theirs: a sweep takes it if it is free, lapsed or its own
-//! (renewing it) with one conditional single-row `UPDATE`; any other replica's sweep finds the
-//! condition false, takes no lock, and only collects its share of the outbox and the snapshot.
-//! The holder's maintenance (`maintain.rs`) is a sequence of functions, **each one statement in
-//! its own short transaction**, so other calls interleave with it and none of them waits for
-//! more than one step: `wr_sweep_begin` (the lease, the stall rule, the brake decided once for
-//! the sweep), `wr_sweep_retain` (retention, eviction, purge) and `wr_sweep_release` (bare claims
-//! past the timeout, claims of workers that died in other calls) in steps of
-//! 256 rows (`maintain::MAINTENANCE_STEP`), `wr_sweep_deaths` in steps of
-//! 32 workers (`maintain::DEATH_STEP`) (silent ones by a cursor on (last heartbeat, id),
-//! then overdue drains; each step moves its dead workers' deliveries to the outbox and claims them
-//! for the sweeping replica in the transaction that released them, so no other call sees them
-//! released and not yet handed out), then `wr_sweep_finish`: one step of stuck deliveries, the
-//! publish (a last step of versioning, the new version) and the holder's own outbox share and
-//! snapshot changes, in one transaction, so that the sweep answers one round trip after its last
-//! death step (more stuck or changed rows than a step: `wr_sweep_stuck`, `wr_sweep_stamp` and
-//! `wr_sweep_publish` again, in steps of 256
-//! rows; versioning of what other calls changed runs in such steps before the deaths). Each kind goes
-//! on until a step finds less than it could take, or the sweep's bound (the builder's `batch`,
-//! [`DEFAULT_BATCH`] rows of each kind) is reached: a mass death of 10 000 is worked off in one
-//! `sweep()` of about 300 death steps. Every step re-checks the lease first (one row), so a
-//! holder whose lease was taken over stops at its next step; every row a step changes it locks
-//! `FOR UPDATE SKIP LOCKED` and re-checks, so two replicas both believing they hold it (a lapse
-//! in the middle of a sweep) do no harm. Candidates are found by range scans on partial indexes
-//! (live workers by last heartbeat, draining ones by deadline, dead ones by death); a worker
-//! whose row is busy (a heartbeat landing) is judged by the next sweep. The mass-staleness
-//! brake, suspect grace and start-up grace are those of the in-memory backend, on server time,
-//! judged at the instant `wr_sweep_begin` read (every step gets it as a parameter).
-//!
-//! **Admits never wait on the sweep's work.** A death step locks its (at most 32) workers, then
-//! gives their capacity slots back with one `UPDATE` of `wr_capacity`, then kills them (status,
-//! claims released, event): the capacity row, which every admit that creates a worker needs, is
-//! held for one step's kills, never across the sweep. The snapshot is published in its own
-//! transaction, which locks only the snapshot row. The dead workers' target rows are dropped in
-//! the death step with `SKIP LOCKED` (a row an admit holds is that admit's to replace; what is
-//! left is dropped with the worker's purge), so no step scans every target. Every pooled
-//! connection runs with `lock_timeout` [`DEFAULT_LOCK_TIMEOUT`] and `statement_timeout`
-//! [`DEFAULT_STATEMENT_TIMEOUT`]; a lock wait past its timeout is retried like a lost race.
-
-//! **The retained count** (the snapshot's `retained` gauge, and how many claims eviction removes
-//! over `max_retained_claims`) is a counter, not a count (table from migration 0004): the sweep
-//! sums the registry's 17 rows of `wr_retained` instead of scanning its completed claims, so its
-//! cost follows what changed, not what is kept. Every change to the set of completed claims moves
-//! the counter in its own transaction: `wr_complete` adds one, a redelivery (`wr_admit`,
-//! `wr_claim`) that replaces a completed claim past its retention takes one away
-//! (`wr_replace_claim` locks the old claim first, so it knows what it replaced), and the sweep
-//! takes away what it expires and evicts. Releases, deaths and the stuck rule touch only claims
-//! not completed. Hot calls add to one of 16 stripes picked at random, so concurrent completions
-//! rarely wait for each other; the sweep writes a stripe of its own.
-//!
-//! **Released events** go through the outbox `wr_released`: each `sweep()` claims rows that are
-//! unclaimed, or claimed longer than `release_ack_timeout` ago, with `FOR UPDATE SKIP LOCKED`
-//! (setting `claimed_by`, the handle's replica id, and `claimed_at_ms`); `acknowledge` deletes
-//! them. The [`Receipt`](crate::Receipt) is the row id. A replica that dies before acknowledging
-//! loses nothing: its rows are offered again after the timeout.
-//!
-//! **The snapshot costs what changed.** Every write to a worker row sets its `dirty` flag; the
-//! lease holder's `wr_sweep_stamp` gives dirty rows (in steps, `SKIP LOCKED`) the next snapshot
-//! version under a share lock of the snapshot row, and `wr_sweep_publish` then moves the
-//! published version (exclusively locking that row, so it waits for the stamps in progress): a
-//! replica that sees version v therefore sees every row versioned v. Each replica's sweep asks
-//! `wr_snapshot_since(its version)` for the rows versioned after it (an index on
-//! `(registry, version)`) and the ids purged since (`wr_purged`, logged by the purge under the
-//! next version, trimmed after 1 000 versions, `maintain::PURGE_LOG_VERSIONS`),
-//! and hands them to the snapshot cache the Redis backend uses too (`remote::snapshot`: the rows
-//! replace their entries, purged ids are dropped, the rest age by the time between the two
-//! versions), which keeps the snapshot behind an `ArcSwap`, so
-//! [`status`](WorkerRegistry::status) never blocks and does no I/O. A handle with
-//! nothing yet, or further behind than the purge log reaches, reads every row once. Rows are read
-//! as they are now, so a row changed again after it was versioned shows its newer state; rows
-//! changed after the last stamp step show up with the next version. The version moves only when
-//! something changed (a row versioned, a purge, a gauge or the brake); otherwise the publish
-//! moves only its time, and every handle re-dates its copy (the same version and entries, their
-//! ages moved on), so an idle registry's replicas read nothing but the header.
-
-//! **Lifecycle events**: the functions `NOTIFY` on the registry's channel in the transaction that
-//! made the change, so every handle's subscribers see every committed event in commit order; each
-//! handle listens on a dedicated connection. A call that published events returns only once they
-//! have passed its own listener (an empty query on the listener's connection, answered after every
-//! notification committed before it), so a subscription made after a call never sees that call's
-//! events, as in memory. Only calls that change a worker's status wait so: duplicate detection,
-//! sticky assignment and heartbeats publish nothing and never wait.
-//!
-//! **Where it differs from the in-memory backend**, within what the contract allows: completed
-//! claims beyond `max_retained_claims` are evicted by the sweep only (memory also evicts at once
-//! when a burst of completions goes far over the limit: it bounds memory, which a table need not);
-//! `stats()` gauges come from the last snapshot, not from live counters; and released events not
-//! acknowledged within `release_ack_timeout` are offered again, to any replica including the one
-//! that had them (memory hands each over once).
-//!
-//! **Lock order**, the same everywhere: claim, target, capacity row, worker (a death: worker,
-//! capacity row, claims, their payload rows), then one retained-counter stripe (each call takes
-//! at most one, in its last statement), then payload rows and last the payload-budget row
-//! (`docs::postgres`, "Payloads"). The sweep's steps take worker rows first but only with `SKIP LOCKED`,
-//! so they never wait for one, and target rows after them only with `SKIP LOCKED`;
-//! `drain_all` locks all its workers in one statement before it changes any. Deadlocks are
-//! therefore not expected; if the server detects one anyway, the call is retried like a
-//! serialization failure, at most 12 times (`error::MAX_ATTEMPTS`), then reported as
-//! a retryable backend error.
-
-//! **Errors**: a lost connection, a pool that cannot connect, a server shutting down, or a call
-//! past its timeout is `RegistryError::Backend { backend: "postgres", retryable: true, .. }`; an
-//! answer this crate cannot read is the same with `retryable: false`. Nothing panics. After a
-//! database restart the pool replaces its dead connections by itself; the handle need not be
-//! rebuilt.
-//!
-//! **The stall rule** (memory's `stall.rs`, on the server's time): the sweeping replica keeps
-//! the time of the last sweep and the stalls measured so far in `wr_stalls` (one row per
-//! registry, at most 64 spans, older ones forgotten by memory's rule). A sweep more than two
-//! `sweep_interval`s after the previous one records a stall and reports it in
-//! `SweepReport::stall_credited`; every duration the sweep judges (silence, time in flight, time
-//! under suspicion) then leaves out the stalled time it overlaps (`wr_ran`). The candidates are
-//! still range scans on the partial indexes: `wr_run_cutoff` turns "ran longer than d" into an
-//! exact bound on the base time (running time since a base never grows as the base moves later),
-//! so a sweep after a stall reads only what is due. Only the sweep that measures a stall does
-//! work proportional to workers: it moves the deadlines of the draining workers out by the
-//! stall's length.
-//!
-//! **Stuck deliveries**: a claim in flight on a live worker for longer than `max_in_flight` of
-//! running time (a range on `wr_claims_in_flight`) is released in the sweep: a row in the outbox
-//! with reason `stuck`, a `stuck` notification ([`Event::DeliveryStuck`](crate::Event::DeliveryStuck)), and its
-//! worker drained with `drain_deadline` (an idle one exits). The claim stays as a tombstone
-//! (`release_reason = 'stuck'`) so that the worker's late completion is refused as released;
-//! a redelivery replaces it, and once its holder is dead (`wr_kill` marks it) the next sweep
-//! deletes it, as memory does.
-//!
-//! **Connections** (`conn.rs`): a call that ended early (its timeout) has its statement
-//! cancelled and its connection closed, never pooled; a connection whose server turned read-only
-//! is dropped and the call retried, so a multi-host URL with `target_session_attrs=read-write`
-//! follows a failover; a connection idle for 30 s is verified when taken. Behind PgBouncer in
-//! transaction mode, `transaction_pooler(true)` makes every call one unnamed statement and
-//! `listen_url` puts the listener on a direct connection; without one the handle logs a warning
-//! and polls the registry's event log instead (`poll.rs`; see
-//! [`docs::postgres`](crate::docs::postgres)).
-//!
-//! **TLS** (feature `postgres-tls`, `tls.rs`): rustls, the server's certificate verified (chain
-//! and host name) against the system's roots or the builder's `tls_root_certificate`;
-//! `sslmode=require`, `verify-ca` and `verify-full` all verify. Without the feature a URL that
-//! requires TLS is refused at connect.
+//! | `loss.rs` | the registry's incarnation: data lost or rewound on the server, found and reported |
+//! | `tls.rs` | TLS with rustls (feature `postgres-tls`) |
+//! | `error.rs` | backend errors, [`SchemaTooOld`], and the bounded retry of lost races |
 
 // `Tls` is `NoTls`, a `Copy` type, without `postgres-tls`; `.clone()` serves both builds.
 #![cfg_attr(not(feature = "postgres-tls"), allow(clippy::clone_on_copy))]
@@ -231,6 +58,7 @@ use tokio_postgres::Row;
 
 pub use self::builder::PostgresRegistryBuilder;
 use self::conn::Checkout;
+pub use self::error::SchemaTooOld;
 use self::error::{retrying, Failure};
 use crate::api::connect::ConnectError;
 use crate::api::contract::WorkerRegistry;
@@ -284,7 +112,7 @@ pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// **Locking behaviour:** every call but `status`, `stats` and `config` is one function call in
 /// its own transaction, on one pooled connection (waiting for one if all are busy, up to the call
-/// timeout); the locks it takes are listed on its function in `functions.sql`.
+/// timeout); the locks it takes are listed on its function in `functions/*.sql`.
 /// `status` and `stats` take no lock and do no I/O.
 ///
 /// # Examples

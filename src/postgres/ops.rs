@@ -1,5 +1,5 @@
 //! The contract's per-call methods for [`PostgresRegistry`]: each is one call of its function in
-//! `functions.sql`, decoded into the contract's answer, and counted.
+//! `functions/*.sql`, decoded into the contract's answer, and counted.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +47,7 @@ const DRAIN: &str = "SELECT o_outcome, o_reason FROM wr_drain($1, $2, $3)";
 const DRAIN_ALL: &str = "SELECT o_draining, o_exited FROM wr_drain_all($1, $2)";
 const REGISTER: &str = "SELECT o_id, o_refused FROM wr_register($1, $2)";
 const DEREGISTER: &str = "SELECT o_reason, o_refused FROM wr_deregister($1, $2)";
+const AUDIT: &str = "SELECT * FROM wr_audit($1)";
 const WORKER: &str = "SELECT wr_now($1) AS now_ms, w.* FROM wr_workers w \
                       RIGHT JOIN (SELECT 1) one ON w.registry = $1 AND w.id = $2";
 
@@ -468,6 +469,22 @@ impl WorkerRegistry for PostgresRegistry {
             }
             let now: i64 = col(row, "now_ms")?;
             WorkerRow::from_row(row)?.info(now).map(Some)
+        })
+        .await
+    }
+
+    /// One call of `wr_audit` (`functions/snapshot.sql`): counts on the partial indexes of the
+    /// claims in flight and released, plus three one-row reads; no lock.
+    async fn audit(&self) -> Result<crate::Audit, RegistryError> {
+        let reg = self.inner.id;
+        self.call(AUDIT, &[&reg], |row| {
+            let n = |c: &str| col::<i64>(row, c).map(|v| u64::try_from(v).unwrap_or(0));
+            Ok(crate::Audit {
+                live_workers: n("o_live")?,
+                in_flight: n("o_in_flight")?,
+                released: n("o_released")?,
+                waiting: n("o_waiting")?,
+            })
         })
         .await
     }

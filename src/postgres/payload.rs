@@ -1,4 +1,4 @@
-//! Payloads on PostgreSQL (migration 0009, `wr_payload_*` in `functions.sql`; the design in
+//! Payloads on PostgreSQL (`wr_payloads`, `wr_payload_*` in `functions/payloads.sql`; the design in
 //! `docs::postgres`, "Payloads"): a [`Payload`] as the functions take it (parameters: the body as
 //! `bytea`, the extra headers as one `text[]` of names and values), and back, from the lookup's
 //! row or from the outbox's `jsonb` (the body in base64).

@@ -1,7 +1,7 @@
 //! Lifecycle events for a handle that cannot `LISTEN`: behind a pooler in transaction mode
 //! without a direct [`listen_url`](super::PostgresRegistryBuilder::listen_url), no connection
 //! holds the session a `LISTEN` needs, so the notifications cannot arrive. The handle then polls
-//! the registry's event log instead (`wr_events`, migration 0007, which `wr_notify` writes for a
+//! the registry's event log instead (`wr_events`, which `wr_notify` writes for a
 //! registry a polling handle opened), every
 //! [`poll_interval`](super::PostgresRegistryBuilder::poll_interval), through the pool like any
 //! call, and forwards what it had not seen into its [`EventSender`].

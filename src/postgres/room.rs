@@ -1,6 +1,6 @@
 //! The waiting room's settings on the server: every handle's connect writes the limits a call
-//! that frees a slot promotes with (`wr_room`, migration 0008; the steps are `wr_park`,
-//! `wr_promote` and `wr_sweep_expire_waiting` in `functions.sql`, the design in
+//! that frees a slot promotes with (`wr_room`; the steps are `wr_park`,
+//! `wr_promote` and `wr_sweep_expire_waiting` in `functions/waiting.sql`, the design in
 //! `docs::postgres`, "The waiting room").
 
 use super::rows::col;

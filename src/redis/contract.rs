@@ -662,6 +662,20 @@ impl WorkerRegistry for RedisRegistry {
         codec::decode_worker(&f.text("line")?, now).map(Some)
     }
 
+    /// One read-only function call (`scripts/audit.lua`): five O(1) counts of the registry's
+    /// keys, in one atomic step.
+    async fn audit(&self) -> Result<crate::Audit, RegistryError> {
+        let inv = self.prepare(&SCRIPTS.audit);
+        let v = self.invoke(&inv).await?;
+        let f = Fields::of(&v)?;
+        Ok(crate::Audit {
+            live_workers: f.uint("live")?,
+            in_flight: f.uint("in_flight")?,
+            released: f.uint("released")?,
+            waiting: f.uint("waiting")?,
+        })
+    }
+
     /// This handle's cached snapshot. **Locking behaviour:** no lock and no I/O: one `ArcSwap`
     /// load.
     fn status(&self) -> Arc<StatusSnapshot> {

@@ -1,153 +1,30 @@
 //! [`RedisRegistry`] (feature `redis`): the registry shared by several router replicas through
 //! one Redis server, behind the same contract as the in-memory backend and passing the same
-//! conformance suite.
+//! conformance suite. The contract is documented on [`WorkerRegistry`](crate::WorkerRegistry);
+//! how it is kept in Redis (the Function library, the keys, the replies, the sweep's steps,
+//! events, errors, operating it, measured cost) is in [`docs::redis`](crate::docs::redis).
 //!
-//! # Design
+//! In short: every decision is one function of one Redis Function library (`FCALL`), atomic on
+//! the server and on the server's clock; every key of a registry shares the hash tag `{name}`;
+//! maintenance runs in bounded steps under a lease; the snapshot is cached per handle.
 //!
-//! **Every decision is one Lua function** of one Redis Function library (`FCALL`; the library,
-//! named by its checksum, loaded on connect and again when the server answers that a function is
-//! missing: see `scripts.rs`): `admit` is dedupe + sticky lookup + capacity + claim in one call, so two
-//! replicas racing on one delivery or on the last capacity slot get exactly the answers the
-//! in-memory registry gives. No decision reads in one round trip and writes in another. Each
-//! script reads (and so validates) everything before its first write: an error aborts it with no
-//! partial state.
-//!
-//! **One time base**: every script takes `TIME` from the server (Redis 7 replicates script
-//! effects, so this is allowed) plus the registry's test offset `{name}:test_offset_ms`, which
-//! only [`RedisRegistry::advance_time_for_tests`] (feature `testkit`) can set. Times are integer
-//! milliseconds on the server's Unix clock; a replica's own clock is never consulted.
-//!
-//! **Keys** all start with the hash tag `{name}` (the registry name, [`DEFAULT_REGISTRY_NAME`]
-//! unless set), so a registry lives on one Redis Cluster slot and a script may touch any of its
-//! keys. Several registries (pools) spread over a cluster by name: each name hashes to its own
-//! slot.
-//!
-//! | key | type | holds |
-//! |---|---|---|
-//! | `{n}:w:<id>` | hash | a worker: status, busy, suspect, beaten, reason, last beat, created, assignments, drain deadline, death; and its in-flight claims, one field `@<target>:<delivery>` → claimed at each (written by the placement's own `HSET`, released in the step that kills it) |
-//! | `{n}:live` | zset | live workers by a lower bound of their staleness deadline (last beat + timeout, + start-up grace before the first, + the stall credit once re-scored): capacity is `ZCARD`, the stale are one range query. A heartbeat does not touch it (after its first); the sweep re-scores the candidates that beat since or were credited a stall |
-//! | `{n}:beat` | zset | the beat index: exactly the workers that are active, have beaten and are not suspect, by their last beat (ms). Their heartbeat is one `ZADD XX GT CH` here and nothing else; a worker's last beat is the later of its hash's and its score (`read_worker` folds it in); a drain, a suspicion or a death takes the worker out and writes its score to the hash |
-//! | `{n}:beat_from` | string | the publisher's cursor in `{n}:beat`: a score; the beats at and past it may not be published yet (`publish.lua`) |
-//! | `{n}:drain` / `{n}:dead` | zset | draining workers by drain deadline; dead ones by time of death (purge) |
-//! | `{n}:t:<target>` | string | the target's live worker (sticky assignment): one key per target, so the lookup is O(1) at any size (a hash of them stays a listpack up to `hash-max-listpack-entries`, and each `HGET` scans it) |
-//! | `{n}:next_worker_id` | string | the last worker id handed out; the next is past it and past the server's clock in ms since 2026-01-01, so ids are never reused, not even after the server lost or rewound the data (see `docs::redis`, Failures) |
-//! | `{n}:c:<target>:<delivery>` | hash | a claim: holder, claimed at, completed at, release reason; a completed one expires with `PEXPIRE` = `claim_retention` + `sweep_interval` |
-//! | `{n}:flight` | zset | every in-flight claim bound to a worker, by its claim time (+ the stall credit once re-scored): a lower bound of when it is stuck, less `max_in_flight`, which the sweep adds to its range's bound rather than every admit to the score; the stuck are one range query |
-//! | `{n}:ws:<id>` | set | a worker's stuck claims, kept as tombstones (release reason `Stuck`) so that its late completion is refused; `{n}:stuck_due` (zset, score 0) holds those of dead workers, which the next sweep deletes |
-//! | `{n}:unbound` | zset | bare claims by claim time (those past the heartbeat timeout are one range query) |
-//! | `{n}:done` | zset | completed claims by completion time (`max_retained_claims` eviction, retention) |
-//! | `{n}:released_due` | zset | claims released since the last sweep (score 0: read by rank, a bounded range per step) |
-//! | `{n}:released` | stream | released deliveries, consumer group `dispatch` |
-//! | `{n}:deliveries` | zset | stream entries by when they were handed out (re-offered after `release_ack_timeout`) |
-//! | `{n}:dirty` | zset | workers whose hash was written since the last publish (score 0); the beats of indexed workers are not here but in `{n}:beat`, past `{n}:beat_from` |
-//! | `{n}:snap` | hash | worker id → its line as last published (what a rebuilding handle pages through) |
-//! | `{n}:changes` | stream | the change log: per version, entries `<version>-<n>` of upserted lines (`u`) and removed ids (`r`), the version's header (`h`) last; the last 1 000 versions (`CHANGE_LOG_VERSIONS`) |
-//! | `{n}:snap_head`, `{n}:snapshot_version` | string | the latest published header and its version |
-//! | `{n}:events`, `{n}:event_seq`, `{n}:epoch` | channel, strings | lifecycle events, their sequence number, and the registry's incarnation: set when there is none, moved on by the handle that finds the data rewound (a handle or listener that sees it change knows the data was lost, see `loss.rs`) |
-//! | `{n}:config` | string | the deciding settings, stored by the first handle (`name=value` lines); a handle configured otherwise is refused |
-//! | `{n}:consumers` | zset | replica id → its last sweep (registry ms): consumers of the released stream silent for ten sweep intervals plus `release_ack_timeout` and holding no pending entry are deleted (`XGROUP DELCONSUMER`, 8 per sweep) |
-//! | `{n}:sweep_lease` | string | the maintenance lease: owner and expiry |
-//! | `{n}:last_sweep`, `{n}:stalls` | string, list | when the latest sweep of any replica ran, and the stall spans (`<start>:<end>`, at most 64) the stall rule still credits |
-//! | `{n}:drain_ext` | list | stalls whose drain-deadline walk is not done, oldest first: `<from>:<to>:<len>:<cursor>:<skip>` (the walk's position in `{n}:drain`); popped when done |
-//! | `{n}:rescan` | string | after a dropped stall: `<live cursor>\t<flight cursor>`, the scores the rescan walk has re-judged up to (`-inf` at the start, `done` past the end); deleted when both are done |
-//! | `{n}:test_offset_ms` | string | the test-only time offset |
-//! | `{n}:p:<target>:<delivery>`, `{n}:r:<entry id>`, `{n}:rpi`, `{n}:pay` | hashes | payloads (`payloads.rs`; see `docs::redis`, "Payloads"): the in-flight claim's or the parked delivery's, a released entry's (moved there by `RENAME`), pair → its latest released copy, and the count and bytes held (the budget's counter) |
-//! | `{n}:worder`, `{n}:wd:<target>`, `{n}:wt`, `{n}:wo:<owner>`, `{n}:wring`, `{n}:wready`, `{n}:wb:<id>`, `{n}:wpo`, `{n}:olive`, `{n}:room`, `{n}:wseq` | zsets, hashes, sets, string | the waiting room and the per-owner cap (`lib_waiting.lua`; see `docs::redis`, "The waiting room") |
-//!
-//! **The library** (`src/redis/scripts/`, assembled by `scripts.rs` into one `FUNCTION LOAD`):
-//! `lib_base.lua` (key names, the clock, events, the reply words), `lib_claims.lua` (claim
-//! standing and removal) and `lib_workers.lua` (placement, death bookkeeping, encoding), run once
-//! at load as library-level locals, then one file per decision, each the body of one function
-//! `wr_<checksum>_<decision>` (flagged `no-writes`: `worker`, `changes`, `snap_page`, `payload`): `admit` (with a payload for `admit_with`), `assign`, `claim`, `payload` (the lookup), `release`, `complete` (both `complete` and
-//! `complete_by`), `heartbeat`, `loop_started`, `loop_finished`, `register`, `deregister`, `drain`
-//! (`drain_within`, and each batch of `drain_all_within`'s `ZSCAN` walk), `worker`, `sweep` (one bounded step), `publish` (one
-//! bounded step of publishing the snapshot), `changes` and `snap_page` (what a handle reads to bring
-//! its copy up to date), `acknowledge`, `listen` (where the event numbering stands, for the
-//! listener), `identity` (what a sweep compares to find a data loss, and the forgetting of gone
-//! replicas' stream consumers).
-//!
-//! **Replies** are name/value lists led by an `outcome` word, read by name (`codec::Fields`): a
-//! reply without nested values is *packed*, one bulk string of its names and values joined by
-//! tabs (`outcome\tduplicate\tholder\t7\tsince\t...\tstate\tin_flight\tunstarted\t0`), and one
-//! with nested values (drain's per-worker answers, a sweep step's lists) is a flat array
-//! (`{'outcome', ..., 'died', {...}}`); see `docs::redis`, "Replies". The words are PostgreSQL's (`crate::remote::vocab`). A missing field or a
-//! word outside the vocabulary is a non-retryable backend error naming the field. The
-//! maintenance functions' replies (`sweep`, `publish`, `changes`) follow the same schema.
-//!
-//! | function | outcome words (fields) |
+//! | file | holds |
 //! |---|---|
-//! | `admit` | `duplicate` (holder, since, state, unstarted), `assigned` (worker, seq, new, live, now), `capacity`, `draining` (worker) |
-//! | `assign` | `assigned`, `capacity`, `draining` (as `admit`) |
-//! | `claim` | `claimed`, `duplicate` |
-//! | `release` | `ok`, `unknown`, `completed` |
-//! | `complete` | `completed` (evicted, retained, now), `already`, `unknown`, `not_holder` (holder), `released` (holder, reason, dead_reason) |
-//! | `heartbeat`, `loop_started` | `active`, `draining`, `unknown`, `refused_dead` (reason) |
-//! | `loop_finished` | `active`, `exited` (live, now), `unknown`, `refused_dead` (reason) |
-//! | `register` | `registered` (worker, live, now), `capacity`, `exhausted` |
-//! | `deregister` | `dead` (reason, live, now), `unknown`, `refused_dead` (reason) |
-//! | `drain` | outcomes (per worker: `draining`, `exited`, `unknown`, `refused_dead`), reasons, live, now |
-//! | `worker` | now, line (absent: unknown) |
-//!
-//! **Maintenance** runs in bounded steps (see `sweep.rs`): every replica's
-//! [`sweep`](crate::Maintenance::sweep) runs the sweep script a step at a time, each step its own
-//! script call of about 100 commands (`SWEEP_STEP_BUDGET`), so other replicas' calls run between
-//! steps; the sweep repeats steps until one answers that nothing more is due and merges their
-//! answers into one report, judged at the first step's time. The first step applies the stall
-//! rule (a sweep more than two intervals after the previous one,
-//! of any replica, records the stall in `{n}:stalls` and queues it in `{n}:drain_ext`, whose walk
-//! moves the drain deadlines that had not passed when it began out by its length, a bounded
-//! chunk per step, before the steps judge anything else). The one holding the lease (see `lease.rs`) then does
-//! the maintenance, every duration judged on registry running time (the clock less the recorded
-//! stalls, as in `src/memory/stall.rs`): stale workers from one range query on `{n}:live`, the
-//! mass-staleness brake, drain deadlines, stuck deliveries from one range query on `{n}:flight`
-//! (released with reason `Stuck`, published as `DeliveryStuck`, their workers drained), release of
-//! dead workers' and unbound claims to the stream, retention, eviction and purge, each a range of
-//! a sorted set by time with a `LIMIT` from what is left of the step's budget. Live candidates
-//! (workers whose score in `{n}:live` is below the sweep's time) too many for one step are first
-//! counted over several `judge` steps (the fresh ones re-scored out of the range), so that the
-//! brake is decided on all of them, as in memory, then killed or suspected a chunk per step. Every
-//! step takes a bounded share of released events for this replica (see `stream.rs`). The lease
-//! holder then publishes the snapshot in bounded steps and every handle applies what changed
-//! since its version (see `publish.rs`); [`status`](crate::WorkerRegistry::status) returns this
-//! handle's cached copy.
-//!
-//! **Events**: scripts `PUBLISH` lifecycle events; each handle's listener task forwards them to
-//! its subscribers (see `events.rs`).
-//!
-//! **Errors**: a lost connection, a timeout, a server that is loading or failing over is
-//! [`RegistryError::Backend`] with `retryable: true`; the connection manager reconnects by
-//! itself, and a demoted primary (`READONLY`), a response timeout or, through Sentinel, a lost
-//! primary opens a new connection (`link.rs`), so the same handle recovers when the server, or
-//! the new primary, is there. A script error or a reply that
-//! does not decode is `retryable: false`. Nothing panics.
-//!
-//! **Operating it.** Run the server with `maxmemory-policy noeviction` (or a `volatile-*`
-//! policy): an `allkeys-*` policy may evict workers and in-flight claims. Turn on AOF
-//! (`appendonly yes`) for claims to survive a server restart. The primary is found by URL or
-//! through Sentinel ([`RedisRegistryBuilder::sentinel`]); `rediss://` needs the `redis-tls`
-//! feature. Redis Cluster goes through redis-rs's cluster client (feature `redis-cluster`,
-//! `RedisRegistryBuilder::cluster`): every key of a registry shares the hash tag `{name}`, so one
-//! registry lives in one slot, on one primary at a time; `MOVED`, `ASK` and failovers are the
-//! cluster client's (see [`docs::redis`](crate::docs::redis), "Connections").
-//!
-//! **Cost.** No function's work grows with the registry. A sweep that measures a stall walks
-//! `{n}:drain` down by a score cursor (`{n}:drain_ext`), moving about 50 drain deadlines a step,
-//! so the steps of that sweep judge every deadline after its extension; a drain (re)set after the
-//! stall was measured (the worker's `ds`) is left as it is. A sweep that has
-//! to drop a stall beyond the 64 kept, all still within reach of a judgement, starts the rescan
-//! walk (`{n}:rescan`): its steps and the following sweeps' re-score a bounded chunk of `{n}:live`
-//! and then of `{n}:flight` per step, by a score cursor, down to the deadline the lost credit
-//! leaves, so that the candidates' range query finds them in a later step (a worker held in
-//! place by the brake may push one to the next sweep). `drain_all_within` walks `{n}:live`
-//! with `ZSCAN` (`COUNT` 128) and drains each batch with one `drain` call, so it is not one
-//! atomic step: a worker admitted or registered during the walk may be missed, as the in-memory
-//! backend's shard-by-shard collection misses one created behind it. A sweep step is about 100 commands (`SWEEP_STEP_BUDGET`), a publish
-//! step 64 workers (`PUBLISH_STEP`), a change-log answer 4 entries (`CHANGES_PAGE`), a rebuild page
-//! 256 lines (`SNAP_PAGE`), an acknowledgement 64 receipts, and a completion evicts at most 4. What
-//! a sweep costs in total is what is due: the candidates past their score, the queues' due
-//! entries, the workers written since the last publish (heartbeats included). A retained claim
-//! costs about 400 bytes of server memory (see the README); an in-flight one also has its entry
-//! in `{n}:flight`, a worker also its line in `{n}:snap`.
+//! | `mod.rs` | the handle and what its methods share |
+//! | `builder.rs` | [`RedisRegistryBuilder`]: settings with their `DEFAULT_*` values, `connect` (URL, Sentinel, Cluster), the configuration agreement |
+//! | `contract.rs` | the contract traits: each method one function call, its reply decoded |
+//! | `scripts.rs`, `scripts/*.lua` | the Function library: shared files (`lib_base`, `lib_claims`, `lib_workers`, `lib_waiting`) and one file per decision, assembled and loaded by checksum |
+//! | `codec.rs` | claim members, worker lines, the snapshot, events and replies, encoded and decoded |
+//! | `keys.rs` | the key layout of one registry (`{name}:` prefix) |
+//! | `sweep.rs`, `lease.rs` | the sweep in bounded steps; the maintenance lease |
+//! | `publish.rs` | the snapshot, published and fetched in bounded steps |
+//! | `stream.rs` | the released-event stream: each delivery to exactly one replica, re-offered if unacknowledged |
+//! | `waiting.rs`, `payloads.rs` | the waiting room's and the payloads' Rust side |
+//! | `events.rs` | lifecycle events across replicas (`PUBLISH`, one listener per handle) |
+//! | `link.rs` | the connection to the primary, replaced on failover |
+//! | `loss.rs` | data loss found (`{name}:epoch`) and reported |
+//! | `counters.rs` | this handle's counters, read into `Stats` |
+//! | `error.rs` | Redis failures as registry errors |
 //!
 //! # Examples
 //!
@@ -167,7 +44,7 @@
 //!     Ok(Admission::Assigned(a)) if a.new => { /* start a container for a.worker */ }
 //!     Ok(Admission::Assigned(_)) => { /* hand the event to the running worker */ }
 //!     Ok(Admission::Duplicate(_)) => { /* redelivery: skip */ }
-//!     Ok(Admission::Waiting(_)) => { /* not produced: this backend does not park */ }
+//!     Ok(Admission::Waiting(_)) => { /* parked in the waiting room: promoted later */ }
 //!     Ok(Admission::Rejected(_)) => { /* 503 */ }
 //!     Err(e) if e.is_retryable() => { /* 503 with Retry-After */ }
 //!     Err(e) => return Err(e.into()),

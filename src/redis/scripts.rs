@@ -216,6 +216,7 @@ scripts! {
     deregister => "deregister.lua";
     drain => "drain.lua";
     worker => "worker.lua", read_only;
+    audit => "audit.lua", read_only;
     sweep => "sweep.lua";
     acknowledge => "acknowledge.lua";
     expire_released => "expire_released.lua";

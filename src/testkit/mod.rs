@@ -129,6 +129,7 @@
 //!   - `released_events_are_handed_over_once_and_acknowledged`
 //!   - `released_events_reach_exactly_one_replica`
 //!   - `a_pair_readmitted_before_the_sweep_is_not_handed_over`
+//!   - `the_audit_counts_in_flight_released_and_waiting_deliveries`
 //! * [`snapshot`](cases::snapshot): snapshot consistency, versions, gauges, configuration
 //!   - `ac6_the_snapshot_lists_every_worker_and_its_counts_agree`
 //!   - `ac6_a_snapshot_never_changes_under_its_reader`

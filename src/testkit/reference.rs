@@ -226,6 +226,9 @@ impl WorkerRegistry for ReferenceRegistry {
     fn stats(&self) -> Stats {
         self.model().stats()
     }
+    fn audit(&self) -> impl Future<Output = Result<crate::Audit, RegistryError>> + Send {
+        ready(Ok(self.model().audit()))
+    }
     fn config(&self) -> &RegistryConfig {
         &self.shared.config
     }

@@ -117,6 +117,7 @@ macro_rules! conformance_suite {
                 released_events_are_handed_over_once_and_acknowledged,
                 released_events_reach_exactly_one_replica,
                 a_pair_readmitted_before_the_sweep_is_not_handed_over,
+                the_audit_counts_in_flight_released_and_waiting_deliveries,
             }
             snapshot {
                 ac6_the_snapshot_lists_every_worker_and_its_counts_agree,

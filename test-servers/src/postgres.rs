@@ -353,6 +353,18 @@ fn find_bin() -> Option<PathBuf> {
     versions.pop().map(|(_, b)| b)
 }
 
+/// The path of one of the installed PostgreSQL's programs (`pg_dump`, `psql`): the one beside
+/// the `initdb` the clusters are started with (where that `initdb` is a link, as in
+/// `/usr/local/bin`, beside its target). `None` if there is none.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let bin = find_bin()?;
+    let beside = |dir: &Path| Some(dir.join(name)).filter(|p| p.is_file());
+    beside(&bin).or_else(|| {
+        let initdb = std::fs::canonicalize(bin.join("initdb")).ok()?;
+        beside(initdb.parent()?)
+    })
+}
+
 /// Why no cluster could be started.
 #[derive(Debug, Clone)]
 enum StartError {

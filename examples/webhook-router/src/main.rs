@@ -150,14 +150,14 @@ async fn reconciler(server: &Server, s: &cli::Settings) -> Result<Option<Running
     let Some(cfg) = s.reconcile.clone() else {
         return Ok(None);
     };
-    let shared = Shared::open(&s.registry, &s.registry_name)
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot open the reconciler's lease next to the {} registry: {e}",
-                s.registry
-            )
-        })?;
+    // The replica's one store (its container owners' records) holds the lease too.
+    let store = server.app().remote().map(|r| r.store());
+    let shared = Shared::beside(store).await.map_err(|e| {
+        format!(
+            "cannot open the reconciler's lease next to the {} registry: {e}",
+            s.registry
+        )
+    })?;
     tracing::info!(
         api = %cfg.api_url,
         app = cfg.app.is_some(),

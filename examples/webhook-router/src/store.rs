@@ -1,13 +1,14 @@
 //! The router's own small store next to a shared registry: which replica runs each worker's
-//! container (the address other replicas forward its events to, see [`crate::remote`]), and, for
-//! the simulator's audit, a direct read of the registry's live-worker count.
+//! container (the address other replicas forward its events to, see [`crate::remote`]), and the
+//! reconciler's lease and positions ([`crate::reconcile::shared`]). One per replica, opened once
+//! ([`Store::open`]) and shared by both, with one set of error and timeout helpers. It lives
+//! beside the library's data, never inside it, and reads none of it (what the simulator audits
+//! comes from the library: [`WorkerRegistry::audit`](worker_registry::WorkerRegistry::audit)):
 //!
-//! It lives beside the library's data, never inside it:
-//!
-//! | backend | owners | live count (read only) |
-//! |---|---|---|
-//! | Redis | hash `{<name>}:webhook-router:owners`, worker id → `"<claim> <delivery> <base URL>"` (same hash tag: same Cluster slot as the registry) | `ZCARD {<name>}:live` |
-//! | PostgreSQL | table `webhook_router_owners (registry, worker, address, claim, delivery)`, created by the router | `wr_capacity.live` of the registry |
+//! | backend | owners |
+//! |---|---|
+//! | Redis | hash `{<name>}:webhook-router:owners`, worker id → `"<claim> <delivery> <base URL>"` (same hash tag: same Cluster slot as the registry) |
+//! | PostgreSQL | table `webhook_router_owners (registry, worker, address, claim, delivery)`, created by the router |
 //!
 //! A worker's record is its *start claim*: written, if none exists, by the replica about to start
 //! its container, before the start ([`Store::claim`]; the claim id tells that replica's attempt
@@ -50,8 +51,6 @@ pub enum Store {
         conn: ConnectionManager,
         /// The owners hash.
         owners: String,
-        /// The registry's live-worker set.
-        live: String,
     },
     /// In the registry's PostgreSQL database.
     Postgres {
@@ -62,16 +61,27 @@ pub enum Store {
     },
 }
 
-fn redis_error(e: redis::RedisError) -> RegistryError {
+/// A Redis error of the store, as the registry's error type (retryable).
+pub(crate) fn redis_error(e: redis::RedisError) -> RegistryError {
     RegistryError::backend("redis", true, e)
 }
 
-fn pg_error(e: impl std::error::Error + Send + Sync + 'static) -> RegistryError {
+/// A PostgreSQL error of the store, as the registry's error type (retryable).
+pub(crate) fn pg_error(e: impl std::error::Error + Send + Sync + 'static) -> RegistryError {
     RegistryError::backend("postgres", true, e)
 }
 
+/// Creates the router's own tables (`sql`, which takes an advisory lock first, so replicas
+/// starting together create them once), in one transaction.
+pub(crate) async fn create_tables(pool: &Pool, sql: &str) -> Result<(), String> {
+    let mut client = pool.get().await.map_err(|e| e.to_string())?;
+    let tx = client.transaction().await.map_err(|e| e.to_string())?;
+    tx.batch_execute(sql).await.map_err(|e| e.to_string())?;
+    tx.commit().await.map_err(|e| e.to_string())
+}
+
 /// Runs `fut` within the backend call timeout.
-async fn timed<T>(
+pub(crate) async fn timed<T>(
     backend: &'static str,
     fut: impl std::future::Future<Output = Result<T, RegistryError>>,
 ) -> Result<T, RegistryError> {
@@ -152,7 +162,6 @@ impl Store {
                 Ok(Some(Self::Redis {
                     conn,
                     owners: format!("{{{name}}}:webhook-router:owners"),
-                    live: format!("{{{name}}}:live"),
                 }))
             }
             RegistryChoice::Postgres(url) => {
@@ -178,13 +187,7 @@ impl Store {
                     .recycle_timeout(Some(BACKEND_CONNECT_TIMEOUT))
                     .build()
                     .map_err(|e| e.to_string())?;
-                let mut client = pool.get().await.map_err(|e| e.to_string())?;
-                let tx = client.transaction().await.map_err(|e| e.to_string())?;
-                tx.batch_execute(POSTGRES_SCHEMA)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                tx.commit().await.map_err(|e| e.to_string())?;
-                drop(client);
+                create_tables(&pool, POSTGRES_SCHEMA).await?;
                 Ok(Some(Self::Postgres {
                     pool,
                     registry: name.to_owned(),
@@ -338,141 +341,6 @@ impl Store {
                 }
             }
             Ok(())
-        })
-        .await
-    }
-
-    /// Accepted work the server still holds unfinished (an audit read of the library's documented
-    /// layout, for the simulator's settle phase): claims not completed (in flight, bare, or
-    /// released and not yet moved) plus released deliveries not yet acknowledged (re-dispatched).
-    /// A released delivery stays counted from its release until the acknowledgement that follows
-    /// its re-admission, so 0 means every accepted delivery is completed. Proportional to that
-    /// unfinished work (a test-time read, not a router call).
-    ///
-    /// | backend | read |
-    /// |---|---|
-    /// | Redis | `ZCARD {n}:flight` + `ZCARD {n}:unbound` + `ZCARD {n}:released_due` + `XLEN {n}:released` + `ZCARD {n}:worder` (parked) |
-    /// | PostgreSQL | `wr_claims` rows with `completed_at_ms IS NULL` + `wr_released` rows + `wr_waiting` rows (parked) |
-    pub async fn unfinished(&self) -> Result<u64, RegistryError> {
-        timed(self.backend(), async {
-            match self {
-                Self::Redis { conn, live, .. } => {
-                    let mut conn = conn.clone();
-                    // `live` is `{<name>}:live`: the registry's other keys share its prefix.
-                    let prefix = live.strip_suffix("live").unwrap_or(live);
-                    // A claim in flight is in `flight`, a bare one in `unbound`; a released one
-                    // waits in `released_due` until a sweep moves it into the `released` stream,
-                    // whose entry stays until `acknowledge` deletes it (a stuck claim goes from
-                    // `flight` straight into the stream). See `src/redis/scripts/lib_base.lua`.
-                    // Parked deliveries wait in `worder` (the waiting room) until promoted.
-                    let (flight, unbound, due, released, parked): (u64, u64, u64, u64, u64) =
-                        redis::pipe()
-                            .cmd("ZCARD")
-                            .arg(format!("{prefix}flight"))
-                            .cmd("ZCARD")
-                            .arg(format!("{prefix}unbound"))
-                            .cmd("ZCARD")
-                            .arg(format!("{prefix}released_due"))
-                            .cmd("XLEN")
-                            .arg(format!("{prefix}released"))
-                            .cmd("ZCARD")
-                            .arg(format!("{prefix}worder"))
-                            .query_async(&mut conn)
-                            .await
-                            .map_err(redis_error)?;
-                    Ok(flight + unbound + due + released + parked)
-                }
-                Self::Postgres { pool, registry } => {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(
-                            "SELECT (SELECT count(*) FROM wr_claims c \
-                                      WHERE c.registry = r.id AND c.completed_at_ms IS NULL) \
-                                  + (SELECT count(*) FROM wr_released o WHERE o.registry = r.id) \
-                                  + (SELECT count(*) FROM wr_waiting q WHERE q.registry = r.id) \
-                               FROM wr_registries r WHERE r.name = $1",
-                        )
-                        .await
-                        .map_err(pg_error)?;
-                    let row = client
-                        .query_opt(&stmt, &[registry])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row.map_or(0, |r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)))
-                }
-            }
-        })
-        .await
-    }
-
-    /// What the server holds for `delivery` (an audit read of the library's documented layout, for
-    /// the simulator to explain a delivery it found lost): on PostgreSQL its `wr_claims` rows (with
-    /// the holder's status), `wr_released` outbox rows (claimed by which replica, when) and
-    /// `wr_waiting` rows (parked), and the server's clock, as JSON text; `None` on Redis (not read).
-    pub async fn delivery_state(&self, delivery: &str) -> Result<Option<String>, RegistryError> {
-        timed(self.backend(), async {
-            match self {
-                Self::Redis { .. } => Ok(None),
-                Self::Postgres { pool, registry } => {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(
-                            "SELECT jsonb_build_object(\
-                               'now_ms', wr_now(r.id), \
-                               'claims', (SELECT coalesce(jsonb_agg(to_jsonb(c) - 'registry' \
-                                   || jsonb_build_object('holder_status', w.status, \
-                                        'holder_dead_reason', w.dead_reason)), '[]') \
-                                 FROM wr_claims c LEFT JOIN wr_workers w \
-                                   ON w.registry = c.registry AND w.id = c.holder \
-                                WHERE c.registry = r.id AND c.delivery = $2), \
-                               'outbox', (SELECT coalesce(jsonb_agg(to_jsonb(o) - 'registry'), '[]') \
-                                 FROM wr_released o WHERE o.registry = r.id AND o.delivery = $2), \
-                               'waiting', (SELECT coalesce(jsonb_agg(to_jsonb(q) - 'registry'), '[]') \
-                                 FROM wr_waiting q WHERE q.registry = r.id AND q.delivery = $2)\
-                             )::text FROM wr_registries r WHERE r.name = $1",
-                        )
-                        .await
-                        .map_err(pg_error)?;
-                    let row = client
-                        .query_opt(&stmt, &[registry, &delivery])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row.map(|r| r.get::<_, String>(0)))
-                }
-            }
-        })
-        .await
-    }
-
-    /// The registry's live-worker count as the server holds it now (an audit read of the
-    /// library's documented layout: `ZCARD {name}:live`, or `wr_capacity.live`).
-    pub async fn live_workers(&self) -> Result<u64, RegistryError> {
-        timed(self.backend(), async {
-            match self {
-                Self::Redis { conn, live, .. } => {
-                    let mut conn = conn.clone();
-                    redis::cmd("ZCARD")
-                        .arg(live)
-                        .query_async::<u64>(&mut conn)
-                        .await
-                        .map_err(redis_error)
-                }
-                Self::Postgres { pool, registry } => {
-                    let client = pool.get().await.map_err(pg_error)?;
-                    let stmt = client
-                        .prepare_cached(
-                            "SELECT c.live FROM wr_capacity c JOIN wr_registries r ON r.id = c.registry \
-                             WHERE r.name = $1",
-                        )
-                        .await
-                        .map_err(pg_error)?;
-                    let row = client
-                        .query_opt(&stmt, &[registry])
-                        .await
-                        .map_err(pg_error)?;
-                    Ok(row.map_or(0, |r| u64::try_from(r.get::<_, i32>(0)).unwrap_or(0)))
-                }
-            }
         })
         .await
     }

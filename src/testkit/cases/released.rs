@@ -129,3 +129,83 @@ pub async fn a_pair_readmitted_before_the_sweep_is_not_handed_over<F: Fixture>(f
         Some(b.worker)
     );
 }
+
+/// [`audit`](WorkerRegistry::audit) counts what the registry holds unfinished, from its storage
+/// and at once (no sweep needed): claims in flight (bound and bare), deliveries parked, a dead
+/// worker's deliveries as released from its death on, and nothing once they are handed over and
+/// acknowledged and the rest completed.
+///
+/// # Examples
+///
+/// See [`cases`](super): every case runs the same way.
+pub async fn the_audit_counts_in_flight_released_and_waiting_deliveries<F: Fixture>(fixture: &F) {
+    use crate::{Admission, Audit};
+    let r = registry(fixture, config().max_workers(1).max_waiting(4)).await;
+    let audit = |r: &F::Registry| {
+        let r = r.clone();
+        async move { r.audit().await.expect("audit") }
+    };
+    assert_eq!(audit(&r).await, Audit::default(), "a new registry");
+
+    let a = assigned(r.admit(&t(1), &d("one")).await);
+    assigned(r.admit(&t(1), &d("two")).await);
+    r.claim(&t(9), &d("bare")).await.unwrap();
+    assert!(
+        matches!(
+            r.admit(&t(2), &d("parked")).await,
+            Ok(Admission::Waiting(_))
+        ),
+        "max_workers 1: the second target waits"
+    );
+    r.complete_by(a.worker, &t(1), &d("two")).await.unwrap();
+    let want = Audit {
+        live_workers: 1,
+        in_flight: 2,
+        waiting: 1,
+        ..Audit::default()
+    };
+    assert_eq!(audit(&r).await, want, "one, bare; parked");
+
+    // The death releases "one" at once; the parked delivery may be promoted into the freed slot
+    // by the death itself or by the next sweep: waiting or in flight, either way.
+    r.deregister(a.worker).await.unwrap();
+    let now = audit(&r).await;
+    assert!(now.released >= 1, "the dead worker's delivery: {now:?}");
+    assert_eq!(now.in_flight + now.waiting, 2, "bare, parked: {now:?}");
+
+    let (mut handed, mut promoted) = (Vec::new(), None);
+    for _ in 0..3 {
+        let report = sweep(&r).await;
+        r.acknowledge(&report.released).await.unwrap();
+        handed.extend(released(&report));
+        promoted = promoted.or(report
+            .released
+            .iter()
+            .find_map(|e| e.assignment.as_ref().map(|a| a.worker)));
+        if audit(&r).await.released == 0 {
+            break;
+        }
+    }
+    handed.sort();
+    assert_eq!(handed, vec![(t(1), d("one")), (t(2), d("parked"))]);
+    let want = Audit {
+        live_workers: 1,
+        in_flight: 2,
+        ..Audit::default()
+    };
+    assert_eq!(
+        audit(&r).await,
+        want,
+        "bare, and parked promoted; handed over"
+    );
+
+    let promoted = promoted.expect("the parked delivery was promoted onto a worker");
+    r.complete_by(promoted, &t(2), &d("parked")).await.unwrap();
+    r.complete(&t(9), &d("bare")).await.unwrap();
+    let after = audit(&r).await;
+    assert_eq!(
+        (after.unfinished(), after.live_workers),
+        (0, 1),
+        "{after:?}"
+    );
+}

@@ -217,6 +217,37 @@ impl Model {
         self.snapshot.clone()
     }
 
+    /// What the registry holds unfinished (see [`WorkerRegistry::audit`]): a claim neither
+    /// completed nor stuck is in flight, or released once its holder is dead (until the sweep
+    /// hands it over); promoted deliveries wait in the room's hand-over.
+    ///
+    /// [`WorkerRegistry::audit`]: crate::WorkerRegistry::audit
+    pub(crate) fn audit(&self) -> crate::Audit {
+        let (mut in_flight, mut released) = (0, 0);
+        for c in self.claims.values() {
+            if c.stuck || c.completed_at.is_some() {
+                continue;
+            }
+            let dead = c.holder.is_some_and(|id| {
+                self.workers
+                    .get(&id)
+                    .is_none_or(|w| matches!(w.status, Status::Dead(_)))
+            });
+            if dead {
+                released += 1;
+            } else {
+                in_flight += 1;
+            }
+        }
+        let handover = self.room.as_ref().map_or(0, waiting::Room::handed_over);
+        crate::Audit {
+            live_workers: self.live as u64,
+            in_flight,
+            released: released + handover,
+            waiting: self.waiting() as u64,
+        }
+    }
+
     /// Payloads held (with claims, released ones not yet handed over included, and with parked
     /// deliveries) and their bytes.
     fn payloads_held(&self) -> (usize, u64) {

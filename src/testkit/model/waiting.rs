@@ -89,6 +89,11 @@ impl Room {
         self.waiters.get(t)?.items.iter().find(|i| i.delivery == *d)
     }
 
+    /// Promoted deliveries awaiting the next sweep's report.
+    pub(super) fn handed_over(&self) -> u64 {
+        self.handover.len() as u64
+    }
+
     /// Every payload waiting.
     pub(super) fn payloads(&self) -> impl Iterator<Item = &Payload> + '_ {
         self.waiters

@@ -260,6 +260,10 @@ impl<R: WorkerRegistry> WorkerRegistry for Timed<R> {
     fn stats(&self) -> Stats {
         self.inner.stats()
     }
+    /// Not timed: an audit is no call of the router's request path.
+    fn audit(&self) -> impl Future<Output = Result<worker_registry::Audit, RegistryError>> + Send {
+        self.inner.audit()
+    }
     fn parks(&self) -> bool {
         self.inner.parks()
     }

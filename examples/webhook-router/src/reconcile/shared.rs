@@ -23,8 +23,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 use worker_registry::RegistryError;
 
-use crate::backend::{RegistryChoice, BACKEND_CALL_TIMEOUT};
-use crate::store::Store;
+use crate::backend::RegistryChoice;
+use crate::store::{create_tables, pg_error, redis_error, timed, Store};
 
 mod chased;
 
@@ -123,29 +123,6 @@ impl Default for Shared {
     }
 }
 
-fn redis_error(e: redis::RedisError) -> RegistryError {
-    RegistryError::backend("redis", true, e)
-}
-
-fn pg_error(e: impl std::error::Error + Send + Sync + 'static) -> RegistryError {
-    RegistryError::backend("postgres", true, e)
-}
-
-async fn timed<T>(
-    backend: &'static str,
-    fut: impl std::future::Future<Output = Result<T, RegistryError>>,
-) -> Result<T, RegistryError> {
-    tokio::time::timeout(BACKEND_CALL_TIMEOUT, fut)
-        .await
-        .unwrap_or_else(|_| {
-            Err(RegistryError::backend(
-                backend,
-                true,
-                format!("no answer within {BACKEND_CALL_TIMEOUT:?}"),
-            ))
-        })
-}
-
 /// Runs `cmd` on Redis within the call timeout.
 async fn redis_run<T: redis::FromRedisValue>(
     conn: &ConnectionManager,
@@ -199,8 +176,33 @@ fn redis_keys(store: &Store) -> Option<(String, String)> {
 }
 
 impl Shared {
-    /// The state for the registry `name` on `choice`: in the router's store for a shared backend
-    /// (its PostgreSQL table created if need be), in this process for the in-memory one.
+    /// The state beside the replica's `store` (its PostgreSQL tables created if need be): the
+    /// one [`Store`] of the replica, shared with the container owners' records; in this process
+    /// without one (the in-memory registry).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use webhook_router::reconcile::shared::Shared;
+    ///
+    /// let s = Shared::beside(None).await.unwrap();
+    /// assert!(matches!(s, Shared::Memory(_)));
+    /// # }
+    /// ```
+    pub async fn beside(store: Option<&Store>) -> Result<Self, String> {
+        let Some(store) = store else {
+            return Ok(Self::default());
+        };
+        if let Store::Postgres { pool, .. } = store {
+            create_tables(pool, POSTGRES_SCHEMA).await?;
+        }
+        Ok(Self::Store(store.clone()))
+    }
+
+    /// The state for the registry `name` on `choice`, beside a [`Store`] of its own (a test's
+    /// replica; a router's replica uses its one store, [`beside`](Self::beside)).
     ///
     /// # Examples
     ///
@@ -215,18 +217,7 @@ impl Shared {
     /// # }
     /// ```
     pub async fn open(choice: &RegistryChoice, name: &str) -> Result<Self, String> {
-        let Some(store) = Store::open(choice, name).await? else {
-            return Ok(Self::default());
-        };
-        if let Store::Postgres { pool, .. } = &store {
-            let mut client = pool.get().await.map_err(|e| e.to_string())?;
-            let tx = client.transaction().await.map_err(|e| e.to_string())?;
-            tx.batch_execute(POSTGRES_SCHEMA)
-                .await
-                .map_err(|e| e.to_string())?;
-            tx.commit().await.map_err(|e| e.to_string())?;
-        }
-        Ok(Self::Store(store))
+        Self::beside(Store::open(choice, name).await?.as_ref()).await
     }
 
     /// Takes or renews the lease for `holder` for `ttl`: whether `holder` holds it now.

@@ -1,7 +1,7 @@
 //! The audit phase: every accepted delivery, redelivered once more (to the next live replica),
 //! must be a duplicate that every pull request it names holds as completed; any other answer is
 //! a lost delivery. Each one not found completed is named with the router's answer and what the
-//! server holds for it.
+//! registry held unfinished then (its audit).
 
 use super::client::Outcome;
 use super::sampler::Probe;
@@ -56,7 +56,7 @@ pub(super) struct Audited {
 }
 
 /// An accepted delivery the audit did not find completed: how its last redelivery was answered and
-/// what the registry's server holds for it.
+/// what the registry held unfinished then.
 ///
 /// # Examples
 ///
@@ -82,8 +82,8 @@ pub struct NotCompleted {
     pub lost: bool,
     /// The router's answer to the audit's redelivery (JSON).
     pub answer: String,
-    /// The server's rows for it ([`Store::delivery_state`](crate::store::Store::delivery_state)),
-    /// or why they could not be read.
+    /// What the registry held unfinished when it was found (its
+    /// [`audit`](worker_registry::WorkerRegistry::audit)), or why that could not be read.
     pub registry: String,
 }
 
@@ -130,7 +130,7 @@ pub(super) async fn run(sim: &Sim, probe: &Probe) -> Audited {
                 event: d.event,
                 lost: o != Outcome::Duplicate,
                 answer: body.map_or_else(|| format!("{o:?}, no body"), |b| b.to_string()),
-                registry: probe.delivery_state(&d.id).await,
+                registry: probe.registry_state().await,
             });
         }
     }

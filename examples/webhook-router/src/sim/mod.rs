@@ -46,7 +46,6 @@ use crate::app::{App, Options, Platform};
 use crate::backend::RegistryChoice;
 use crate::containers::Containers;
 use crate::server::{self, Server, ServerLimits};
-use crate::store::Store;
 use client::{Client, Tally};
 use traffic::Delivery;
 
@@ -186,7 +185,7 @@ impl Sim {
 /// Starts `n` router replicas for a simulation: each with its own handle on the registry `name`
 /// of `choice` (so on a shared backend they share one registry), its own HTTP server (the first
 /// on `bind`, the others on free ports of the same address) and sweeper, all on one in-process
-/// container platform; and the probe that samples the registry's live count.
+/// container platform; and the probe that reads the registry's audit.
 pub async fn start(
     choice: &RegistryChoice,
     name: &str,
@@ -224,14 +223,14 @@ pub async fn start(
                 .map_err(|e| e.to_string())?,
         );
     }
-    let probe = match Store::open(choice, name).await {
-        Ok(Some(store)) => Probe::Store(store),
-        Ok(None) => Probe::Stats(servers[0].app().registry().clone()),
-        Err(e) => {
-            return Err(format!(
-                "cannot read the {choice} registry's live count: {e}"
-            ))
-        }
+    let probe = if choice.is_shared() {
+        let own = choice
+            .open(config.clone(), name)
+            .await
+            .map_err(|e| format!("cannot open the {choice} registry for the audit: {e}"))?;
+        Probe::Audit(own)
+    } else {
+        Probe::Stats(servers[0].app().registry().clone())
     };
     Ok((servers, probe))
 }

@@ -11,50 +11,53 @@ use tokio::time::sleep;
 use worker_registry::{DynRegistry, WorkerRegistry};
 
 use super::Sim;
-use crate::store::Store;
 
-/// How the simulator reads the registry's live-worker count while it runs.
+/// How the simulator reads what the registry holds while it runs and after.
 pub enum Probe {
-    /// From a handle's counters (the in-memory registry's are live).
+    /// In memory: the handle's counters (live); the settle phase reads the snapshot.
     Stats(DynRegistry),
-    /// From the shared backend's server, directly ([`Store::live_workers`]).
-    Store(Store),
+    /// A shared backend: the library's audit ([`WorkerRegistry::audit`]), on a handle of the
+    /// probe's own (it outlives any replica the run stops).
+    Audit(DynRegistry),
 }
 
 impl Probe {
     async fn live(&self) -> Option<u64> {
         match self {
             Self::Stats(r) => Some(r.stats().live_workers as u64),
-            Self::Store(s) => s.live_workers().await.ok(),
+            Self::Audit(r) => r.audit().await.ok().map(|a| a.live_workers),
         }
     }
 
-    /// What the shared backend's server holds unfinished ([`Store::unfinished`]); `None` in memory.
+    /// What the shared backend holds unfinished
+    /// ([`Audit::unfinished`](worker_registry::Audit::unfinished)); `None` in memory.
     pub(super) async fn unfinished(&self) -> Option<Result<u64, worker_registry::RegistryError>> {
         match self {
             Self::Stats(_) => None,
-            Self::Store(s) => Some(s.unfinished().await),
+            Self::Audit(r) => Some(r.audit().await.map(|a| a.unfinished())),
         }
     }
 
-    /// What the shared backend's server holds for `delivery` ([`Store::delivery_state`]), for the
-    /// audit's explanation.
-    pub(super) async fn delivery_state(&self, delivery: &str) -> String {
-        match self {
-            Self::Stats(_) => "(in memory: not read)".to_owned(),
-            Self::Store(s) => match s.delivery_state(delivery).await {
-                Ok(Some(state)) => state,
-                Ok(None) => "(not read on this backend)".to_owned(),
-                Err(e) => format!("(could not be read: {e})"),
-            },
+    /// What the registry holds unfinished now, in words, for the audit's explanation of a
+    /// delivery it did not find completed.
+    pub(super) async fn registry_state(&self) -> String {
+        let r = match self {
+            Self::Stats(_) => return "(in memory: not read)".to_owned(),
+            Self::Audit(r) => r,
+        };
+        match r.audit().await {
+            Ok(a) => format!(
+                "the registry holds {} in flight, {} released, {} waiting; {} live workers",
+                a.in_flight, a.released, a.waiting, a.live_workers
+            ),
+            Err(e) => format!("(could not be read: {e})"),
         }
     }
 
     pub(super) fn describe(&self) -> &'static str {
         match self {
             Self::Stats(_) => "the in-memory registry's live count",
-            Self::Store(Store::Redis { .. }) => "ZCARD {name}:live on the server",
-            Self::Store(Store::Postgres { .. }) => "wr_capacity.live on the server",
+            Self::Audit(_) => "the registry's audit (its storage's live count)",
         }
     }
 }

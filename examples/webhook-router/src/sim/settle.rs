@@ -1,7 +1,7 @@
 //! The settle phase: the sweeps re-dispatch what crashed workers held and the workers finish
-//! everything. On a shared backend it waits until the server holds nothing unfinished
-//! ([`Store::unfinished`](crate::store::Store::unfinished)) and no router keeps a released event
-//! to re-dispatch; in memory, until the registry is quiet (nothing in flight, nobody busy, nothing
+//! everything. On a shared backend it waits until the server holds nothing unfinished (the
+//! library's audit, [`Audit::unfinished`](worker_registry::Audit::unfinished)) and no router
+//! keeps a released event to re-dispatch; in memory, until the registry is quiet (nothing in flight, nobody busy, nothing
 //! waiting to be re-dispatched). Either way at most [`SETTLE_CAP`].
 
 use std::sync::Arc;

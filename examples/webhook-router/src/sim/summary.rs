@@ -490,7 +490,7 @@ pub struct Report {
     pub crashes: u64,
     /// `Some` if the settle phase ended at its cap ([`SETTLE_CAP`]) rather than settled: what the
     /// server still held unfinished then
-    /// ([`Store::unfinished`](crate::store::Store::unfinished); 0 in memory), or why it could not
+    /// ([`Audit::unfinished`](worker_registry::Audit::unfinished); 0 in memory), or why it could not
     /// be read.
     pub settle_cut: Option<Result<u64, String>>,
     /// The accepted deliveries the audit did not find completed, each explained.
