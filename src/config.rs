@@ -338,9 +338,8 @@ impl RegistryConfig {
 
     /// How many deliveries may wait for room at once, across all owners: an admission that finds
     /// no capacity, or its target's worker draining, is parked while fewer wait (see
-    /// [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)). 0 turns the waiting room off.
-    /// A backend that cannot park (see
-    /// [`WorkerRegistry::parks`](crate::WorkerRegistry::parks)) behaves as if this were 0.
+    /// [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)). 0 turns the waiting
+    /// room off.
     ///
     /// # Examples
     ///

@@ -367,7 +367,7 @@ impl Sweeper {
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// use worker_registry::{Admission, Deferred, DynRegistry, InMemoryRegistry, Sweeper, WorkerRegistry};
+    /// use worker_registry::{Admission, Deferred, DynRegistry, InMemoryRegistry, Sweeper, WorkerRegistry, WorkerRegistryExt};
     ///
     /// let registry = DynRegistry::new(InMemoryRegistry::default());
     /// let router = registry.clone();

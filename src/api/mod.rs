@@ -7,6 +7,7 @@ pub(crate) mod contract;
 pub(crate) mod dynamic;
 pub(crate) mod error;
 pub(crate) mod events;
+pub(crate) mod ext;
 pub(crate) mod ids;
 pub(crate) mod outcome;
 pub(crate) mod payload;

@@ -139,7 +139,7 @@ pub enum ClaimState {
     /// Completed; remembered so redeliveries are recognised.
     Completed,
     /// Parked in the waiting room, not yet promoted (see
-    /// [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)).
+    /// [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)).
     Waiting,
 }
 
@@ -340,7 +340,7 @@ impl fmt::Display for Waiting {
     }
 }
 
-/// The answer of [`admit`](crate::WorkerRegistry::admit): what a router does with one delivery.
+/// The answer of [`admit_with`](crate::WorkerRegistry::admit_with): what a router does with one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
     /// New delivery, placed on a worker; the claim is held by that worker.
@@ -348,7 +348,7 @@ pub enum Admission {
     /// A redelivery of something in flight or recently completed: skip it.
     Duplicate(AlreadyClaimed),
     /// Not placed, and parked: the delivery waits for room and is handed to a sweep's caller
-    /// when it is promoted (see [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)).
+    /// when it is promoted (see [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)).
     Waiting(Waiting),
     /// Not placed; no claim was left behind, so a later redelivery can be admitted.
     Rejected(Rejection),

@@ -45,8 +45,7 @@ pub struct StatusSnapshot {
     pub brake_engaged: bool,
     /// Claims in the map when it was taken: in flight and retained (completed).
     pub claims: ClaimCounts,
-    /// Deliveries parked in the waiting room when it was taken (always 0 on a backend that does
-    /// not park).
+    /// Deliveries parked in the waiting room when it was taken (always 0 with the room off).
     pub waiting: usize,
     /// Payloads the registry held when it was taken, against its budget.
     pub payloads: PayloadUsage,

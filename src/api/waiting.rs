@@ -2,7 +2,7 @@
 //! [`ExpiredWaiting`], with its [`ExpireReason`]. Promoted
 //! deliveries are handed over as [`ReleasedEvent`](crate::ReleasedEvent)s with
 //! [`ReleaseReason::Promoted`](crate::ReleaseReason::Promoted); the semantics are on
-//! [`WorkerRegistry::admit`](crate::WorkerRegistry::admit).
+//! [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with).
 
 use std::fmt;
 use std::time::Duration;

@@ -248,7 +248,7 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
         gauge(
             e,
             "worker_registry_waiting",
-            "Deliveries parked in the waiting room (always 0 on a backend that does not park).",
+            "Deliveries parked in the waiting room (always 0 with the room off).",
             int(stats.waiting),
         )?;
         counter(

@@ -240,10 +240,6 @@ impl WorkerRegistry for PostgresRegistry {
         .await
     }
 
-    fn keeps_payloads(&self) -> bool {
-        true
-    }
-
     async fn claim(
         &self,
         target: &Target,
@@ -299,17 +295,13 @@ impl WorkerRegistry for PostgresRegistry {
         }
     }
 
-    async fn complete(&self, target: &Target, delivery: &DeliveryId) -> Result<(), RegistryError> {
-        self.complete_inner(None, target, delivery).await
-    }
-
-    async fn complete_by(
+    async fn complete_as(
         &self,
-        worker: WorkerId,
+        holder: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
     ) -> Result<(), RegistryError> {
-        self.complete_inner(Some(worker), target, delivery).await
+        self.complete_inner(holder, target, delivery).await
     }
 
     async fn assign(&self, target: &Target) -> Result<AssignOutcome, RegistryError> {
@@ -491,11 +483,6 @@ impl WorkerRegistry for PostgresRegistry {
         s
     }
 
-    /// This backend parks (see [`WorkerRegistry::parks`], and `docs::postgres`, "The waiting
-    /// room").
-    fn parks(&self) -> bool {
-        true
-    }
     fn config(&self) -> &RegistryConfig {
         self.config_ref()
     }

@@ -155,7 +155,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use worker_registry::redis::RedisRegistry;
-//! use worker_registry::{Admission, DeliveryId, Maintenance, RegistryConfig, Target, WorkerRegistry};
+//! use worker_registry::{Admission, DeliveryId, Maintenance, RegistryConfig, Target, WorkerRegistry, WorkerRegistryExt};
 //!
 //! let registry = RedisRegistry::builder("redis://127.0.0.1:6379/")
 //!     .name("pool-a")
@@ -167,7 +167,7 @@
 //!     Ok(Admission::Assigned(a)) if a.new => { /* start a container for a.worker */ }
 //!     Ok(Admission::Assigned(_)) => { /* hand the event to the running worker */ }
 //!     Ok(Admission::Duplicate(_)) => { /* redelivery: skip */ }
-//!     Ok(Admission::Waiting(_)) => { /* not produced: this backend does not park */ }
+//!     Ok(Admission::Waiting(_)) => { /* parked (max_waiting > 0): a sweep hands it over later */ }
 //!     Ok(Admission::Rejected(_)) => { /* 503 */ }
 //!     Err(e) if e.is_retryable() => { /* 503 with Retry-After */ }
 //!     Err(e) => return Err(e.into()),

@@ -38,7 +38,7 @@ use crate::config::RegistryConfig;
 /// # async fn main() {
 /// use std::time::Duration;
 /// use worker_registry::testkit::ReferenceRegistry;
-/// use worker_registry::{Admission, DeliveryId, Maintenance, RegistryConfig, Target, WorkerRegistry};
+/// use worker_registry::{Admission, DeliveryId, Maintenance, RegistryConfig, Target, WorkerRegistry, WorkerRegistryExt};
 ///
 /// let config = RegistryConfig::builder().startup_grace(Duration::ZERO).build().unwrap();
 /// let r = ReferenceRegistry::new(config);
@@ -153,20 +153,13 @@ impl WorkerRegistry for ReferenceRegistry {
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         ready(self.model().release(target, delivery))
     }
-    fn complete(
+    fn complete_as(
         &self,
+        holder: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(self.model().complete(target, delivery, None))
-    }
-    fn complete_by(
-        &self,
-        worker: WorkerId,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(self.model().complete(target, delivery, Some(worker)))
+        ready(self.model().complete(target, delivery, holder))
     }
     fn assign(
         &self,
@@ -228,14 +221,6 @@ impl WorkerRegistry for ReferenceRegistry {
     }
     fn config(&self) -> &RegistryConfig {
         &self.shared.config
-    }
-    /// The model parks (with `max_waiting` above 0), as the in-memory backend does.
-    fn parks(&self) -> bool {
-        true
-    }
-    /// The model keeps payloads, as the in-memory backend does.
-    fn keeps_payloads(&self) -> bool {
-        true
     }
 }
 

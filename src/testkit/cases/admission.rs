@@ -1,5 +1,6 @@
 //! Admission and duplicate detection: `admit`, `claim`, `release`, `complete`.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;

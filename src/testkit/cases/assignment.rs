@@ -2,6 +2,7 @@
 
 use crate::testkit::support::*;
 use crate::testkit::Fixture;
+use crate::WorkerRegistryExt;
 use crate::{
     Activity, Admission, AssignOutcome, DeadReason, RegistryError, Rejection, Status, WorkerKind,
     WorkerRegistry,

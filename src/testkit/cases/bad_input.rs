@@ -2,6 +2,7 @@
 //! store), pairs it never saw, and valid but extreme targets and delivery ids, which a networked
 //! backend must store and give back byte for byte.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::limits::{MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN};

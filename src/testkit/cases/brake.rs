@@ -4,6 +4,7 @@
 //! Timings: heartbeats every 10 s, three may be missed (30 s), suspect grace 60 s, the brake at
 //! more than half of at least three live workers.
 
+use crate::WorkerRegistryExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
 

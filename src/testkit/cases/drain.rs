@@ -1,6 +1,7 @@
 //! Drain and drain deadlines: `drain`, `drain_within`, `drain_all_within`, `loop_finished`, and
 //! death by `DrainTimedOut`.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;

@@ -5,6 +5,7 @@
 //! hanging, not a timing) and use a marker worker to know that everything published before it has
 //! arrived.
 
+use crate::WorkerRegistryExt;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::events::EVENT_BUFFER;

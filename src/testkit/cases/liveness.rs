@@ -1,6 +1,7 @@
 //! Heartbeats, liveness and fencing: the worker record, death by silence, what a dead worker may
 //! no longer do, and ids that are never reused.
 
+use crate::WorkerRegistryExt;
 use std::collections::HashSet;
 use std::time::Duration;
 

@@ -3,6 +3,7 @@
 //! still reads as one sweep at one instant, the brake is decided on every silent worker, and each
 //! released delivery and target is handed over exactly once.
 
+use crate::WorkerRegistryExt;
 use std::collections::BTreeMap;
 
 use crate::testkit::support::*;

@@ -2,6 +2,7 @@
 //! ([`Fixture::replica`]), started together by a barrier, 20 rounds each on a fresh registry. What they check is that each call is one atomic step: the
 //! outcomes must be explainable by some order of the calls.
 
+use crate::WorkerRegistryExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,6 +3,7 @@
 
 use crate::testkit::support::*;
 use crate::testkit::Fixture;
+use crate::WorkerRegistryExt;
 use crate::{
     Activity, DeadReason, HeartbeatAck, RegistryError, Rejection, ReleaseReason, Status,
     WorkerKind, WorkerRegistry,

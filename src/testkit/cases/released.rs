@@ -1,6 +1,7 @@
 //! Released events: what a sweep hands over for re-dispatch (`SweepReport::released`), to whom,
 //! how often, and `acknowledge`.
 
+use crate::WorkerRegistryExt;
 use std::collections::BTreeMap;
 
 use crate::testkit::support::*;

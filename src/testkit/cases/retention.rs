@@ -1,6 +1,7 @@
 //! Retention and expiry: completed claims remembered for `claim_retention` and at most
 //! `max_retained_claims` of them, dead records kept for `dead_retention`.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;

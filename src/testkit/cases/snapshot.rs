@@ -1,6 +1,7 @@
 //! Snapshot consistency: what `status()` returns, when it changes, and that its counts, versions
 //! and entries agree with each other and with live reads.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;

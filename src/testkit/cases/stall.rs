@@ -1,6 +1,7 @@
 //! The stall rule: time during which the registry itself was not running (a sweep more than two
 //! sweep intervals after the previous one measures it) is never counted against its workers.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;

@@ -1,6 +1,7 @@
 //! The start-up grace: a new worker's first heartbeat may come as late as timeout plus
 //! `startup_grace` after its creation; after that first beat, the plain timeout applies.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;

@@ -2,6 +2,7 @@
 //! re-dispatch (`ReleaseReason::Stuck`), counted, published, and its worker drained, so that it is
 //! replaced once its loop ends; the stuck worker's late completion is refused.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;

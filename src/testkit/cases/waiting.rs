@@ -1,8 +1,8 @@
 //! The waiting room: parking of admissions that find no room, its bounds, promotion in arrival
-//! order (round-robin across owners), a draining target's successor, expiry, and the size-0
-//! behaviour of a backend that does not park. Every case but the last runs only on a backend that
-//! [`parks`](crate::WorkerRegistry::parks).
+//! order (round-robin across owners), a draining target's successor, expiry, and the room turned
+//! off (`max_waiting` 0).
 
+use crate::WorkerRegistryExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -59,9 +59,6 @@ fn waiting(a: Result<Admission, crate::RegistryError>) -> crate::Waiting {
 /// See [`cases`](super): every case runs the same way.
 pub async fn a_full_registry_parks_and_deaths_promote_the_oldest_in_order<F: Fixture>(fixture: &F) {
     let r = registry(fixture, parking(8)).await;
-    if !r.parks() {
-        return;
-    }
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
     let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
     let first = waiting(r.admit(&t(3), &d("c")).await);
@@ -129,9 +126,6 @@ pub async fn a_full_registry_parks_and_deaths_promote_the_oldest_in_order<F: Fix
 /// See [`cases`](super): every case runs the same way.
 pub async fn a_draining_targets_waiting_deliveries_go_to_its_successor<F: Fixture>(fixture: &F) {
     let r = registry(fixture, parking(8)).await;
-    if !r.parks() {
-        return;
-    }
     let old = assigned(r.admit(&t(1), &d("open")).await).worker;
     assigned(r.admit(&t(2), &d("other")).await);
     assert_eq!(r.drain(old).await, Ok(Status::Draining));
@@ -173,9 +167,6 @@ pub async fn a_draining_targets_waiting_deliveries_go_to_its_successor<F: Fixtur
 /// See [`cases`](super): every case runs the same way.
 pub async fn the_waiting_rooms_bounds_hold<F: Fixture>(fixture: &F) {
     let r = registry(fixture, parking(3).max_waiting_per_owner(2)).await;
-    if !r.parks() {
-        return;
-    }
     assigned(r.admit(&t(1), &d("a")).await);
     assigned(r.admit(&t(2), &d("b")).await);
     waiting(r.admit(&of("big", 1), &d("1")).await);
@@ -210,9 +201,6 @@ pub async fn the_waiting_rooms_bounds_hold<F: Fixture>(fixture: &F) {
 pub async fn a_delivery_waiting_past_max_wait_is_dropped_and_published<F: Fixture>(fixture: &F) {
     let max_wait = Duration::from_secs(20);
     let r = registry(fixture, parking(8).max_wait(max_wait)).await;
-    if !r.parks() {
-        return;
-    }
     let mut events = r.subscribe();
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
     let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
@@ -264,9 +252,6 @@ pub async fn promotion_is_round_robin_and_the_owner_cap_holds<F: Fixture>(fixtur
             .max_workers_per_owner(3),
     )
     .await;
-    if !r.parks() {
-        return;
-    }
     let others = replicas(fixture, &r, RACERS).await;
     // Racing new targets of one owner: at most 3 get a worker, the rest wait.
     let mut tasks = Vec::new();
@@ -327,9 +312,6 @@ pub async fn promotion_is_round_robin_and_the_owner_cap_holds<F: Fixture>(fixtur
 /// See [`cases`](super): every case runs the same way.
 pub async fn one_slot_at_a_time_serves_the_owners_in_turn<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_workers(1).max_waiting(8)).await;
-    if !r.parks() {
-        return;
-    }
     let mut holder = assigned(r.admit(&t(1), &d("a")).await).worker;
     for n in 1..=3 {
         waiting(r.admit(&of("busy", n), &d(&format!("b{n}"))).await);
@@ -390,9 +372,6 @@ pub async fn the_owner_cap_holds_under_races_between_replicas<F: Fixture>(fixtur
             .max_workers_per_owner(cap),
     )
     .await;
-    if !r.parks() {
-        return;
-    }
     let handles = replicas(fixture, &r, RACERS).await;
     let mut placed: Vec<(String, crate::WorkerId)> = Vec::new();
     for round in 0..3u64 {
@@ -502,9 +481,6 @@ pub async fn the_owner_cap_holds_under_races_between_replicas<F: Fixture>(fixtur
 pub async fn a_promoted_delivery_survives_the_crash_of_its_replica<F: Fixture>(fixture: &F) {
     let ack = Duration::from_secs(10);
     let r = registry(fixture, parking(8).release_ack_timeout(ack)).await;
-    if !r.parks() {
-        return;
-    }
     let other = fixture.replica(&r).await;
     let crashed = fixture.replica(&r).await;
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
@@ -575,9 +551,6 @@ pub async fn a_mass_death_promotes_every_waiting_delivery_once<F: Fixture>(fixtu
             .brake_fraction(1.0),
     )
     .await;
-    if !r.parks() {
-        return;
-    }
     for i in 0..n as u64 {
         assigned(r.admit(&of("fleet", i + 1), &d(&format!("f{i}"))).await);
     }
@@ -631,9 +604,6 @@ pub async fn a_mass_death_promotes_every_waiting_delivery_once<F: Fixture>(fixtu
 /// See [`cases`](super): every case runs the same way.
 pub async fn a_sweeps_snapshot_lists_the_workers_its_promotion_placed<F: Fixture>(fixture: &F) {
     let r = registry(fixture, parking(8)).await;
-    if !r.parks() {
-        return;
-    }
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
     let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
     waiting(r.admit(&t(3), &d("c")).await);
@@ -680,9 +650,6 @@ pub async fn a_bare_claim_of_a_parked_pair_is_a_duplicate_and_leaves_it_waiting<
     fixture: &F,
 ) {
     let r = registry(fixture, parking(8)).await;
-    if !r.parks() {
-        return;
-    }
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
     let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
     waiting(r.admit(&t(3), &d("c")).await);
@@ -736,27 +703,17 @@ pub async fn a_bare_claim_of_a_parked_pair_is_a_duplicate_and_leaves_it_waiting<
     assert_eq!((r.status().waiting, r.stats().waiting), (0, 0));
 }
 
-/// With the waiting room off (`max_waiting` 0), or on a backend that does not park whatever the
-/// configuration says, an admission that cannot be placed is rejected as it always was, and
-/// nothing waits. Runs on every backend.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
+/// With the waiting room off (`max_waiting` 0), an admission that cannot be placed is rejected
+/// as it always was, and nothing waits.
 pub async fn without_parking_a_refused_admission_is_rejected<F: Fixture>(fixture: &F) {
-    for max in [0, 8] {
-        let r = registry(fixture, config().max_workers(1).max_waiting(max)).await;
-        if max > 0 && r.parks() {
-            continue;
-        }
-        assigned(r.admit(&t(1), &d("a")).await);
-        assert_eq!(
-            r.admit(&t(2), &d("b")).await,
-            Ok(Admission::Rejected(Rejection::CapacityFull { limit: 1 }))
-        );
-        let report = sweep(&r).await;
-        assert_eq!((report.waiting, r.status().waiting), (0, 0));
-        assert!(report.expired_waiting.is_empty());
-        assert_eq!(r.stats().parked, 0);
-    }
+    let r = registry(fixture, config().max_workers(1).max_waiting(0)).await;
+    assigned(r.admit(&t(1), &d("a")).await);
+    assert_eq!(
+        r.admit(&t(2), &d("b")).await,
+        Ok(Admission::Rejected(Rejection::CapacityFull { limit: 1 }))
+    );
+    let report = sweep(&r).await;
+    assert_eq!((report.waiting, r.status().waiting), (0, 0));
+    assert!(report.expired_waiting.is_empty());
+    assert_eq!(r.stats().parked, 0);
 }

@@ -5,6 +5,7 @@
 //! could hand over to the audit, whose redelivery was then admitted again and counted "lost".
 
 use webhook_router::store::Store;
+use worker_registry::WorkerRegistryExt;
 use worker_registry::{Admission, DeliveryId, Maintenance, Target, WorkerRegistry};
 
 use crate::harness::*;
