@@ -272,10 +272,6 @@ pub trait WorkerRegistry: Send + Sync {
     /// still holds it (see "Kept across the re-dispatch" there); its [`ReleasedEvent`] carries it
     /// anyway. One atomic read: a delivery moving from the waiting room onto a worker is found in
     /// one place or the other, never in neither.
-    ///
-    /// # Examples
-    ///
-    /// See [`admit_with`](Self::admit_with).
     fn payload(
         &self,
         target: &Target,
@@ -511,10 +507,6 @@ pub trait WorkerRegistry: Send + Sync {
 
     /// A clean exit: dead with [`DeadReason::Exited`] if it was draining,
     /// [`DeadReason::Deregistered`] if it was active. Its in-flight claims are released.
-    ///
-    /// # Examples
-    ///
-    /// See [`register`](Self::register).
     fn deregister(
         &self,
         worker: WorkerId,
@@ -747,10 +739,6 @@ pub trait Maintenance: Send + Sync {
     /// Confirms that these released events (from this handle's sweep reports) were re-dispatched
     /// or otherwise accounted for: they are not offered again. Acknowledging an event twice, or one
     /// another replica already acknowledged, is not an error.
-    ///
-    /// # Examples
-    ///
-    /// See [`sweep`](Self::sweep).
     fn acknowledge(
         &self,
         released: &[ReleasedEvent],

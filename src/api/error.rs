@@ -153,10 +153,6 @@ impl RegistryError {
     }
 
     /// Whether retrying the same call later can succeed: only for a retryable backend error.
-    ///
-    /// # Examples
-    ///
-    /// See [`backend`](Self::backend).
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,

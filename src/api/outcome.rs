@@ -31,10 +31,6 @@ pub struct Assignment {
 
 impl Assignment {
     /// An assignment of `worker` with `token`; `new` if the assignment created the worker.
-    ///
-    /// # Examples
-    ///
-    /// See [`Assignment`].
     pub fn new(worker: WorkerId, token: FencingToken, new: bool) -> Self {
         Self { worker, token, new }
     }
@@ -78,10 +74,6 @@ pub enum Rejection {
 
 impl Rejection {
     /// `"capacity"`, `"draining"` or `"payload_budget"` (a metrics label).
-    ///
-    /// # Examples
-    ///
-    /// See [`Rejection`].
     pub fn as_str(self) -> &'static str {
         match self {
             Self::CapacityFull { .. } => "capacity",
@@ -209,10 +201,6 @@ impl AlreadyClaimed {
     /// A duplicate held by `holder` since `since`, in `state` (not [`unstarted`](Self::unstarted)).
     /// `since` is kept to the millisecond (rounded down; a time before the Unix epoch is kept as
     /// the epoch).
-    ///
-    /// # Examples
-    ///
-    /// See [`AlreadyClaimed`].
     pub fn new(holder: Option<WorkerId>, since: SystemTime, state: ClaimState) -> Self {
         let since_ms = since
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -243,10 +231,6 @@ impl AlreadyClaimed {
 
     /// When the first delivery was claimed (wall clock, to the millisecond, display only; a
     /// time the platform's `SystemTime` cannot hold reads as the epoch).
-    ///
-    /// # Examples
-    ///
-    /// See [`AlreadyClaimed`].
     pub fn since(&self) -> SystemTime {
         SystemTime::UNIX_EPOCH
             .checked_add(Duration::from_millis(self.since_ms))
@@ -254,19 +238,11 @@ impl AlreadyClaimed {
     }
 
     /// [`since`](Self::since) in milliseconds since the Unix epoch.
-    ///
-    /// # Examples
-    ///
-    /// See [`AlreadyClaimed`].
     pub fn since_unix_ms(&self) -> u64 {
         self.since_ms
     }
 
     /// The same duplicate with [`unstarted`](Self::unstarted) set to `unstarted`.
-    ///
-    /// # Examples
-    ///
-    /// See [`AlreadyClaimed`].
     #[must_use]
     pub fn with_unstarted(mut self, unstarted: bool) -> Self {
         self.unstarted = unstarted;
@@ -275,10 +251,6 @@ impl AlreadyClaimed {
 
     /// The worker a router should start because of this duplicate: the holder of an
     /// [`unstarted`](Self::unstarted) claim, if the router does not run it already.
-    ///
-    /// # Examples
-    ///
-    /// See [`AlreadyClaimed`].
     pub fn needs_start(&self) -> Option<WorkerId> {
         self.holder.filter(|_| self.unstarted)
     }
@@ -320,10 +292,6 @@ pub struct Waiting {
 
 impl Waiting {
     /// A delivery parked at `position` because of `reason`.
-    ///
-    /// # Examples
-    ///
-    /// See [`Waiting`].
     pub fn new(position: usize, reason: Rejection) -> Self {
         Self { position, reason }
     }

@@ -62,10 +62,6 @@ struct Shared {
 
 impl ReferenceRegistry {
     /// An empty registry with `config`, at time zero.
-    ///
-    /// # Examples
-    ///
-    /// See [`ReferenceRegistry`].
     pub fn new(config: RegistryConfig) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -76,10 +72,6 @@ impl ReferenceRegistry {
     }
 
     /// Moves the registry's time forward by `by`.
-    ///
-    /// # Examples
-    ///
-    /// See [`ReferenceRegistry`].
     pub fn advance(&self, by: Duration) {
         self.model().advance(by);
     }
@@ -268,10 +260,6 @@ pub struct ReferenceFixture;
 
 impl ReferenceFixture {
     /// The fixture.
-    ///
-    /// # Examples
-    ///
-    /// See [`ReferenceFixture`].
     pub fn new() -> Self {
         Self
     }

@@ -83,10 +83,6 @@ async fn redispatch<R: WorkerRegistry>(r: &R, e: &ReleasedEvent, p: &Payload) {
 /// past its drain deadline are handed over with the payloads they were admitted with, byte for
 /// byte (bodies with every byte value, metadata, headers); re-dispatched with them, the next
 /// worker's lookup finds the same bytes; the registry holds each once.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_dead_workers_deliveries_are_handed_over_with_their_payloads<F: Fixture>(
     fixture: &F,
 ) {
@@ -136,10 +132,6 @@ pub async fn a_dead_workers_deliveries_are_handed_over_with_their_payloads<F: Fi
 
 /// A delivery stuck in flight past `max_in_flight` is handed over with its payload; its worker's
 /// late completion is refused; re-dispatched once that worker is gone, the payload goes with it.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_stuck_delivery_is_handed_over_with_its_payload<F: Fixture>(fixture: &F) {
     let max = Duration::from_secs(60);
     let r = registry(fixture, config().max_in_flight(max)).await;
@@ -169,10 +161,6 @@ pub async fn a_stuck_delivery_is_handed_over_with_its_payload<F: Fixture>(fixtur
 /// redelivery with another payload changes nothing), and the promotion hands it over with it:
 /// the promoted event carries it byte for byte, the claim on the new worker keeps it (held once),
 /// and its completion frees it.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_promoted_delivery_carries_its_payload<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_workers(1).max_waiting(8)).await;
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
@@ -211,10 +199,6 @@ pub async fn a_promoted_delivery_carries_its_payload<F: Fixture>(fixture: &F) {
 
 /// A parked delivery dropped after `max_wait` loses its payload with it: reported (without the
 /// bytes), nothing left to find, the bytes held back to zero.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_waiting_delivery_dropped_past_max_wait_frees_its_payload<F: Fixture>(fixture: &F) {
     let max_wait = Duration::from_secs(20);
     let r = registry(
@@ -242,10 +226,6 @@ pub async fn a_waiting_delivery_dropped_past_max_wait_frees_its_payload<F: Fixtu
 /// (the completed claim, still a duplicate, keeps none) and the bytes held go back to zero; an
 /// admission without a payload behaves as it always did, with nothing to find; a released
 /// delivery admitted again without one has none; `release` deletes it.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_payload_is_found_while_its_delivery_has_work_left_and_gone_after<F: Fixture>(
     fixture: &F,
 ) {
@@ -300,10 +280,6 @@ pub async fn a_payload_is_found_while_its_delivery_has_work_left_and_gone_after<
 /// budget), counted, leaving no claim (its redelivery without a payload is admitted), even with
 /// capacity full and the waiting room open (never parked); once a completion frees room, a
 /// payload that fits is admitted again.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn the_budget_refuses_past_its_bound_and_recovers_below_it<F: Fixture>(fixture: &F) {
     let size = sample("budget-1", 10_000).size();
     let budget = 3 * size;
@@ -362,10 +338,6 @@ pub async fn the_budget_refuses_past_its_bound_and_recovers_below_it<F: Fixture>
 /// (its size and the limit) before anything is looked at, a redelivery of a pair in flight
 /// included, counted, leaving no claim and the stored payload untouched; one of exactly the
 /// limit is admitted.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_too_large_payload_is_refused_and_leaves_no_claim<F: Fixture>(fixture: &F) {
     let limit = sample("limit", 1_000).size();
     let r = registry(fixture, config().max_payload_bytes(limit)).await;
@@ -399,10 +371,6 @@ pub async fn a_too_large_payload_is_refused_and_leaves_no_claim<F: Fixture>(fixt
 /// full of one worker's payloads and that worker gone, a redelivery of one of them (before any
 /// sweep) and the re-dispatch of the other (after the sweep hands it over) are both admitted
 /// with their payloads, while a new payload is still refused.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn re_dispatching_released_deliveries_needs_no_more_budget_than_they_held<F: Fixture>(
     fixture: &F,
 ) {
@@ -445,10 +413,6 @@ pub async fn re_dispatching_released_deliveries_needs_no_more_budget_than_they_h
 /// acknowledging) is offered to another replica after `release_ack_timeout` with the same
 /// payload, byte for byte. Runs on a backend whose released events carry a receipt (a shared
 /// outbox); one that hands them over in-process has no replica to lose.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_released_payload_survives_the_crash_of_the_replica_that_held_it<F: Fixture>(
     fixture: &F,
 ) {
@@ -481,10 +445,6 @@ pub async fn a_released_payload_survives_the_crash_of_the_replica_that_held_it<F
 /// Many replicas racing admissions with payloads for the last bytes of the budget: exactly as
 /// many as fit are admitted, the rest refused with `PayloadBudget` (never more bytes held than
 /// the budget), and completing them all brings the bytes held back to zero.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn racing_payloads_never_exceed_the_budget<F: Fixture>(fixture: &F) {
     let size = sample("race", 5_000).size();
     let fit: u64 = 5;
