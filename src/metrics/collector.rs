@@ -38,10 +38,6 @@ pub struct RegistryCollector<R> {
 
 impl<R: WorkerRegistry> RegistryCollector<R> {
     /// A collector for `registry`.
-    ///
-    /// # Examples
-    ///
-    /// See [`RegistryCollector`].
     pub fn new(registry: R) -> Self {
         Self {
             registry,
