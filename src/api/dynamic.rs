@@ -37,6 +37,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// their arguments' borrows written with the lifetime `$lt`) and those that answer at once
 /// (`sync`). Hands the list to `$then!`, with `$lt` as the lifetime of every borrow: `'a` where
 /// the boxed future must name it, `'_` where the contract's elided form is wanted.
+/// `Subscribe`'s one method, behind the `tokio` feature, is written out beside the list.
 macro_rules! contract_methods {
     ($then:ident, $lt:lifetime) => {
         $then! {
