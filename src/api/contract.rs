@@ -279,8 +279,8 @@ pub trait WorkerRegistry: Send + Sync {
     ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send;
 
     /// Records that this pair is being handled, bound to no worker, unless it already is (the
-    /// duplicate check of [`admit_with`](Self::admit_with) without the assignment). A parked pair (the
-    /// waiting room) is claimed already: [`ClaimOutcome::AlreadyClaimed`] in
+    /// duplicate check of [`admit_with`](Self::admit_with) without the assignment). A parked pair
+    /// (the waiting room) is claimed already: [`ClaimOutcome::AlreadyClaimed`] in
     /// [`ClaimState::Waiting`](crate::ClaimState::Waiting), no holder, and it stays parked.
     ///
     /// A bare claim that is neither completed nor released within
@@ -756,7 +756,8 @@ pub trait Maintenance: Send + Sync {
     /// # async fn main() {
     /// use std::time::Duration;
     /// use worker_registry::{
-    ///     Admission, DeliveryId, InMemoryRegistry, Maintenance, RegistryConfig, Target, WorkerRegistry, WorkerRegistryExt,
+    ///     Admission, DeliveryId, InMemoryRegistry, Maintenance, RegistryConfig, Target, WorkerRegistry,
+    ///     WorkerRegistryExt,
     /// };
     ///
     /// let config = RegistryConfig::builder().max_workers(1).max_waiting(8).build().unwrap();

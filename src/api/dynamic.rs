@@ -43,22 +43,26 @@ macro_rules! contract_methods {
         $then! {
             WorkerRegistry {
                 async {
-                    admit_with(target: &$lt Target, delivery: &$lt DeliveryId, payload: Option<&$lt Payload>)
-                        -> Result<Admission, RegistryError>;
+                    admit_with(
+                        target: &$lt Target, delivery: &$lt DeliveryId, payload: Option<&$lt Payload>
+                    ) -> Result<Admission, RegistryError>;
                     payload(target: &$lt Target, delivery: &$lt DeliveryId)
                         -> Result<Option<Payload>, RegistryError>;
                     claim(target: &$lt Target, delivery: &$lt DeliveryId)
                         -> Result<ClaimOutcome, RegistryError>;
-                    release(target: &$lt Target, delivery: &$lt DeliveryId) -> Result<(), RegistryError>;
-                    complete_as(holder: Option<WorkerId>, target: &$lt Target, delivery: &$lt DeliveryId)
+                    release(target: &$lt Target, delivery: &$lt DeliveryId)
                         -> Result<(), RegistryError>;
+                    complete_as(
+                        holder: Option<WorkerId>, target: &$lt Target, delivery: &$lt DeliveryId
+                    ) -> Result<(), RegistryError>;
                     assign(target: &$lt Target) -> Result<AssignOutcome, RegistryError>;
                     heartbeat(worker: WorkerId) -> Result<HeartbeatAck, RegistryError>;
                     loop_started(worker: WorkerId) -> Result<Status, RegistryError>;
                     loop_finished(worker: WorkerId) -> Result<Status, RegistryError>;
                     register() -> Result<WorkerId, RegistryError>;
                     deregister(worker: WorkerId) -> Result<DeadReason, RegistryError>;
-                    drain_within(worker: WorkerId, deadline: Duration) -> Result<Status, RegistryError>;
+                    drain_within(worker: WorkerId, deadline: Duration)
+                        -> Result<Status, RegistryError>;
                     drain_all_within(deadline: Duration) -> Result<DrainAll, RegistryError>;
                     worker(worker: WorkerId) -> Result<Option<WorkerInfo>, RegistryError>;
                 }
