@@ -38,8 +38,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::RegistryError;
-#[cfg(doc)]
-use super::ext::WorkerRegistryExt;
 use super::ids::{DeliveryId, Target, WorkerId};
 use super::outcome::{Admission, AssignOutcome, ClaimOutcome, DrainAll, HeartbeatAck};
 use super::payload::Payload;
@@ -92,9 +90,9 @@ use crate::config::RegistryConfig;
 /// # The minimal set
 ///
 /// The trait holds only what a backend must answer itself, each call one atomic step. The calls
-/// that are compositions of these ([`admit`](WorkerRegistryExt::admit),
-/// [`complete`](WorkerRegistryExt::complete), [`complete_by`](WorkerRegistryExt::complete_by),
-/// [`drain`](WorkerRegistryExt::drain)) are [`WorkerRegistryExt`]'s, implemented once for every
+/// that are compositions of these ([`admit`](crate::WorkerRegistryExt::admit),
+/// [`complete`](crate::WorkerRegistryExt::complete), [`complete_by`](crate::WorkerRegistryExt::complete_by),
+/// [`drain`](crate::WorkerRegistryExt::drain)) are [`WorkerRegistryExt`](crate::WorkerRegistryExt)'s, implemented once for every
 /// registry. The dynamic surface ([`DynBackend`](crate::dynamic::DynBackend), its blanket impl
 /// and [`DynRegistry`](crate::DynRegistry)'s delegation) is generated from one method list in
 /// `api/dynamic.rs`, which the compiler holds to this trait. So a new contract method is written
@@ -132,7 +130,7 @@ use crate::config::RegistryConfig;
 pub trait WorkerRegistry: Send + Sync {
     /// Claims the delivery and places its target, carrying what GitHub sent with it (its
     /// [`Payload`], or `None`), in one atomic step: what a router calls per webhook.
-    /// [`admit`](WorkerRegistryExt::admit) is this call without a payload.
+    /// [`admit`](crate::WorkerRegistryExt::admit) is this call without a payload.
     ///
     /// * A redelivery of a pair that is in flight or retained is [`Admission::Duplicate`], naming
     ///   the worker that holds it (none for a bare [`claim`](Self::claim)) and its state.
@@ -335,8 +333,8 @@ pub trait WorkerRegistry: Send + Sync {
 
     /// Marks a claim completed. With `holder` `None`, on behalf of whoever holds it (for bare
     /// claims, or a router that completes for its workers):
-    /// [`complete`](WorkerRegistryExt::complete). With `Some(worker)`, fenced: only `worker`, the
-    /// claim's holder, may complete it: [`complete_by`](WorkerRegistryExt::complete_by), which is
+    /// [`complete`](crate::WorkerRegistryExt::complete). With `Some(worker)`, fenced: only `worker`, the
+    /// claim's holder, may complete it: [`complete_by`](crate::WorkerRegistryExt::complete_by), which is
     /// how workers complete.
     ///
     /// Idempotent on a completed claim. Refused with [`RegistryError::ClaimReleased`] if the claim
