@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use worker_registry::WorkerRegistryExt;
 
 use criterion::{Criterion, Throughput};
 use hdrhistogram::Histogram;

@@ -22,6 +22,7 @@ mod pg_cluster;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use worker_registry::WorkerRegistryExt;
 
 use hdrhistogram::Histogram;
 use worker_registry::postgres::PostgresRegistry;

@@ -30,6 +30,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use worker_registry::WorkerRegistryExt;
 
 use criterion::Criterion;
 use hdrhistogram::Histogram;

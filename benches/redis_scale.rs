@@ -30,6 +30,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::redis::RedisRegistry;
 use worker_registry::{

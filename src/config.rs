@@ -338,9 +338,8 @@ impl RegistryConfig {
 
     /// How many deliveries may wait for room at once, across all owners: an admission that finds
     /// no capacity, or its target's worker draining, is parked while fewer wait (see
-    /// [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)). 0 turns the waiting room off.
-    /// A backend that cannot park (see
-    /// [`WorkerRegistry::parks`](crate::WorkerRegistry::parks)) behaves as if this were 0.
+    /// [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)). 0 turns the waiting
+    /// room off.
     ///
     /// # Examples
     ///
@@ -427,10 +426,6 @@ impl RegistryConfig {
     }
 
     /// A builder starting from the defaults.
-    ///
-    /// # Examples
-    ///
-    /// See [`RegistryConfig`].
     pub fn builder() -> RegistryConfigBuilder {
         RegistryConfigBuilder {
             config: Self::default(),
@@ -441,7 +436,17 @@ impl RegistryConfig {
     ///
     /// # Examples
     ///
-    /// See [`RegistryConfig`].
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::RegistryConfig;
+    ///
+    /// let c = RegistryConfig::builder()
+    ///     .heartbeat_interval(Duration::from_secs(10))
+    ///     .missed_heartbeats(3)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(c.heartbeat_timeout(), Duration::from_secs(30));
+    /// ```
     pub fn heartbeat_timeout(&self) -> Duration {
         self.heartbeat_interval
             .saturating_mul(self.missed_heartbeats)
@@ -685,10 +690,6 @@ macro_rules! setters {
     ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
         $(
             $(#[$doc])*
-            ///
-            /// # Examples
-            ///
-            /// See [`RegistryConfigBuilder`].
             pub fn $name(mut self, value: $ty) -> Self {
                 self.config.$name = value;
                 self
@@ -744,10 +745,6 @@ impl RegistryConfigBuilder {
     }
 
     /// Validates and returns the configuration.
-    ///
-    /// # Examples
-    ///
-    /// See [`RegistryConfigBuilder`].
     pub fn build(self) -> Result<RegistryConfig, ConfigError> {
         self.config.validate()?;
         Ok(self.config)

@@ -14,7 +14,7 @@
 //! API (workers, drain, Prometheus metrics from `metrics::Metrics`, OpenAPI) over any backend.
 //!
 //! ```
-//! use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
+//! use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target, WorkerRegistry, WorkerRegistryExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -106,6 +106,7 @@ pub use api::error::{BackendSource, RegistryError};
 #[cfg(feature = "tokio")]
 pub use api::events::Subscription;
 pub use api::events::{Event, RecvError};
+pub use api::ext::WorkerRegistryExt;
 pub use api::ids::{
     DeliveryId, DeliveryIdError, FencingToken, Target, TargetError, WorkerId, WorkerIdError,
 };

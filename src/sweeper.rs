@@ -96,19 +96,11 @@ pub struct Deferred(Vec<ReleasedEvent>);
 
 impl Deferred {
     /// Defers these events.
-    ///
-    /// # Examples
-    ///
-    /// See [`Deferred`].
     pub fn new(events: Vec<ReleasedEvent>) -> Self {
         Self(events)
     }
 
     /// The deferred events.
-    ///
-    /// # Examples
-    ///
-    /// See [`Deferred`].
     pub fn events(&self) -> &[ReleasedEvent] {
         &self.0
     }
@@ -161,10 +153,6 @@ struct MonitorState {
 
 impl SweeperMonitor {
     /// Whether the task runs (false once it stopped, for whatever reason).
-    ///
-    /// # Examples
-    ///
-    /// See [`SweeperMonitor`].
     pub fn is_running(&self) -> bool {
         // Acquire: pairs with the Release stores in the task; a reader that sees `false` also sees
         // the counters as they were when the task ended.
@@ -172,10 +160,6 @@ impl SweeperMonitor {
     }
 
     /// Sweeps that returned a report.
-    ///
-    /// # Examples
-    ///
-    /// See [`SweeperMonitor`].
     pub fn sweeps(&self) -> u64 {
         // Relaxed: a statistic.
         self.0.sweeps.load(Ordering::Relaxed)
@@ -198,10 +182,6 @@ impl SweeperMonitor {
     }
 
     /// Panics caught in the callback (or in the backend's sweep or acknowledgement).
-    ///
-    /// # Examples
-    ///
-    /// See [`SweeperMonitor`].
     pub fn callback_panics(&self) -> u64 {
         // Relaxed: a statistic.
         self.0.panics.load(Ordering::Relaxed)
@@ -343,10 +323,6 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
 impl Sweeper {
     /// Spawns the task on the current tokio runtime; `on_report` sees every report, and the
     /// released events in it are acknowledged when it returns.
-    ///
-    /// # Examples
-    ///
-    /// See [`Sweeper`].
     pub fn spawn<R, F>(registry: R, mut on_report: F) -> Self
     where
         R: WorkerRegistry + Maintenance + 'static,
@@ -367,7 +343,7 @@ impl Sweeper {
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// use worker_registry::{Admission, Deferred, DynRegistry, InMemoryRegistry, Sweeper, WorkerRegistry};
+    /// use worker_registry::{Admission, Deferred, DynRegistry, InMemoryRegistry, Sweeper, WorkerRegistry, WorkerRegistryExt};
     ///
     /// let registry = DynRegistry::new(InMemoryRegistry::default());
     /// let router = registry.clone();
@@ -464,10 +440,6 @@ impl Sweeper {
     }
 
     /// The task's health, to watch or export as metrics.
-    ///
-    /// # Examples
-    ///
-    /// See [`SweeperMonitor`].
     pub fn monitor(&self) -> SweeperMonitor {
         self.monitor.clone()
     }
@@ -504,10 +476,6 @@ impl Sweeper {
     }
 
     /// Stops the task and waits for it (a sweep in progress finishes first).
-    ///
-    /// # Examples
-    ///
-    /// See [`Sweeper`].
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

@@ -6,6 +6,7 @@
 use std::future::{ready, Future};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::{
     Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimCounts, ClaimOutcome, ClaimState,
@@ -138,19 +139,15 @@ impl WorkerRegistry for Scripted {
         };
         self.answer("release".into(), Err(err))
     }
-    fn complete(
+    fn complete_as(
         &self,
-        _: &Target,
-        _: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        self.answer("complete".into(), Ok(()))
-    }
-    fn complete_by(
-        &self,
-        worker: WorkerId,
+        holder: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
+        let Some(worker) = holder else {
+            return self.answer("complete".into(), Ok(()));
+        };
         let err = RegistryError::ClaimReleased {
             target: target.clone(),
             delivery: delivery.clone(),
@@ -326,16 +323,9 @@ impl WorkerRegistry for Unreachable {
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         down()
     }
-    fn complete(
+    fn complete_as(
         &self,
-        _: &Target,
-        _: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        down()
-    }
-    fn complete_by(
-        &self,
-        _: WorkerId,
+        _: Option<WorkerId>,
         _: &Target,
         _: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
@@ -436,10 +426,6 @@ async fn a_fake_returns_every_outcome_through_the_seam() {
         Ok(Admission::Assigned(_))
     ));
     assert_eq!(fake.payload(&t(1), &d("new")).await, Ok(None));
-    assert!(
-        !fake.keeps_payloads(),
-        "the default: a backend says it keeps them"
-    );
     assert_eq!(fake.heartbeat(WORKER).await, Ok(HeartbeatAck::Draining));
     assert!(matches!(
         fake.heartbeat(WorkerId::new(1)).await,

@@ -21,6 +21,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;

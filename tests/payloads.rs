@@ -74,20 +74,13 @@ impl WorkerRegistry for LosesReplies {
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         self.inner.release(t, d)
     }
-    fn complete(
+    fn complete_as(
         &self,
+        w: Option<WorkerId>,
         t: &Target,
         d: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        self.inner.complete(t, d)
-    }
-    fn complete_by(
-        &self,
-        w: WorkerId,
-        t: &Target,
-        d: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        self.inner.complete_by(w, t, d)
+        self.inner.complete_as(w, t, d)
     }
     fn assign(
         &self,
@@ -149,9 +142,6 @@ impl WorkerRegistry for LosesReplies {
     }
     fn config(&self) -> &RegistryConfig {
         self.inner.config()
-    }
-    fn keeps_payloads(&self) -> bool {
-        self.inner.keeps_payloads()
     }
 }
 

@@ -21,6 +21,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use differential::{apply, Op, SweepView};
 use tokio::task::JoinSet;

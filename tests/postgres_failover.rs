@@ -15,6 +15,7 @@
 mod pg_cluster;
 
 use std::time::{Duration, Instant};
+use worker_registry::WorkerRegistryExt;
 
 use tokio_postgres::NoTls;
 use worker_registry::postgres::PostgresRegistry;

@@ -12,6 +12,7 @@ mod pg_cluster;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use tokio_postgres::NoTls;
 use worker_registry::postgres::PostgresRegistry;

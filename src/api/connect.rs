@@ -65,19 +65,11 @@ pub enum ConnectError {
 
 impl ConnectError {
     /// Whether connecting again later can succeed (the server was unreachable or busy).
-    ///
-    /// # Examples
-    ///
-    /// See [`ConnectError`].
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Backend(e) if e.is_retryable())
     }
 
     /// The backend that refused (`"redis"`, `"postgres"`).
-    ///
-    /// # Examples
-    ///
-    /// See [`ConnectError`].
     pub fn backend(&self) -> &'static str {
         match self {
             Self::InvalidName { backend, .. }

@@ -87,12 +87,24 @@ use crate::config::RegistryConfig;
 /// targets racing for the last slot get one worker and one [`Rejection::CapacityFull`]
 /// (`crate::Rejection`).
 ///
+/// # The minimal set
+///
+/// The trait holds only what a backend must answer itself, each call one atomic step. The calls
+/// that are compositions of these ([`admit`](crate::WorkerRegistryExt::admit),
+/// [`complete`](crate::WorkerRegistryExt::complete), [`complete_by`](crate::WorkerRegistryExt::complete_by),
+/// [`drain`](crate::WorkerRegistryExt::drain)) are [`WorkerRegistryExt`](crate::WorkerRegistryExt)'s, implemented once for every
+/// registry. The dynamic surface ([`DynBackend`](crate::dynamic::DynBackend), its blanket impl
+/// and [`DynRegistry`](crate::DynRegistry)'s delegation) is generated from one method list in
+/// `api/dynamic.rs`, which the compiler holds to this trait. So a new contract method is written
+/// here, in each backend (memory, Redis, PostgreSQL), in the reference model
+/// (`testkit::ReferenceRegistry`) and as one line of that list, and nowhere else.
+///
 /// # Examples
 ///
 /// A router written against the trait runs on any backend:
 ///
 /// ```
-/// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
+/// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target, WorkerRegistry, WorkerRegistryExt};
 ///
 /// async fn on_webhook<R: WorkerRegistry>(r: &R, t: &Target, d: &DeliveryId) -> u16 {
 ///     match r.admit(t, d).await {
@@ -116,23 +128,24 @@ use crate::config::RegistryConfig;
 ///
 /// [`Rejection::CapacityFull`]: crate::Rejection::CapacityFull
 pub trait WorkerRegistry: Send + Sync {
-    /// Claims the delivery and places its target, in one atomic step: what a router calls per
-    /// webhook.
+    /// Claims the delivery and places its target, carrying what GitHub sent with it (its
+    /// [`Payload`], or `None`), in one atomic step: what a router calls per webhook.
+    /// [`admit`](crate::WorkerRegistryExt::admit) is this call without a payload.
     ///
     /// * A redelivery of a pair that is in flight or retained is [`Admission::Duplicate`], naming
     ///   the worker that holds it (none for a bare [`claim`](Self::claim)) and its state.
     /// * Otherwise the target is placed as by [`assign`](Self::assign), and the claim is recorded,
     ///   held by that worker: [`Admission::Assigned`]. If the assignment created the worker
     ///   (`new`), the caller starts it.
-    /// * If the target cannot be placed, and the waiting room is off (or full), or the backend does
-    ///   not [`park`](Self::parks): [`Admission::Rejected`] and **no claim is left behind**, so a
-    ///   later redelivery is admitted normally.
+    /// * If the target cannot be placed, and the waiting room is off (or full):
+    ///   [`Admission::Rejected`] and **no claim is left behind**, so a later redelivery is admitted
+    ///   normally.
     /// * Otherwise it is **parked**: [`Admission::Waiting`], described below.
     ///
     /// # The waiting room
     ///
-    /// With [`max_waiting`](RegistryConfig::max_waiting) above 0, on a backend that
-    /// [`parks`](Self::parks), an admission that finds no capacity (or its owner at
+    /// With [`max_waiting`](RegistryConfig::max_waiting) above 0, an admission that finds no
+    /// capacity (or its owner at
     /// [`max_workers_per_owner`](RegistryConfig::max_workers_per_owner)), or its target's worker
     /// draining, is parked instead of rejected, while fewer than `max_waiting` deliveries wait and
     /// fewer than [`max_waiting_per_owner`](RegistryConfig::max_waiting_per_owner) of its
@@ -177,41 +190,11 @@ pub trait WorkerRegistry: Send + Sync {
     /// A pair whose claim was released (its worker died) or forgotten (retention ended) is admitted
     /// again as new.
     ///
-    /// This is [`admit_with`](Self::admit_with) without a payload; call that one to keep what
-    /// GitHub sent with the claim, so that whichever worker runs the delivery gets it.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
-    ///
-    /// let r = InMemoryRegistry::default();
-    /// let t = Target::new("o/r", 1).unwrap();
-    /// let d = DeliveryId::new("d-1").unwrap();
-    /// let Ok(Admission::Assigned(a)) = r.admit(&t, &d).await else { panic!() };
-    /// assert!(a.new);
-    /// assert!(matches!(r.admit(&t, &d).await, Ok(Admission::Duplicate(_))));
-    /// # }
-    /// ```
-    fn admit(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
-        self.admit_with(target, delivery, None)
-    }
-
-    /// [`admit`](Self::admit), carrying what GitHub sent with the delivery: its [`Payload`],
-    /// stored with the claim and handed out wherever the delivery goes next. With `None` it is
-    /// `admit` exactly (which is this call with `None`).
-    ///
     /// # Payloads
     ///
     /// The registry keeps a delivery's payload for as long as the delivery has work left, so
     /// that whichever worker runs it (again) gets the bytes GitHub sent, and drops it when the
-    /// work is done. On a backend that [`keeps_payloads`](Self::keeps_payloads):
+    /// work is done:
     ///
     /// * **Bad input first.** A payload larger than
     ///   [`max_payload_bytes`](RegistryConfig::max_payload_bytes) (by
@@ -254,16 +237,12 @@ pub trait WorkerRegistry: Send + Sync {
     ///   [`Stats::payload_bytes_held`] and in [`StatusSnapshot::payloads`]; refusals in
     ///   [`Stats::rejected_payload_budget`] and [`Stats::payloads_too_large`].
     ///
-    /// A backend that does not keep payloads refuses an admission that carries one with
-    /// [`RegistryError::Unsupported`] (nothing claimed) and answers [`payload`](Self::payload)
-    /// with `None`.
-    ///
     /// # Examples
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Payload, Target, WorkerRegistry};
+    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Payload, Target, WorkerRegistry, WorkerRegistryExt};
     ///
     /// let r = InMemoryRegistry::default();
     /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d-1").unwrap());
@@ -291,10 +270,6 @@ pub trait WorkerRegistry: Send + Sync {
     /// still holds it (see "Kept across the re-dispatch" there); its [`ReleasedEvent`] carries it
     /// anyway. One atomic read: a delivery moving from the waiting room onto a worker is found in
     /// one place or the other, never in neither.
-    ///
-    /// # Examples
-    ///
-    /// See [`admit_with`](Self::admit_with).
     fn payload(
         &self,
         target: &Target,
@@ -302,8 +277,8 @@ pub trait WorkerRegistry: Send + Sync {
     ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send;
 
     /// Records that this pair is being handled, bound to no worker, unless it already is (the
-    /// duplicate check of [`admit`](Self::admit) without the assignment). A parked pair (the
-    /// waiting room) is claimed already: [`ClaimOutcome::AlreadyClaimed`] in
+    /// duplicate check of [`admit_with`](Self::admit_with) without the assignment). A parked pair
+    /// (the waiting room) is claimed already: [`ClaimOutcome::AlreadyClaimed`] in
     /// [`ClaimState::Waiting`](crate::ClaimState::Waiting), no holder, and it stays parked.
     ///
     /// A bare claim that is neither completed nor released within
@@ -356,37 +331,17 @@ pub trait WorkerRegistry: Send + Sync {
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send;
 
-    /// Marks a claim completed, on behalf of whoever holds it (for bare claims, or a router that
-    /// completes for its workers). Workers complete through [`complete_by`](Self::complete_by),
-    /// which is fenced.
+    /// Marks a claim completed. With `holder` `None`, on behalf of whoever holds it (for bare
+    /// claims, or a router that completes for its workers):
+    /// [`complete`](crate::WorkerRegistryExt::complete). With `Some(worker)`, fenced: only `worker`, the
+    /// claim's holder, may complete it: [`complete_by`](crate::WorkerRegistryExt::complete_by), which is
+    /// how workers complete.
     ///
     /// Idempotent on a completed claim. Refused with [`RegistryError::ClaimReleased`] if the claim
     /// was released first (its worker died: exactly one of the completion and the release wins),
     /// and [`RegistryError::UnknownClaim`] if there is none.
     ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use worker_registry::{Admission, ClaimState, DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
-    ///
-    /// let r = InMemoryRegistry::default();
-    /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
-    /// r.admit(&t, &d).await.unwrap();
-    /// r.complete(&t, &d).await.unwrap();
-    /// let Ok(Admission::Duplicate(dup)) = r.admit(&t, &d).await else { panic!() };
-    /// assert_eq!(dup.state, ClaimState::Completed);
-    /// # }
-    /// ```
-    fn complete(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send;
-
-    /// Like [`complete`](Self::complete), fenced: only `worker`, the claim's holder, may complete
-    /// it. A worker declared dead whose delivery was admitted again onto another worker gets
+    /// Fenced, a worker declared dead whose delivery was admitted again onto another worker gets
     /// [`RegistryError::NotHolder`]; one whose claim was released and not yet re-admitted gets
     /// [`RegistryError::ClaimReleased`] until a sweep hands the delivery over for re-dispatch, and
     /// [`RegistryError::UnknownClaim`] after. A live worker whose delivery was released as stuck
@@ -399,20 +354,26 @@ pub trait WorkerRegistry: Send + Sync {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, RegistryError, Target, WorkerId, WorkerRegistry};
+    /// use worker_registry::{
+    ///     Admission, ClaimState, DeliveryId, InMemoryRegistry, RegistryError, Target, WorkerId,
+    ///     WorkerRegistry,
+    /// };
     ///
     /// let r = InMemoryRegistry::default();
     /// let (t, d) = (Target::new("o/r", 7).unwrap(), DeliveryId::new("d-1").unwrap());
-    /// let Ok(Admission::Assigned(a)) = r.admit(&t, &d).await else { panic!() };
+    /// let Ok(Admission::Assigned(a)) = r.admit_with(&t, &d, None).await else { panic!() };
     /// let stranger = WorkerId::new(a.worker.get() + 1);
-    /// let err = r.complete_by(stranger, &t, &d).await.unwrap_err();
+    /// let err = r.complete_as(Some(stranger), &t, &d).await.unwrap_err();
     /// assert!(matches!(err, RegistryError::NotHolder { .. }));
-    /// r.complete_by(a.worker, &t, &d).await.unwrap();
+    /// r.complete_as(Some(a.worker), &t, &d).await.unwrap();
+    /// r.complete_as(None, &t, &d).await.unwrap(); // idempotent
+    /// let Ok(Admission::Duplicate(dup)) = r.admit_with(&t, &d, None).await else { panic!() };
+    /// assert_eq!(dup.state, ClaimState::Completed);
     /// # }
     /// ```
-    fn complete_by(
+    fn complete_as(
         &self,
-        worker: WorkerId,
+        holder: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send;
@@ -504,7 +465,7 @@ pub trait WorkerRegistry: Send + Sync {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use worker_registry::{AssignOutcome, DeadReason, InMemoryRegistry, Status, Target, WorkerRegistry};
+    /// use worker_registry::{AssignOutcome, DeadReason, InMemoryRegistry, Status, Target, WorkerRegistry, WorkerRegistryExt};
     ///
     /// let r = InMemoryRegistry::default();
     /// let Ok(AssignOutcome::Assigned(a)) = r.assign(&Target::new("o/r", 1).unwrap()).await
@@ -544,10 +505,6 @@ pub trait WorkerRegistry: Send + Sync {
 
     /// A clean exit: dead with [`DeadReason::Exited`] if it was draining,
     /// [`DeadReason::Deregistered`] if it was active. Its in-flight claims are released.
-    ///
-    /// # Examples
-    ///
-    /// See [`register`](Self::register).
     fn deregister(
         &self,
         worker: WorkerId,
@@ -586,19 +543,6 @@ pub trait WorkerRegistry: Send + Sync {
         worker: WorkerId,
         deadline: Duration,
     ) -> impl Future<Output = Result<Status, RegistryError>> + Send;
-
-    /// [`drain_within`](Self::drain_within) the configured
-    /// [`drain_deadline`](RegistryConfig::drain_deadline).
-    ///
-    /// # Examples
-    ///
-    /// See [`loop_finished`](Self::loop_finished).
-    fn drain(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        self.drain_within(worker, self.config().drain_deadline())
-    }
 
     /// Drains every live worker with the given deadline (router shutdown): busy ones drain, idle
     /// ones exit at once. In a shared backend this drains the workers of every replica; a replica
@@ -693,7 +637,7 @@ pub trait WorkerRegistry: Send + Sync {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use worker_registry::{DeliveryId, InMemoryRegistry, Target, WorkerRegistry};
+    /// use worker_registry::{DeliveryId, InMemoryRegistry, Target, WorkerRegistry, WorkerRegistryExt};
     ///
     /// let r = InMemoryRegistry::default();
     /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
@@ -707,40 +651,6 @@ pub trait WorkerRegistry: Send + Sync {
             backend: "unknown",
             feature: "audit",
         }))
-    }
-
-    /// Whether this backend implements the waiting room (see [`admit`](Self::admit)). One that
-    /// does not behaves as a waiting room of size 0 whatever
-    /// [`max_waiting`](RegistryConfig::max_waiting) says: every admission that cannot be placed is
-    /// [`Admission::Rejected`], nothing is parked, promoted or dropped, and the per-owner cap is
-    /// not enforced. The in-memory, Redis and PostgreSQL backends all park.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
-    ///
-    /// assert!(InMemoryRegistry::default().parks());
-    /// ```
-    fn parks(&self) -> bool {
-        false
-    }
-
-    /// Whether this backend keeps payloads (see [`admit_with`](Self::admit_with)). One that does
-    /// not refuses an admission that carries a payload with [`RegistryError::Unsupported`] and
-    /// answers [`payload`](Self::payload) with `None`; an admission without one is unaffected.
-    /// Every backend of this crate keeps them (in-memory, Redis, PostgreSQL); the default `false`
-    /// is for a backend of your own that does not yet.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use worker_registry::{InMemoryRegistry, WorkerRegistry};
-    ///
-    /// assert!(InMemoryRegistry::default().keeps_payloads());
-    /// ```
-    fn keeps_payloads(&self) -> bool {
-        false
     }
 
     /// The configuration this registry runs with.
@@ -822,7 +732,7 @@ pub trait Maintenance: Send + Sync {
     ///   still heartbeats and may finish its other deliveries, but it takes no new work, is
     ///   replaced once its loop ends, and its drain deadline bounds how long that may take. Its
     ///   late completion of the stuck delivery is refused (see
-    ///   [`complete_by`](WorkerRegistry::complete_by)).
+    ///   [`complete_as`](WorkerRegistry::complete_as)).
     /// * Completed claims past `claim_retention` are forgotten, the oldest beyond
     ///   `max_retained_claims` evicted (among claims completed in the same millisecond, in no
     ///   particular order); dead workers past `dead_retention` are purged.
@@ -833,6 +743,7 @@ pub trait Maintenance: Send + Sync {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
+    /// use worker_registry::WorkerRegistryExt;
     /// use std::time::Duration;
     /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Maintenance, ManualClock,
     ///     RegistryConfig, Target, WorkerRegistry};
@@ -855,10 +766,6 @@ pub trait Maintenance: Send + Sync {
     /// Confirms that these released events (from this handle's sweep reports) were re-dispatched
     /// or otherwise accounted for: they are not offered again. Acknowledging an event twice, or one
     /// another replica already acknowledged, is not an error.
-    ///
-    /// # Examples
-    ///
-    /// See [`sweep`](Self::sweep).
     fn acknowledge(
         &self,
         released: &[ReleasedEvent],
@@ -877,6 +784,7 @@ pub trait Maintenance: Send + Sync {
     /// use std::time::Duration;
     /// use worker_registry::{
     ///     Admission, DeliveryId, InMemoryRegistry, Maintenance, RegistryConfig, Target, WorkerRegistry,
+    ///     WorkerRegistryExt,
     /// };
     ///
     /// let config = RegistryConfig::builder().max_workers(1).max_waiting(8).build().unwrap();

@@ -6,9 +6,12 @@
 //! them unusable as `dyn` traits. [`DynBackend`] is their object-safe mirror, with boxed futures,
 //! implemented for every backend; [`DynRegistry`] wraps an `Arc<dyn DynBackend>` and implements the
 //! contract traits again, so code generic over them (the admin API, the `Sweeper`, a router) takes
-//! either a concrete backend or a `DynRegistry`. The price is an allocation per call and, for
-//! calls that take a key, cloning it (two reference-count increments; a payload is one more), so
-//! that the boxed future owns what it borrows.
+//! either a concrete backend or a `DynRegistry`. The price is an allocation per call (the boxed
+//! future, which borrows its arguments as the contract's own futures do).
+//!
+//! All three are generated from one list of the contract's methods, `contract_methods!` below:
+//! a method added to the contract traits without its line there leaves `DynRegistry`'s impl
+//! incomplete, so the compiler asks for it.
 
 use std::fmt;
 use std::future::Future;
@@ -30,462 +33,143 @@ use crate::config::RegistryConfig;
 /// A boxed, sendable future (what [`DynBackend`]'s methods return).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// The object-safe form of [`WorkerRegistry`] + [`Maintenance`] (+ [`Subscribe`] with the `tokio`
-/// feature), implemented for every type that implements them. Each method is the contract method
-/// of the same name, boxed; see there for the semantics. Use it through [`DynRegistry`].
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use worker_registry::dynamic::DynBackend;
-/// use worker_registry::InMemoryRegistry;
-///
-/// let backend: Arc<dyn DynBackend> = Arc::new(InMemoryRegistry::default());
-/// assert_eq!(backend.status().version, 0);
-/// ```
-///
-/// [`Subscribe`]: crate::Subscribe
-pub trait DynBackend: Send + Sync + 'static {
-    /// See [`WorkerRegistry::admit`].
-    fn admit<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<Admission, RegistryError>>;
-    /// See [`WorkerRegistry::admit_with`].
-    fn admit_with<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-        payload: Option<&'a Payload>,
-    ) -> BoxFuture<'a, Result<Admission, RegistryError>>;
-    /// See [`WorkerRegistry::payload`].
-    fn payload<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<Option<Payload>, RegistryError>>;
-    /// See [`WorkerRegistry::claim`].
-    fn claim<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<ClaimOutcome, RegistryError>>;
-    /// See [`WorkerRegistry::release`].
-    fn release<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<(), RegistryError>>;
-    /// See [`WorkerRegistry::complete`].
-    fn complete<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<(), RegistryError>>;
-    /// See [`WorkerRegistry::complete_by`].
-    fn complete_by<'a>(
-        &'a self,
-        worker: WorkerId,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<(), RegistryError>>;
-    /// See [`WorkerRegistry::assign`].
-    fn assign<'a>(
-        &'a self,
-        target: &'a Target,
-    ) -> BoxFuture<'a, Result<AssignOutcome, RegistryError>>;
-    /// See [`WorkerRegistry::heartbeat`].
-    fn heartbeat<'a>(
-        &'a self,
-        worker: WorkerId,
-    ) -> BoxFuture<'a, Result<HeartbeatAck, RegistryError>>;
-    /// See [`WorkerRegistry::loop_started`].
-    fn loop_started<'a>(&'a self, worker: WorkerId)
-        -> BoxFuture<'a, Result<Status, RegistryError>>;
-    /// See [`WorkerRegistry::loop_finished`].
-    fn loop_finished<'a>(
-        &'a self,
-        worker: WorkerId,
-    ) -> BoxFuture<'a, Result<Status, RegistryError>>;
-    /// See [`WorkerRegistry::register`].
-    fn register<'a>(&'a self) -> BoxFuture<'a, Result<WorkerId, RegistryError>>;
-    /// See [`WorkerRegistry::deregister`].
-    fn deregister<'a>(
-        &'a self,
-        worker: WorkerId,
-    ) -> BoxFuture<'a, Result<DeadReason, RegistryError>>;
-    /// See [`WorkerRegistry::drain_within`].
-    fn drain_within<'a>(
-        &'a self,
-        worker: WorkerId,
-        deadline: Duration,
-    ) -> BoxFuture<'a, Result<Status, RegistryError>>;
-    /// See [`WorkerRegistry::drain_all_within`].
-    fn drain_all_within<'a>(
-        &'a self,
-        deadline: Duration,
-    ) -> BoxFuture<'a, Result<DrainAll, RegistryError>>;
-    /// See [`WorkerRegistry::worker`].
-    fn worker<'a>(
-        &'a self,
-        worker: WorkerId,
-    ) -> BoxFuture<'a, Result<Option<WorkerInfo>, RegistryError>>;
-    /// See [`Maintenance::sweep`].
-    fn sweep<'a>(&'a self) -> BoxFuture<'a, Result<SweepReport, RegistryError>>;
-    /// See [`Maintenance::acknowledge`].
-    fn acknowledge<'a>(
-        &'a self,
-        released: &'a [ReleasedEvent],
-    ) -> BoxFuture<'a, Result<(), RegistryError>>;
-    /// See [`Maintenance::wake`].
-    fn wake<'a>(&'a self) -> BoxFuture<'a, ()>;
-    /// See [`WorkerRegistry::status`].
-    fn status(&self) -> Arc<StatusSnapshot>;
-    /// See [`WorkerRegistry::stats`].
-    fn stats(&self) -> Stats;
-    /// See [`WorkerRegistry::audit`]; the default answers [`RegistryError::Unsupported`] as the
-    /// trait's does.
-    fn audit<'a>(&'a self) -> BoxFuture<'a, Result<Audit, RegistryError>> {
-        Box::pin(std::future::ready(Err(RegistryError::Unsupported {
-            backend: "unknown",
-            feature: "audit",
-        })))
-    }
-    /// See [`WorkerRegistry::config`].
-    fn config(&self) -> &RegistryConfig;
-    /// See [`WorkerRegistry::parks`].
-    fn parks(&self) -> bool;
-    /// See [`WorkerRegistry::keeps_payloads`].
-    fn keeps_payloads(&self) -> bool;
-    /// See [`Subscribe::subscribe`](crate::Subscribe::subscribe).
-    #[cfg(feature = "tokio")]
-    fn subscribe(&self) -> crate::Subscription;
-}
-
-impl<T: Backend> DynBackend for T {
-    fn admit<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<Admission, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::admit(self, target, delivery))
-    }
-    fn admit_with<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-        payload: Option<&'a Payload>,
-    ) -> BoxFuture<'a, Result<Admission, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::admit_with(
-            self, target, delivery, payload,
-        ))
-    }
-    fn payload<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<Option<Payload>, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::payload(self, target, delivery))
-    }
-    fn claim<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<ClaimOutcome, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::claim(self, target, delivery))
-    }
-    fn release<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<(), RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::release(self, target, delivery))
-    }
-    fn complete<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<(), RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::complete(self, target, delivery))
-    }
-    fn complete_by<'a>(
-        &'a self,
-        worker: WorkerId,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<(), RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::complete_by(
-            self, worker, target, delivery,
-        ))
-    }
-    fn assign<'a>(
-        &'a self,
-        target: &'a Target,
-    ) -> BoxFuture<'a, Result<AssignOutcome, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::assign(self, target))
-    }
-    fn heartbeat<'a>(
-        &'a self,
-        worker: WorkerId,
-    ) -> BoxFuture<'a, Result<HeartbeatAck, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::heartbeat(self, worker))
-    }
-    fn loop_started<'a>(
-        &'a self,
-        worker: WorkerId,
-    ) -> BoxFuture<'a, Result<Status, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::loop_started(self, worker))
-    }
-    fn loop_finished<'a>(
-        &'a self,
-        worker: WorkerId,
-    ) -> BoxFuture<'a, Result<Status, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::loop_finished(self, worker))
-    }
-    fn register<'a>(&'a self) -> BoxFuture<'a, Result<WorkerId, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::register(self))
-    }
-    fn deregister<'a>(
-        &'a self,
-        worker: WorkerId,
-    ) -> BoxFuture<'a, Result<DeadReason, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::deregister(self, worker))
-    }
-    fn drain_within<'a>(
-        &'a self,
-        worker: WorkerId,
-        deadline: Duration,
-    ) -> BoxFuture<'a, Result<Status, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::drain_within(self, worker, deadline))
-    }
-    fn drain_all_within<'a>(
-        &'a self,
-        deadline: Duration,
-    ) -> BoxFuture<'a, Result<DrainAll, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::drain_all_within(self, deadline))
-    }
-    fn worker<'a>(
-        &'a self,
-        worker: WorkerId,
-    ) -> BoxFuture<'a, Result<Option<WorkerInfo>, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::worker(self, worker))
-    }
-    fn sweep<'a>(&'a self) -> BoxFuture<'a, Result<SweepReport, RegistryError>> {
-        Box::pin(<T as Maintenance>::sweep(self))
-    }
-    fn acknowledge<'a>(
-        &'a self,
-        released: &'a [ReleasedEvent],
-    ) -> BoxFuture<'a, Result<(), RegistryError>> {
-        Box::pin(<T as Maintenance>::acknowledge(self, released))
-    }
-    fn wake<'a>(&'a self) -> BoxFuture<'a, ()> {
-        Box::pin(<T as Maintenance>::wake(self))
-    }
-    fn status(&self) -> Arc<StatusSnapshot> {
-        WorkerRegistry::status(self)
-    }
-    fn stats(&self) -> Stats {
-        WorkerRegistry::stats(self)
-    }
-    fn audit<'a>(&'a self) -> BoxFuture<'a, Result<Audit, RegistryError>> {
-        Box::pin(<T as WorkerRegistry>::audit(self))
-    }
-    fn config(&self) -> &RegistryConfig {
-        WorkerRegistry::config(self)
-    }
-    fn parks(&self) -> bool {
-        WorkerRegistry::parks(self)
-    }
-    fn keeps_payloads(&self) -> bool {
-        WorkerRegistry::keeps_payloads(self)
-    }
-    #[cfg(feature = "tokio")]
-    fn subscribe(&self) -> crate::Subscription {
-        crate::Subscribe::subscribe(self)
-    }
-}
-
-impl WorkerRegistry for DynRegistry {
-    fn admit(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
-        let backend = self.0.clone();
-        let target = target.to_owned();
-        let delivery = delivery.to_owned();
-        async move { backend.admit(&target, &delivery).await }
-    }
-    fn admit_with(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-        payload: Option<&Payload>,
-    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
-        let backend = self.0.clone();
-        let target = target.to_owned();
-        let delivery = delivery.to_owned();
-        let payload = payload.cloned();
-        async move {
-            backend
-                .admit_with(&target, &delivery, payload.as_ref())
-                .await
+/// The contract's methods, listed once: per trait, the methods that return a future (`async`,
+/// their arguments' borrows written with the lifetime `$lt`) and those that answer at once
+/// (`sync`). Hands the list to `$then!`, with `$lt` as the lifetime of every borrow: `'a` where
+/// the boxed future must name it, `'_` where the contract's elided form is wanted.
+/// `Subscribe`'s one method, behind the `tokio` feature, is written out beside the list.
+macro_rules! contract_methods {
+    ($then:ident, $lt:lifetime) => {
+        $then! {
+            WorkerRegistry {
+                async {
+                    admit_with(
+                        target: &$lt Target, delivery: &$lt DeliveryId, payload: Option<&$lt Payload>
+                    ) -> Result<Admission, RegistryError>;
+                    payload(target: &$lt Target, delivery: &$lt DeliveryId)
+                        -> Result<Option<Payload>, RegistryError>;
+                    claim(target: &$lt Target, delivery: &$lt DeliveryId)
+                        -> Result<ClaimOutcome, RegistryError>;
+                    release(target: &$lt Target, delivery: &$lt DeliveryId)
+                        -> Result<(), RegistryError>;
+                    complete_as(
+                        holder: Option<WorkerId>, target: &$lt Target, delivery: &$lt DeliveryId
+                    ) -> Result<(), RegistryError>;
+                    assign(target: &$lt Target) -> Result<AssignOutcome, RegistryError>;
+                    heartbeat(worker: WorkerId) -> Result<HeartbeatAck, RegistryError>;
+                    loop_started(worker: WorkerId) -> Result<Status, RegistryError>;
+                    loop_finished(worker: WorkerId) -> Result<Status, RegistryError>;
+                    register() -> Result<WorkerId, RegistryError>;
+                    deregister(worker: WorkerId) -> Result<DeadReason, RegistryError>;
+                    drain_within(worker: WorkerId, deadline: Duration)
+                        -> Result<Status, RegistryError>;
+                    drain_all_within(deadline: Duration) -> Result<DrainAll, RegistryError>;
+                    worker(worker: WorkerId) -> Result<Option<WorkerInfo>, RegistryError>;
+                    audit() -> Result<Audit, RegistryError>;
+                }
+                sync {
+                    status() -> Arc<StatusSnapshot>;
+                    stats() -> Stats;
+                    config() -> &RegistryConfig;
+                }
+            }
+            Maintenance {
+                async {
+                    sweep() -> Result<SweepReport, RegistryError>;
+                    acknowledge(released: &$lt [ReleasedEvent]) -> Result<(), RegistryError>;
+                    wake() -> ();
+                }
+                sync {}
+            }
         }
-    }
-    fn payload(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send {
-        let backend = self.0.clone();
-        let target = target.to_owned();
-        let delivery = delivery.to_owned();
-        async move { backend.payload(&target, &delivery).await }
-    }
-    fn claim(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<ClaimOutcome, RegistryError>> + Send {
-        let backend = self.0.clone();
-        let target = target.to_owned();
-        let delivery = delivery.to_owned();
-        async move { backend.claim(&target, &delivery).await }
-    }
-    fn release(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        let backend = self.0.clone();
-        let target = target.to_owned();
-        let delivery = delivery.to_owned();
-        async move { backend.release(&target, &delivery).await }
-    }
-    fn complete(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        let backend = self.0.clone();
-        let target = target.to_owned();
-        let delivery = delivery.to_owned();
-        async move { backend.complete(&target, &delivery).await }
-    }
-    fn complete_by(
-        &self,
-        worker: WorkerId,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        let backend = self.0.clone();
-        let target = target.to_owned();
-        let delivery = delivery.to_owned();
-        async move { backend.complete_by(worker, &target, &delivery).await }
-    }
-    fn assign(
-        &self,
-        target: &Target,
-    ) -> impl Future<Output = Result<AssignOutcome, RegistryError>> + Send {
-        let backend = self.0.clone();
-        let target = target.to_owned();
-        async move { backend.assign(&target).await }
-    }
-    fn heartbeat(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<HeartbeatAck, RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.heartbeat(worker).await }
-    }
-    fn loop_started(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.loop_started(worker).await }
-    }
-    fn loop_finished(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.loop_finished(worker).await }
-    }
-    fn register(&self) -> impl Future<Output = Result<WorkerId, RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.register().await }
-    }
-    fn deregister(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<DeadReason, RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.deregister(worker).await }
-    }
-    fn drain_within(
-        &self,
-        worker: WorkerId,
-        deadline: Duration,
-    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.drain_within(worker, deadline).await }
-    }
-    fn drain_all_within(
-        &self,
-        deadline: Duration,
-    ) -> impl Future<Output = Result<DrainAll, RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.drain_all_within(deadline).await }
-    }
-    fn worker(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<Option<WorkerInfo>, RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.worker(worker).await }
-    }
-    fn status(&self) -> Arc<StatusSnapshot> {
-        self.0.status()
-    }
-    fn stats(&self) -> Stats {
-        self.0.stats()
-    }
-    fn audit(&self) -> impl Future<Output = Result<Audit, RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.audit().await }
-    }
-    fn config(&self) -> &RegistryConfig {
-        self.0.config()
-    }
-    fn parks(&self) -> bool {
-        self.0.parks()
-    }
-    fn keeps_payloads(&self) -> bool {
-        self.0.keeps_payloads()
-    }
+    };
 }
 
-impl Maintenance for DynRegistry {
-    fn sweep(&self) -> impl Future<Output = Result<SweepReport, RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.sweep().await }
-    }
-    fn acknowledge(
-        &self,
-        released: &[ReleasedEvent],
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        let backend = self.0.clone();
-        async move { backend.acknowledge(released).await }
-    }
-    fn wake(&self) -> impl Future<Output = ()> + Send {
-        let backend = self.0.clone();
-        async move { backend.wake().await }
-    }
+/// From the list: [`DynBackend`] (each method the contract method of the same name, its future
+/// boxed) and its impl for every [`Backend`].
+macro_rules! dyn_backend {
+    ($(
+        $contract:ident {
+            async { $( $call:ident ( $($arg:ident : $ty:ty),* ) -> $out:ty; )* }
+            sync { $( $read:ident () -> $answer:ty; )* }
+        }
+    )*) => {
+        /// The object-safe form of [`WorkerRegistry`] + [`Maintenance`] (+ [`Subscribe`] with the
+        /// `tokio` feature), implemented for every type that implements them. Each method is the
+        /// contract method of the same name, boxed; see there for the semantics. Use it through
+        /// [`DynRegistry`], which also has the conveniences of
+        /// [`WorkerRegistryExt`](crate::WorkerRegistryExt).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::sync::Arc;
+        /// use worker_registry::dynamic::DynBackend;
+        /// use worker_registry::InMemoryRegistry;
+        ///
+        /// let backend: Arc<dyn DynBackend> = Arc::new(InMemoryRegistry::default());
+        /// assert_eq!(backend.status().version, 0);
+        /// ```
+        ///
+        /// [`Subscribe`]: crate::Subscribe
+        pub trait DynBackend: Send + Sync + 'static {
+            $($(
+                #[doc = concat!("See [`", stringify!($contract), "::", stringify!($call), "`].")]
+                fn $call<'a>(&'a self, $($arg: $ty),*) -> BoxFuture<'a, $out>;
+            )*
+            $(
+                #[doc = concat!("See [`", stringify!($contract), "::", stringify!($read), "`].")]
+                fn $read(&self) -> $answer;
+            )*)*
+            /// See [`Subscribe::subscribe`](crate::Subscribe::subscribe).
+            #[cfg(feature = "tokio")]
+            fn subscribe(&self) -> crate::Subscription;
+        }
+
+        impl<T: Backend> DynBackend for T {
+            $($(
+                fn $call<'a>(&'a self, $($arg: $ty),*) -> BoxFuture<'a, $out> {
+                    Box::pin(<T as $contract>::$call(self, $($arg),*))
+                }
+            )*
+            $(
+                fn $read(&self) -> $answer {
+                    <T as $contract>::$read(self)
+                }
+            )*)*
+            #[cfg(feature = "tokio")]
+            fn subscribe(&self) -> crate::Subscription {
+                crate::Subscribe::subscribe(self)
+            }
+        }
+    };
 }
+
+/// From the list: the contract traits for [`DynRegistry`], each method its backend's.
+macro_rules! dyn_registry {
+    ($(
+        $contract:ident {
+            async { $( $call:ident ( $($arg:ident : $ty:ty),* ) -> $out:ty; )* }
+            sync { $( $read:ident () -> $answer:ty; )* }
+        }
+    )*) => {$(
+        impl $contract for DynRegistry {
+            $(
+                fn $call(&self, $($arg: $ty),*) -> impl Future<Output = $out> + Send {
+                    async move { self.0.$call($($arg),*).await }
+                }
+            )*
+            $(
+                fn $read(&self) -> $answer {
+                    self.0.$read()
+                }
+            )*
+        }
+    )*};
+}
+
+contract_methods!(dyn_backend, 'a);
+contract_methods!(dyn_registry, '_);
 
 /// What [`DynBackend`] is implemented for: every type that implements the contract traits.
 #[cfg(feature = "tokio")]
@@ -507,7 +191,7 @@ impl<T: WorkerRegistry + Maintenance + 'static> Backend for T {}
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use worker_registry::{Admission, DeliveryId, DynRegistry, InMemoryRegistry, Target, WorkerRegistry};
+/// use worker_registry::{Admission, DeliveryId, DynRegistry, InMemoryRegistry, Target, WorkerRegistryExt};
 ///
 /// let registry = DynRegistry::new(InMemoryRegistry::default()); // or a networked backend
 /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
@@ -522,7 +206,12 @@ impl DynRegistry {
     ///
     /// # Examples
     ///
-    /// See [`DynRegistry`].
+    /// ```
+    /// use worker_registry::{DynRegistry, InMemoryRegistry, WorkerRegistry};
+    ///
+    /// let registry = DynRegistry::new(InMemoryRegistry::default());
+    /// assert_eq!(registry.stats().admitted_new, 0);
+    /// ```
     pub fn new(backend: impl Backend) -> Self {
         Self(Arc::new(backend))
     }

@@ -91,9 +91,9 @@ pub enum RegistryError {
         /// The limit.
         limit: u64,
     },
-    /// This backend does not offer what the call asked for (an admission that carries a
-    /// [`Payload`](crate::Payload), on a backend whose
-    /// [`keeps_payloads`](crate::WorkerRegistry::keeps_payloads) is false): nothing was done.
+    /// This backend does not offer what the call asked for: nothing was done. No backend of this
+    /// crate answers it; it is for a backend of your own that cannot yet do all the contract
+    /// asks.
     Unsupported {
         /// Which backend.
         backend: &'static str,
@@ -153,10 +153,6 @@ impl RegistryError {
     }
 
     /// Whether retrying the same call later can succeed: only for a retryable backend error.
-    ///
-    /// # Examples
-    ///
-    /// See [`backend`](Self::backend).
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,

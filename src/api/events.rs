@@ -335,19 +335,11 @@ mod fanout {
 
     impl EventSender {
         /// A sender nobody has subscribed to yet.
-        ///
-        /// # Examples
-        ///
-        /// See [`EventSender`].
         pub fn new() -> Self {
             Self::default()
         }
 
         /// A subscription to every event sent from now on.
-        ///
-        /// # Examples
-        ///
-        /// See [`EventSender`].
         pub fn subscribe(&self) -> Subscription {
             let sender = self
                 .sender
@@ -375,10 +367,6 @@ mod fanout {
 
         /// Sends the event `make` builds, if anyone ever subscribed (`make` is not called
         /// otherwise). With no live subscriber the event is dropped.
-        ///
-        /// # Examples
-        ///
-        /// See [`EventSender`].
         #[inline]
         pub fn send(&self, make: impl FnOnce() -> Event) {
             if let Some(sender) = self.sender.get() {
@@ -404,10 +392,6 @@ mod fanout {
         /// Events dropped for lagging subscribers so far, summed over all of them (counted when
         /// each subscriber learns of its loss), plus those recorded with
         /// [`record_missed`](Self::record_missed).
-        ///
-        /// # Examples
-        ///
-        /// See [`record_missed`](Self::record_missed).
         pub fn missed(&self) -> u64 {
             // Relaxed: a statistics total; nothing is published through it.
             self.missed.load(Ordering::Relaxed)
@@ -449,10 +433,6 @@ mod fanout {
         /// Returns [`RecvError::Lagged`] once after events were dropped for this subscriber
         /// (receive again to continue), and [`RecvError::Closed`] when the registry is gone and
         /// everything buffered has been received. Cancel-safe.
-        ///
-        /// # Examples
-        ///
-        /// See [`Subscription`].
         pub async fn recv(&mut self) -> Result<Event, RecvError> {
             let r = self.rx.recv().await;
             self.map(r.map_err(|e| match e {

@@ -31,10 +31,6 @@ pub struct Assignment {
 
 impl Assignment {
     /// An assignment of `worker` with `token`; `new` if the assignment created the worker.
-    ///
-    /// # Examples
-    ///
-    /// See [`Assignment`].
     pub fn new(worker: WorkerId, token: FencingToken, new: bool) -> Self {
         Self { worker, token, new }
     }
@@ -78,10 +74,6 @@ pub enum Rejection {
 
 impl Rejection {
     /// `"capacity"`, `"draining"` or `"payload_budget"` (a metrics label).
-    ///
-    /// # Examples
-    ///
-    /// See [`Rejection`].
     pub fn as_str(self) -> &'static str {
         match self {
             Self::CapacityFull { .. } => "capacity",
@@ -139,7 +131,7 @@ pub enum ClaimState {
     /// Completed; remembered so redeliveries are recognised.
     Completed,
     /// Parked in the waiting room, not yet promoted (see
-    /// [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)).
+    /// [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)).
     Waiting,
 }
 
@@ -209,10 +201,6 @@ impl AlreadyClaimed {
     /// A duplicate held by `holder` since `since`, in `state` (not [`unstarted`](Self::unstarted)).
     /// `since` is kept to the millisecond (rounded down; a time before the Unix epoch is kept as
     /// the epoch).
-    ///
-    /// # Examples
-    ///
-    /// See [`AlreadyClaimed`].
     pub fn new(holder: Option<WorkerId>, since: SystemTime, state: ClaimState) -> Self {
         let since_ms = since
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -243,10 +231,6 @@ impl AlreadyClaimed {
 
     /// When the first delivery was claimed (wall clock, to the millisecond, display only; a
     /// time the platform's `SystemTime` cannot hold reads as the epoch).
-    ///
-    /// # Examples
-    ///
-    /// See [`AlreadyClaimed`].
     pub fn since(&self) -> SystemTime {
         SystemTime::UNIX_EPOCH
             .checked_add(Duration::from_millis(self.since_ms))
@@ -254,19 +238,11 @@ impl AlreadyClaimed {
     }
 
     /// [`since`](Self::since) in milliseconds since the Unix epoch.
-    ///
-    /// # Examples
-    ///
-    /// See [`AlreadyClaimed`].
     pub fn since_unix_ms(&self) -> u64 {
         self.since_ms
     }
 
     /// The same duplicate with [`unstarted`](Self::unstarted) set to `unstarted`.
-    ///
-    /// # Examples
-    ///
-    /// See [`AlreadyClaimed`].
     #[must_use]
     pub fn with_unstarted(mut self, unstarted: bool) -> Self {
         self.unstarted = unstarted;
@@ -275,10 +251,6 @@ impl AlreadyClaimed {
 
     /// The worker a router should start because of this duplicate: the holder of an
     /// [`unstarted`](Self::unstarted) claim, if the router does not run it already.
-    ///
-    /// # Examples
-    ///
-    /// See [`AlreadyClaimed`].
     pub fn needs_start(&self) -> Option<WorkerId> {
         self.holder.filter(|_| self.unstarted)
     }
@@ -320,10 +292,6 @@ pub struct Waiting {
 
 impl Waiting {
     /// A delivery parked at `position` because of `reason`.
-    ///
-    /// # Examples
-    ///
-    /// See [`Waiting`].
     pub fn new(position: usize, reason: Rejection) -> Self {
         Self { position, reason }
     }
@@ -340,7 +308,7 @@ impl fmt::Display for Waiting {
     }
 }
 
-/// The answer of [`admit`](crate::WorkerRegistry::admit): what a router does with one delivery.
+/// The answer of [`admit_with`](crate::WorkerRegistry::admit_with): what a router does with one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
     /// New delivery, placed on a worker; the claim is held by that worker.
@@ -348,7 +316,7 @@ pub enum Admission {
     /// A redelivery of something in flight or recently completed: skip it.
     Duplicate(AlreadyClaimed),
     /// Not placed, and parked: the delivery waits for room and is handed to a sweep's caller
-    /// when it is promoted (see [`WorkerRegistry::admit`](crate::WorkerRegistry::admit)).
+    /// when it is promoted (see [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with)).
     Waiting(Waiting),
     /// Not placed; no claim was left behind, so a later redelivery can be admitted.
     Rejected(Rejection),

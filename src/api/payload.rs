@@ -82,10 +82,6 @@ struct Inner {
 impl Payload {
     /// A builder for a payload of `event` (the `X-GitHub-Event` header) with `body`, with the
     /// [`DEFAULT_CONTENT_TYPE`], no action and no extra header.
-    ///
-    /// # Examples
-    ///
-    /// See [`Payload`].
     pub fn builder(event: impl Into<String>, body: impl Into<Bytes>) -> PayloadBuilder {
         PayloadBuilder {
             event: event.into(),
@@ -97,28 +93,16 @@ impl Payload {
     }
 
     /// The event name (`X-GitHub-Event`).
-    ///
-    /// # Examples
-    ///
-    /// See [`Payload`].
     pub fn event(&self) -> &str {
         &self.0.event
     }
 
     /// The action (`opened`, `synchronize`, ...), if the event has one.
-    ///
-    /// # Examples
-    ///
-    /// See [`Payload`].
     pub fn action(&self) -> Option<&str> {
         self.0.action.as_deref()
     }
 
     /// The body's content type (`application/json`, `application/x-www-form-urlencoded`).
-    ///
-    /// # Examples
-    ///
-    /// See [`Payload`].
     pub fn content_type(&self) -> &str {
         &self.0.content_type
     }
@@ -152,10 +136,6 @@ impl Payload {
     }
 
     /// The value of the extra header `name` (compared without regard to case), if it was added.
-    ///
-    /// # Examples
-    ///
-    /// See [`Payload`].
     pub fn header(&self, name: &str) -> Option<&str> {
         self.0
             .headers
@@ -223,30 +203,18 @@ pub struct PayloadBuilder {
 
 impl PayloadBuilder {
     /// Sets the action.
-    ///
-    /// # Examples
-    ///
-    /// See [`Payload`].
     pub fn action(mut self, action: impl Into<String>) -> Self {
         self.action = Some(action.into());
         self
     }
 
     /// Sets the content type (instead of [`DEFAULT_CONTENT_TYPE`]).
-    ///
-    /// # Examples
-    ///
-    /// See [`Payload::size`].
     pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
         self.content_type = content_type.into();
         self
     }
 
     /// Adds an extra header (kept with its name in lower case).
-    ///
-    /// # Examples
-    ///
-    /// See [`Payload::headers`].
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
@@ -259,10 +227,6 @@ impl PayloadBuilder {
     /// HTTP token characters and used once (whatever its case), each value at most
     /// [`MAX_HEADER_VALUE_LEN`] bytes of visible ASCII, spaces and tabs. The body is not looked
     /// at (its size is checked by the registry that stores it).
-    ///
-    /// # Examples
-    ///
-    /// See [`PayloadBuilder`].
     pub fn build(self) -> Result<Payload, PayloadError> {
         name("event", &self.event)?;
         if let Some(a) = &self.action {

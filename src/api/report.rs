@@ -35,10 +35,6 @@ pub enum ReleaseReason {
 
 impl ReleaseReason {
     /// `"worker_died"`, `"stuck"`, `"unbound"` or `"promoted"` (a metrics label).
-    ///
-    /// # Examples
-    ///
-    /// See [`ReleaseReason`].
     pub fn as_str(self) -> &'static str {
         match self {
             Self::WorkerDied(_) => "worker_died",
@@ -75,19 +71,11 @@ pub struct Receipt(String);
 
 impl Receipt {
     /// Wraps a backend's identifier.
-    ///
-    /// # Examples
-    ///
-    /// See [`Receipt`].
     pub fn new(id: impl Into<String>) -> Self {
         Self(id.into())
     }
 
     /// The identifier.
-    ///
-    /// # Examples
-    ///
-    /// See [`Receipt`].
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -135,10 +123,6 @@ pub struct ReleasedEvent {
 
 impl ReleasedEvent {
     /// A released event with no receipt.
-    ///
-    /// # Examples
-    ///
-    /// See [`ReleasedEvent`].
     pub fn new(
         target: Target,
         delivery: DeliveryId,
@@ -214,10 +198,6 @@ impl ReleasedEvent {
     }
 
     /// The backend's receipt, if it uses them.
-    ///
-    /// # Examples
-    ///
-    /// See [`with_receipt`](Self::with_receipt).
     pub fn receipt(&self) -> Option<&Receipt> {
         self.receipt.as_ref()
     }

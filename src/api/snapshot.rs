@@ -45,8 +45,7 @@ pub struct StatusSnapshot {
     pub brake_engaged: bool,
     /// Claims in the map when it was taken: in flight and retained (completed).
     pub claims: ClaimCounts,
-    /// Deliveries parked in the waiting room when it was taken (always 0 on a backend that does
-    /// not park).
+    /// Deliveries parked in the waiting room when it was taken (always 0 with the room off).
     pub waiting: usize,
     /// Payloads the registry held when it was taken, against its budget.
     pub payloads: PayloadUsage,
@@ -136,10 +135,6 @@ impl StatusSnapshot {
 
 /// Workers by status (`active + draining + dead == workers.len()`), with activity and suspicion
 /// among the live ones.
-///
-/// # Examples
-///
-/// See [`StatusCounts::of`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StatusCounts {
@@ -212,10 +207,6 @@ pub struct PayloadUsage {
 
 impl PayloadUsage {
     /// `held` payloads of `bytes` bytes in all, against `budget`.
-    ///
-    /// # Examples
-    ///
-    /// See [`PayloadUsage`].
     pub fn new(held: usize, bytes: u64, budget: u64) -> Self {
         Self {
             held,
@@ -313,10 +304,6 @@ pub struct WorkerInfo {
 impl WorkerInfo {
     /// An active, idle worker that was just created at `started_at`, with no heartbeat yet and
     /// token sequence 0: set the fields that differ.
-    ///
-    /// # Examples
-    ///
-    /// See [`WorkerInfo`].
     pub fn new(
         id: WorkerId,
         target: Option<Target>,
@@ -342,10 +329,6 @@ impl WorkerInfo {
     }
 
     /// The worker-pool document's view: idle, busy, draining or offline.
-    ///
-    /// # Examples
-    ///
-    /// See [`WorkerInfo`].
     pub fn pool_status(&self) -> PoolStatus {
         PoolStatus::of(self.status, self.activity)
     }

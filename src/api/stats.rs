@@ -57,20 +57,12 @@ impl SweepDurations {
     }
 
     /// Adds one observation.
-    ///
-    /// # Examples
-    ///
-    /// See [`SweepDurations`].
     pub fn observe(&mut self, took: Duration) {
         self.buckets[Self::bucket_of(took)] += 1;
         self.sum = self.sum.saturating_add(took);
     }
 
     /// Observations in all buckets.
-    ///
-    /// # Examples
-    ///
-    /// See [`SweepDurations`].
     pub fn count(&self) -> u64 {
         self.buckets.iter().sum()
     }

@@ -43,10 +43,6 @@ impl Status {
     }
 
     /// True unless dead.
-    ///
-    /// # Examples
-    ///
-    /// See [`Status`].
     pub fn is_alive(self) -> bool {
         !matches!(self, Self::Dead(_))
     }
@@ -86,10 +82,6 @@ pub enum DeadReason {
 
 impl DeadReason {
     /// `"missed_heartbeats"`, `"exited"`, `"deregistered"` or `"drain_timed_out"`.
-    ///
-    /// # Examples
-    ///
-    /// See [`DeadReason`].
     pub fn as_str(self) -> &'static str {
         match self {
             Self::MissedHeartbeats => "missed_heartbeats",
@@ -145,10 +137,6 @@ pub enum Activity {
 
 impl Activity {
     /// `"idle"` or `"busy"`.
-    ///
-    /// # Examples
-    ///
-    /// See [`Activity`].
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Idle => "idle",
@@ -182,10 +170,6 @@ pub enum PoolStatus {
 
 impl PoolStatus {
     /// The pool view of a status and an activity.
-    ///
-    /// # Examples
-    ///
-    /// See [`PoolStatus`].
     pub fn of(status: Status, activity: Activity) -> Self {
         match (status, activity) {
             (Status::Active, Activity::Idle) => Self::Idle,
@@ -196,10 +180,6 @@ impl PoolStatus {
     }
 
     /// `"idle"`, `"busy"`, `"draining"` or `"offline"`.
-    ///
-    /// # Examples
-    ///
-    /// See [`PoolStatus`].
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Idle => "idle",
@@ -227,10 +207,6 @@ pub enum WorkerKind {
 
 impl WorkerKind {
     /// `"spawned"` or `"registered"`.
-    ///
-    /// # Examples
-    ///
-    /// See [`WorkerKind`].
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Spawned => "spawned",

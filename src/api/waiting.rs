@@ -2,7 +2,7 @@
 //! [`ExpiredWaiting`], with its [`ExpireReason`]. Promoted
 //! deliveries are handed over as [`ReleasedEvent`](crate::ReleasedEvent)s with
 //! [`ReleaseReason::Promoted`](crate::ReleaseReason::Promoted); the semantics are on
-//! [`WorkerRegistry::admit`](crate::WorkerRegistry::admit).
+//! [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with).
 
 use std::fmt;
 use std::time::Duration;
@@ -32,10 +32,6 @@ pub enum ExpireReason {
 
 impl ExpireReason {
     /// `"waited_too_long"` (a metrics label).
-    ///
-    /// # Examples
-    ///
-    /// See [`ExpireReason`].
     pub fn as_str(self) -> &'static str {
         match self {
             Self::WaitedTooLong { .. } => "waited_too_long",
@@ -86,10 +82,6 @@ pub struct ExpiredWaiting {
 
 impl ExpiredWaiting {
     /// A dropped parked delivery.
-    ///
-    /// # Examples
-    ///
-    /// See [`ExpiredWaiting`].
     pub fn new(
         target: Target,
         delivery: DeliveryId,

@@ -1,6 +1,7 @@
 //! The admin API's handlers. Each carries its `#[utoipa::path]` description, from which the
 //! OpenAPI document is generated.
 
+use crate::WorkerRegistryExt;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};

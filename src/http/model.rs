@@ -215,8 +215,7 @@ pub(crate) struct WorkersBody {
     taken_at: String,
     /// Whether the mass-staleness brake held back deaths in that sweep.
     brake_engaged: bool,
-    /// Deliveries parked in the waiting room when the snapshot was taken (0 on a backend that
-    /// does not park).
+    /// Deliveries parked in the waiting room when the snapshot was taken (0 with the room off).
     waiting: usize,
     payloads: PayloadsBody,
 }

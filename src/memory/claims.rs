@@ -248,7 +248,7 @@ impl<C: Clock> Direct<C> {
         self.complete_inner(target, event, Some(worker))
     }
 
-    fn complete_inner(
+    pub(crate) fn complete_inner(
         &self,
         target: &Target,
         event: &DeliveryId,

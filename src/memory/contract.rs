@@ -20,13 +20,6 @@ use crate::clock::Clock;
 use crate::config::RegistryConfig;
 
 impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
-    fn admit(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
-        ready(Ok(self.direct().admit(target, delivery)))
-    }
     fn admit_with(
         &self,
         target: &Target,
@@ -56,20 +49,13 @@ impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         ready(self.direct().release(target, delivery))
     }
-    fn complete(
+    fn complete_as(
         &self,
+        holder: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(self.direct().complete(target, delivery))
-    }
-    fn complete_by(
-        &self,
-        worker: WorkerId,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(self.direct().complete_by(worker, target, delivery))
+        ready(self.direct().complete_inner(target, delivery, holder))
     }
     fn assign(
         &self,
@@ -111,12 +97,6 @@ impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
     ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
         ready(self.direct().drain_within(worker, deadline))
     }
-    fn drain(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        ready(self.direct().drain(worker))
-    }
     fn drain_all_within(
         &self,
         deadline: Duration,
@@ -140,12 +120,6 @@ impl<C: Clock> WorkerRegistry for InMemoryRegistry<C> {
     }
     fn config(&self) -> &RegistryConfig {
         self.direct().config()
-    }
-    fn parks(&self) -> bool {
-        true
-    }
-    fn keeps_payloads(&self) -> bool {
-        true
     }
 }
 

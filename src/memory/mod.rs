@@ -24,7 +24,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
 //! use worker_registry::memory::{Direct, InMemoryRegistry};
-//! use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry};
+//! use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry, WorkerRegistryExt};
 //!
 //! let registry = InMemoryRegistry::default();
 //! let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
@@ -139,7 +139,7 @@ use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering, ShardMap, 
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use worker_registry::{Admission, DeliveryId, HeartbeatAck, InMemoryRegistry, Target, WorkerRegistry};
+/// use worker_registry::{Admission, DeliveryId, HeartbeatAck, InMemoryRegistry, Target, WorkerRegistry, WorkerRegistryExt};
 ///
 /// let registry = InMemoryRegistry::default();
 /// let target = Target::new("octo/repo", 42).unwrap();
@@ -331,7 +331,7 @@ impl<C: Clock> InMemoryRegistry<C> {
     /// # Examples
     ///
     /// ```
-    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target};
+    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target, WorkerRegistryExt};
     ///
     /// let registry = InMemoryRegistry::default();
     /// let direct = registry.direct();

@@ -38,10 +38,6 @@ pub struct RegistryCollector<R> {
 
 impl<R: WorkerRegistry> RegistryCollector<R> {
     /// A collector for `registry`.
-    ///
-    /// # Examples
-    ///
-    /// See [`RegistryCollector`].
     pub fn new(registry: R) -> Self {
         Self {
             registry,
@@ -248,7 +244,7 @@ impl<R: WorkerRegistry + 'static> Collector for RegistryCollector<R> {
         gauge(
             e,
             "worker_registry_waiting",
-            "Deliveries parked in the waiting room (always 0 on a backend that does not park).",
+            "Deliveries parked in the waiting room (always 0 with the room off).",
             int(stats.waiting),
         )?;
         counter(

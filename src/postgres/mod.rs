@@ -121,7 +121,7 @@ pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), worker_registry::RegistryError> {
 /// use worker_registry::postgres::PostgresRegistry;
-/// use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry};
+/// use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry, WorkerRegistryExt};
 ///
 /// let registry = PostgresRegistry::builder("postgres://router@db.internal/registry")
 ///     .name("webhooks")

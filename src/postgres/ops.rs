@@ -241,10 +241,6 @@ impl WorkerRegistry for PostgresRegistry {
         .await
     }
 
-    fn keeps_payloads(&self) -> bool {
-        true
-    }
-
     async fn claim(
         &self,
         target: &Target,
@@ -300,17 +296,13 @@ impl WorkerRegistry for PostgresRegistry {
         }
     }
 
-    async fn complete(&self, target: &Target, delivery: &DeliveryId) -> Result<(), RegistryError> {
-        self.complete_inner(None, target, delivery).await
-    }
-
-    async fn complete_by(
+    async fn complete_as(
         &self,
-        worker: WorkerId,
+        holder: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
     ) -> Result<(), RegistryError> {
-        self.complete_inner(Some(worker), target, delivery).await
+        self.complete_inner(holder, target, delivery).await
     }
 
     async fn assign(&self, target: &Target) -> Result<AssignOutcome, RegistryError> {
@@ -508,11 +500,6 @@ impl WorkerRegistry for PostgresRegistry {
         s
     }
 
-    /// This backend parks (see [`WorkerRegistry::parks`], and `docs::postgres`, "The waiting
-    /// room").
-    fn parks(&self) -> bool {
-        true
-    }
     fn config(&self) -> &RegistryConfig {
         self.config_ref()
     }

@@ -414,16 +414,6 @@ impl WorkerRegistry for RedisRegistry {
     ) -> Result<Option<Payload>, RegistryError> {
         self.lookup(target, delivery).await
     }
-    fn keeps_payloads(&self) -> bool {
-        true
-    }
-    async fn admit(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> Result<Admission, RegistryError> {
-        self.admit_carrying(target, delivery, None).await
-    }
 
     async fn claim(
         &self,
@@ -468,17 +458,13 @@ impl WorkerRegistry for RedisRegistry {
         }
     }
 
-    async fn complete(&self, target: &Target, delivery: &DeliveryId) -> Result<(), RegistryError> {
-        self.complete_inner(None, target, delivery).await
-    }
-
-    async fn complete_by(
+    async fn complete_as(
         &self,
-        worker: WorkerId,
+        holder: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
     ) -> Result<(), RegistryError> {
-        self.complete_inner(Some(worker), target, delivery).await
+        self.complete_inner(holder, target, delivery).await
     }
 
     async fn assign(&self, target: &Target) -> Result<AssignOutcome, RegistryError> {
@@ -694,10 +680,6 @@ impl WorkerRegistry for RedisRegistry {
         s
     }
 
-    /// This backend parks (see `docs::redis`, "The waiting room").
-    fn parks(&self) -> bool {
-        true
-    }
     fn config(&self) -> &RegistryConfig {
         &self.inner.config
     }

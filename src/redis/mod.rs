@@ -32,7 +32,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use worker_registry::redis::RedisRegistry;
-//! use worker_registry::{Admission, DeliveryId, Maintenance, RegistryConfig, Target, WorkerRegistry};
+//! use worker_registry::{Admission, DeliveryId, Maintenance, RegistryConfig, Target, WorkerRegistry, WorkerRegistryExt};
 //!
 //! let registry = RedisRegistry::builder("redis://127.0.0.1:6379/")
 //!     .name("pool-a")

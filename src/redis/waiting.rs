@@ -1,5 +1,5 @@
 //! The waiting room on Redis (the contract's "The waiting room" on
-//! [`WorkerRegistry::admit`](crate::WorkerRegistry::admit); the design, keys and bounds in
+//! [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with); the design, keys and bounds in
 //! `docs::redis`): a handle with the room on admits through `admit_waiting` (the room-off
 //! `admit` is not touched), a death promotes into the slot it freed (`lib_waiting.lua`, from
 //! the dying call's `finish`), and each sweep runs the `waiting` step first (expiry, then the
@@ -27,7 +27,7 @@ const WAITING_STEP: usize = 64;
 const MAX_WAITING_STEPS: usize = 64;
 
 impl RedisRegistry {
-    /// [`WorkerRegistry::admit`](crate::WorkerRegistry::admit) with the room on: one
+    /// [`WorkerRegistry::admit_with`](crate::WorkerRegistry::admit_with) with the room on: one
     /// `admit_waiting` call (parking, the owner's cap and the queue for capacity decided in it).
     pub(crate) async fn admit_waiting(
         &self,

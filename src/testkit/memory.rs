@@ -32,10 +32,6 @@ pub struct MemoryFixture;
 
 impl MemoryFixture {
     /// The fixture (it holds nothing: every registry carries its own clock).
-    ///
-    /// # Examples
-    ///
-    /// See [`MemoryFixture`].
     pub fn new() -> Self {
         Self
     }

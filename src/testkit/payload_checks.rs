@@ -108,7 +108,6 @@ where
     R: WorkerRegistry + Maintenance,
     Fut: Future<Output = ()>,
 {
-    assert!(r.keeps_payloads(), "the backend keeps payloads");
     let (inflight, parked) = (sample("restart-1", 30_000), sample("restart-2", 12_345));
     let (t1, t2) = (target(1), target(2));
     let w = assigned(r.admit_with(&t1, &d("in-flight"), Some(&inflight)).await).worker;
@@ -169,7 +168,6 @@ pub async fn a_lost_reply_leaves_the_payload_retrievable<R: WorkerRegistry>(
     direct: &R,
     lose_next_reply: impl FnOnce(),
 ) {
-    assert!(through.keeps_payloads(), "the backend keeps payloads");
     let p = sample("lost-reply", 50_000);
     // An admission first, so that whatever the backend loads on first use is loaded (a call
     // refused for that did nothing).

@@ -38,7 +38,7 @@ use crate::config::RegistryConfig;
 /// # async fn main() {
 /// use std::time::Duration;
 /// use worker_registry::testkit::ReferenceRegistry;
-/// use worker_registry::{Admission, DeliveryId, Maintenance, RegistryConfig, Target, WorkerRegistry};
+/// use worker_registry::{Admission, DeliveryId, Maintenance, RegistryConfig, Target, WorkerRegistry, WorkerRegistryExt};
 ///
 /// let config = RegistryConfig::builder().startup_grace(Duration::ZERO).build().unwrap();
 /// let r = ReferenceRegistry::new(config);
@@ -62,10 +62,6 @@ struct Shared {
 
 impl ReferenceRegistry {
     /// An empty registry with `config`, at time zero.
-    ///
-    /// # Examples
-    ///
-    /// See [`ReferenceRegistry`].
     pub fn new(config: RegistryConfig) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -76,10 +72,6 @@ impl ReferenceRegistry {
     }
 
     /// Moves the registry's time forward by `by`.
-    ///
-    /// # Examples
-    ///
-    /// See [`ReferenceRegistry`].
     pub fn advance(&self, by: Duration) {
         self.model().advance(by);
     }
@@ -153,20 +145,13 @@ impl WorkerRegistry for ReferenceRegistry {
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         ready(self.model().release(target, delivery))
     }
-    fn complete(
+    fn complete_as(
         &self,
+        holder: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(self.model().complete(target, delivery, None))
-    }
-    fn complete_by(
-        &self,
-        worker: WorkerId,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(self.model().complete(target, delivery, Some(worker)))
+        ready(self.model().complete(target, delivery, holder))
     }
     fn assign(
         &self,
@@ -232,14 +217,6 @@ impl WorkerRegistry for ReferenceRegistry {
     fn config(&self) -> &RegistryConfig {
         &self.shared.config
     }
-    /// The model parks (with `max_waiting` above 0), as the in-memory backend does.
-    fn parks(&self) -> bool {
-        true
-    }
-    /// The model keeps payloads, as the in-memory backend does.
-    fn keeps_payloads(&self) -> bool {
-        true
-    }
 }
 
 impl Maintenance for ReferenceRegistry {
@@ -286,10 +263,6 @@ pub struct ReferenceFixture;
 
 impl ReferenceFixture {
     /// The fixture.
-    ///
-    /// # Examples
-    ///
-    /// See [`ReferenceFixture`].
     pub fn new() -> Self {
         Self
     }

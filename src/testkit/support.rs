@@ -9,6 +9,7 @@
 //! real time than that); decisions expected to have happened are checked [`PAST`] after it, which
 //! real time only helps.
 
+use crate::WorkerRegistryExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! Each script's answers, one behaviour at a time.
 
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::{
     Admission, AssignOutcome, ClaimOutcome, ClaimState, DeadReason, DeliveryId, HeartbeatAck,

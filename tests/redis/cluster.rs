@@ -6,6 +6,7 @@
 //! Without `redis-server`/`redis-cli` the file skips with one line (and fails when `CI` is set).
 
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use test_servers::cluster::{self, Cluster};
 use worker_registry::redis::RedisRegistry;

@@ -12,7 +12,8 @@
 
 use redis::AsyncCommands;
 use worker_registry::redis::RedisRegistry;
-use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerRegistry};
+use worker_registry::WorkerRegistryExt;
+use worker_registry::{Admission, DeliveryId, RegistryConfig, Target};
 
 use crate::harness::{self, Server};
 

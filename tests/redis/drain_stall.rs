@@ -5,6 +5,7 @@
 //! set from there.
 
 use std::time::{Duration, SystemTime};
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::{
     Admission, DeadReason, DeliveryId, InMemoryRegistry, Maintenance, ManualClock, RegistryConfig,

@@ -10,6 +10,7 @@
 //! the loss, and each worker created after it is created once.
 
 use std::time::{Duration, Instant};
+use worker_registry::WorkerRegistryExt;
 
 use test_servers::forward::Forward;
 use test_servers::sentinel::Sentinel;

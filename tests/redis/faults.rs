@@ -4,6 +4,7 @@
 //! `WORKER_REGISTRY_REDIS_URL` names a server.
 
 use std::time::{Duration, Instant};
+use worker_registry::WorkerRegistryExt;
 
 use redis::AsyncCommands;
 use worker_registry::redis::RedisRegistry;

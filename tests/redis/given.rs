@@ -6,7 +6,8 @@
 
 use redis::aio::ConnectionManager;
 use worker_registry::redis::RedisRegistry;
-use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry};
+use worker_registry::WorkerRegistryExt;
+use worker_registry::{Admission, DeliveryId, Target};
 
 use crate::harness;
 

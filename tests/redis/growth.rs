@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::redis::RedisRegistry;
 use worker_registry::{

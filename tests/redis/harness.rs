@@ -9,10 +9,11 @@
 pub use test_servers::redis::*;
 
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::redis::RedisRegistry;
 use worker_registry::{
-    Admission, Assignment, DeliveryId, Event, RegistryConfig, Subscribe, Target, WorkerRegistry,
+    Admission, Assignment, DeliveryId, Event, RegistryConfig, Subscribe, Target,
 };
 
 /// A fresh registry on `url` with `config`, under a unique name.

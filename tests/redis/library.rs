@@ -5,6 +5,7 @@
 
 use redis::aio::MultiplexedConnection;
 use worker_registry::redis::RedisRegistry;
+use worker_registry::WorkerRegistryExt;
 use worker_registry::{Admission, DeliveryId, RegistryError, Target, WorkerRegistry};
 
 use crate::harness::{self, Server};

@@ -4,6 +4,7 @@
 //! started, so the router starts it.
 
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::redis::RedisRegistry;
 use worker_registry::{Admission, ClaimState, DeliveryId, RegistryConfig, Target, WorkerRegistry};

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::redis::RedisRegistry;
 use worker_registry::{

@@ -8,7 +8,7 @@ use std::time::Duration;
 use worker_registry::config::RegistryConfigBuilder;
 use worker_registry::{
     Admission, DeadReason, DeliveryId, InMemoryRegistry, Maintenance, ManualClock, RegistryConfig,
-    ReleaseReason, Status, SweepReport, Target, WorkerId, WorkerRegistry,
+    ReleaseReason, Status, SweepReport, Target, WorkerId, WorkerRegistry, WorkerRegistryExt,
 };
 
 use crate::harness;
@@ -169,7 +169,9 @@ async fn a_dropped_stalls_lost_credit_finds_a_stuck_delivery_through_the_rescan(
     let clock = ManualClock::new();
     let m = InMemoryRegistry::with_clock(config(), clock.clone());
     Maintenance::sweep(&m).await.unwrap();
-    let Admission::Assigned(ma) = WorkerRegistry::admit(&m, &target, &delivery).await.unwrap()
+    let Admission::Assigned(ma) = WorkerRegistryExt::admit(&m, &target, &delivery)
+        .await
+        .unwrap()
     else {
         panic!("admit")
     };

@@ -8,11 +8,12 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use worker_registry::redis::RedisRegistry;
 use worker_registry::testkit::Fixture;
-use worker_registry::{Admission, DeliveryId, RegistryConfig, Target, WorkerRegistry};
+use worker_registry::{Admission, DeliveryId, RegistryConfig, Target};
 
 use crate::harness::{self, Server};
 

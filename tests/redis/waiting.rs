@@ -4,6 +4,7 @@
 //! the batch's own deaths.
 
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::{
     Admission, DeliveryId, Maintenance, RegistryConfig, ReleaseReason, Target, WorkerRegistry,

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::{
     Admission, ClaimOutcome, DeliveryId, Event, Maintenance, StatusSnapshot, SweepReport, Target,

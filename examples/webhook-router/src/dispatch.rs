@@ -76,8 +76,6 @@ impl App {
         }
         let admit = telemetry::admit_span();
         let registry = &self.inner.registry;
-        // A backend that keeps none would refuse the admission (`Unsupported`).
-        let payload = payload.filter(|_| registry.keeps_payloads());
         let admission = registry
             .admit_with(target, delivery, payload)
             .instrument(admit.clone())
@@ -104,7 +102,7 @@ impl App {
                 // target's worker draining): a refusal then means the room is full. A refusal for
                 // the payload budget is never parked.
                 let budget = matches!(r, Rejection::PayloadBudget { .. });
-                if !budget && registry.parks() && registry.config().max_waiting() > 0 {
+                if !budget && registry.config().max_waiting() > 0 {
                     return Dispatch::RoomFull(r);
                 }
                 return Dispatch::Rejected(r);

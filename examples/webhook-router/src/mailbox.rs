@@ -47,9 +47,8 @@ pub struct Job {
     /// What GitHub sent with the delivery (the event name, action, content type, the body as
     /// received and the headers a worker needs), shared with the registry's copy and every other
     /// hop (a reference count, no copy of the body). `None` only when the router does not have it:
-    /// a delivery re-dispatched or promoted by a registry that does not keep payloads
-    /// ([`keeps_payloads`](worker_registry::WorkerRegistry::keeps_payloads) false), or forwarded
-    /// by a replica that sent none.
+    /// a released delivery whose payload the registry no longer holds, or one forwarded by a
+    /// replica that sent none.
     pub payload: Option<Payload>,
 }
 

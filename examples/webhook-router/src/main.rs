@@ -229,18 +229,11 @@ fn announce(server: &Server, s: &cli::Settings) {
         idle = ?server.app().options().idle,
         "registry configured"
     );
-    if server.app().registry().keeps_payloads() {
-        tracing::info!(
-            max_payload_bytes = cfg.max_payload_bytes(),
-            payload_budget = cfg.payload_budget(),
-            "the registry keeps each delivery's payload with its claim: a re-dispatched or promoted delivery reaches its worker with the body GitHub sent"
-        );
-    } else {
-        tracing::warn!(
-            registry = %s.registry,
-            "this registry backend keeps no payloads: deliveries are admitted without their body, and workers get ids only (a re-dispatched or promoted delivery cannot be handed its event)"
-        );
-    }
+    tracing::info!(
+        max_payload_bytes = cfg.max_payload_bytes(),
+        payload_budget = cfg.payload_budget(),
+        "the registry keeps each delivery's payload with its claim: a re-dispatched or promoted delivery reaches its worker with the body GitHub sent"
+    );
     tracing::info!(
         header_timeout = ?s.limits.header_timeout,
         body_timeout = ?s.options.body.timeout,

@@ -169,16 +169,13 @@ impl App {
 
     /// What GitHub sent with a released or promoted delivery: the event's own copy, else (an
     /// event offered again by a shared backend after an earlier hand-over) the registry's, looked
-    /// up by (target, delivery); `None` only if the registry keeps none, or holds none for it
-    /// any more (the delivery is then handed on without, and logged).
+    /// up by (target, delivery); `None` only if the registry holds none for it any more (the
+    /// delivery is then handed on without, and logged).
     async fn released_payload(&self, event: &ReleasedEvent) -> Option<Payload> {
         if event.payload.is_some() {
             return event.payload.clone();
         }
         let registry = &self.inner.registry;
-        if !registry.keeps_payloads() {
-            return None;
-        }
         match registry.payload(&event.target, &event.delivery).await {
             Ok(Some(p)) => Some(p),
             Ok(None) => {

@@ -7,6 +7,7 @@
 use crate::app::App;
 use crate::outcome::{Dispatch, Source};
 use crate::policy::Decision;
+use worker_registry::WorkerRegistryExt;
 
 use worker_registry::{
     Assignment, ClaimOutcome, DeliveryId, Payload, RegistryError, Rejection, Status, Target,

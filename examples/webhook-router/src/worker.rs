@@ -20,6 +20,7 @@
 use crate::mailbox::Mailbox;
 use crate::runs::Runs;
 use crate::telemetry::{self, Traces};
+use worker_registry::WorkerRegistryExt;
 
 use std::sync::Arc;
 use std::time::Duration;

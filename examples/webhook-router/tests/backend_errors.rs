@@ -57,13 +57,6 @@ macro_rules! guarded {
 }
 
 impl WorkerRegistry for Flaky {
-    fn admit(
-        &self,
-        t: &Target,
-        d: &DeliveryId,
-    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
-        guarded!(self, |inner| WorkerRegistry::admit(&inner, t, d))
-    }
     fn admit_with(
         &self,
         t: &Target,
@@ -93,20 +86,13 @@ impl WorkerRegistry for Flaky {
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         guarded!(self, |inner| WorkerRegistry::release(&inner, t, d))
     }
-    fn complete(
+    fn complete_as(
         &self,
+        w: Option<WorkerId>,
         t: &Target,
         d: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        guarded!(self, |inner| WorkerRegistry::complete(&inner, t, d))
-    }
-    fn complete_by(
-        &self,
-        w: WorkerId,
-        t: &Target,
-        d: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        guarded!(self, |inner| WorkerRegistry::complete_by(&inner, w, t, d))
+        guarded!(self, |inner| WorkerRegistry::complete_as(&inner, w, t, d))
     }
     fn assign(
         &self,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 use webhook_router::github;
-use worker_registry::{DynRegistry, WorkerRegistry};
+use worker_registry::{DynRegistry, WorkerRegistry, WorkerRegistryExt};
 
 #[tokio::test(start_paused = true)]
 async fn assigned_then_duplicate_then_sticky() {
@@ -705,7 +705,7 @@ async fn a_redelivery_starts_the_worker_whose_creating_admission_lost_its_reply(
     let target = worker_registry::Target::new("octo/repo", 9).unwrap();
     let delivery = worker_registry::DeliveryId::new("lost").unwrap();
     let Ok(worker_registry::Admission::Assigned(a)) =
-        WorkerRegistry::admit(&h.memory, &target, &delivery).await
+        WorkerRegistryExt::admit(&h.memory, &target, &delivery).await
     else {
         panic!("admitted")
     };

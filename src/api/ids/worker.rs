@@ -122,10 +122,6 @@ impl FencingToken {
 
     /// The token for the `seq`-th assignment of `worker` (`seq` saturates at
     /// [`MAX_SEQ`](Self::MAX_SEQ)); refused for an id above [`WorkerId::MAX`].
-    ///
-    /// # Examples
-    ///
-    /// See [`FencingToken`].
     pub const fn new(worker: WorkerId, seq: u64) -> Result<Self, WorkerIdError> {
         if worker.0 > WorkerId::MAX {
             return Err(WorkerIdError::OutOfRange { id: worker.0 });
@@ -153,28 +149,16 @@ impl FencingToken {
     }
 
     /// The token as one integer (what the HTTP API shows).
-    ///
-    /// # Examples
-    ///
-    /// See [`from_raw`](Self::from_raw).
     pub const fn get(self) -> u64 {
         self.0
     }
 
     /// The worker this token was issued to.
-    ///
-    /// # Examples
-    ///
-    /// See [`FencingToken`].
     pub const fn worker(self) -> WorkerId {
         WorkerId(self.0 >> Self::SEQ_BITS)
     }
 
     /// Which assignment of that worker it was (1 for the first).
-    ///
-    /// # Examples
-    ///
-    /// See [`FencingToken`].
     pub const fn seq(self) -> u64 {
         self.0 & Self::MAX_SEQ
     }

@@ -1,5 +1,6 @@
 //! Admission and duplicate detection: `admit`, `claim`, `release`, `complete`.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;
@@ -12,10 +13,6 @@ use crate::{
 /// A redelivery of an in-flight delivery is a duplicate naming its holder and the first claim's
 /// time, for `admit` and `claim` alike; no second worker is made; the same delivery id on another
 /// target is another claim.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac2_a_redelivery_is_a_duplicate_naming_its_holder<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(9), d("delivery-1"));
@@ -58,10 +55,6 @@ pub async fn ac2_a_redelivery_is_a_duplicate_naming_its_holder<F: Fixture>(fixtu
 
 /// A bare claim is bound to no worker, is idempotent, can be released and claimed again; releasing
 /// an unknown claim or a completed one is refused, naming the pair.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac2_a_bare_claim_is_idempotent_and_releasable<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(1), d("x"));
@@ -98,10 +91,6 @@ pub async fn ac2_a_bare_claim_is_idempotent_and_releasable<F: Fixture>(fixture: 
 
 /// A bare claim that nobody completes is released once the heartbeat timeout has passed, reported
 /// with no holder and reason `Unbound`, and the pair is new again.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac2_an_unbound_claim_is_released_after_the_heartbeat_timeout<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(1), d("x"));
@@ -125,10 +114,6 @@ pub async fn ac2_an_unbound_claim_is_released_after_the_heartbeat_timeout<F: Fix
 
 /// Completing is idempotent; a completed claim stays a duplicate (naming its holder) after its
 /// worker is gone, and is never released.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac2_a_completed_claim_stays_a_duplicate_after_its_worker_is_gone<F: Fixture>(
     fixture: &F,
 ) {
@@ -156,10 +141,6 @@ pub async fn ac2_a_completed_claim_stays_a_duplicate_after_its_worker_is_gone<F:
 /// An admission refused for capacity or for a draining target leaves no claim behind: the pair is
 /// unknown to `complete` and `release`, and once the target can be placed it is admitted, not a
 /// duplicate.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac2_a_rejected_admission_leaves_no_claim_behind<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_workers(1)).await;
     let first = assigned(r.admit(&t(1), &d("a")).await);
@@ -203,10 +184,6 @@ pub async fn ac2_a_rejected_admission_leaves_no_claim_behind<F: Fixture>(fixture
 /// ([`unstarted`](crate::AlreadyClaimed::unstarted), [`needs_start`](crate::AlreadyClaimed::needs_start)
 /// names it), for `admit` and `claim` alike; once the worker has heartbeated, a redelivery is a
 /// plain duplicate. A completed claim and a bare one are never unstarted.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_duplicate_of_a_never_started_worker_says_so<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(3), d("lost-reply"));

@@ -2,6 +2,7 @@
 
 use crate::testkit::support::*;
 use crate::testkit::Fixture;
+use crate::WorkerRegistryExt;
 use crate::{
     Activity, Admission, AssignOutcome, DeadReason, RegistryError, Rejection, Status, WorkerKind,
     WorkerRegistry,
@@ -9,10 +10,6 @@ use crate::{
 
 /// Every delivery for a target goes to its worker while that one is active, each assignment with
 /// a larger fencing token, which names the worker.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac3_a_target_sticks_to_its_worker_with_increasing_tokens<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let target = t(1);
@@ -46,10 +43,6 @@ pub async fn ac3_a_target_sticks_to_its_worker_with_increasing_tokens<F: Fixture
 
 /// With `max_workers` alive, a new target is refused (`CapacityFull` with the limit), as is a
 /// registration, while the existing targets are still placed.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac3_capacity_refuses_new_targets_but_not_existing_ones<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_workers(3)).await;
     for n in 1..=3 {
@@ -74,10 +67,6 @@ pub async fn ac3_capacity_refuses_new_targets_but_not_existing_ones<F: Fixture>(
 
 /// A target whose worker drains gets no second worker (`TargetDraining`, naming it) until the first
 /// is dead; then a new worker with larger tokens.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac3_a_draining_target_gets_no_second_worker_until_the_first_is_dead<F: Fixture>(
     fixture: &F,
 ) {
@@ -114,10 +103,6 @@ pub async fn ac3_a_draining_target_gets_no_second_worker_until_the_first_is_dead
 
 /// `assign` places a target without claiming a delivery: the worker is spawned for the target and
 /// busy; after its loop it is idle, and the next assignment makes it busy again.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn assign_places_a_target_without_claiming<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let target = t(5);

@@ -2,6 +2,7 @@
 //! store), pairs it never saw, and valid but extreme targets and delivery ids, which a networked
 //! backend must store and give back byte for byte.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::limits::{MAX_DELIVERY_ID_LEN, MAX_OWNER_LEN, MAX_REPO_NAME_LEN};
@@ -15,10 +16,6 @@ use crate::{
 /// Every call that takes a worker id refuses an unknown one with `UnknownWorker` carrying that id,
 /// whatever its value (up to `u64::MAX`, beyond any id a registry hands out), counts the refused
 /// heartbeats, and changes nothing.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn unknown_worker_ids_are_refused_with_the_id<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let a = assigned(r.admit(&t(1), &d("e")).await);
@@ -68,10 +65,6 @@ pub async fn unknown_worker_ids_are_refused_with_the_id<F: Fixture>(fixture: &F)
 
 /// Releasing or completing a pair that was never claimed is `UnknownClaim`, naming the pair
 /// exactly, and leaves no claim.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn unknown_claims_are_refused_naming_the_pair<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let a = assigned(r.admit(&t(1), &d("known")).await);
@@ -99,10 +92,6 @@ pub async fn unknown_claims_are_refused_naming_the_pair<F: Fixture>(fixture: &F)
 /// The longest valid names and ids, every visible ASCII character a key encoding might trip on,
 /// and case-insensitive repository names go through admission, duplicates, completion, release
 /// and the snapshot unchanged.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn extreme_valid_input_round_trips_exactly<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let long_repo = format!(
@@ -180,10 +169,6 @@ pub async fn extreme_valid_input_round_trips_exactly<F: Fixture>(fixture: &F) {
 
 /// Pairs whose parts would run together in a naive key (`a/b#1` + `2x` and `a/b#12` + `x`) are
 /// distinct claims on distinct targets.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn pairs_that_concatenate_alike_stay_distinct<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (t1, t12) = (

@@ -4,6 +4,7 @@
 //! Timings: heartbeats every 10 s, three may be missed (30 s), suspect grace 60 s, the brake at
 //! more than half of at least three live workers.
 
+use crate::WorkerRegistryExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -19,10 +20,6 @@ type Fl<F> = Fleet<<F as Fixture>::Registry>;
 /// The router stalls past the timeout: the first sweep after it suspects every worker and kills
 /// none; the suspects keep their targets and deliveries; heartbeats trickle back and nobody dies,
 /// not even the stragglers once the silent ones are no longer a majority.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_router_stall_suspects_everyone_and_nobody_dies_when_heartbeats_resume<F: Fixture>(
     fixture: &F,
 ) {
@@ -113,10 +110,6 @@ pub async fn a_router_stall_suspects_everyone_and_nobody_dies_when_heartbeats_re
 
 /// The suspect grace counts from the first suspicion, not from the last heartbeat: workers silent
 /// for far longer than timeout plus grace when the registry resumes are suspected first.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn the_suspect_grace_counts_from_the_first_suspicion<F: Fixture>(fixture: &F) {
     let f = Fl::<F>::new(fixture, 5, config()).await;
     fixture
@@ -140,10 +133,6 @@ pub async fn the_suspect_grace_counts_from_the_first_suspicion<F: Fixture>(fixtu
 
 /// One worker of ten stops heartbeating: it dies after its timeout without the brake, its target
 /// and delivery are released, and the redelivery gets a new worker.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_single_crash_among_many_dies_without_the_brake<F: Fixture>(fixture: &F) {
     let f = Fl::<F>::new(fixture, 10, config()).await;
     let crashed = 3;
@@ -200,10 +189,6 @@ pub async fn a_single_crash_among_many_dies_without_the_brake<F: Fixture>(fixtur
 
 /// The fraction rule is "more than": of ten live workers, five silent at once die and six silent
 /// at once engage the brake.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn the_brake_engages_above_the_fraction_not_at_it<F: Fixture>(fixture: &F) {
     let half = Fl::<F>::new(fixture, 10, config()).await;
     fixture.advance(&half.r, TIMEOUT + PAST).await;
@@ -222,10 +207,6 @@ pub async fn the_brake_engages_above_the_fraction_not_at_it<F: Fixture>(fixture:
 
 /// Below `brake_min_workers` live workers the brake never engages: two of two silent die; two of
 /// three silent are suspected.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn the_brake_needs_a_minimum_number_of_live_workers<F: Fixture>(fixture: &F) {
     let two = Fl::<F>::new(fixture, 2, config()).await;
     fixture.advance(&two.r, TIMEOUT + PAST).await;
@@ -245,10 +226,6 @@ pub async fn the_brake_needs_a_minimum_number_of_live_workers<F: Fixture>(fixtur
 }
 
 /// `brake_fraction = 1.0` disables the brake: all workers silent at once all die.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn brake_fraction_one_disables_the_brake<F: Fixture>(fixture: &F) {
     let f = Fl::<F>::new(fixture, 6, config().brake_fraction(1.0)).await;
     fixture.advance(&f.r, TIMEOUT + PAST).await;
@@ -262,10 +239,6 @@ pub async fn brake_fraction_one_disables_the_brake<F: Fixture>(fixture: &F) {
 /// deliveries stay in flight, redeliveries are duplicates); sweeps within the grace change
 /// nothing; the first sweep after it kills them all, releases every target and delivery, and the
 /// redeliveries get new workers.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_genuine_mass_crash_is_suspected_first_then_dies_after_the_grace<F: Fixture>(
     fixture: &F,
 ) {
@@ -357,10 +330,6 @@ pub async fn a_genuine_mass_crash_is_suspected_first_then_dies_after_the_grace<F
 }
 
 /// In a mass crash, the survivors that heartbeat within the grace live; the rest die after it.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn in_a_mass_crash_survivors_that_beat_within_the_grace_live<F: Fixture>(fixture: &F) {
     let f = Fl::<F>::new(fixture, 10, config()).await;
     fixture.advance(&f.r, TIMEOUT + PAST).await;
@@ -383,10 +352,6 @@ pub async fn in_a_mass_crash_survivors_that_beat_within_the_grace_live<F: Fixtur
 
 /// A worker that recovered from suspicion and later goes silent on its own is judged afresh: it
 /// dies after its normal timeout, without the brake.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_recovered_suspect_that_goes_silent_later_dies_normally<F: Fixture>(fixture: &F) {
     let f = Fl::<F>::new(fixture, 4, config()).await;
     fixture.advance(&f.r, TIMEOUT + PAST).await;
@@ -418,10 +383,6 @@ pub async fn a_recovered_suspect_that_goes_silent_later_dies_normally<F: Fixture
 }
 
 /// A draining worker is live: it can be suspected, and it keeps draining when it recovers.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn draining_workers_take_part_in_the_brake<F: Fixture>(fixture: &F) {
     let f = Fl::<F>::new(fixture, 4, config()).await;
     assert_eq!(f.r.drain(f.workers[0]).await, Ok(Status::Draining));

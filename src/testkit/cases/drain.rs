@@ -1,6 +1,7 @@
 //! Drain and drain deadlines: `drain`, `drain_within`, `drain_all_within`, `loop_finished`, and
 //! death by `DrainTimedOut`.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;
@@ -12,10 +13,6 @@ use crate::{
 
 /// A drained busy worker takes nothing new, still heartbeats (answered `Draining`), may complete
 /// its delivery, and is dead with `Exited` when its loop finishes, freeing its slot.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac5_drain_then_loop_finished_is_an_exit<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let target = t(1);
@@ -56,10 +53,6 @@ pub async fn ac5_drain_then_loop_finished_is_an_exit<F: Fixture>(fixture: &F) {
 }
 
 /// An idle worker has no loop to finish: draining it is an exit, at once.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac5_an_idle_worker_exits_at_once_when_drained<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let pool = r.register().await.unwrap(); // pool workers start idle
@@ -81,10 +74,6 @@ pub async fn ac5_an_idle_worker_exits_at_once_when_drained<F: Fixture>(fixture: 
 
 /// A drained worker that exits with a delivery unfinished has it released, and the redelivery is
 /// admitted again.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac5_a_drained_workers_unfinished_deliveries_are_released<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(1), d("unfinished"));
@@ -102,10 +91,6 @@ pub async fn ac5_a_drained_workers_unfinished_deliveries_are_released<F: Fixture
 
 /// Draining every worker drains the busy ones and retires the idle ones; the busy ones get the
 /// deadline given and die with `DrainTimedOut` if still draining after it.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac5_drain_all_drains_busy_workers_and_retires_idle_ones<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let busy = assigned(r.admit(&t(1), &d("1")).await);
@@ -131,10 +116,6 @@ pub async fn ac5_drain_all_drains_busy_workers_and_retires_idle_ones<F: Fixture>
 /// A worker still draining at its deadline (heartbeating all along) is declared dead with
 /// `DrainTimedOut` by the next sweep: its target unassigned, its deliveries released, its
 /// heartbeats refused.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_worker_still_draining_at_its_deadline_dies<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(1), d("long"));
@@ -180,10 +161,6 @@ pub async fn a_worker_still_draining_at_its_deadline_dies<F: Fixture>(fixture: &
 }
 
 /// Draining a draining worker again keeps the earlier of the two deadlines.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn draining_again_keeps_the_earlier_deadline<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let a = assigned(r.admit(&t(1), &d("1")).await);
@@ -221,10 +198,6 @@ pub async fn draining_again_keeps_the_earlier_deadline<F: Fixture>(fixture: &F) 
 }
 
 /// `drain` gives the configured `drain_deadline`.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn drain_uses_the_configured_deadline<F: Fixture>(fixture: &F) {
     let deadline = Duration::from_secs(40);
     let r = registry(fixture, config().drain_deadline(deadline)).await;
@@ -241,10 +214,6 @@ pub async fn drain_uses_the_configured_deadline<F: Fixture>(fixture: &F) {
 
 /// A drain deadline is the worker's own: it is kept even while the mass-staleness brake holds back
 /// the deaths of silent workers.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_drain_deadline_is_not_held_back_by_the_brake<F: Fixture>(fixture: &F) {
     let f = Fleet::new(fixture, 4, config()).await;
     let deadline = Duration::from_secs(10);

@@ -5,6 +5,7 @@
 //! hanging, not a timing) and use a marker worker to know that everything published before it has
 //! arrived.
 
+use crate::WorkerRegistryExt;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::events::EVENT_BUFFER;
@@ -25,10 +26,6 @@ fn by_worker(events: &[Event]) -> BTreeMap<WorkerId, Vec<Event>> {
 
 /// Created, draining, died and released arrive, each worker's in the order of its transitions,
 /// and `TargetReleased` (listing the released deliveries) after the death it follows from.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn lifecycle_events_arrive_in_each_workers_order<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().brake_fraction(1.0)).await;
     let mut events = r.subscribe();
@@ -102,10 +99,6 @@ pub async fn lifecycle_events_arrive_in_each_workers_order<F: Fixture>(fixture: 
 
 /// Duplicates, sticky assignments, heartbeats, loop reports that change no status, and a sweep
 /// that finds nothing publish nothing.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn hot_paths_publish_nothing<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let w = assigned(r.admit(&t(1), &d("d1")).await).worker;
@@ -134,10 +127,6 @@ pub async fn hot_paths_publish_nothing<F: Fixture>(fixture: &F) {
 }
 
 /// A subscriber sees what happens after it subscribed, not before.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_subscriber_sees_only_what_happens_after_it_subscribed<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let before = r.register().await.unwrap();
@@ -161,10 +150,6 @@ pub async fn a_subscriber_sees_only_what_happens_after_it_subscribed<F: Fixture>
 }
 
 /// When the brake holds deaths back, the suspects are published, not deaths.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn the_brake_publishes_suspects_not_deaths<F: Fixture>(fixture: &F) {
     let f = Fleet::new(fixture, 4, config()).await;
     let mut events = f.r.subscribe();
@@ -187,10 +172,6 @@ pub async fn the_brake_publishes_suspects_not_deaths<F: Fixture>(fixture: &F) {
 /// A subscriber that falls more than `EVENT_BUFFER` events behind loses the oldest and is told how
 /// many, once; it then continues with the oldest still buffered; publishing never waits for it,
 /// and a subscriber that keeps up misses nothing. The loss is counted in `stats`.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_lagging_subscriber_is_told_how_many_it_missed<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_workers(4)).await;
     let mut slow = r.subscribe();
@@ -231,10 +212,6 @@ pub async fn a_lagging_subscriber_is_told_how_many_it_missed<F: Fixture>(fixture
 }
 
 /// Every handle's subscribers see every event, whichever replica caused it.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn every_handle_sees_every_event<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let other = fixture.replica(&r).await;
@@ -263,10 +240,6 @@ pub async fn every_handle_sees_every_event<F: Fixture>(fixture: &F) {
 /// every handle's subscribers get each worker's `WorkerCreated` before its `WorkerDied`, and every
 /// event exactly once (a handle must not hand out its own calls' events ahead of earlier ones it
 /// has yet to receive from the others).
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_workers_events_keep_their_order_whichever_replicas_caused_them<F: Fixture>(
     fixture: &F,
 ) {

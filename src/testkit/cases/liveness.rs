@@ -1,6 +1,7 @@
 //! Heartbeats, liveness and fencing: the worker record, death by silence, what a dead worker may
 //! no longer do, and ids that are never reused.
 
+use crate::WorkerRegistryExt;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -13,10 +14,6 @@ use crate::{
 
 /// A worker's record holds its id, target, kind, status, activity, heartbeat and token, and its
 /// ages are at least the time that passed (on the registry's time base).
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac1_the_record_holds_target_kind_status_heartbeat_and_times<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     fixture.advance(&r, Duration::from_secs(10)).await;
@@ -49,10 +46,6 @@ pub async fn ac1_the_record_holds_target_kind_status_heartbeat_and_times<F: Fixt
 }
 
 /// Ids are never handed out twice, even after the dead records are purged.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac1_worker_ids_are_never_reused<F: Fixture>(fixture: &F) {
     let retention = Duration::from_secs(60);
     let r = registry(fixture, config().dead_retention(retention)).await;
@@ -76,10 +69,6 @@ pub async fn ac1_worker_ids_are_never_reused<F: Fixture>(fixture: &F) {
 
 /// Status only moves forward, and dead is terminal: every later call about the worker is refused
 /// with how it died.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac1_status_is_forward_only_and_dead_is_terminal<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let a = assigned(r.admit(&t(1), &d("d")).await);
@@ -118,10 +107,6 @@ pub async fn ac1_status_is_forward_only_and_dead_is_terminal<F: Fixture>(fixture
 /// A worker silent for longer than the timeout dies at the next sweep: its target is unassigned,
 /// its in-flight deliveries released with its id and reason, its heartbeats refused (it is
 /// fenced), and the redelivery runs on a new worker.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac4_a_silent_worker_dies_and_releases_its_target_and_claims<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(1), d("in-flight"));
@@ -178,10 +163,6 @@ pub async fn ac4_a_silent_worker_dies_and_releases_its_target_and_claims<F: Fixt
 }
 
 /// A worker that heartbeats every interval lives through any number of sweeps.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac4_heartbeats_keep_a_worker_alive_indefinitely<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let w = r.register().await.unwrap();
@@ -198,10 +179,6 @@ pub async fn ac4_heartbeats_keep_a_worker_alive_indefinitely<F: Fixture>(fixture
 /// A dead worker's late completion is refused and completes nothing: `ClaimReleased` while its
 /// claim is released but not yet swept, `UnknownClaim` once the sweep handed it over, and
 /// `NotHolder` (naming the new holder) once the delivery was admitted again onto another worker.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_dead_workers_late_completion_is_refused<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(1), d("d"));
@@ -260,10 +237,6 @@ pub async fn a_dead_workers_late_completion_is_refused<F: Fixture>(fixture: &F) 
 
 /// Only a claim's holder completes it through `complete_by`: another live worker, or any worker
 /// for a bare claim, gets `NotHolder` naming the real holder, and nothing is completed.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn complete_by_refuses_a_worker_that_does_not_hold_the_claim<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(1), d("mine"));

@@ -3,6 +3,7 @@
 //! still reads as one sweep at one instant, the brake is decided on every silent worker, and each
 //! released delivery and target is handed over exactly once.
 
+use crate::WorkerRegistryExt;
 use std::collections::BTreeMap;
 
 use crate::testkit::support::*;
@@ -18,10 +19,6 @@ pub(crate) const MASS: usize = 600;
 /// decided on all of them, not a step's share); the survivors beat on; the first sweep after the
 /// grace kills exactly the silent ones and releases each of their deliveries once; the registry
 /// is then quiet, and its snapshot shows the survivors alive and the dead dead.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_mass_death_is_fully_worked_off<F: Fixture>(fixture: &F) {
     let silent = MASS * 2 / 3;
     let f = Fl::<F>::new(fixture, MASS, config().max_workers(MASS)).await;
@@ -71,10 +68,6 @@ pub async fn a_mass_death_is_fully_worked_off<F: Fixture>(fixture: &F) {
 /// registry shared by two replicas that both sweep: every delivery is handed over exactly once
 /// across both replicas' sweeps, and every target is released exactly once, naming both of its
 /// deliveries, whichever steps the death took.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn released_events_of_a_chunked_death_arrive_exactly_once<F: Fixture>(fixture: &F) {
     let n = MASS / 2;
     let f = Fl::<F>::new(fixture, n, config().max_workers(n).brake_fraction(1.0)).await;

@@ -2,13 +2,12 @@
 //! byte, to whichever worker runs the delivery next (after a death, a deregistration, a drain
 //! deadline, a stuck delivery, a promotion, the crash of the replica that held it), is found by
 //! (target, delivery) while the delivery has work left, and is gone once it is done; the budget
-//! and the per-payload limit refuse what does not fit and leave no claim. On a backend that does
-//! not [`keep payloads`](crate::WorkerRegistry::keeps_payloads), every case checks that one is
-//! refused as the contract says, and ends.
+//! and the per-payload limit refuse what does not fit and leave no claim.
 //!
 //! Counts of payloads held are read after a sweep: a shared backend's gauges come from its
 //! latest snapshot.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::payload_checks::sample;
@@ -18,28 +17,6 @@ use crate::{
     Admission, ClaimState, DeadReason, Maintenance, Payload, RegistryError, Rejection,
     ReleaseReason, ReleasedEvent, Status, SweepReport, WorkerRegistry,
 };
-
-/// Whether `r` keeps payloads; if it does not, checks that it refuses one as the contract says
-/// (nothing claimed, nothing to find), and the case ends.
-async fn keeps<R: WorkerRegistry>(r: &R) -> bool {
-    if r.keeps_payloads() {
-        return true;
-    }
-    let (target, delivery, p) = (t(900), d("unsupported"), sample("unsupported", 64));
-    assert!(
-        matches!(
-            r.admit_with(&target, &delivery, Some(&p)).await,
-            Err(RegistryError::Unsupported { .. })
-        ),
-        "a backend that does not keep payloads refuses one"
-    );
-    assert_eq!(r.payload(&target, &delivery).await, Ok(None));
-    assert!(
-        r.admit(&target, &delivery).await.is_ok(),
-        "nothing was claimed"
-    );
-    false
-}
 
 /// The payloads `r` holds (count, bytes), as its snapshot after a sweep says, checked against
 /// its stats.
@@ -106,17 +83,10 @@ async fn redispatch<R: WorkerRegistry>(r: &R, e: &ReleasedEvent, p: &Payload) {
 /// past its drain deadline are handed over with the payloads they were admitted with, byte for
 /// byte (bodies with every byte value, metadata, headers); re-dispatched with them, the next
 /// worker's lookup finds the same bytes; the registry holds each once.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_dead_workers_deliveries_are_handed_over_with_their_payloads<F: Fixture>(
     fixture: &F,
 ) {
     let r = registry(fixture, config()).await;
-    if !keeps(&r).await {
-        return;
-    }
     let cases = [
         ("silent", sample("silent", 30_000)),
         ("leaver", sample("leaver", 1)),
@@ -162,16 +132,9 @@ pub async fn a_dead_workers_deliveries_are_handed_over_with_their_payloads<F: Fi
 
 /// A delivery stuck in flight past `max_in_flight` is handed over with its payload; its worker's
 /// late completion is refused; re-dispatched once that worker is gone, the payload goes with it.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_stuck_delivery_is_handed_over_with_its_payload<F: Fixture>(fixture: &F) {
     let max = Duration::from_secs(60);
     let r = registry(fixture, config().max_in_flight(max)).await;
-    if !keeps(&r).await {
-        return;
-    }
     let p = sample("stuck", 25_000);
     let w = assigned(r.admit_with(&t(1), &d("stuck"), Some(&p)).await).worker;
     let reports = run_beating(fixture, &r, &[w], max + PAST * 2).await;
@@ -198,15 +161,8 @@ pub async fn a_stuck_delivery_is_handed_over_with_its_payload<F: Fixture>(fixtur
 /// redelivery with another payload changes nothing), and the promotion hands it over with it:
 /// the promoted event carries it byte for byte, the claim on the new worker keeps it (held once),
 /// and its completion frees it.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_promoted_delivery_carries_its_payload<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_workers(1).max_waiting(8)).await;
-    if !keeps(&r).await || !r.parks() {
-        return;
-    }
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
     let p = sample("parked", 40_000);
     assert!(matches!(
@@ -243,10 +199,6 @@ pub async fn a_promoted_delivery_carries_its_payload<F: Fixture>(fixture: &F) {
 
 /// A parked delivery dropped after `max_wait` loses its payload with it: reported (without the
 /// bytes), nothing left to find, the bytes held back to zero.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_waiting_delivery_dropped_past_max_wait_frees_its_payload<F: Fixture>(fixture: &F) {
     let max_wait = Duration::from_secs(20);
     let r = registry(
@@ -254,9 +206,6 @@ pub async fn a_waiting_delivery_dropped_past_max_wait_frees_its_payload<F: Fixtu
         config().max_workers(1).max_waiting(8).max_wait(max_wait),
     )
     .await;
-    if !keeps(&r).await || !r.parks() {
-        return;
-    }
     let w = assigned(r.admit(&t(1), &d("a")).await).worker;
     let p = sample("expires", 9_000);
     assert!(matches!(
@@ -277,17 +226,10 @@ pub async fn a_waiting_delivery_dropped_past_max_wait_frees_its_payload<F: Fixtu
 /// (the completed claim, still a duplicate, keeps none) and the bytes held go back to zero; an
 /// admission without a payload behaves as it always did, with nothing to find; a released
 /// delivery admitted again without one has none; `release` deletes it.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_payload_is_found_while_its_delivery_has_work_left_and_gone_after<F: Fixture>(
     fixture: &F,
 ) {
     let r = registry(fixture, config()).await;
-    if !keeps(&r).await {
-        return;
-    }
     let (p, q) = (sample("first", 2_000), sample("second", 3_000));
     assert_eq!(r.payload(&t(1), &d("x")).await, Ok(None), "nothing yet");
     let w = assigned(r.admit_with(&t(1), &d("x"), Some(&p)).await).worker;
@@ -338,10 +280,6 @@ pub async fn a_payload_is_found_while_its_delivery_has_work_left_and_gone_after<
 /// budget), counted, leaving no claim (its redelivery without a payload is admitted), even with
 /// capacity full and the waiting room open (never parked); once a completion frees room, a
 /// payload that fits is admitted again.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn the_budget_refuses_past_its_bound_and_recovers_below_it<F: Fixture>(fixture: &F) {
     let size = sample("budget-1", 10_000).size();
     let budget = 3 * size;
@@ -354,9 +292,6 @@ pub async fn the_budget_refuses_past_its_bound_and_recovers_below_it<F: Fixture>
             .payload_budget(budget),
     )
     .await;
-    if !keeps(&r).await {
-        return;
-    }
     let mut workers = Vec::new();
     for n in 1..=3 {
         let p = sample(&format!("budget-{n}"), 10_000);
@@ -403,16 +338,9 @@ pub async fn the_budget_refuses_past_its_bound_and_recovers_below_it<F: Fixture>
 /// (its size and the limit) before anything is looked at, a redelivery of a pair in flight
 /// included, counted, leaving no claim and the stored payload untouched; one of exactly the
 /// limit is admitted.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_too_large_payload_is_refused_and_leaves_no_claim<F: Fixture>(fixture: &F) {
     let limit = sample("limit", 1_000).size();
     let r = registry(fixture, config().max_payload_bytes(limit)).await;
-    if !keeps(&r).await {
-        return;
-    }
     let big = sample("limit", 1_001);
     let too_large = Err(RegistryError::PayloadTooLarge {
         size: limit + 1,
@@ -443,10 +371,6 @@ pub async fn a_too_large_payload_is_refused_and_leaves_no_claim<F: Fixture>(fixt
 /// full of one worker's payloads and that worker gone, a redelivery of one of them (before any
 /// sweep) and the re-dispatch of the other (after the sweep hands it over) are both admitted
 /// with their payloads, while a new payload is still refused.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn re_dispatching_released_deliveries_needs_no_more_budget_than_they_held<F: Fixture>(
     fixture: &F,
 ) {
@@ -457,9 +381,6 @@ pub async fn re_dispatching_released_deliveries_needs_no_more_budget_than_they_h
         config().max_payload_bytes(p1.size()).payload_budget(budget),
     )
     .await;
-    if !keeps(&r).await {
-        return;
-    }
     let w = assigned(r.admit_with(&t(1), &d("one"), Some(&p1)).await).worker;
     assigned(r.admit_with(&t(1), &d("two"), Some(&p2)).await);
     let fresh = sample("held-3", 8_000);
@@ -492,18 +413,11 @@ pub async fn re_dispatching_released_deliveries_needs_no_more_budget_than_they_h
 /// acknowledging) is offered to another replica after `release_ack_timeout` with the same
 /// payload, byte for byte. Runs on a backend whose released events carry a receipt (a shared
 /// outbox); one that hands them over in-process has no replica to lose.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_released_payload_survives_the_crash_of_the_replica_that_held_it<F: Fixture>(
     fixture: &F,
 ) {
     let ack = Duration::from_secs(10);
     let r = registry(fixture, config().release_ack_timeout(ack)).await;
-    if !keeps(&r).await {
-        return;
-    }
     let other = fixture.replica(&r).await;
     let crashed = fixture.replica(&r).await;
     let p = sample("crash", 20_000);
@@ -531,10 +445,6 @@ pub async fn a_released_payload_survives_the_crash_of_the_replica_that_held_it<F
 /// Many replicas racing admissions with payloads for the last bytes of the budget: exactly as
 /// many as fit are admitted, the rest refused with `PayloadBudget` (never more bytes held than
 /// the budget), and completing them all brings the bytes held back to zero.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn racing_payloads_never_exceed_the_budget<F: Fixture>(fixture: &F) {
     let size = sample("race", 5_000).size();
     let fit: u64 = 5;
@@ -546,9 +456,6 @@ pub async fn racing_payloads_never_exceed_the_budget<F: Fixture>(fixture: &F) {
             .payload_budget(fit * size),
     )
     .await;
-    if !keeps(&r).await {
-        return;
-    }
     let handles = replicas(fixture, &r, RACERS).await;
     let mut tasks = Vec::new();
     for (i, h) in handles.into_iter().enumerate() {

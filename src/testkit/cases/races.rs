@@ -2,6 +2,7 @@
 //! ([`Fixture::replica`]), started together by a barrier, 20 rounds each on a fresh registry. What they check is that each call is one atomic step: the
 //! outcomes must be explainable by some order of the calls.
 
+use crate::WorkerRegistryExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,10 +27,6 @@ async fn join_all<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
 
 /// One delivery raced by many replicas is assigned exactly once; every other racer gets a
 /// duplicate naming the winner; one worker exists. The same for a bare claim.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn one_delivery_raced_by_many_replicas_is_assigned_once<F: Fixture>(fixture: &F) {
     for round in 0..ROUNDS {
         let r = registry(fixture, config().max_workers(RACERS)).await;
@@ -79,10 +76,6 @@ pub async fn one_delivery_raced_by_many_replicas_is_assigned_once<F: Fixture>(fi
 /// New targets racing for the last free slots from many replicas (by `admit`, `assign` and
 /// `register`) get exactly as many workers as there were slots; every other one is refused with
 /// `CapacityFull`; afterwards exactly `max_workers` are alive.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn racing_new_targets_never_exceed_capacity<F: Fixture>(fixture: &F) {
     const LIMIT: usize = 5;
     const TAKEN: usize = 3;
@@ -150,10 +143,6 @@ pub async fn racing_new_targets_never_exceed_capacity<F: Fixture>(fixture: &F) {
 /// Heartbeats racing the sweep that would kill their (silent) workers: each worker either lives,
 /// and every heartbeat to it was accepted, or died in that sweep, and every heartbeat to it was
 /// refused as dead; never an accepted heartbeat from a worker the sweep declared dead.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_heartbeat_racing_the_sweep_is_accepted_or_dead_never_both<F: Fixture>(fixture: &F) {
     const WORKERS: usize = 8;
     const BEATERS: usize = 2;
@@ -224,10 +213,6 @@ pub async fn a_heartbeat_racing_the_sweep_is_accepted_or_dead_never_both<F: Fixt
 /// Admissions racing the drain of their target's worker: each is assigned to the worker (it came
 /// first) or refused with `TargetDraining`; none that started after the drain returned is assigned;
 /// every assigned delivery is in flight on the worker, every refused one left no claim.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn nothing_is_assigned_to_a_worker_after_its_drain_returned<F: Fixture>(fixture: &F) {
     const ADMITTERS: usize = 2;
     const AFTER: usize = 3;
@@ -316,10 +301,6 @@ pub async fn nothing_is_assigned_to_a_worker_after_its_drain_returned<F: Fixture
 /// A worker's completion racing its death (it deregisters from another replica): exactly one wins.
 /// Either the completion landed (the delivery is a completed duplicate and is not released) or it
 /// was refused as released (and the sweep hands the delivery over for re-dispatch).
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_completion_racing_the_workers_death_either_completes_or_is_released<F: Fixture>(
     fixture: &F,
 ) {

@@ -3,6 +3,7 @@
 
 use crate::testkit::support::*;
 use crate::testkit::Fixture;
+use crate::WorkerRegistryExt;
 use crate::{
     Activity, DeadReason, HeartbeatAck, RegistryError, Rejection, ReleaseReason, Status,
     WorkerKind, WorkerRegistry,
@@ -11,10 +12,6 @@ use crate::{
 /// A registered worker has no target, starts active and idle, shares heartbeats, loops and drain
 /// with spawned workers, and deregistering it is a clean death (`Deregistered`), after which it
 /// is fenced.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_registered_worker_lives_like_a_spawned_one<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let w = r.register().await.unwrap();
@@ -50,10 +47,6 @@ pub async fn a_registered_worker_lives_like_a_spawned_one<F: Fixture>(fixture: &
 
 /// Registered and spawned workers share `max_workers`: a full registry refuses a registration with
 /// `Rejected(CapacityFull)` and a new target alike, and a deregistration frees a slot.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn registration_counts_against_capacity<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_workers(2)).await;
     let spawned = assigned(r.admit(&t(1), &d("1")).await);
@@ -73,10 +66,6 @@ pub async fn registration_counts_against_capacity<F: Fixture>(fixture: &F) {
 }
 
 /// Deregistering a draining worker is an exit (`Exited`), not a deregistration.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn deregistering_a_draining_worker_is_an_exit<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let w = r.register().await.unwrap();
@@ -89,10 +78,6 @@ pub async fn deregistering_a_draining_worker_is_an_exit<F: Fixture>(fixture: &F)
 
 /// Deregistering releases the worker's in-flight deliveries (reason: it deregistered) and its
 /// target, which the next delivery places on a new worker.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn deregistering_releases_in_flight_deliveries<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(1), d("d"));

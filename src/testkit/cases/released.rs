@@ -1,6 +1,7 @@
 //! Released events: what a sweep hands over for re-dispatch (`SweepReport::released`), to whom,
 //! how often, and `acknowledge`.
 
+use crate::WorkerRegistryExt;
 use std::collections::BTreeMap;
 
 use crate::testkit::support::*;
@@ -11,10 +12,6 @@ use crate::{DeadReason, DeliveryId, Maintenance, ReleaseReason, Target, WorkerId
 /// nobody completed) once, with holder and reason; acknowledging them, twice or not at all, is
 /// fine; they are never offered again; re-dispatching one is an admission, a second one a
 /// harmless duplicate.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn released_events_are_handed_over_once_and_acknowledged<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let target = t(1);
@@ -68,10 +65,6 @@ pub async fn released_events_are_handed_over_once_and_acknowledged<F: Fixture>(f
 }
 
 /// With several replicas sweeping, each released event reaches exactly one of them.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn released_events_reach_exactly_one_replica<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().brake_fraction(1.0)).await; // three die at once
     let others = replicas(fixture, &r, 2).await;
@@ -107,10 +100,6 @@ pub async fn released_events_reach_exactly_one_replica<F: Fixture>(fixture: &F) 
 
 /// A pair released because its worker died is admitted again from that instant; re-admitted before
 /// any sweep it runs on a new worker, and the sweep has nothing of it to hand over.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_pair_readmitted_before_the_sweep_is_not_handed_over<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let (target, delivery) = (t(1), d("d"));

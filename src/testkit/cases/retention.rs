@@ -1,6 +1,7 @@
 //! Retention and expiry: completed claims remembered for `claim_retention` and at most
 //! `max_retained_claims` of them, dead records kept for `dead_retention`.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;
@@ -9,10 +10,6 @@ use crate::{ClaimOutcome, ClaimState, RegistryError, WorkerRegistry};
 
 /// A completed claim is remembered for its retention, so a late redelivery is still a duplicate,
 /// then forgotten by a sweep (counted), after which the pair is new and unknown to `complete`.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac2_a_completed_claim_is_remembered_for_its_retention_then_forgotten<F: Fixture>(
     fixture: &F,
 ) {
@@ -56,10 +53,6 @@ pub async fn ac2_a_completed_claim_is_remembered_for_its_retention_then_forgotte
 
 /// At most `max_retained_claims` completed claims are remembered: by the next sweep the oldest are
 /// evicted (counted), the newest kept.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac2_retained_claims_are_bounded_oldest_evicted_first<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_retained_claims(3).max_workers(10)).await;
     let target = t(1);
@@ -94,10 +87,6 @@ pub async fn ac2_retained_claims_are_bounded_oldest_evicted_first<F: Fixture>(fi
 
 /// A dead worker's record stays visible for `dead_retention`, then a sweep purges it (counted) and
 /// its id is unknown.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac4_a_dead_record_is_purged_after_its_retention<F: Fixture>(fixture: &F) {
     let retention = Duration::from_secs(60);
     let r = registry(fixture, config().dead_retention(retention)).await;

@@ -1,6 +1,7 @@
 //! Snapshot consistency: what `status()` returns, when it changes, and that its counts, versions
 //! and entries agree with each other and with live reads.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;
@@ -9,10 +10,6 @@ use crate::{Activity, DeadReason, Maintenance, Status, StatusCounts, WorkerKind,
 
 /// The snapshot a sweep publishes lists every worker, live and dead, with counts and capacity
 /// computed from that list, a larger version than before, and the claims in flight.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac6_the_snapshot_lists_every_worker_and_its_counts_agree<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_workers(10)).await;
     let a = assigned(r.admit(&t(1), &d("1")).await);
@@ -54,10 +51,6 @@ pub async fn ac6_the_snapshot_lists_every_worker_and_its_counts_agree<F: Fixture
 }
 
 /// A snapshot never changes under its reader; the next sweep publishes a new one.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn ac6_a_snapshot_never_changes_under_its_reader<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     sweep(&r).await;
@@ -71,10 +64,6 @@ pub async fn ac6_a_snapshot_never_changes_under_its_reader<F: Fixture>(fixture: 
 
 /// `status()` is what the last sweep published: empty with version 0 before the first sweep, even
 /// once workers exist; a sweep publishes them.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn status_is_what_the_last_sweep_published<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_workers(7)).await;
     let empty = r.status();
@@ -96,10 +85,6 @@ pub async fn status_is_what_the_last_sweep_published<F: Fixture>(fixture: &F) {
 
 /// Versions never go backwards on any handle, and a replica's `sweep` brings its snapshot up to
 /// at least what another replica published before.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn versions_never_go_backwards_on_any_handle<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let other = fixture.replica(&r).await;
@@ -137,10 +122,6 @@ fn worker_for(s: &crate::StatusSnapshot, n: u64) -> crate::WorkerId {
 /// After a sweep, with nothing changed since, each snapshot entry agrees with the live record, the
 /// gauges agree with the snapshot, and successive sweeps' times differ by at least the time that
 /// passed.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn snapshot_entries_and_gauges_agree_with_live_reads<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let a = assigned(r.admit(&t(1), &d("1")).await);
@@ -179,10 +160,6 @@ pub async fn snapshot_entries_and_gauges_agree_with_live_reads<F: Fixture>(fixtu
 }
 
 /// A registry runs with the configuration it was made with.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn the_registry_runs_with_the_configuration_given<F: Fixture>(fixture: &F) {
     let config = config()
         .max_workers(5)

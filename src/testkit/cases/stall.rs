@@ -1,6 +1,7 @@
 //! The stall rule: time during which the registry itself was not running (a sweep more than two
 //! sweep intervals after the previous one measures it) is never counted against its workers.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;
@@ -14,10 +15,6 @@ const STALL: Duration = Duration::from_secs(180);
 /// the first sweep after it resumes nineteen have heartbeated (the twentieth's beat is not due
 /// yet). One silent worker of twenty is far below the brake's trigger, yet nobody dies and nobody
 /// is suspected: the sweep measures the stall and credits it. The twentieth beats a moment later.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_stall_of_the_registry_kills_nobody_even_below_the_brakes_trigger<F: Fixture>(
     fixture: &F,
 ) {
@@ -53,10 +50,6 @@ pub async fn a_stall_of_the_registry_kills_nobody_even_below_the_brakes_trigger<
 
 /// The rule credits the stall, and nothing more: a worker that really crashed before the stall
 /// dies once it has been silent for the timeout of registry running time.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_worker_silent_across_a_stall_dies_on_registry_running_time<F: Fixture>(fixture: &F) {
     let f = Fleet::new(fixture, 3, config()).await;
     let crashed = f.workers[0];
@@ -83,10 +76,6 @@ pub async fn a_worker_silent_across_a_stall_dies_on_registry_running_time<F: Fix
 
 /// A sweep up to two intervals after the previous one measures no stall; a later one measures
 /// everything after the first interval. A registry's first sweep has no predecessor.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn only_a_sweep_more_than_two_intervals_late_measures_a_stall<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     fixture.advance(&r, Duration::from_secs(100)).await;
@@ -113,10 +102,6 @@ pub async fn only_a_sweep_more_than_two_intervals_late_measures_a_stall<F: Fixtu
 
 /// A drain deadline that had not passed when the registry stopped moves out by the stall: the
 /// worker could not report the end of its loop meanwhile. It keeps the drain time it had left.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_stall_moves_a_drain_deadline_out<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config()).await;
     let a = assigned(r.admit(&t(1), &d("1")).await);

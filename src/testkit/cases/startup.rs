@@ -1,6 +1,7 @@
 //! The start-up grace: a new worker's first heartbeat may come as late as timeout plus
 //! `startup_grace` after its creation; after that first beat, the plain timeout applies.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;
@@ -11,10 +12,6 @@ const GRACE: Duration = Duration::from_secs(20);
 
 /// A new worker's late first heartbeat (past the plain timeout, within the grace) is accepted;
 /// from then on it gets only the plain timeout.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_new_workers_first_heartbeat_may_come_late<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().startup_grace(GRACE)).await;
     let a = assigned(r.admit(&t(1), &d("d")).await);
@@ -35,10 +32,6 @@ pub async fn a_new_workers_first_heartbeat_may_come_late<F: Fixture>(fixture: &F
 
 /// A new worker that never heartbeats dies once timeout plus grace have passed since its creation
 /// (time before its creation does not count), and its delivery is released.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_new_worker_that_never_heartbeats_dies_after_the_grace<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().startup_grace(GRACE)).await;
     fixture.advance(&r, Duration::from_secs(1000)).await;
@@ -52,10 +45,6 @@ pub async fn a_new_worker_that_never_heartbeats_dies_after_the_grace<F: Fixture>
 }
 
 /// Self-registered pool workers get the same start-up grace.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn registered_workers_get_the_startup_grace_too<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().startup_grace(GRACE)).await;
     let w = r.register().await.unwrap();
@@ -70,10 +59,6 @@ pub async fn registered_workers_get_the_startup_grace_too<F: Fixture>(fixture: &
 }
 
 /// With no start-up grace a new worker gets exactly the plain timeout.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn zero_startup_grace_means_the_plain_timeout<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().startup_grace(Duration::ZERO)).await;
     let a = assigned(r.admit(&t(1), &d("d")).await);
@@ -87,10 +72,6 @@ pub async fn zero_startup_grace_means_the_plain_timeout<F: Fixture>(fixture: &F)
 
 /// Workers still in their start-up grace are not silent: a burst of new workers that have not
 /// beaten yet neither dies nor engages the brake; past the grace, all ten silent are suspected.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn workers_in_their_startup_grace_do_not_engage_the_brake<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().startup_grace(GRACE)).await;
     for i in 0..10 {
@@ -114,10 +95,6 @@ pub async fn workers_in_their_startup_grace_do_not_engage_the_brake<F: Fixture>(
 
 /// A failed rollout: ten new workers of which three ever beat. They are suspected together after
 /// the grace; the seven silent ones die after the suspect grace, the three live.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_failed_rollout_is_suspected_then_killed<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().startup_grace(GRACE)).await;
     let mut ids: Vec<WorkerId> = Vec::new();

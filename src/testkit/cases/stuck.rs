@@ -2,6 +2,7 @@
 //! re-dispatch (`ReleaseReason::Stuck`), counted, published, and its worker drained, so that it is
 //! replaced once its loop ends; the stuck worker's late completion is refused.
 
+use crate::WorkerRegistryExt;
 use std::time::Duration;
 
 use crate::testkit::support::*;
@@ -17,10 +18,6 @@ const MAX_IN_FLIGHT: Duration = Duration::from_secs(60);
 /// sweep releases it as stuck and drains the worker; its late completion is refused as released,
 /// the redelivery waits for the worker to go (it is draining), and once its loop ends the delivery
 /// runs on a new worker, the old one's completion then refused as not its own.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_delivery_stuck_in_flight_is_released_and_its_worker_drained<F: Fixture>(
     fixture: &F,
 ) {
@@ -104,10 +101,6 @@ pub async fn a_delivery_stuck_in_flight_is_released_and_its_worker_drained<F: Fi
 
 /// A stuck worker that already reported its loop finished (idle) has no loop to wait for: the
 /// drain exits it at once, in the same sweep, and its target is free for the re-dispatch.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn an_idle_worker_holding_a_stuck_delivery_exits_at_once<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_in_flight(MAX_IN_FLIGHT)).await;
     let (target, delivery) = (t(1), d("stuck"));
@@ -128,10 +121,6 @@ pub async fn an_idle_worker_holding_a_stuck_delivery_exits_at_once<F: Fixture>(f
 
 /// Only what is still in flight can be stuck, and a stuck delivery is published as
 /// `DeliveryStuck` (with the worker's drain) and handed over in `TargetReleased`.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn only_deliveries_in_flight_too_long_are_stuck_and_each_is_published<F: Fixture>(
     fixture: &F,
 ) {

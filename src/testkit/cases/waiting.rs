@@ -1,8 +1,8 @@
 //! The waiting room: parking of admissions that find no room, its bounds, promotion in arrival
-//! order (round-robin across owners), a draining target's successor, expiry, and the size-0
-//! behaviour of a backend that does not park. Every case but the last runs only on a backend that
-//! [`parks`](crate::WorkerRegistry::parks).
+//! order (round-robin across owners), a draining target's successor, expiry, and the room turned
+//! off (`max_waiting` 0).
 
+use crate::WorkerRegistryExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -53,15 +53,8 @@ fn waiting(a: Result<Admission, crate::RegistryError>) -> crate::Waiting {
 /// `Waiting` duplicate); a completion promotes nothing; each death promotes the oldest waiting
 /// target, with all of its deliveries, onto a new worker, handed over once with its assignment
 /// (a redelivery of it is then an in-flight duplicate on that worker); counts and stats follow.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_full_registry_parks_and_deaths_promote_the_oldest_in_order<F: Fixture>(fixture: &F) {
     let r = registry(fixture, parking(8)).await;
-    if !r.parks() {
-        return;
-    }
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
     let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
     let first = waiting(r.admit(&t(3), &d("c")).await);
@@ -123,15 +116,8 @@ pub async fn a_full_registry_parks_and_deaths_promote_the_oldest_in_order<F: Fix
 /// A target whose worker drains parks its deliveries behind that worker: no sweep promotes them
 /// while it lives (never two live workers for one target); once it has exited, the next sweep
 /// promotes them onto a new worker, its successor, ahead of targets waiting for capacity.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_draining_targets_waiting_deliveries_go_to_its_successor<F: Fixture>(fixture: &F) {
     let r = registry(fixture, parking(8)).await;
-    if !r.parks() {
-        return;
-    }
     let old = assigned(r.admit(&t(1), &d("open")).await).worker;
     assigned(r.admit(&t(2), &d("other")).await);
     assert_eq!(r.drain(old).await, Ok(Status::Draining));
@@ -167,15 +153,8 @@ pub async fn a_draining_targets_waiting_deliveries_go_to_its_successor<F: Fixtur
 
 /// The bounds: at most `max_waiting` deliveries wait, at most `max_waiting_per_owner` of one
 /// owner; past them the answer is today's rejection with no claim left behind.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn the_waiting_rooms_bounds_hold<F: Fixture>(fixture: &F) {
     let r = registry(fixture, parking(3).max_waiting_per_owner(2)).await;
-    if !r.parks() {
-        return;
-    }
     assigned(r.admit(&t(1), &d("a")).await);
     assigned(r.admit(&t(2), &d("b")).await);
     waiting(r.admit(&of("big", 1), &d("1")).await);
@@ -203,16 +182,9 @@ pub async fn the_waiting_rooms_bounds_hold<F: Fixture>(fixture: &F) {
 /// A delivery still waiting `max_wait` after it was parked is dropped by a sweep, with its
 /// reason, listed in the report, counted, and published; its claim is gone (a redelivery is
 /// parked anew).
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_delivery_waiting_past_max_wait_is_dropped_and_published<F: Fixture>(fixture: &F) {
     let max_wait = Duration::from_secs(20);
     let r = registry(fixture, parking(8).max_wait(max_wait)).await;
-    if !r.parks() {
-        return;
-    }
     let mut events = r.subscribe();
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
     let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
@@ -251,10 +223,6 @@ pub async fn a_delivery_waiting_past_max_wait_is_dropped_and_published<F: Fixtur
 /// Promotion takes one target per owner in turn, and a per-owner cap on live workers holds: a
 /// busy owner's burst does not starve a quiet one, and the cap holds for admissions racing on
 /// several handles.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn promotion_is_round_robin_and_the_owner_cap_holds<F: Fixture>(fixture: &F) {
     let r = registry(
         fixture,
@@ -264,9 +232,6 @@ pub async fn promotion_is_round_robin_and_the_owner_cap_holds<F: Fixture>(fixtur
             .max_workers_per_owner(3),
     )
     .await;
-    if !r.parks() {
-        return;
-    }
     let others = replicas(fixture, &r, RACERS).await;
     // Racing new targets of one owner: at most 3 get a worker, the rest wait.
     let mut tasks = Vec::new();
@@ -321,15 +286,8 @@ pub async fn promotion_is_round_robin_and_the_owner_cap_holds<F: Fixture>(fixtur
 
 /// One slot at a time: a busy owner that parked three targets first and a quiet one that parked
 /// one after them are served in turn (busy, quiet, busy, busy), not in arrival order alone.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn one_slot_at_a_time_serves_the_owners_in_turn<F: Fixture>(fixture: &F) {
     let r = registry(fixture, config().max_workers(1).max_waiting(8)).await;
-    if !r.parks() {
-        return;
-    }
     let mut holder = assigned(r.admit(&t(1), &d("a")).await).worker;
     for n in 1..=3 {
         waiting(r.admit(&of("busy", n), &d(&format!("b{n}"))).await);
@@ -376,10 +334,6 @@ fn live_per_owner<R: WorkerRegistry>(r: &R) -> std::collections::BTreeMap<String
 /// at once (each handle's admission is one atomic decision), and again when replicas race the
 /// deaths that free their slots: each freed slot goes back to a waiting target of an owner below
 /// its cap, never past it.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn the_owner_cap_holds_under_races_between_replicas<F: Fixture>(fixture: &F) {
     let cap = 2;
     let r = registry(
@@ -390,9 +344,6 @@ pub async fn the_owner_cap_holds_under_races_between_replicas<F: Fixture>(fixtur
             .max_workers_per_owner(cap),
     )
     .await;
-    if !r.parks() {
-        return;
-    }
     let handles = replicas(fixture, &r, RACERS).await;
     let mut placed: Vec<(String, crate::WorkerId)> = Vec::new();
     for round in 0..3u64 {
@@ -495,16 +446,9 @@ pub async fn the_owner_cap_holds_under_races_between_replicas<F: Fixture>(fixtur
 /// again, with the same assignment, and once acknowledged it is not offered again. Runs on a
 /// backend whose released events carry a receipt (a shared outbox); one that hands them over
 /// in-process has no replica to lose.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_promoted_delivery_survives_the_crash_of_its_replica<F: Fixture>(fixture: &F) {
     let ack = Duration::from_secs(10);
     let r = registry(fixture, parking(8).release_ack_timeout(ack)).await;
-    if !r.parks() {
-        return;
-    }
     let other = fixture.replica(&r).await;
     let crashed = fixture.replica(&r).await;
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
@@ -560,10 +504,6 @@ pub async fn a_promoted_delivery_survives_the_crash_of_its_replica<F: Fixture>(f
 /// off) while as many targets wait, from several owners. The sweeps that work the death off (in
 /// bounded steps on a networked backend) promote every waiting delivery exactly once, each target
 /// onto one worker, never more live workers than the capacity, and leave nothing waiting.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_mass_death_promotes_every_waiting_delivery_once<F: Fixture>(fixture: &F) {
     let n: usize = 200;
     let r = registry(
@@ -575,9 +515,6 @@ pub async fn a_mass_death_promotes_every_waiting_delivery_once<F: Fixture>(fixtu
             .brake_fraction(1.0),
     )
     .await;
-    if !r.parks() {
-        return;
-    }
     for i in 0..n as u64 {
         assigned(r.admit(&of("fleet", i + 1), &d(&format!("f{i}"))).await);
     }
@@ -625,15 +562,8 @@ pub async fn a_mass_death_promotes_every_waiting_delivery_once<F: Fixture>(fixtu
 /// received a promoted delivery is listed busy. (A case that reads the snapshot right after a
 /// promoting sweep must not depend on which admissions were placed directly and which were
 /// promoted: this is what makes that so.)
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_sweeps_snapshot_lists_the_workers_its_promotion_placed<F: Fixture>(fixture: &F) {
     let r = registry(fixture, parking(8)).await;
-    if !r.parks() {
-        return;
-    }
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
     let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
     waiting(r.admit(&t(3), &d("c")).await);
@@ -672,17 +602,10 @@ pub async fn a_sweeps_snapshot_lists_the_workers_its_promotion_placed<F: Fixture
 /// frees a slot promotes it onto a worker, handed over once (a bare claim must not take it out of
 /// the room, nor the promotion drop it for the claim's sake). A pair that does not wait is claimed
 /// as before.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn a_bare_claim_of_a_parked_pair_is_a_duplicate_and_leaves_it_waiting<F: Fixture>(
     fixture: &F,
 ) {
     let r = registry(fixture, parking(8)).await;
-    if !r.parks() {
-        return;
-    }
     let w1 = assigned(r.admit(&t(1), &d("a")).await).worker;
     let w2 = assigned(r.admit(&t(2), &d("b")).await).worker;
     waiting(r.admit(&t(3), &d("c")).await);
@@ -736,27 +659,17 @@ pub async fn a_bare_claim_of_a_parked_pair_is_a_duplicate_and_leaves_it_waiting<
     assert_eq!((r.status().waiting, r.stats().waiting), (0, 0));
 }
 
-/// With the waiting room off (`max_waiting` 0), or on a backend that does not park whatever the
-/// configuration says, an admission that cannot be placed is rejected as it always was, and
-/// nothing waits. Runs on every backend.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
+/// With the waiting room off (`max_waiting` 0), an admission that cannot be placed is rejected
+/// as it always was, and nothing waits.
 pub async fn without_parking_a_refused_admission_is_rejected<F: Fixture>(fixture: &F) {
-    for max in [0, 8] {
-        let r = registry(fixture, config().max_workers(1).max_waiting(max)).await;
-        if max > 0 && r.parks() {
-            continue;
-        }
-        assigned(r.admit(&t(1), &d("a")).await);
-        assert_eq!(
-            r.admit(&t(2), &d("b")).await,
-            Ok(Admission::Rejected(Rejection::CapacityFull { limit: 1 }))
-        );
-        let report = sweep(&r).await;
-        assert_eq!((report.waiting, r.status().waiting), (0, 0));
-        assert!(report.expired_waiting.is_empty());
-        assert_eq!(r.stats().parked, 0);
-    }
+    let r = registry(fixture, config().max_workers(1).max_waiting(0)).await;
+    assigned(r.admit(&t(1), &d("a")).await);
+    assert_eq!(
+        r.admit(&t(2), &d("b")).await,
+        Ok(Admission::Rejected(Rejection::CapacityFull { limit: 1 }))
+    );
+    let report = sweep(&r).await;
+    assert_eq!((report.waiting, r.status().waiting), (0, 0));
+    assert!(report.expired_waiting.is_empty());
+    assert_eq!(r.stats().parked, 0);
 }

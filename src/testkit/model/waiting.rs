@@ -1,4 +1,4 @@
-//! The waiting room, as the contract states it (on `WorkerRegistry::admit`, "The waiting room"):
+//! The waiting room, as the contract states it (on `WorkerRegistry::admit_with`, "The waiting room"):
 //! parking within the bounds, a parked pair's redelivery a duplicate, promotion when a death frees
 //! room (the targets behind a draining worker that died first, then one target per repository
 //! owner in turn, each owner's targets in arrival order, a target with all of its deliveries),

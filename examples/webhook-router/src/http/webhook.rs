@@ -84,9 +84,6 @@ fn event_payload(
     raw: body::ReadBody,
 ) -> Result<Option<Payload>, (StatusCode, String)> {
     let registry = app.registry();
-    if !registry.keeps_payloads() {
-        return Ok(None);
-    }
     let payload = github::payload(delivery, action, headers, raw.into_bytes())
         .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
     let limit = registry.config().max_payload_bytes();

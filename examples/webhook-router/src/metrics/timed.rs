@@ -146,13 +146,6 @@ impl<R> Timed<R> {
 }
 
 impl<R: WorkerRegistry> WorkerRegistry for Timed<R> {
-    fn admit(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
-        self.time(Call::Admit, self.inner.admit(target, delivery))
-    }
     fn admit_with(
         &self,
         target: &Target,
@@ -169,9 +162,6 @@ impl<R: WorkerRegistry> WorkerRegistry for Timed<R> {
     ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send {
         self.time(Call::Payload, self.inner.payload(target, delivery))
     }
-    fn keeps_payloads(&self) -> bool {
-        self.inner.keeps_payloads()
-    }
     fn claim(
         &self,
         target: &Target,
@@ -186,21 +176,19 @@ impl<R: WorkerRegistry> WorkerRegistry for Timed<R> {
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         self.time(Call::Release, self.inner.release(target, delivery))
     }
-    fn complete(
+    /// Timed as `complete` without a holder and `complete_by` with one (the two calls of
+    /// `WorkerRegistryExt` it answers).
+    fn complete_as(
         &self,
+        holder: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        self.time(Call::Complete, self.inner.complete(target, delivery))
-    }
-    fn complete_by(
-        &self,
-        worker: WorkerId,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        let fut = self.inner.complete_by(worker, target, delivery);
-        self.time(Call::CompleteBy, fut)
+        let call = match holder {
+            None => Call::Complete,
+            Some(_) => Call::CompleteBy,
+        };
+        self.time(call, self.inner.complete_as(holder, target, delivery))
     }
     fn assign(
         &self,
@@ -263,9 +251,6 @@ impl<R: WorkerRegistry> WorkerRegistry for Timed<R> {
     /// Not timed: an audit is no call of the router's request path.
     fn audit(&self) -> impl Future<Output = Result<worker_registry::Audit, RegistryError>> + Send {
         self.inner.audit()
-    }
-    fn parks(&self) -> bool {
-        self.inner.parks()
     }
     fn config(&self) -> &RegistryConfig {
         self.inner.config()

@@ -10,7 +10,7 @@ use super::Sim;
 use crate::runs::digest;
 
 use serde_json::Value;
-use worker_registry::{DeliveryId, Target, WorkerRegistry};
+use worker_registry::{DeliveryId, Target};
 
 /// What the audit found of the bodies the workers ran on ([`crate::runs`]): for every pull
 /// request of every delivery found completed, each recorded loop's body against the body sent.
@@ -25,8 +25,6 @@ use worker_registry::{DeliveryId, Target, WorkerRegistry};
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Bodies {
-    /// Whether the registry keeps payloads; if not, jobs carry none and nothing is compared.
-    pub kept: bool,
     /// (pull request, delivery) pairs completed with every recorded loop on the body sent.
     pub matched: usize,
     /// Of those, released (their worker died) or promoted out of the waiting room before the
@@ -102,10 +100,7 @@ pub(super) async fn run(sim: &Sim, probe: &Probe) -> Audited {
     };
     let (mut completed, mut in_flight, mut lost) = (0usize, 0usize, 0usize);
     let mut not_completed = Vec::new();
-    let mut bodies = Bodies {
-        kept: sim.app().registry().keeps_payloads(),
-        ..Bodies::default()
-    };
+    let mut bodies = Bodies::default();
     for &i in &accepted {
         let (o, body) = sim.client.send(&sim.deliveries[i], i).await;
         // Every pull request the delivery names must hold it as completed.
@@ -162,9 +157,6 @@ fn ran_on(sim: &Sim, d: &Delivery, answer: &Value, bodies: &mut Bodies) {
         let runs = containers.runs().of(&target, &key);
         if runs.is_empty() {
             bodies.unrun += 1;
-            continue;
-        }
-        if !bodies.kept {
             continue;
         }
         let bad: Vec<String> = runs

@@ -185,13 +185,6 @@ pub(super) fn print(mut f: Findings<'_>) -> Report {
 
 /// The bodies the completed deliveries' workers ran on, against those sent.
 fn bodies(out: &mut String, b: &Bodies) {
-    if !b.kept {
-        let _ = writeln!(
-            out,
-            "bodies     not compared: this registry keeps no payloads (workers get ids only)"
-        );
-        return;
-    }
     let _ = writeln!(
         out,
         "bodies     {} completed (pull request, delivery) pairs ran on the body sent ({} of them after a release or promotion), {} on other or no bytes; {} handled without a worker",
@@ -340,13 +333,12 @@ fn recovery(out: &mut String, f: &Findings<'_>) {
     );
     let _ = writeln!(
         out,
-        "waiting    {} deliveries parked in the waiting room, {} promoted onto a worker, {} dropped after max_wait (the replicas' counters); at most {} waiting at once (snapshots sampled), {} still waiting (the registry's snapshot after a final sweep){}{}",
+        "waiting    {} deliveries parked in the waiting room, {} promoted onto a worker, {} dropped after max_wait (the replicas' counters); at most {} waiting at once (snapshots sampled), {} still waiting (the registry's snapshot after a final sweep){}",
         totals.parked,
         totals.promoted,
         totals.waiting_expired,
         f.samples.max_waiting,
         f.counts.room,
-        if f.sim.app().registry().parks() { "" } else { " (this backend does not park)" },
         match uncounted_parkings(totals, f.counts.room) {
             0 => String::new(),
             n => format!(

@@ -4,6 +4,7 @@
 //! the simulator's audit of the bodies workers ran on, on the in-memory registry.
 
 use std::time::Duration;
+use worker_registry::WorkerRegistryExt;
 
 use reqwest::StatusCode;
 use webhook_router::app::Options;
@@ -135,7 +136,6 @@ async fn the_audit_on_memory_finds_every_body_as_sent() {
     let plan = small_plan(&choice, name, 600, 0.1, 5);
     let report = sim::run(servers, plan, probe).await;
     let b = &report.bodies;
-    assert!(b.kept, "the in-memory registry keeps payloads");
     assert!(b.mismatched.is_empty(), "{:?}", b.mismatched);
     assert!(b.matched > 300, "{report:?}");
     assert!(

@@ -5,7 +5,9 @@
 //! busy. That window is where the old settle phase (quiet snapshots, cut at a wall-clock cap)
 //! could hand over to the audit, whose redelivery was then admitted again and counted "lost".
 
-use worker_registry::{Admission, DeliveryId, Maintenance, RegistryError, Target, WorkerRegistry};
+use worker_registry::{
+    Admission, DeliveryId, Maintenance, RegistryError, Target, WorkerRegistry, WorkerRegistryExt,
+};
 
 use crate::harness::*;
 

@@ -97,13 +97,6 @@ async fn wait(held: Option<Arc<Held>>) {
 }
 
 impl DynBackend for Hold {
-    fn admit<'a>(
-        &'a self,
-        target: &'a Target,
-        delivery: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<Admission, RegistryError>> {
-        self.admit_with(target, delivery, None)
-    }
     fn admit_with<'a>(
         &'a self,
         target: &'a Target,
@@ -124,9 +117,6 @@ impl DynBackend for Hold {
     ) -> BoxFuture<'a, Result<Option<Payload>, RegistryError>> {
         self.inner.payload(t, d)
     }
-    fn keeps_payloads(&self) -> bool {
-        self.inner.keeps_payloads()
-    }
     fn claim<'a>(
         &'a self,
         t: &'a Target,
@@ -141,20 +131,13 @@ impl DynBackend for Hold {
     ) -> BoxFuture<'a, Result<(), RegistryError>> {
         self.inner.release(t, d)
     }
-    fn complete<'a>(
+    fn complete_as<'a>(
         &'a self,
+        w: Option<WorkerId>,
         t: &'a Target,
         d: &'a DeliveryId,
     ) -> BoxFuture<'a, Result<(), RegistryError>> {
-        self.inner.complete(t, d)
-    }
-    fn complete_by<'a>(
-        &'a self,
-        w: WorkerId,
-        t: &'a Target,
-        d: &'a DeliveryId,
-    ) -> BoxFuture<'a, Result<(), RegistryError>> {
-        self.inner.complete_by(w, t, d)
+        self.inner.complete_as(w, t, d)
     }
     fn assign<'a>(&'a self, t: &'a Target) -> BoxFuture<'a, Result<AssignOutcome, RegistryError>> {
         self.inner.assign(t)
@@ -217,11 +200,11 @@ impl DynBackend for Hold {
     fn stats(&self) -> Stats {
         self.inner.stats()
     }
+    fn audit<'a>(&'a self) -> BoxFuture<'a, Result<worker_registry::Audit, RegistryError>> {
+        self.inner.audit()
+    }
     fn config(&self) -> &RegistryConfig {
         self.inner.config()
-    }
-    fn parks(&self) -> bool {
-        self.inner.parks()
     }
     fn subscribe(&self) -> Subscription {
         self.inner.subscribe()
