@@ -18,14 +18,16 @@
 //! * [`reconcile`]: failed deliveries found in GitHub's hook logs and redelivered.
 //! * [`redispatch`]: released deliveries placed again (the sweeper's callback).
 //! * [`dispatch`]: admission and the handover to a worker's container, here or on its owner.
-//! * [`lifecycle`]: containers started, crashed and forgotten; [`shutdown`]: draining, stopping
+//! * [`lifecycle`]: containers started (through a [`launcher`]), crashed and forgotten; [`shutdown`]: draining, stopping
 //!   and accounting for what was not finished.
 //! * [`app`]: the router's state ([`app::App`]) that those add to, built from
 //!   [`app::Options`] and a [`app::Platform`].
 //! * [`containers`]: the in-process container platform (worker id -> [`mailbox`], a bounded
 //!   channel with a bounded overflow behind it); [`remote`]:
 //!   the owner records and forwarding to containers that other router processes run; [`store`]:
-//!   those records next to a shared registry; [`worker`]: the simulated worker container;
+//!   those records next to a shared registry; [`launcher`]: what starts, stops and watches
+//!   workers, one trait, a launcher a module ([`launcher::task`]: tokio tasks); [`worker`]: the
+//!   simulated worker container the `task` launcher runs;
 //!   [`runs`]: what its loops ran on (the body's digest, for the simulator's audit);
 //!   [`metrics`]: the router's own metrics; [`backend`]: `--registry`, the backend choice;
 //!   [`telemetry`]: a delivery's spans, the `traceparent` handed to its worker, and (feature
@@ -44,6 +46,7 @@ pub mod containers;
 pub mod dispatch;
 pub mod github;
 pub mod http;
+pub mod launcher;
 pub mod lifecycle;
 pub mod limits;
 pub mod mailbox;

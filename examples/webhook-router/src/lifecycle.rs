@@ -1,18 +1,15 @@
-//! Container lifecycle: a worker's container (a tokio task running [`worker::Worker`]) started
-//! by whichever path wins the worker's start claim (the admission that created the worker, or the
-//! retry of one whose reply was lost), crashed on request (`POST /debug/...`), and its mailbox
-//! forgotten once the registry no longer counts the worker alive.
+//! Container lifecycle: a worker's container started through the router's
+//! [`Launcher`](crate::launcher::Launcher) by whichever path wins the worker's start claim (the
+//! admission that created the worker, or the retry of one whose reply was lost), its exit awaited
+//! and accounted, crashed on request (`POST /debug/...`), and its mailbox forgotten once the
+//! registry no longer counts the worker alive.
 
 use crate::app::App;
 use crate::containers::{Claim, CrashOutcome};
-use crate::mailbox::Mailbox;
+use crate::launcher::{Exit, Launch, Launched};
 use crate::outcome::{CrashError, Unfinished, UnfinishedWhy};
 use crate::remote::{Owner, StartClaim};
-use crate::worker::{self, Exit};
 
-use std::sync::Arc;
-
-use tokio::sync::Notify;
 use worker_registry::{DeliveryId, Status, Target, WorkerId, WorkerRegistry};
 
 /// What came of an attempt to start a worker's container (see [`App::start_container`]).
@@ -79,7 +76,22 @@ impl App {
             tracing::error!(worker = %id, "the platform refused to start a container whose start claim this replica won (a bug): not starting a second one");
             return Start::HandOver;
         };
-        self.spawn_worker(id, started.jobs, started.crash);
+        let launched = match self
+            .inner
+            .launcher
+            .launch(Launch::new(id, started.jobs))
+            .await
+        {
+            Ok(launched) => launched,
+            Err(e) => {
+                // Its mailbox is dropped with the failed start: events handed to it meanwhile are
+                // answered "stopped" and stay with the worker, which never heartbeats: the sweep
+                // declares it dead after its start-up grace and releases them for re-dispatch.
+                tracing::error!(worker = %id, %target, %delivery, launcher = self.inner.launcher.kind(), "{e}");
+                return Start::Started;
+            }
+        };
+        self.watch_worker(id, launched);
         tracing::info!(worker = %id, %target, %delivery, "container started");
         Start::Started
     }
@@ -128,24 +140,24 @@ impl App {
         }
     }
 
-    fn spawn_worker(&self, id: WorkerId, jobs: Mailbox, crash: Arc<Notify>) {
+    /// Keeps a launched worker's control and awaits its exit in a task of its own.
+    fn watch_worker(&self, id: WorkerId, launched: Launched) {
         let app = self.clone();
-        let w = worker::Worker {
-            registry: self.inner.registry.clone(),
-            id,
-            jobs,
-            crash,
-            stop: self.inner.stop.subscribe(),
-            timings: self.inner.timings,
-            traces: self.inner.containers.traces().clone(),
-            runs: self.inner.containers.runs().clone(),
-        };
+        let Launched { exit, control } = launched;
+        self.inner.controls.insert(id, control);
+        // After the insert: either `stop_workers` (which sets the flag, then stops every control it
+        // finds) sees this control, or this sees the flag.
+        if *self.inner.stop.borrow() {
+            if let Some(control) = self.inner.controls.get(&id) {
+                control.stop();
+            }
+        }
         self.inner.running.send_modify(|n| *n += 1);
         self.inner.containers.ledger().running_up();
         let task = tokio::spawn(async move {
             // Decrements the running count however the task ends (a panic included).
             let _running = RunningGuard(app.clone(), id);
-            let exit = w.run().await;
+            let exit = exit.await;
             tracing::info!(worker = %id, exit = exit.as_str(), "container stopped");
             app.inner.metrics.exit(exit.as_str());
             // A crashed container leaves its record (a killed one could not remove it): events
@@ -182,11 +194,16 @@ impl App {
         if let Status::Dead(_) = info.status {
             return Err(CrashError::Dead(id, info.status));
         }
-        match self.inner.containers.crash(id) {
-            CrashOutcome::Crashed => {
-                tracing::warn!(worker = %id, "crashing container on request");
-                Ok(())
-            }
+        match self.inner.containers.can_crash(id) {
+            CrashOutcome::Crashed => match self.inner.controls.get(&id) {
+                Some(control) => {
+                    tracing::warn!(worker = %id, "crashing container on request");
+                    control.kill();
+                    Ok(())
+                }
+                // Started a moment ago and not launched yet, or its exit is being accounted.
+                None => Err(CrashError::NoContainer(id)),
+            },
             CrashOutcome::Stopped => Err(CrashError::AlreadyStopped(id)),
             CrashOutcome::NotHere => Err(CrashError::NoContainer(id)),
         }
@@ -239,6 +256,7 @@ struct RunningGuard(App, WorkerId);
 impl Drop for RunningGuard {
     fn drop(&mut self) {
         self.0.inner.tasks.remove(&self.1);
+        self.0.inner.controls.remove(&self.1);
         self.0.inner.containers.ledger().running_down();
         self.0
             .inner

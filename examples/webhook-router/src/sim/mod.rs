@@ -216,6 +216,7 @@ pub async fn start(
             remote: None,
             shared: choice.is_shared(),
             backend: choice.kind(),
+            launcher: None,
         };
         let app = App::with_platform(registry, options.clone(), platform);
         servers.push(
