@@ -11,8 +11,7 @@
 //! stop at the shutdown deadline) and awaits the exit ([`Launched::exit`]), which it maps to a
 //! metric and its bookkeeping. The contract every launcher keeps (what each call promises, who
 //! deregisters, why a worker the router ends has stopped acting before its pull request is handed
-//! on) is written once, in the router's worker-protocol design page, which this module's items
-//! refer to.
+//! on) is written once, in [`crate::docs::worker_protocol`].
 
 pub mod task;
 

@@ -33,6 +33,7 @@
 //!   [`telemetry`]: a delivery's spans, the `traceparent` handed to its worker, and (feature
 //!   `otel`) their export over OTLP.
 //! * [`reload`]: the secret files re-read on SIGHUP and when they change.
+//! * [`docs`]: long-form design pages (no code): the worker protocol and self-fencing.
 //! * At the bottom, what every layer speaks: [`outcome`] (what was done with a delivery:
 //!   [`outcome::Dispatch`], [`outcome::Source`], [`outcome::Unfinished`]), [`limits`], the
 //!   routing [`policy`] table, [`secrets`] (the reloadable secret handles), and [`github`]'s
@@ -44,6 +45,7 @@ pub mod body;
 pub mod cli;
 pub mod containers;
 pub mod dispatch;
+pub mod docs;
 pub mod github;
 pub mod http;
 pub mod launcher;
