@@ -36,7 +36,8 @@
 //! * [`docs`]: long-form design pages (no code): the worker protocol and self-fencing.
 //! * At the bottom, what every layer speaks: [`outcome`] (what was done with a delivery:
 //!   [`outcome::Dispatch`], [`outcome::Source`], [`outcome::Unfinished`]), [`limits`], the
-//!   routing [`policy`] table, [`secrets`] (the reloadable secret handles), and [`github`]'s
+//!   routing [`policy`] table, [`secrets`] (the reloadable secret handles), [`credential`] (a
+//!   worker's credential, minted and verified under the router's worker key), and [`github`]'s
 //!   vocabulary.
 
 pub mod app;
@@ -44,6 +45,7 @@ pub mod backend;
 pub mod body;
 pub mod cli;
 pub mod containers;
+pub mod credential;
 pub mod dispatch;
 pub mod docs;
 pub mod github;
