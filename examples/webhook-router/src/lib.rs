@@ -37,8 +37,8 @@
 //! * At the bottom, what every layer speaks: [`outcome`] (what was done with a delivery:
 //!   [`outcome::Dispatch`], [`outcome::Source`], [`outcome::Unfinished`]), [`limits`], the
 //!   routing [`policy`] table, [`secrets`] (the reloadable secret handles), [`credential`] (a
-//!   worker's credential, minted and verified under the router's worker key), and [`github`]'s
-//!   vocabulary.
+//!   worker's credential, minted and verified under the router's worker key), [`lease`] (the
+//!   self-fencing lease a heartbeat answer grants), and [`github`]'s vocabulary.
 
 pub mod app;
 pub mod backend;
@@ -51,6 +51,7 @@ pub mod docs;
 pub mod github;
 pub mod http;
 pub mod launcher;
+pub mod lease;
 pub mod lifecycle;
 pub mod limits;
 pub mod mailbox;
