@@ -9,7 +9,9 @@
 //! The router ([`crate::lifecycle`]) wins a worker's start claim, then asks its launcher for the
 //! worker ([`Launcher::launch`]), keeps the returned [`Control`] by worker id (crash on request,
 //! stop at the shutdown deadline) and awaits the exit ([`Launched::exit`]), which it maps to a
-//! metric and its bookkeeping. The contract every launcher keeps (what each call promises, who
+//! metric and its bookkeeping. At start it settles what a previous incarnation left running
+//! ([`Launcher::leftovers`], [`Launcher::remove`]; not wired yet: the `task` launcher leaves
+//! nothing). The contract every launcher keeps (what each call promises, who
 //! deregisters, why a worker the router ends has stopped acting before its pull request is handed
 //! on) is written once, in [`crate::docs::worker_protocol`].
 
@@ -46,6 +48,37 @@ pub trait Launcher: Send + Sync + 'static {
     /// its events for re-dispatch; nothing accepted is lost. A launcher does not retry a start on
     /// its own (a retry after an ambiguous failure could start a second worker for the id).
     fn launch(&self, spec: Launch) -> BoxFuture<'_, Result<Launched, LaunchError>>;
+
+    /// What the launcher's platform runs for this router replica without a [`Launched`] in this
+    /// process: the processes or containers a previous incarnation of the replica started (it was
+    /// killed, or restarted). Called once at start, before the router serves; the router then
+    /// settles each against the registry and [`remove`](Self::remove)s it: a worker the registry
+    /// counts dead or does not know is removed; a live one is removed too (this incarnation holds
+    /// neither its mailbox nor its control, and it may have been given another router URL), and
+    /// then deregistered, which releases its events for re-dispatch (kill before deregister). So
+    /// nothing is left running unaccounted.
+    ///
+    /// A launcher lists only what it started for this replica (a process launcher by its records
+    /// or the process tree, a container launcher by labels naming the registry and the replica),
+    /// never another live replica's workers. One whose workers cannot outlive the router (`task`)
+    /// lists nothing.
+    fn leftovers(&self) -> BoxFuture<'_, Result<Vec<Leftover>, LaunchError>>;
+
+    /// Stops a [`leftovers`](Self::leftovers) entry (gracefully, then forced) and removes what is
+    /// left of it (a container), returning once it is gone. Removing one already gone is not an
+    /// error.
+    fn remove(&self, leftover: Leftover) -> BoxFuture<'_, Result<(), LaunchError>>;
+}
+
+/// A worker a previous incarnation of this replica started, found running at start
+/// ([`Launcher::leftovers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    /// The worker it runs for.
+    pub worker: WorkerId,
+    /// The platform's handle on it (a process group id, a container id), for logs and for
+    /// [`Launcher::remove`].
+    pub handle: String,
 }
 
 /// What a launcher is given to start one worker.
@@ -144,11 +177,17 @@ impl Exit {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum LaunchError {
-    /// The launcher's platform refused or failed the start (a command not found, a daemon that
-    /// did not answer): nothing runs for the worker.
+    /// The launcher's platform refused or failed a call about one worker (a command not found,
+    /// a daemon that did not answer); for a start: nothing runs for the worker.
     Refused {
         /// The worker.
         worker: WorkerId,
+        /// What the platform said.
+        reason: String,
+    },
+    /// The launcher's platform could not be asked ([`Launcher::leftovers`]: the daemon is not
+    /// there, the records cannot be read).
+    Unavailable {
         /// What the platform said.
         reason: String,
     },
@@ -158,7 +197,10 @@ impl fmt::Display for LaunchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Refused { worker, reason } => {
-                write!(f, "worker {worker} could not be started: {reason}")
+                write!(f, "the launcher refused worker {worker}: {reason}")
+            }
+            Self::Unavailable { reason } => {
+                write!(f, "the launcher's platform is unavailable: {reason}")
             }
         }
     }

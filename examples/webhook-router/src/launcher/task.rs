@@ -7,7 +7,7 @@
 //! [`Control::stop`] makes it deregister (releasing its claims, as its last act) and hand back
 //! what it did not finish.
 
-use super::{BoxFuture, Control, Launch, LaunchError, Launched, Launcher};
+use super::{BoxFuture, Control, Launch, LaunchError, Launched, Launcher, Leftover};
 use crate::runs::Runs;
 use crate::telemetry::Traces;
 use crate::worker::{Timings, Worker};
@@ -66,6 +66,16 @@ impl Launcher for TaskLauncher {
             control: Box::new(TaskControl { crash, stop }),
         };
         Box::pin(std::future::ready(Ok(launched)))
+    }
+
+    /// Nothing: a task dies with its process.
+    fn leftovers(&self) -> BoxFuture<'_, Result<Vec<Leftover>, LaunchError>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// Nothing to do: no task is ever a leftover.
+    fn remove(&self, _leftover: Leftover) -> BoxFuture<'_, Result<(), LaunchError>> {
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 
