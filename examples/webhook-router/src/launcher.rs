@@ -38,6 +38,16 @@ pub trait Launcher: Send + Sync + 'static {
     /// metrics.
     fn kind(&self) -> &'static str;
 
+    /// Whether its workers run outside this process and speak the worker protocol
+    /// ([`crate::docs::worker_protocol`]): then the router serves the worker's mailbox on
+    /// `/worker/v1/next` itself, hands the launcher a closed, empty [`Launch::jobs`], and puts
+    /// the worker's credential, fencing token and the router's URL in [`Launch::env`]. `false`
+    /// (the default, and `task`): the launcher gets the mailbox and the environment naming the
+    /// worker only.
+    fn speaks_protocol(&self) -> bool {
+        false
+    }
+
     /// Starts the worker `spec` describes. Called once per worker id, by the replica that won the
     /// worker's start claim, after the registry has admitted a delivery for it and before the
     /// worker has heartbeated.
