@@ -76,7 +76,7 @@ async fn the_environment_is_exactly_the_one_given_plus_path() {
 /// The worker's children: one in its process group, one in a group of its own (as the
 /// `webhook-worker` starts its command); both must die with it.
 const FAMILY: &str = "tail -f /dev/null & echo child $!; \
-    python3 -c 'import os; os.setpgid(0, 0); print(\"grandchild\", os.getpid(), flush=True); os.pause()' & \
+    python3 -c 'import os, signal; os.setpgid(0, 0); print(\"grandchild\", os.getpid(), flush=True); signal.pause()' & \
     wait";
 
 async fn family(id: u64) -> [i32; 2] {
