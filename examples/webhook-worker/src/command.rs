@@ -30,21 +30,55 @@ impl Running {
     /// the group). Sending to a group already gone does nothing.
     pub fn signal(self, signal: libc::c_int) {
         // SAFETY: kill(2) has no memory effects; a negative pid names the process group, which
-        // is the shell's own (process_group(0)) and still reserved while the shell is unreaped.
+        // the guard keeps in existence until it is released.
         unsafe {
             libc::kill(-self.pgid, signal);
         }
     }
 }
 
-/// Starts `sh -c cmd` for `event`, the worker's id `worker`. Must be called from the main
-/// thread: `PR_SET_PDEATHSIG` fires when the thread that forked the child ends.
+/// The script of the guard: ignore the signals a stop sends, wait for the end of its stdin,
+/// then `SIGKILL` its own process group, the command's.
+const GUARD: &str = "trap '' TERM INT HUP; read -r _; kill -9 0";
+
+/// A process in the command's group that kills the whole group once its stdin, whose only
+/// writer is the worker, is closed: when the worker releases it after the command ended (which
+/// ends what the command left running in its group), or when the worker dies, whatever killed
+/// it (`PR_SET_PDEATHSIG` reaches only the shell, not what the shell started).
+pub struct Guard {
+    child: std::process::Child,
+}
+
+impl Guard {
+    fn start(pgid: libc::pid_t) -> std::io::Result<Self> {
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(GUARD)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(pgid)
+            .spawn()?;
+        Ok(Self { child })
+    }
+
+    /// Closes the guard's stdin (it kills the command's group, what is left of it) and reaps
+    /// it. Called once the command's shell has ended.
+    pub fn release(mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `sh -c cmd` for `event`, the worker's id `worker`, and its [`Guard`]. Must be called
+/// from the main thread: `PR_SET_PDEATHSIG` fires when the thread that forked the child ends.
 pub fn start(
     cmd: &str,
     worker: u64,
     event: &Event,
     shared: &Arc<Shared>,
-) -> std::io::Result<Running> {
+) -> std::io::Result<(Running, Guard)> {
     let mut c = Command::new("sh");
     c.arg("-c").arg(cmd);
     for name in WITHHELD {
@@ -85,6 +119,15 @@ pub fn start(
     let running = Running {
         pgid: child.id() as libc::pid_t,
     };
+    // Started before the waiter can reap the shell, so the group still exists to join.
+    let guard = match Guard::start(running.pgid) {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
     let mut stdin = child.stdin.take().expect("stdin is piped");
     let body = event.body.clone();
     // The body on a thread of its own: a command that reads nothing, or reads after writing a
@@ -102,5 +145,5 @@ pub fn start(
             let status = child.wait();
             shared.update(|s| s.command_exit = Some(status));
         })?;
-    Ok(running)
+    Ok((running, guard))
 }

@@ -56,10 +56,24 @@ fn run_once(
         ended(&s, event)?;
         s.command_exit = None;
     }
-    let running = match command::start(&args.event_command, args.worker_id, event, shared) {
+    let (running, guard) = match command::start(&args.event_command, args.worker_id, event, shared)
+    {
         Ok(r) => r,
         Err(e) => return Ok(Err(e)),
     };
+    let end = watch(args, shared, event, running);
+    // The group's leftovers (a background child of the command) end with the event.
+    guard.release();
+    end
+}
+
+/// Waits for the command's end; kills it if the worker must end first.
+fn watch(
+    args: &Args,
+    shared: &Shared,
+    event: &Event,
+    running: Running,
+) -> Result<std::io::Result<ExitStatus>, Ending> {
     let mut s = shared.lock();
     loop {
         if let Some(status) = s.command_exit.take() {
