@@ -242,7 +242,8 @@ fn answer(
             Err(Refusal::Fenced { reason })
         }
         401 => Err(Refusal::Unauthorized),
-        502..=504 => Err(Refusal::Unavailable {
+        // A 5xx is the router's trouble, not a verdict on the worker: the lease keeps running.
+        500..=599 => Err(Refusal::Unavailable {
             why: format!("{call} answered {status}"),
         }),
         _ => Err(Refusal::Unexpected { status, call }),

@@ -161,6 +161,12 @@ fn complete(
             }
             Err(Refusal::Fenced { reason }) => return Err(Ending::Fenced { reason }),
             Err(Refusal::Unauthorized) => return Err(Ending::Unauthorized),
+            Err(e @ Refusal::Unexpected { .. }) => {
+                // `409`: the registry no longer counts this worker the event's holder (a stuck
+                // delivery, released and re-dispatched): nothing to retry.
+                tracing::error!(delivery = %event.delivery, "completion refused: {e}");
+                return Ok(());
+            }
             Err(e) => {
                 tracing::warn!(delivery = %event.delivery, "completion not taken, trying again: {e}");
                 let mut s = shared.lock();
