@@ -52,6 +52,7 @@ pub mod dispatch;
 pub mod docs;
 pub mod github;
 pub mod http;
+pub mod launch_flags;
 pub mod launcher;
 pub mod lease;
 pub mod lifecycle;

@@ -289,6 +289,44 @@ impl App {
         Exit::Stopped(jobs)
     }
 
+    /// Settles what a previous incarnation of this replica left running
+    /// ([`Launcher::leftovers`](crate::launcher::Launcher::leftovers)), before the router serves:
+    /// each is removed (stopped, then forced), and a worker the registry still counts alive is
+    /// then deregistered, which releases its events for re-dispatch (kill before deregister).
+    /// Nothing is left running unaccounted. A leftover that cannot be removed is not
+    /// deregistered (its lease, or the sweep, ends it); a launcher that cannot list them stops
+    /// the start.
+    pub async fn settle_leftovers(&self) -> Result<usize, String> {
+        let launcher = &self.inner.launcher;
+        let found = launcher.leftovers().await.map_err(|e| {
+            format!(
+                "cannot list what the {} launcher left running: {e}",
+                launcher.kind()
+            )
+        })?;
+        let n = found.len();
+        for leftover in found {
+            let id = leftover.worker;
+            let handle = leftover.handle.clone();
+            if let Err(e) = launcher.remove(leftover).await {
+                tracing::error!(worker = %id, %handle, "could not remove a leftover worker, not deregistering it (its lease stops it): {e}");
+                continue;
+            }
+            match self.inner.registry.deregister(id).await {
+                Ok(reason) => {
+                    tracing::warn!(worker = %id, %handle, %reason, "a worker a previous incarnation left running was removed and deregistered: its events are re-dispatched")
+                }
+                Err(RegistryError::WorkerDead { .. } | RegistryError::UnknownWorker { .. }) => {
+                    tracing::info!(worker = %id, %handle, "a dead worker a previous incarnation left running was removed")
+                }
+                Err(e) => {
+                    tracing::warn!(worker = %id, "a removed leftover could not be deregistered ({e}); the sweep declares it dead")
+                }
+            }
+        }
+        Ok(n)
+    }
+
     /// Kill before re-dispatch: the workers `died` names that still run here (a process or a
     /// container whose worker the registry declared dead) are killed, and this returns once each
     /// has exited, or after `cap` (logged: the lease is then what stops it). Only for a launcher

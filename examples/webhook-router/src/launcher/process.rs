@@ -248,6 +248,11 @@ impl Launcher for ProcessLauncher {
         "process"
     }
 
+    /// Its workers speak the protocol: the router serves their mailboxes.
+    fn speaks_protocol(&self) -> bool {
+        true
+    }
+
     fn launch(&self, spec: Launch) -> BoxFuture<'_, Result<Launched, LaunchError>> {
         Box::pin(self.start(spec))
     }
