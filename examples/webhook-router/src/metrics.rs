@@ -220,6 +220,11 @@ impl RouterMetrics {
         self.exits.get_or_create(&vec![("how", how)]).inc();
     }
 
+    /// Workers that ended `how` (one of [`Exit::ALL`]) so far.
+    pub fn exits(&self, how: &'static str) -> u64 {
+        self.exits.get_or_create(&vec![("how", how)]).get()
+    }
+
     /// Counts an event whose command failed every attempt (completed as failed).
     pub fn worker_failed(&self) {
         self.worker_failed.inc();
