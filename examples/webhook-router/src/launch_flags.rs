@@ -88,13 +88,13 @@ pub struct LaunchSettings {
 }
 
 impl LaunchArgs {
-    /// Validates the flags.
-    pub fn settings(&self) -> Result<LaunchSettings, String> {
-        let kind = self.launcher.unwrap_or(if self.event_command.is_some() {
-            LauncherKind::Process
-        } else {
-            LauncherKind::Task
-        });
+    /// Validates the flags; `simulate`: for `--simulate`, whose default is real processes and
+    /// whose event command is its own.
+    pub fn settings(&self, simulate: bool) -> Result<LaunchSettings, String> {
+        let kind = self.kind(simulate);
+        if simulate && kind == LauncherKind::Docker {
+            return Err("--simulate runs --launcher process or task".into());
+        }
         if self.kill_margin > MAX_DURATION || self.timer_slack > MAX_DURATION {
             return Err("--kill-margin and --timer-slack are at most a year".into());
         }
@@ -107,6 +107,7 @@ impl LaunchArgs {
         };
         let worker_argv = match kind {
             LauncherKind::Task => Vec::new(),
+            LauncherKind::Process if simulate => vec![self.worker_program()?],
             LauncherKind::Process | LauncherKind::Docker => {
                 let Some(cmd) = &self.event_command else {
                     return Err(format!(
@@ -114,12 +115,8 @@ impl LaunchArgs {
                         kind.as_str()
                     ));
                 };
-                let program = match &self.worker_command {
-                    Some(p) => p.clone(),
-                    None => default_worker_command()?,
-                };
                 vec![
-                    program.to_string_lossy().into_owned(),
+                    self.worker_program()?,
                     "--event-command".to_owned(),
                     cmd.clone(),
                 ]
@@ -142,6 +139,27 @@ impl LaunchArgs {
             },
             state_dir: self.launcher_state_dir.clone(),
         })
+    }
+}
+
+impl LaunchArgs {
+    /// The launcher the flags choose (see `--launcher`).
+    pub fn kind(&self, simulate: bool) -> LauncherKind {
+        self.launcher
+            .unwrap_or(if simulate || self.event_command.is_some() {
+                LauncherKind::Process
+            } else {
+                LauncherKind::Task
+            })
+    }
+
+    /// `--worker-command`, or `webhook-worker` next to this executable.
+    fn worker_program(&self) -> Result<String, String> {
+        let program = match &self.worker_command {
+            Some(p) => p.clone(),
+            None => default_worker_command()?,
+        };
+        Ok(program.to_string_lossy().into_owned())
     }
 }
 

@@ -379,7 +379,23 @@ async fn platform(s: &cli::Settings, internal: &TcpListener) -> Result<Platform,
 /// `--simulate`: the router (or `--replicas` of them on one shared registry, in this process,
 /// sharing one container platform) under built-in traffic, then the summary.
 async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
-    let (servers, probe) = match sim::start(
+    let workers = match s.launch.kind {
+        webhook_router::launch_flags::LauncherKind::Process => {
+            match sim::processes::SimWorkers::new(
+                std::path::Path::new(&s.launch.worker_argv[0]),
+                s.options.work,
+                s.options.idle,
+            ) {
+                Ok(w) => Some(std::sync::Arc::new(w)),
+                Err(e) => {
+                    eprintln!("webhook-router: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        _ => None,
+    };
+    let (servers, probe) = match sim::start_with(
         &s.registry,
         &s.registry_name,
         &s.config,
@@ -387,6 +403,7 @@ async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
         s.limits,
         s.bind,
         s.replicas,
+        workers.as_deref(),
     )
     .await
     {
@@ -417,6 +434,7 @@ async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
         shutdown_deadline: s.shutdown,
         registry: s.registry.to_string(),
         registry_name: s.registry_name.clone(),
+        workers,
     };
     if sim::run(servers, plan, probe).await.passed() {
         ExitCode::SUCCESS

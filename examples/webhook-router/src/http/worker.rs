@@ -25,9 +25,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
-use worker_registry::{
-    DeadReason, DeliveryId, HeartbeatAck, RegistryError, Status, WorkerId, WorkerRegistry,
-};
+use worker_registry::{DeadReason, HeartbeatAck, RegistryError, Status, WorkerId, WorkerRegistry};
 
 /// The protocol's routes (JSON 404 and 405 like the other apps).
 pub fn router(app: &App) -> Router {
@@ -283,10 +281,8 @@ pub(crate) async fn complete(
         Ok(w) => w,
         Err(r) => return r.into_response(),
     };
-    let Ok(delivery) = DeliveryId::new(&body.delivery) else {
-        return error_response(StatusCode::BAD_REQUEST, "not a delivery id");
-    };
-    let Some(job) = served.take_handed(&delivery) else {
+    let delivery = &body.delivery;
+    let Some(job) = served.take_handed(delivery) else {
         return error_response(
             StatusCode::CONFLICT,
             format!(

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use tokio::time::Instant;
-use worker_registry::{DeliveryId, WorkerId};
+use worker_registry::WorkerId;
 
 /// The served workers (see the [module documentation](self)).
 #[derive(Default)]
@@ -84,6 +84,17 @@ impl Hub {
     }
 }
 
+/// Whether `delivery`, as the worker names it, is `job`'s: its registry id, or the GUID GitHub
+/// sent it with.
+fn names(job: &Job, delivery: &str) -> bool {
+    job.event.as_str() == delivery
+        || job
+            .payload
+            .as_ref()
+            .and_then(|p| p.header("x-github-delivery"))
+            == Some(delivery)
+}
+
 impl Served {
     fn lock(&self) -> MutexGuard<'_, State> {
         // Every section leaves the state consistent; a poisoned lock is taken over as it is.
@@ -129,15 +140,18 @@ impl Served {
     }
 
     /// The handed event `delivery`, taken off the handed list (it is being completed).
-    pub fn take_handed(&self, delivery: &DeliveryId) -> Option<Job> {
+    /// `delivery` is what the worker was given as `X-GitHub-Delivery`: GitHub's GUID, which is
+    /// the registry's delivery id or, for a router keying claims by hook too, its first part.
+    pub fn take_handed(&self, delivery: &str) -> Option<Job> {
         let mut s = self.lock();
-        let at = s.handed.iter().position(|j| &j.event == delivery)?;
+        let at = s.handed.iter().position(|j| names(j, delivery))?;
         s.handed.remove(at)
     }
 
-    /// Whether event `delivery` was handed to it and is not completed.
-    pub fn is_handed(&self, delivery: &DeliveryId) -> bool {
-        self.lock().handed.iter().any(|j| &j.event == delivery)
+    /// Whether event `delivery` (as [`take_handed`](Self::take_handed) names it) was handed to
+    /// it and is not completed.
+    pub fn is_handed(&self, delivery: &str) -> bool {
+        self.lock().handed.iter().any(|j| names(j, delivery))
     }
 
     /// Puts back an event taken by [`take_handed`](Self::take_handed) whose completion could not
