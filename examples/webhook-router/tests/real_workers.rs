@@ -324,7 +324,10 @@ async fn a_worker_killed_mid_event_runs_it_again_in_a_new_process_exactly_once_m
     let body = body();
     let first = r.deliver("d-1", &body).await;
     let started = r.until("start", 1).await;
-    // SIGKILL of the worker's process group (Control::kill), mid-event.
+    // Mid-event: the command has read its body and is waiting for go.
+    let tick = r.dir.join(format!("tick-{}", started[0].pid));
+    until("the first run's first tick", || tick.exists().then_some(())).await;
+    // SIGKILL of the worker's process group (Control::kill).
     r.server.app().crash(WorkerId::new(first)).await.unwrap();
     until("the killed worker's command to die", || {
         (!alive(started[0].pid)).then_some(())
