@@ -100,12 +100,11 @@ async fn restart_leaves_no_orphan(choice: RegistryChoice) {
     let (again, again_worker) = started(&dir)[1];
     assert_ne!(again, command, "a new process");
     std::fs::write(dir.join("go"), b"").unwrap();
-    let done = eventually("the delivery completed", || async {
+    eventually("the delivery completed", || async {
         let a = deliver(&http, &second.base, "d-orphan", &payload).await;
         (a.body["state"] == "completed").then_some(())
     })
     .await;
-    let _ = done;
     assert_eq!(started(&dir).len(), 2, "run twice, no more");
     drop(second);
     until("the second incarnation's processes to be gone", || {
