@@ -328,8 +328,7 @@ pub fn cut_heartbeats(router: &FakeRouter) -> u128 {
     f.beat = Beat::Unavailable;
     f.calls
         .iter()
-        .filter(|c| c.path == "heartbeat")
-        .next_back()
+        .rfind(|c| c.path == "heartbeat")
         .unwrap()
         .at_ns
 }
