@@ -5,7 +5,10 @@
 
 mod support;
 
-use support::{exit_of, wait_file, Beat, FakeRouter, Scratch, CREDENTIAL};
+use support::{
+    assert_stopped_in_time, cut_heartbeats, exit_of, launched, ticking, wait_file, Beat,
+    FakeRouter, Scratch, CREDENTIAL,
+};
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -50,18 +53,7 @@ fn python() -> Option<()> {
 fn start(dir: &Scratch, url: &str, cmd: &str) -> Child {
     let script: PathBuf = dir.path("worker.py");
     std::fs::write(&script, listing()).unwrap();
-    Command::new("python3")
-        .arg(&script)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("WORKER_ID", "7")
-        .env("WORKER_TOKEN", "7340033")
-        .env("WORKER_CREDENTIAL", CREDENTIAL)
-        .env("WORKER_ROUTER_URL", url)
-        .env("WEBHOOK_EVENT_COMMAND", cmd)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap()
+    launched(Command::new("python3").arg(&script), url, cmd)
 }
 
 #[test]
@@ -112,30 +104,10 @@ fn the_python_worker_kills_its_command_when_the_lease_runs_out() {
         lease_ms,
     });
     router.push("p-2", b"{}");
-    let d = dir.0.display();
-    let mut w = start(
-        &dir,
-        &router.url,
-        &format!("while :; do date +%s%N >> {d}/ticks; sleep 0.01; done"),
-    );
-    wait_file(&dir.path("ticks"));
-    let last_answered = {
-        let mut f = router.lock();
-        f.beat = Beat::Unavailable;
-        f.calls
-            .iter()
-            .filter(|c| c.path == "heartbeat")
-            .next_back()
-            .unwrap()
-            .at_ns
-    };
+    let ticks = dir.path("ticks");
+    let mut w = start(&dir, &router.url, &ticking(&ticks));
+    wait_file(&ticks);
+    let last_answered = cut_heartbeats(&router);
     assert_eq!(exit_of(&mut w).code(), Some(4));
-    let deadline = last_answered + u128::from(lease_ms) * 1_000_000;
-    let ticks = std::fs::read_to_string(dir.path("ticks")).unwrap();
-    let last_tick: u128 = ticks.lines().filter_map(|l| l.parse().ok()).max().unwrap();
-    assert!(
-        last_tick < deadline,
-        "ran {} ms past the lease",
-        (last_tick - deadline) / 1_000_000
-    );
+    assert_stopped_in_time(&ticks, last_answered, lease_ms);
 }

@@ -5,7 +5,10 @@
 
 mod support;
 
-use support::{alive, exit_of, wait_file, worker, Beat, FakeRouter, Scratch, CREDENTIAL};
+use support::{
+    alive, assert_stopped_in_time, cut_heartbeats, exit_of, ticking, wait_file, worker, Beat,
+    FakeRouter, Scratch, CREDENTIAL,
+};
 
 use std::os::unix::process::ExitStatusExt;
 
@@ -170,36 +173,17 @@ fn the_lease_running_out_kills_the_command_before_its_deadline() {
     let router = FakeRouter::start(active(lease_ms));
     router.push("d-4", b"{}");
     let d = dir.0.display();
-    // The command's own clock: a tick every 10 ms while it lives; a grandchild in its group.
-    let cmd = format!(
-        "sleep 1000 & echo $! > {d}/grandchild; \
-         while :; do date +%s%N >> {d}/ticks; sleep 0.01; done"
-    );
+    let ticks = dir.path("ticks");
+    // The command's own clock (a tick every 10 ms while it lives); a grandchild in its group.
+    let cmd = format!("sleep 1000 & echo $! > {d}/grandchild; {}", ticking(&ticks));
     let mut w = worker(&router.url, &cmd, &[]);
     let grandchild = pid_in(&dir.path("grandchild"));
-    wait_file(&dir.path("ticks"));
+    wait_file(&ticks);
     // The router stops answering heartbeats: the last answered one bounds the lease.
-    let last_answered = {
-        let mut f = router.lock();
-        f.beat = Beat::Unavailable;
-        f.calls
-            .iter()
-            .filter(|c| c.path == "heartbeat")
-            .next_back()
-            .unwrap()
-            .at_ns
-    };
+    let last_answered = cut_heartbeats(&router);
     let status = exit_of(&mut w);
     assert_eq!(status.code(), Some(4), "lease expired: exit 4");
-    // It was received no earlier than sent; the worker's deadline is at most this.
-    let deadline = last_answered + u128::from(lease_ms) * 1_000_000;
-    let ticks = std::fs::read_to_string(dir.path("ticks")).unwrap();
-    let last_tick: u128 = ticks.lines().filter_map(|l| l.parse().ok()).max().unwrap();
-    assert!(
-        last_tick < deadline,
-        "the command ran {} ms past its lease",
-        (last_tick - deadline) / 1_000_000
-    );
+    assert_stopped_in_time(&ticks, last_answered, lease_ms);
     wait_dead(grandchild);
     assert!(router.calls("complete").is_empty(), "nothing completed");
 }

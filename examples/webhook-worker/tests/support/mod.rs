@@ -290,18 +290,60 @@ impl Drop for Scratch {
 /// Starts the worker binary against `url` with a cleared environment (the launcher's), the
 /// command `cmd` and `args`.
 pub fn worker(url: &str, cmd: &str, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_webhook-worker"))
-        .env_clear()
+    launched(
+        Command::new(env!("CARGO_BIN_EXE_webhook-worker")).args(args),
+        url,
+        cmd,
+    )
+}
+
+/// Starts `c` as a launcher would: a cleared environment plus `PATH`, the worker's identity,
+/// credential and router, and the event command.
+pub fn launched(c: &mut Command, url: &str, cmd: &str) -> Child {
+    c.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("WORKER_ID", "7")
         .env("WORKER_TOKEN", "7340033")
         .env("WORKER_CREDENTIAL", CREDENTIAL)
         .env("WORKER_ROUTER_URL", url)
         .env("WEBHOOK_EVENT_COMMAND", cmd)
-        .args(args)
         .stdin(Stdio::null())
         .spawn()
         .unwrap()
+}
+
+/// The command that writes its own clock (ns since the epoch) to `ticks` every 10 ms while it
+/// lives.
+pub fn ticking(ticks: &Path) -> String {
+    format!(
+        "while :; do date +%s%N >> {}; sleep 0.01; done",
+        ticks.display()
+    )
+}
+
+/// Stops answering heartbeats, and returns when the last one answered arrived (no earlier than
+/// the worker sent it).
+pub fn cut_heartbeats(router: &FakeRouter) -> u128 {
+    let mut f = router.lock();
+    f.beat = Beat::Unavailable;
+    f.calls
+        .iter()
+        .rfind(|c| c.path == "heartbeat")
+        .unwrap()
+        .at_ns
+}
+
+/// Asserts that the command's last tick came before `last_answered + lease_ms`: the latest the
+/// worker's lease, counted from the heartbeat's send, can run.
+pub fn assert_stopped_in_time(ticks: &Path, last_answered: u128, lease_ms: u64) {
+    let deadline = last_answered + u128::from(lease_ms) * 1_000_000;
+    let text = std::fs::read_to_string(ticks).unwrap();
+    let last: u128 = text.lines().filter_map(|l| l.parse().ok()).max().unwrap();
+    assert!(
+        last < deadline,
+        "the command ran {} ms past its lease",
+        (last - deadline) / 1_000_000
+    );
 }
 
 /// Waits for `child` to exit (capped by [`HANG`]).
