@@ -7,7 +7,8 @@
 //!   protocol over HTTP.
 //! * `docker` (feature `docker`, on by default): a container per worker through the Docker Engine
 //!   API.
-//! * [`output`]: a worker's output lines in the router's log, tagged with its id.
+//! * [`output`]: a worker's output lines in the router's log, tagged with its id; [`external`]:
+//!   the mailbox's handoff and the exit statuses both out-of-process launchers share.
 //!
 //! The router ([`crate::lifecycle`]) wins a worker's start claim, then asks its launcher for the
 //! worker ([`Launcher::launch`]), keeps the returned [`Control`] by worker id (crash on request,
@@ -20,6 +21,7 @@
 
 #[cfg(feature = "docker")]
 pub mod docker;
+pub mod external;
 pub mod output;
 #[cfg(target_os = "linux")]
 pub mod process;

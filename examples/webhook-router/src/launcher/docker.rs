@@ -11,8 +11,8 @@
 //! line by line, tagged with the worker id ([`super::output`]).
 //!
 //! **End.** The launcher waits for the container to stop, maps its status as the `process`
-//! launcher does (0 [`Exit::Exited`], 3 [`Exit::Fenced`], anything else [`Exit::Crashed`]; after a
-//! stop, [`Exit::Stopped`] with no jobs: the router's worker-protocol server holds the mailbox),
+//! launcher does ([`exit_for`]: after a stop, [`Exit::Stopped`] with no jobs, since the router's
+//! worker-protocol server holds the mailbox),
 //! then removes the container. [`Control::kill`] kills it (`SIGKILL`), [`Control::stop`] stops it
 //! (`SIGTERM`, `SIGKILL` after the stop grace, counted by the daemon). Dropping
 //! [`Launched::exit`] force-removes the container. A daemon that stops answering ends the wait as
@@ -20,6 +20,7 @@
 //! the next start's [`Launcher::leftovers`]: the containers with this registry's and this
 //! replica's labels.
 
+use super::external::{exit_for, hand_over, MailboxHandoff};
 use super::output::Lines;
 use super::{BoxFuture, Control, Exit, Launch, LaunchError, Launched, Launcher, Leftover};
 use crate::mailbox::Mailbox;
@@ -57,9 +58,6 @@ pub const DEFAULT_OUTPUT_DRAIN: Duration = Duration::from_secs(1);
 /// Whether containers get an init process (`docker-init`) by default.
 pub const DEFAULT_INIT: bool = true;
 
-/// The exit status of a worker that was told it is fenced (`410` on a protocol call).
-pub const EXIT_FENCED: i64 = 3;
-
 /// A container's network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -79,9 +77,6 @@ impl Network {
         }
     }
 }
-
-/// Where a launched worker's mailbox goes (as for the `process` launcher).
-pub type MailboxHandoff = Arc<dyn Fn(WorkerId, Mailbox) + Send + Sync>;
 
 /// Configures a [`DockerLauncher`].
 pub struct DockerLauncherBuilder {
@@ -279,13 +274,7 @@ impl DockerLauncher {
             remove(&self.docker, &container).await;
             return Err(refused(e));
         }
-        let held = match &self.config.mailboxes {
-            Some(handoff) => {
-                handoff(id, jobs);
-                None
-            }
-            None => Some(jobs),
-        };
+        let held = hand_over(self.config.mailboxes.as_ref(), id, jobs);
         tracing::info!(worker = %id, container = %container, %name, image = %self.config.image, "worker container started");
         let handle = Handle::current();
         let (state, _) = watch::channel(Ending::Running);
@@ -447,13 +436,8 @@ async fn run(
     remove(&shared.docker, &shared.container).await;
     guard.0 = None; // removed (or tried): nothing for the guard to do
     drop(held);
-    let exit = match (*shared.state.borrow(), status) {
-        (Ending::Stopping, _) => Exit::Stopped(Vec::new()),
-        (Ending::Killed, _) => Exit::Crashed,
-        (Ending::Running, Some(0)) => Exit::Exited,
-        (Ending::Running, Some(EXIT_FENCED)) => Exit::Fenced,
-        (Ending::Running, _) => Exit::Crashed,
-    };
+    let ending = *shared.state.borrow();
+    let exit = exit_for(status, ending == Ending::Killed, ending == Ending::Stopping);
     tracing::info!(worker = %shared.id, container = %shared.container, status = ?status, exit = exit.as_str(), "worker container ended");
     exit
 }

@@ -15,9 +15,8 @@
 //! **End.** The launcher waits for the process on a pidfd, which sees the exit without reaping it,
 //! so the process's id stays its own until the launcher is done with it: it then kills whatever
 //! the worker left running in its session (its command, its command's children), reaps it, and
-//! deletes its record. Exit status 0 is [`Exit::Exited`], [`EXIT_FENCED`] (3, the worker's "I was
-//! fenced", see [`crate::docs::worker_protocol`]) is [`Exit::Fenced`], anything else (a signal, the
-//! self-fencing lease's status 4, a crash) is [`Exit::Crashed`].
+//! deletes its record. Its status is mapped by [`exit_for`] (0 [`Exit::Exited`], 3
+//! [`Exit::Fenced`], anything else [`Exit::Crashed`]).
 //!
 //! **Control.** [`Control::kill`] is `SIGKILL` of the worker's process group at once, then of its
 //! whole session ([`Exit::Crashed`]); [`Control::stop`] is `SIGTERM` of the group, and `SIGKILL` of
@@ -35,6 +34,7 @@
 mod record;
 mod session;
 
+use super::external::{exit_for, hand_over, MailboxHandoff};
 use super::output::Lines;
 use super::{BoxFuture, Control, Exit, Launch, LaunchError, Launched, Launcher, Leftover};
 use crate::mailbox::Mailbox;
@@ -63,13 +63,6 @@ pub const DEFAULT_OUTPUT_DRAIN: Duration = Duration::from_secs(1);
 
 /// The `PATH` a worker gets when the router has none.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-
-/// The exit status of a worker that was told it is fenced (`410` on a protocol call).
-pub const EXIT_FENCED: i32 = 3;
-
-/// Where a launched worker's mailbox goes: the router's worker-protocol server, which serves its
-/// events to the worker's "next event" calls.
-pub type MailboxHandoff = Arc<dyn Fn(WorkerId, Mailbox) + Send + Sync>;
 
 /// Configures a [`ProcessLauncher`].
 pub struct ProcessLauncherBuilder {
@@ -216,13 +209,7 @@ impl ProcessLauncher {
             .map_err(|e| refused(format!("{}: {e}", self.argv[0])))?;
         let worker = Started::watch(id, child, self.records.clone())
             .map_err(|e| refused(format!("watching the started process: {e}")))?;
-        let held = match &self.mailboxes {
-            Some(handoff) => {
-                handoff(id, jobs);
-                None
-            }
-            None => Some(jobs),
-        };
+        let held = hand_over(self.mailboxes.as_ref(), id, jobs);
         let shared = worker.shared.clone();
         let exit = worker.exit(self.stop_grace, self.output_drain, held);
         tracing::info!(worker = %id, pid = shared.sid, command = %self.argv[0], "worker process started");
@@ -510,25 +497,14 @@ impl Started {
             let state = shared.state();
             (state.killed, state.stopping)
         };
-        let exit = map_exit(status, killed, stopping);
+        let exit = exit_for(
+            status.and_then(|s| s.code()).map(i64::from),
+            killed,
+            stopping,
+        );
         let status = status.map_or_else(|| "unknown".to_owned(), |s| s.to_string());
         tracing::info!(worker = %shared.id, %status, exit = exit.as_str(), "worker process ended");
         exit
-    }
-}
-
-/// How a worker process's status maps to an [`Exit`] (see the [module documentation](self)).
-fn map_exit(status: Option<ExitStatus>, killed: bool, stopping: bool) -> Exit {
-    if stopping {
-        return Exit::Stopped(Vec::new());
-    }
-    if killed {
-        return Exit::Crashed;
-    }
-    match status.and_then(|s| s.code()) {
-        Some(0) => Exit::Exited,
-        Some(EXIT_FENCED) => Exit::Fenced,
-        _ => Exit::Crashed,
     }
 }
 
