@@ -22,6 +22,7 @@ use crate::metrics::timed::{RegistryCalls, Timed};
 use crate::metrics::RouterMetrics;
 use crate::outcome::Unfinished;
 use crate::policy::Policy;
+use crate::protocol::{Protocol, ProtocolSettings};
 use crate::remote::Remote;
 use crate::secrets::Secret;
 use crate::store::Store;
@@ -94,6 +95,8 @@ pub struct Platform {
     /// What starts this router's workers; `None`: the `task` launcher (simulated workers, tokio
     /// tasks of this process, see [`crate::launcher::task`]).
     pub launcher: Option<Arc<dyn Launcher>>,
+    /// The worker protocol's key and lease margins (used by launchers whose workers speak it).
+    pub protocol: ProtocolSettings,
 }
 
 impl Platform {
@@ -106,6 +109,7 @@ impl Platform {
             shared: false,
             backend: "memory",
             launcher: None,
+            protocol: ProtocolSettings::default(),
         }
     }
 
@@ -154,6 +158,8 @@ pub(crate) struct Inner {
     pub(crate) targets: DashMap<Target, WorkerId>,
     /// What starts this router's workers.
     pub(crate) launcher: Arc<dyn Launcher>,
+    /// The worker protocol's state (served when a worker listener is given).
+    pub(crate) protocol: Arc<Protocol>,
     /// The task awaiting each running worker's exit (aborting it ends the worker with no
     /// goodbye: a killed replica).
     pub(crate) tasks: DashMap<WorkerId, AbortHandle>,
@@ -204,6 +210,7 @@ impl App {
         let metrics = RouterMetrics::new(export.returned(), calls);
         metrics.register(&mut export, calls_family);
         metrics.register_overflow(&mut export, platform.containers.overflow_metrics());
+        let protocol = Arc::new(Protocol::new(registry.config(), platform.protocol));
         let launcher = platform.launcher.unwrap_or_else(|| {
             Arc::new(TaskLauncher::new(
                 registry.clone(),
@@ -225,6 +232,7 @@ impl App {
                 parked: DashMap::new(),
                 targets: DashMap::new(),
                 launcher,
+                protocol,
                 tasks: DashMap::new(),
                 controls: DashMap::new(),
                 closing: AtomicBool::new(false),
@@ -250,6 +258,16 @@ impl App {
     /// The registry.
     pub fn registry(&self) -> &DynRegistry {
         &self.inner.registry
+    }
+
+    /// The worker protocol's state.
+    pub fn protocol(&self) -> &Arc<Protocol> {
+        &self.inner.protocol
+    }
+
+    /// The launcher that starts this router's workers.
+    pub fn launcher(&self) -> &Arc<dyn Launcher> {
+        &self.inner.launcher
     }
 
     /// The router's options.

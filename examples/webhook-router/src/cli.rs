@@ -170,6 +170,9 @@ pub struct Args {
     /// The reconciler of failed deliveries (see `reconcile/`).
     #[command(flatten)]
     pub reconcile: crate::reconcile::flags::ReconcileArgs,
+    /// The launcher and the worker protocol (see `launch_flags.rs`).
+    #[command(flatten)]
+    pub launch: crate::launch_flags::LaunchArgs,
     /// Drive built-in traffic at the router over HTTP, then print a summary and exit.
     #[arg(long)]
     pub simulate: bool,
@@ -227,6 +230,8 @@ pub struct Settings {
     pub limits: ServerLimits,
     /// The reconciler of failed deliveries, if an App or a hook is named.
     pub reconcile: Option<crate::reconcile::Config>,
+    /// The launcher and the worker protocol.
+    pub launch: crate::launch_flags::LaunchSettings,
     /// The secret files to read again on SIGHUP and when they change.
     pub watched: Vec<Watched>,
     /// How they are read again.
@@ -293,6 +298,7 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         options,
         shutdown: pick(a, "--shutdown-ms", a.shutdown_ms, 10_000, 5_000)?,
         reconcile,
+        launch: a.launch.settings()?,
         watched,
         reload: ReloadOptions {
             window: a.secret_rotation_window,

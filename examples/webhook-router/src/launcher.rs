@@ -8,7 +8,7 @@
 //! * `docker` (feature `docker`, on by default): a container per worker through the Docker Engine
 //!   API.
 //! * [`output`]: a worker's output lines in the router's log, tagged with its id; [`external`]:
-//!   the mailbox's handoff and the exit statuses both out-of-process launchers share.
+//!   the exit statuses both out-of-process launchers map alike.
 //!
 //! The router ([`crate::lifecycle`]) wins a worker's start claim, then asks its launcher for the
 //! worker ([`Launcher::launch`]), keeps the returned [`Control`] by worker id (crash on request,
@@ -47,6 +47,16 @@ pub trait Launcher: Send + Sync + 'static {
     /// The launcher's name, as `--launcher` spells it (`task`, `process`, `docker`), for logs and
     /// metrics.
     fn kind(&self) -> &'static str;
+
+    /// Whether its workers run outside this process and speak the worker protocol
+    /// ([`crate::docs::worker_protocol`]): then the router serves the worker's mailbox on
+    /// `/worker/v1/next` itself, hands the launcher a closed, empty [`Launch::jobs`], and puts
+    /// the worker's credential, fencing token and the router's URL in [`Launch::env`]. `false`
+    /// (the default, and `task`): the launcher gets the mailbox and the environment naming the
+    /// worker only.
+    fn speaks_protocol(&self) -> bool {
+        false
+    }
 
     /// Starts the worker `spec` describes. Called once per worker id, by the replica that won the
     /// worker's start claim, after the registry has admitted a delivery for it and before the

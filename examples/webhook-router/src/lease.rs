@@ -50,20 +50,45 @@ impl LeaseRules {
         drain_min: Duration,
         heartbeat_interval: Duration,
     ) -> Result<Self, LeaseError> {
-        let rules = Self {
+        let rules = Self::with_margins(
             heartbeat_timeout,
             drain_min,
-            kill: DEFAULT_KILL_MARGIN,
-            slack: DEFAULT_TIMER_SLACK,
-        };
-        let lease = rules.active();
+            DEFAULT_KILL_MARGIN,
+            DEFAULT_TIMER_SLACK,
+        );
+        rules.check(heartbeat_interval)?;
+        Ok(rules)
+    }
+
+    /// The rules with a kill margin `kill` (`K`, `--kill-margin`) and a timer slack `slack` (`S`,
+    /// `--timer-slack`) of the operator's choosing, unchecked: see [`check`](Self::check). The
+    /// margins are the worker's to keep: a worker that cannot kill its command within `kill`,
+    /// or whose timers fire later than `slack`, is not covered by the lease.
+    pub fn with_margins(
+        heartbeat_timeout: Duration,
+        drain_min: Duration,
+        kill: Duration,
+        slack: Duration,
+    ) -> Self {
+        Self {
+            heartbeat_timeout,
+            drain_min,
+            kill,
+            slack,
+        }
+    }
+
+    /// Refused if a worker answered `active` would not hold its lease for `heartbeat_interval`
+    /// twice over (it would fence itself after one late heartbeat).
+    pub fn check(&self, heartbeat_interval: Duration) -> Result<(), LeaseError> {
+        let lease = self.active();
         if lease < heartbeat_interval.saturating_mul(2) {
             return Err(LeaseError::TooShort {
                 lease,
                 heartbeat_interval,
             });
         }
-        Ok(rules)
+        Ok(())
     }
 
     /// The lease of a worker whose heartbeat was answered `active`.

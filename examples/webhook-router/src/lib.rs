@@ -22,6 +22,8 @@
 //!   and accounting for what was not finished.
 //! * [`app`]: the router's state ([`app::App`]) that those add to, built from
 //!   [`app::Options`] and a [`app::Platform`].
+//! * [`protocol`]: the worker protocol's router side (the key, the lease rules, the workers
+//!   served over `/worker/v1`, whose handlers are [`http::worker`]).
 //! * [`containers`]: the in-process container platform (worker id -> [`mailbox`], a bounded
 //!   channel with a bounded overflow behind it); [`remote`]:
 //!   the owner records and forwarding to containers that other router processes run; [`store`]:
@@ -50,6 +52,7 @@ pub mod dispatch;
 pub mod docs;
 pub mod github;
 pub mod http;
+pub mod launch_flags;
 pub mod launcher;
 pub mod lease;
 pub mod lifecycle;
@@ -58,6 +61,7 @@ pub mod mailbox;
 pub mod metrics;
 pub mod outcome;
 pub mod policy;
+pub mod protocol;
 pub mod reconcile;
 pub mod redispatch;
 pub mod reload;

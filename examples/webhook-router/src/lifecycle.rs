@@ -7,10 +7,16 @@
 use crate::app::App;
 use crate::containers::{Claim, CrashOutcome};
 use crate::launcher::{Exit, Launch, Launched};
+use crate::mailbox::{self, Mailbox, OverflowMetrics};
 use crate::outcome::{CrashError, Unfinished, UnfinishedWhy};
 use crate::remote::{Owner, StartClaim};
 
-use worker_registry::{DeliveryId, Status, Target, WorkerId, WorkerRegistry};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use worker_registry::{
+    DeliveryId, FencingToken, RegistryError, Status, Target, WorkerId, WorkerRegistry,
+};
 
 /// What came of an attempt to start a worker's container (see [`App::start_container`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,11 +46,14 @@ impl App {
     /// A winner then checks that the worker is still one to start (alive, never heartbeated): a
     /// winner held up for a whole worker lifetime must not start a worker that has come and gone.
     /// The loser hands its event over, unless the winner claimed for the same delivery.
+    /// `token` is the fencing token of the assignment that created the worker: with a launcher
+    /// whose workers speak the protocol, its credential binds it.
     pub(crate) async fn start_container(
         &self,
         id: WorkerId,
         target: &Target,
         delivery: &DeliveryId,
+        token: FencingToken,
     ) -> Start {
         match self.claim_start(id, delivery).await {
             Claimed::Won => {}
@@ -52,6 +61,8 @@ impl App {
             Claimed::Lost { same: false } | Claimed::Undecided => return Start::HandOver,
         }
         let ledger = self.inner.containers.ledger();
+        // The start of the call that shows the worker active: what a draining lease counts from.
+        let active_at = Instant::now();
         match self.to_start(id).await {
             ToStart::Yes => {}
             verdict => {
@@ -76,14 +87,12 @@ impl App {
             tracing::error!(worker = %id, "the platform refused to start a container whose start claim this replica won (a bug): not starting a second one");
             return Start::HandOver;
         };
-        let launched = match self
-            .inner
-            .launcher
-            .launch(Launch::new(id, started.jobs))
-            .await
-        {
+        let spec = self.launch_spec(id, token, started.jobs, active_at);
+        let launched = match self.inner.launcher.launch(spec).await {
             Ok(launched) => launched,
             Err(e) => {
+                // A protocol worker's mailbox is dropped here, as below.
+                let _ = self.inner.protocol.hub().remove(id).await;
                 // Its mailbox is dropped with the failed start: events handed to it meanwhile are
                 // answered "stopped" and stay with the worker, which never heartbeats: the sweep
                 // declares it dead after its start-up grace and releases them for re-dispatch.
@@ -94,6 +103,31 @@ impl App {
         self.watch_worker(id, launched);
         tracing::info!(worker = %id, %target, %delivery, "container started");
         Start::Started
+    }
+
+    /// What the launcher is given for worker `id`: with a launcher whose workers speak the
+    /// protocol, the router serves the mailbox itself (`GET /worker/v1/next`) and the launcher
+    /// gets an empty, closed one, with the credential, the fencing token and the router's URL in
+    /// the environment; otherwise the mailbox and the worker's id.
+    fn launch_spec(
+        &self,
+        id: WorkerId,
+        token: FencingToken,
+        jobs: Mailbox,
+        active_at: Instant,
+    ) -> Launch {
+        if !self.inner.launcher.speaks_protocol() {
+            return Launch::new(id, jobs);
+        }
+        let protocol = &self.inner.protocol;
+        protocol.hub().serve(id, jobs, active_at);
+        let (_, mut none) = mailbox::channel(1, 0, OverflowMetrics::default());
+        none.close();
+        Launch {
+            id,
+            jobs: none,
+            env: protocol.env(id, token),
+        }
     }
 
     /// Takes worker `id`'s start claim for this replica's admission of `delivery` (a lost claim
@@ -158,6 +192,11 @@ impl App {
             // Decrements the running count however the task ends (a panic included).
             let _running = RunningGuard(app.clone(), id);
             let exit = exit.await;
+            let exit = if app.inner.launcher.speaks_protocol() {
+                app.protocol_exit(id, exit).await
+            } else {
+                exit
+            };
             tracing::info!(worker = %id, exit = exit.as_str(), "container stopped");
             app.inner.metrics.exit(exit.as_str());
             // A crashed container leaves its record (a killed one could not remove it): events
@@ -224,6 +263,104 @@ impl App {
                 self.inner.containers.forget(id);
                 self.inner.targets.retain(|_, w| *w != id);
             }
+        }
+    }
+}
+
+impl App {
+    /// A protocol worker's process (or container) has ended: the router stops serving it. If it
+    /// was stopped at the shutdown deadline, the router deregisters it now that it has seen it
+    /// exit (kill before deregister, which releases its claims) and reports the events it was
+    /// handed or had queued and did not complete.
+    async fn protocol_exit(&self, id: WorkerId, exit: Exit) -> Exit {
+        let left = self.inner.protocol.hub().remove(id).await;
+        let Exit::Stopped(mut jobs) = exit else {
+            return exit;
+        };
+        match self.inner.registry.deregister(id).await {
+            Ok(_) | Err(RegistryError::WorkerDead { .. } | RegistryError::UnknownWorker { .. }) => {
+            }
+            Err(e) => tracing::warn!(
+                worker = %id,
+                "could not deregister a stopped worker ({e}); the registry releases its claims when it declares it dead"
+            ),
+        }
+        jobs.extend(left);
+        Exit::Stopped(jobs)
+    }
+
+    /// Settles what a previous incarnation of this replica left running
+    /// ([`Launcher::leftovers`](crate::launcher::Launcher::leftovers)), before the router serves:
+    /// each is removed (stopped, then forced), and a worker the registry still counts alive is
+    /// then deregistered, which releases its events for re-dispatch (kill before deregister).
+    /// Nothing is left running unaccounted. A leftover that cannot be removed is not
+    /// deregistered (its lease, or the sweep, ends it); a launcher that cannot list them stops
+    /// the start.
+    pub async fn settle_leftovers(&self) -> Result<usize, String> {
+        let launcher = &self.inner.launcher;
+        let found = launcher.leftovers().await.map_err(|e| {
+            format!(
+                "cannot list what the {} launcher left running: {e}",
+                launcher.kind()
+            )
+        })?;
+        let n = found.len();
+        for leftover in found {
+            let id = leftover.worker;
+            let handle = leftover.handle.clone();
+            if let Err(e) = launcher.remove(leftover).await {
+                tracing::error!(worker = %id, %handle, "could not remove a leftover worker, not deregistering it (its lease stops it): {e}");
+                continue;
+            }
+            match self.inner.registry.deregister(id).await {
+                Ok(reason) => {
+                    tracing::warn!(worker = %id, %handle, %reason, "a worker a previous incarnation left running was removed and deregistered: its events are re-dispatched")
+                }
+                Err(RegistryError::WorkerDead { .. } | RegistryError::UnknownWorker { .. }) => {
+                    tracing::info!(worker = %id, %handle, "a dead worker a previous incarnation left running was removed")
+                }
+                Err(e) => {
+                    tracing::warn!(worker = %id, "a removed leftover could not be deregistered ({e}); the sweep declares it dead")
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Kill before re-dispatch: the workers `died` names that still run here (a process or a
+    /// container whose worker the registry declared dead) are killed, and this returns once each
+    /// has exited, or after `cap` (logged: the lease is then what stops it). Only for a launcher
+    /// whose workers run outside this process; a simulated worker learns its death from its
+    /// next call.
+    pub(crate) async fn kill_dead(&self, died: &[WorkerId], cap: Duration) {
+        if !self.inner.launcher.speaks_protocol() {
+            return;
+        }
+        let mut running = self.inner.running.subscribe();
+        let here: Vec<WorkerId> = died
+            .iter()
+            .copied()
+            .filter(|id| match self.inner.controls.get(id) {
+                Some(control) => {
+                    tracing::warn!(worker = %id, "the registry declared the worker dead: killing it before its events are re-dispatched");
+                    control.kill();
+                    true
+                }
+                None => false,
+            })
+            .collect();
+        if here.is_empty() {
+            return;
+        }
+        let gone = async {
+            while here.iter().any(|id| self.inner.controls.contains_key(id)) {
+                if running.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        if tokio::time::timeout(cap, gone).await.is_err() {
+            tracing::error!(workers = ?here, "dead workers did not exit within {cap:?} of their kill; their leases stop them");
         }
     }
 }

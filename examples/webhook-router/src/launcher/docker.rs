@@ -12,7 +12,7 @@
 //!
 //! **End.** The launcher waits for the container to stop, maps its status as the `process`
 //! launcher does ([`exit_for`]: after a stop, [`Exit::Stopped`] with no jobs, since the router's
-//! worker-protocol server holds the mailbox),
+//! worker-protocol server holds the mailbox: [`Launcher::speaks_protocol`]),
 //! then removes the container. [`Control::kill`] kills it (`SIGKILL`), [`Control::stop`] stops it
 //! (`SIGTERM`, `SIGKILL` after the stop grace, counted by the daemon). Dropping
 //! [`Launched::exit`] force-removes the container. A daemon that stops answering ends the wait as
@@ -20,10 +20,9 @@
 //! the next start's [`Launcher::leftovers`]: the containers with this registry's and this
 //! replica's labels.
 
-use super::external::{exit_for, hand_over, MailboxHandoff};
+use super::external::exit_for;
 use super::output::Lines;
 use super::{BoxFuture, Control, Exit, Launch, LaunchError, Launched, Launcher, Leftover};
-use crate::mailbox::Mailbox;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -91,7 +90,6 @@ pub struct DockerLauncherBuilder {
     init: bool,
     stop_grace: Duration,
     output_drain: Duration,
-    mailboxes: Option<MailboxHandoff>,
 }
 
 impl DockerLauncherBuilder {
@@ -142,12 +140,6 @@ impl DockerLauncherBuilder {
     /// How long output is read after a container stopped (default [`DEFAULT_OUTPUT_DRAIN`]).
     pub fn output_drain(mut self, drain: Duration) -> Self {
         self.output_drain = drain;
-        self
-    }
-
-    /// Where each worker's mailbox goes at launch (default: held, unread, until the worker ends).
-    pub fn mailboxes(mut self, handoff: MailboxHandoff) -> Self {
-        self.mailboxes = Some(handoff);
         self
     }
 
@@ -227,7 +219,6 @@ impl DockerLauncher {
             init: DEFAULT_INIT,
             stop_grace: DEFAULT_STOP_GRACE,
             output_drain: DEFAULT_OUTPUT_DRAIN,
-            mailboxes: None,
         }
     }
 
@@ -257,7 +248,8 @@ impl DockerLauncher {
     }
 
     async fn start(&self, spec: Launch) -> Result<Launched, LaunchError> {
-        let Launch { id, jobs, env } = spec;
+        // `jobs` is closed and empty: the router serves the mailbox (`speaks_protocol`).
+        let Launch { id, env, .. } = spec;
         let refused = |e: DockerError| LaunchError::Refused {
             worker: id,
             reason: e.to_string(),
@@ -274,7 +266,6 @@ impl DockerLauncher {
             remove(&self.docker, &container).await;
             return Err(refused(e));
         }
-        let held = hand_over(self.config.mailboxes.as_ref(), id, jobs);
         tracing::info!(worker = %id, container = %container, %name, image = %self.config.image, "worker container started");
         let handle = Handle::current();
         let (state, _) = watch::channel(Ending::Running);
@@ -288,13 +279,7 @@ impl DockerLauncher {
         });
         let output = tokio::spawn(follow_output(shared.clone()));
         let guard = RemoveOnDrop(Some(shared.clone()));
-        let exit = run(
-            shared.clone(),
-            guard,
-            output,
-            self.config.output_drain,
-            held,
-        );
+        let exit = run(shared.clone(), guard, output, self.config.output_drain);
         Ok(Launched {
             exit: Box::pin(exit),
             control: Box::new(DockerControl(shared)),
@@ -344,6 +329,11 @@ impl DockerLauncher {
 impl Launcher for DockerLauncher {
     fn kind(&self) -> &'static str {
         "docker"
+    }
+
+    /// Its workers speak the protocol: the router serves their mailboxes.
+    fn speaks_protocol(&self) -> bool {
+        true
     }
 
     fn launch(&self, spec: Launch) -> BoxFuture<'_, Result<Launched, LaunchError>> {
@@ -412,7 +402,6 @@ async fn run(
     mut guard: RemoveOnDrop,
     output: tokio::task::JoinHandle<()>,
     drain: Duration,
-    held: Option<Mailbox>,
 ) -> Exit {
     let options = WaitContainerOptionsBuilder::new()
         .condition("not-running")
@@ -435,7 +424,6 @@ async fn run(
     }
     remove(&shared.docker, &shared.container).await;
     guard.0 = None; // removed (or tried): nothing for the guard to do
-    drop(held);
     let ending = *shared.state.borrow();
     let exit = exit_for(status, ending == Ending::Killed, ending == Ending::Stopping);
     tracing::info!(worker = %shared.id, container = %shared.container, status = ?status, exit = exit.as_str(), "worker container ended");

@@ -1,32 +1,12 @@
-//! What the out-of-process launchers (`process`, `docker`) decide the same way: where a worker's
-//! mailbox goes ([`MailboxHandoff`]), and how its exit status becomes an [`Exit`] ([`exit_for`]).
+//! What the out-of-process launchers (`process`, `docker`) decide the same way: how a worker's exit
+//! status becomes an [`Exit`] ([`exit_for`]). Both speak the worker protocol
+//! ([`Launcher::speaks_protocol`](super::Launcher::speaks_protocol)): the router serves their
+//! workers' mailboxes itself, and they get [`Launch::jobs`](super::Launch::jobs) closed and empty.
 
 use super::Exit;
-use crate::mailbox::Mailbox;
-
-use std::sync::Arc;
-
-use worker_registry::WorkerId;
-
 /// The exit status of a worker that was told it is fenced (`410` on a protocol call; see
 /// [`crate::docs::worker_protocol`]).
 pub const EXIT_FENCED: i32 = 3;
-
-/// Where a launched worker's mailbox goes: the router's worker-protocol server, which serves its
-/// events to the worker's "next event" calls. An out-of-process launcher never reads it.
-pub type MailboxHandoff = Arc<dyn Fn(WorkerId, Mailbox) + Send + Sync>;
-
-/// Hands worker `id`'s mailbox to `handoff`, or returns it to be held (unread) until the worker
-/// ends when there is none.
-pub fn hand_over(handoff: Option<&MailboxHandoff>, id: WorkerId, jobs: Mailbox) -> Option<Mailbox> {
-    match handoff {
-        Some(handoff) => {
-            handoff(id, jobs);
-            None
-        }
-        None => Some(jobs),
-    }
-}
 
 /// The [`Exit`] of a worker that ended with status `code` (`None`: killed by a signal, or not
 /// known), after the router `killed` or began `stopping` it: a stop wins (the worker is

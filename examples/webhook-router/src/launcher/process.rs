@@ -21,9 +21,8 @@
 //! **Control.** [`Control::kill`] is `SIGKILL` of the worker's process group at once, then of its
 //! whole session ([`Exit::Crashed`]); [`Control::stop`] is `SIGTERM` of the group, and `SIGKILL` of
 //! the session after the stop grace ([`DEFAULT_STOP_GRACE`]): its exit is then [`Exit::Stopped`]
-//! with **no** jobs, whatever its status: this launcher never consumes the worker's mailbox (the
-//! router's worker-protocol server serves it, through [`ProcessLauncherBuilder::mailboxes`]), so
-//! the router accounts the mailbox's remainder itself. Dropping [`Launched::exit`] kills the whole
+//! with **no** jobs, whatever its status: the router's worker-protocol server serves the worker's
+//! mailbox ([`Launcher::speaks_protocol`]), so the router accounts its remainder itself. Dropping [`Launched::exit`] kills the whole
 //! session.
 //!
 //! **Leftovers** come from the records of the state directory (`--launcher-state-dir`; `record`
@@ -34,10 +33,9 @@
 mod record;
 mod session;
 
-use super::external::{exit_for, hand_over, MailboxHandoff};
+use super::external::exit_for;
 use super::output::Lines;
 use super::{BoxFuture, Control, Exit, Launch, LaunchError, Launched, Launcher, Leftover};
-use crate::mailbox::Mailbox;
 use record::{Record, Records};
 
 use std::io;
@@ -71,7 +69,6 @@ pub struct ProcessLauncherBuilder {
     stop_grace: Duration,
     output_drain: Duration,
     state_dir: Option<PathBuf>,
-    mailboxes: Option<MailboxHandoff>,
 }
 
 impl ProcessLauncherBuilder {
@@ -103,12 +100,6 @@ impl ProcessLauncherBuilder {
         self
     }
 
-    /// Where each worker's mailbox goes at launch (default: held, unread, until the worker ends).
-    pub fn mailboxes(mut self, handoff: MailboxHandoff) -> Self {
-        self.mailboxes = Some(handoff);
-        self
-    }
-
     /// The launcher; an empty command, or a state directory that cannot be created, is refused.
     pub fn build(self) -> Result<ProcessLauncher, LaunchError> {
         if self.argv.first().is_none_or(|p| p.is_empty()) {
@@ -132,7 +123,6 @@ impl ProcessLauncherBuilder {
             stop_grace: self.stop_grace,
             output_drain: self.output_drain,
             records,
-            mailboxes: self.mailboxes,
         })
     }
 }
@@ -144,7 +134,6 @@ pub struct ProcessLauncher {
     stop_grace: Duration,
     output_drain: Duration,
     records: Option<Records>,
-    mailboxes: Option<MailboxHandoff>,
 }
 
 impl ProcessLauncher {
@@ -156,7 +145,6 @@ impl ProcessLauncher {
             stop_grace: DEFAULT_STOP_GRACE,
             output_drain: DEFAULT_OUTPUT_DRAIN,
             state_dir: None,
-            mailboxes: None,
         }
     }
 
@@ -202,16 +190,16 @@ impl ProcessLauncher {
     }
 
     async fn start(&self, spec: Launch) -> Result<Launched, LaunchError> {
-        let Launch { id, jobs, env } = spec;
+        // `jobs` is closed and empty: the router serves the mailbox (`speaks_protocol`).
+        let Launch { id, env, .. } = spec;
         let refused = |reason: String| LaunchError::Refused { worker: id, reason };
         let child = spawn(self.command(&env))
             .await
             .map_err(|e| refused(format!("{}: {e}", self.argv[0])))?;
         let worker = Started::watch(id, child, self.records.clone())
             .map_err(|e| refused(format!("watching the started process: {e}")))?;
-        let held = hand_over(self.mailboxes.as_ref(), id, jobs);
         let shared = worker.shared.clone();
-        let exit = worker.exit(self.stop_grace, self.output_drain, held);
+        let exit = worker.exit(self.stop_grace, self.output_drain);
         tracing::info!(worker = %id, pid = shared.sid, command = %self.argv[0], "worker process started");
         Ok(Launched {
             exit: Box::pin(exit),
@@ -233,6 +221,11 @@ impl ProcessLauncher {
 impl Launcher for ProcessLauncher {
     fn kind(&self) -> &'static str {
         "process"
+    }
+
+    /// Its workers speak the protocol: the router serves their mailboxes.
+    fn speaks_protocol(&self) -> bool {
+        true
     }
 
     fn launch(&self, spec: Launch) -> BoxFuture<'_, Result<Launched, LaunchError>> {
@@ -436,26 +429,18 @@ impl Started {
         })
     }
 
-    /// Awaits the worker's end (see the [module documentation](self)); `held` is its mailbox when
-    /// nothing else took it.
+    /// Awaits the worker's end (see the [module documentation](self)).
     fn exit(
         self,
         grace: Duration,
         drain: Duration,
-        held: Option<Mailbox>,
     ) -> impl std::future::Future<Output = Exit> + Send + 'static {
         // Made now, not at the first poll: a future dropped unpolled kills the worker too.
         let guard = KillOnDrop(Some(self.shared.clone()));
-        self.run(guard, grace, drain, held)
+        self.run(guard, grace, drain)
     }
 
-    async fn run(
-        self,
-        mut guard: KillOnDrop,
-        grace: Duration,
-        drain: Duration,
-        held: Option<Mailbox>,
-    ) -> Exit {
+    async fn run(self, mut guard: KillOnDrop, grace: Duration, drain: Duration) -> Exit {
         let shared = &self.shared;
         // A stop arms the escalation once; the escalation fires once.
         let escalate = tokio::time::sleep(Duration::MAX);
@@ -486,7 +471,6 @@ impl Started {
             .ok()
             .flatten();
         guard.0 = None; // finished: nothing for the guard to do
-        drop(held);
         for task in self.output {
             let abort = task.abort_handle();
             if tokio::time::timeout(drain, task).await.is_err() {

@@ -217,6 +217,7 @@ pub async fn start(
             shared: choice.is_shared(),
             backend: choice.kind(),
             launcher: None,
+            protocol: Default::default(),
         };
         let app = App::with_platform(registry, options.clone(), platform);
         servers.push(
