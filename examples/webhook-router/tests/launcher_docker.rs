@@ -182,7 +182,7 @@ async fn removed(docker: &Docker, id: u64) {
 async fn exit_zero_is_exited_with_its_environment_and_output_and_the_container_is_removed() {
     let Some(host) = daemon() else { return };
     let launcher = sh("export -p; echo to-stderr >&2; exit 0", "r1")
-        .build_with(client(host).await)
+        .build_on(client(host).await)
         .unwrap();
     let launched = launch(&launcher, 201, &[("WORKER_CREDENTIAL", "v1.201.x.y")]).await;
     assert_eq!(exit_of(launched).await, Exit::Exited);
@@ -202,9 +202,7 @@ async fn exit_zero_is_exited_with_its_environment_and_output_and_the_container_i
 #[tokio::test]
 async fn exit_statuses_map() {
     let Some(host) = daemon() else { return };
-    let launcher = sh("exit $HOW", "r1")
-        .build_with(client(host).await)
-        .unwrap();
+    let launcher = sh("exit $HOW", "r1").build_on(client(host).await).unwrap();
     for (id, how, exit) in [(210, "3", Exit::Fenced), (211, "4", Exit::Crashed)] {
         let launched = launch(&launcher, id, &[("HOW", how)]).await;
         assert_eq!(exit_of(launched).await, exit, "exit {how}");
@@ -215,7 +213,7 @@ async fn exit_statuses_map() {
 async fn kill_mid_run_is_crashed_and_the_container_removed() {
     let Some(host) = daemon() else { return };
     let launcher = sh("echo ready; exec tail -f /dev/null", "r1")
-        .build_with(client(host).await)
+        .build_on(client(host).await)
         .unwrap();
     let launched = launch(&launcher, 220, &[]).await;
     wait_line(220, "stdout", "ready").await;
@@ -231,7 +229,7 @@ async fn stop_is_stopped() {
         "trap 'echo term; exit 0' TERM; echo ready; tail -f /dev/null & wait",
         "r1",
     )
-    .build_with(client(host).await)
+    .build_on(client(host).await)
     .unwrap();
     let launched = launch(&launcher, 230, &[]).await;
     wait_line(230, "stdout", "ready").await;
@@ -244,21 +242,19 @@ async fn stop_is_stopped() {
 async fn a_previous_incarnations_container_is_found_by_its_labels_and_removed() {
     let Some(host) = daemon() else { return };
     let before = sh("echo ready; exec tail -f /dev/null", "r-left")
-        .build_with(client(host).await)
+        .build_on(client(host).await)
         .unwrap();
     let launched = launch(&before, 240, &[]).await;
     wait_line(240, "stdout", "ready").await;
     // The incarnation vanishes without a word: its container keeps running.
     std::mem::forget(launched);
 
-    let after = sh("true", "r-left").build_with(client(host).await).unwrap();
+    let after = sh("true", "r-left").build_on(client(host).await).unwrap();
     let found = after.leftovers().await.unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].worker, WorkerId::new(240));
     // Another replica's launcher does not see it.
-    let other = sh("true", "r-other")
-        .build_with(client(host).await)
-        .unwrap();
+    let other = sh("true", "r-other").build_on(client(host).await).unwrap();
     assert!(other.leftovers().await.unwrap().is_empty());
     after.remove(found[0].clone()).await.unwrap();
     removed(&client(host).await, 240).await;
@@ -270,7 +266,7 @@ async fn a_previous_incarnations_container_is_found_by_its_labels_and_removed() 
 async fn dropping_the_exit_removes_the_container() {
     let Some(host) = daemon() else { return };
     let launcher = sh("echo ready; exec tail -f /dev/null", "r1")
-        .build_with(client(host).await)
+        .build_on(client(host).await)
         .unwrap();
     let launched = launch(&launcher, 250, &[]).await;
     wait_line(250, "stdout", "ready").await;
@@ -291,7 +287,7 @@ async fn network_host_reaches_a_loopback_listener_and_none_does_not() {
             .args(vec![script.clone()])
             .network(network)
     };
-    let launcher = on(Network::Host).build_with(client(host).await).unwrap();
+    let launcher = on(Network::Host).build_on(client(host).await).unwrap();
     let launched = launch(&launcher, 260, &[]).await;
     let (mut conn, _) = tokio::time::timeout(HUNG, listener.accept())
         .await
@@ -302,7 +298,7 @@ async fn network_host_reaches_a_loopback_listener_and_none_does_not() {
     assert_eq!(got, "hello-from-the-container\n");
     assert_eq!(exit_of(launched).await, Exit::Exited);
 
-    let isolated = on(Network::None).build_with(client(host).await).unwrap();
+    let isolated = on(Network::None).build_on(client(host).await).unwrap();
     let launched = launch(&isolated, 261, &[]).await;
     assert_eq!(exit_of(launched).await, Exit::Crashed);
     // Its own loopback has no listener on the port.
@@ -315,16 +311,37 @@ async fn network_host_reaches_a_loopback_listener_and_none_does_not() {
 }
 
 #[tokio::test]
+async fn a_daemon_that_is_not_there_is_unavailable_at_the_first_call() {
+    // No daemon needed: a socket nobody listens on (bound, then closed). Building asks the
+    // daemon nothing.
+    let path = format!("/tmp/wr-no-docker-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&path);
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let docker =
+        Docker::connect_with_unix(&format!("unix://{path}"), 5, API_DEFAULT_VERSION).unwrap();
+    let launcher = sh("true", "r1").build_on(docker).unwrap();
+    let err = launcher.leftovers().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            webhook_router::launcher::LaunchError::Unavailable { .. }
+        ),
+        "{err}"
+    );
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[tokio::test]
 async fn limits_are_checked_and_set() {
     let Some(host) = daemon() else { return };
-    let bad = sh("true", "r1").cpus(0.0).build_with(client(host).await);
+    let bad = sh("true", "r1").cpus(0.0).build_on(client(host).await);
     assert!(bad.is_err());
-    let bad = sh("true", "r1").memory(1024).build_with(client(host).await);
+    let bad = sh("true", "r1").memory(1024).build_on(client(host).await);
     assert!(bad.is_err());
     let launcher = sh("echo ready; exec tail -f /dev/null", "r1")
         .memory(64 * 1024 * 1024)
         .cpus(0.5)
-        .build_with(client(host).await)
+        .build_on(client(host).await)
         .unwrap();
     let launched = launch(&launcher, 270, &[]).await;
     wait_line(270, "stdout", "ready").await;

@@ -39,6 +39,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
+use tokio::sync::OnceCell;
 use worker_registry::WorkerId;
 
 /// The label naming the registry a container's worker belongs to.
@@ -143,21 +144,25 @@ impl DockerLauncherBuilder {
         self
     }
 
-    /// Connects to the daemon `DOCKER_HOST` names (or the default socket), agrees on an API
-    /// version with it, and checks the limits.
-    pub async fn build(self) -> Result<DockerLauncher, LaunchError> {
-        let unavailable = |reason: String| LaunchError::Unavailable { reason };
-        let docker = Docker::connect_with_local_defaults()
-            .map_err(|e| unavailable(format!("the Docker daemon: {e}")))?;
-        let docker = docker
-            .negotiate_version()
-            .await
-            .map_err(|e| unavailable(format!("the Docker daemon did not answer: {e}")))?;
-        self.build_with(docker)
+    /// Checks the limits and makes a client of the daemon `DOCKER_HOST` names (or the default
+    /// socket). Nothing is asked of the daemon yet: the first call (normally
+    /// [`Launcher::leftovers`], at start) agrees on an API version with it, and fails
+    /// ([`LaunchError::Unavailable`]) if it does not answer.
+    pub fn build(self) -> Result<DockerLauncher, LaunchError> {
+        let docker =
+            Docker::connect_with_local_defaults().map_err(|e| LaunchError::Unavailable {
+                reason: format!("the Docker daemon: {e}"),
+            })?;
+        self.checked(docker)
     }
 
-    /// As [`build`](Self::build), on a client of the caller's.
-    pub fn build_with(self, docker: Docker) -> Result<DockerLauncher, LaunchError> {
+    /// As [`build`](Self::build), on a client of the caller's (its API version agreed again with
+    /// the daemon at the first call).
+    pub fn build_on(self, docker: Docker) -> Result<DockerLauncher, LaunchError> {
+        self.checked(docker)
+    }
+
+    fn checked(self, raw: Docker) -> Result<DockerLauncher, LaunchError> {
         let unavailable = |reason: String| LaunchError::Unavailable { reason };
         let nano_cpus = match self.cpus {
             None => None,
@@ -173,7 +178,8 @@ impl DockerLauncherBuilder {
             return Err(unavailable("no --docker-image".into()));
         }
         Ok(DockerLauncher {
-            docker,
+            raw,
+            agreed: OnceCell::new(),
             name_prefix: format!("wr-{}-", container_name_part(&self.registry)),
             config: Arc::new(self),
             nano_cpus,
@@ -193,7 +199,10 @@ fn container_name_part(text: &str) -> String {
 
 /// The `docker` launcher (see the [module documentation](self)).
 pub struct DockerLauncher {
-    docker: Docker,
+    /// The client as made, at the crate's API version.
+    raw: Docker,
+    /// The client at the version agreed with the daemon, from the first call on.
+    agreed: OnceCell<Docker>,
     config: Arc<DockerLauncherBuilder>,
     name_prefix: String,
     nano_cpus: Option<i64>,
@@ -220,6 +229,13 @@ impl DockerLauncher {
             stop_grace: DEFAULT_STOP_GRACE,
             output_drain: DEFAULT_OUTPUT_DRAIN,
         }
+    }
+
+    /// The client, at the API version agreed with the daemon (negotiated by the first call).
+    async fn docker(&self) -> Result<&Docker, DockerError> {
+        self.agreed
+            .get_or_try_init(|| self.raw.clone().negotiate_version())
+            .await
     }
 
     /// The container's configuration for worker `id`.
@@ -256,21 +272,21 @@ impl DockerLauncher {
         };
         let name = format!("{}{id}", self.name_prefix);
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
-        let created = self
-            .docker
+        let docker = self.docker().await.map_err(refused)?;
+        let created = docker
             .create_container(Some(options), self.body(id, &env))
             .await
             .map_err(refused)?;
         let container = created.id;
-        if let Err(e) = self.docker.start_container(&container, None).await {
-            remove(&self.docker, &container).await;
+        if let Err(e) = docker.start_container(&container, None).await {
+            remove(docker, &container).await;
             return Err(refused(e));
         }
         tracing::info!(worker = %id, container = %container, %name, image = %self.config.image, "worker container started");
         let handle = Handle::current();
         let (state, _) = watch::channel(Ending::Running);
         let shared = Arc::new(Shared {
-            docker: self.docker.clone(),
+            docker: docker.clone(),
             id,
             container,
             handle,
@@ -299,13 +315,14 @@ impl DockerLauncher {
             .all(true)
             .filters(&filters)
             .build();
-        let containers = self
-            .docker
+        let unavailable = |e: DockerError| LaunchError::Unavailable {
+            reason: format!("listing the containers: {e}"),
+        };
+        let docker = self.docker().await.map_err(unavailable)?;
+        let containers = docker
             .list_containers(Some(options))
             .await
-            .map_err(|e| LaunchError::Unavailable {
-                reason: format!("listing the containers: {e}"),
-            })?;
+            .map_err(unavailable)?;
         let mut found = Vec::new();
         for container in containers {
             let id = container.id.unwrap_or_default();
@@ -355,21 +372,14 @@ impl Launcher for DockerLauncher {
             let stop = StopContainerOptionsBuilder::new()
                 .t(grace_seconds(self.config.stop_grace))
                 .build();
-            match self
-                .docker
-                .stop_container(&leftover.handle, Some(stop))
-                .await
-            {
+            let docker = self.docker().await.map_err(refused)?;
+            match docker.stop_container(&leftover.handle, Some(stop)).await {
                 Ok(()) => {}
                 Err(e) if is_gone(&e) || is_not_modified(&e) => {}
                 Err(e) => return Err(refused(e)),
             }
             let force = RemoveContainerOptionsBuilder::new().force(true).build();
-            match self
-                .docker
-                .remove_container(&leftover.handle, Some(force))
-                .await
-            {
+            match docker.remove_container(&leftover.handle, Some(force)).await {
                 Err(e) if !is_gone(&e) => Err(refused(e)),
                 _ => Ok(()),
             }
