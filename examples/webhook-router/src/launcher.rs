@@ -4,8 +4,11 @@
 //! * [`task`]: the simulated worker ([`crate::worker`]), a tokio task of this process that calls
 //!   the registry directly. Today's only launcher.
 //! * [`process`] (Linux): a command per worker in a session of its own, speaking the worker
-//!   protocol over HTTP; `docker` (to come): a container per worker through the Docker Engine API.
-//! * [`output`]: a worker's output lines in the router's log, tagged with its id.
+//!   protocol over HTTP.
+//! * `docker` (feature `docker`, on by default): a container per worker through the Docker Engine
+//!   API.
+//! * [`output`]: a worker's output lines in the router's log, tagged with its id; [`external`]:
+//!   the exit statuses both out-of-process launchers map alike.
 //!
 //! The router ([`crate::lifecycle`]) wins a worker's start claim, then asks its launcher for the
 //! worker ([`Launcher::launch`]), keeps the returned [`Control`] by worker id (crash on request,
@@ -16,6 +19,9 @@
 //! deregisters, why a worker the router ends has stopped acting before its pull request is handed
 //! on) is written once, in [`crate::docs::worker_protocol`].
 
+#[cfg(feature = "docker")]
+pub mod docker;
+pub mod external;
 pub mod output;
 #[cfg(target_os = "linux")]
 pub mod process;

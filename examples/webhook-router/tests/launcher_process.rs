@@ -10,7 +10,6 @@ use launcher_common::*;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use webhook_router::launcher::process::{ProcessLauncher, ProcessLauncherBuilder};
@@ -282,21 +281,4 @@ async fn a_record_whose_session_is_gone_is_not_a_leftover() {
     let launched = launch(&launcher, 151, &[]).await;
     assert_eq!(exit_of(launched).await, Exit::Exited);
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
-}
-
-#[tokio::test]
-async fn the_mailbox_goes_to_the_handoff() {
-    let handed = Arc::new(Mutex::new(Vec::new()));
-    let sink = handed.clone();
-    let launcher = sh("exit 0")
-        .mailboxes(Arc::new(move |id, mailbox| {
-            sink.lock().unwrap().push((id, mailbox))
-        }))
-        .build()
-        .unwrap();
-    let launched = launch(&launcher, 160, &[]).await;
-    assert_eq!(exit_of(launched).await, Exit::Exited);
-    let handed = handed.lock().unwrap();
-    assert_eq!(handed.len(), 1);
-    assert_eq!(handed[0].0, WorkerId::new(160));
 }

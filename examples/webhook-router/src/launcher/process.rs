@@ -15,16 +15,14 @@
 //! **End.** The launcher waits for the process on a pidfd, which sees the exit without reaping it,
 //! so the process's id stays its own until the launcher is done with it: it then kills whatever
 //! the worker left running in its session (its command, its command's children), reaps it, and
-//! deletes its record. Exit status 0 is [`Exit::Exited`], [`EXIT_FENCED`] (3, the worker's "I was
-//! fenced", see [`crate::docs::worker_protocol`]) is [`Exit::Fenced`], anything else (a signal, the
-//! self-fencing lease's status 4, a crash) is [`Exit::Crashed`].
+//! deletes its record. Its status is mapped by [`exit_for`] (0 [`Exit::Exited`], 3
+//! [`Exit::Fenced`], anything else [`Exit::Crashed`]).
 //!
 //! **Control.** [`Control::kill`] is `SIGKILL` of the worker's process group at once, then of its
 //! whole session ([`Exit::Crashed`]); [`Control::stop`] is `SIGTERM` of the group, and `SIGKILL` of
 //! the session after the stop grace ([`DEFAULT_STOP_GRACE`]): its exit is then [`Exit::Stopped`]
-//! with **no** jobs, whatever its status: this launcher never consumes the worker's mailbox (the
-//! router's worker-protocol server serves it, through [`ProcessLauncherBuilder::mailboxes`]), so
-//! the router accounts the mailbox's remainder itself. Dropping [`Launched::exit`] kills the whole
+//! with **no** jobs, whatever its status: the router's worker-protocol server serves the worker's
+//! mailbox ([`Launcher::speaks_protocol`]), so the router accounts its remainder itself. Dropping [`Launched::exit`] kills the whole
 //! session.
 //!
 //! **Leftovers** come from the records of the state directory (`--launcher-state-dir`; `record`
@@ -35,9 +33,9 @@
 mod record;
 mod session;
 
+use super::external::exit_for;
 use super::output::Lines;
 use super::{BoxFuture, Control, Exit, Launch, LaunchError, Launched, Launcher, Leftover};
-use crate::mailbox::Mailbox;
 use record::{Record, Records};
 
 use std::io;
@@ -64,13 +62,6 @@ pub const DEFAULT_OUTPUT_DRAIN: Duration = Duration::from_secs(1);
 /// The `PATH` a worker gets when the router has none.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// The exit status of a worker that was told it is fenced (`410` on a protocol call).
-pub const EXIT_FENCED: i32 = 3;
-
-/// Where a launched worker's mailbox goes: the router's worker-protocol server, which serves its
-/// events to the worker's "next event" calls.
-pub type MailboxHandoff = Arc<dyn Fn(WorkerId, Mailbox) + Send + Sync>;
-
 /// Configures a [`ProcessLauncher`].
 pub struct ProcessLauncherBuilder {
     argv: Vec<String>,
@@ -78,7 +69,6 @@ pub struct ProcessLauncherBuilder {
     stop_grace: Duration,
     output_drain: Duration,
     state_dir: Option<PathBuf>,
-    mailboxes: Option<MailboxHandoff>,
 }
 
 impl ProcessLauncherBuilder {
@@ -110,12 +100,6 @@ impl ProcessLauncherBuilder {
         self
     }
 
-    /// Where each worker's mailbox goes at launch (default: held, unread, until the worker ends).
-    pub fn mailboxes(mut self, handoff: MailboxHandoff) -> Self {
-        self.mailboxes = Some(handoff);
-        self
-    }
-
     /// The launcher; an empty command, or a state directory that cannot be created, is refused.
     pub fn build(self) -> Result<ProcessLauncher, LaunchError> {
         if self.argv.first().is_none_or(|p| p.is_empty()) {
@@ -139,7 +123,6 @@ impl ProcessLauncherBuilder {
             stop_grace: self.stop_grace,
             output_drain: self.output_drain,
             records,
-            mailboxes: self.mailboxes,
         })
     }
 }
@@ -151,7 +134,6 @@ pub struct ProcessLauncher {
     stop_grace: Duration,
     output_drain: Duration,
     records: Option<Records>,
-    mailboxes: Option<MailboxHandoff>,
 }
 
 impl ProcessLauncher {
@@ -163,7 +145,6 @@ impl ProcessLauncher {
             stop_grace: DEFAULT_STOP_GRACE,
             output_drain: DEFAULT_OUTPUT_DRAIN,
             state_dir: None,
-            mailboxes: None,
         }
     }
 
@@ -209,22 +190,16 @@ impl ProcessLauncher {
     }
 
     async fn start(&self, spec: Launch) -> Result<Launched, LaunchError> {
-        let Launch { id, jobs, env } = spec;
+        // `jobs` is closed and empty: the router serves the mailbox (`speaks_protocol`).
+        let Launch { id, env, .. } = spec;
         let refused = |reason: String| LaunchError::Refused { worker: id, reason };
         let child = spawn(self.command(&env))
             .await
             .map_err(|e| refused(format!("{}: {e}", self.argv[0])))?;
         let worker = Started::watch(id, child, self.records.clone())
             .map_err(|e| refused(format!("watching the started process: {e}")))?;
-        let held = match &self.mailboxes {
-            Some(handoff) => {
-                handoff(id, jobs);
-                None
-            }
-            None => Some(jobs),
-        };
         let shared = worker.shared.clone();
-        let exit = worker.exit(self.stop_grace, self.output_drain, held);
+        let exit = worker.exit(self.stop_grace, self.output_drain);
         tracing::info!(worker = %id, pid = shared.sid, command = %self.argv[0], "worker process started");
         Ok(Launched {
             exit: Box::pin(exit),
@@ -454,26 +429,18 @@ impl Started {
         })
     }
 
-    /// Awaits the worker's end (see the [module documentation](self)); `held` is its mailbox when
-    /// nothing else took it.
+    /// Awaits the worker's end (see the [module documentation](self)).
     fn exit(
         self,
         grace: Duration,
         drain: Duration,
-        held: Option<Mailbox>,
     ) -> impl std::future::Future<Output = Exit> + Send + 'static {
         // Made now, not at the first poll: a future dropped unpolled kills the worker too.
         let guard = KillOnDrop(Some(self.shared.clone()));
-        self.run(guard, grace, drain, held)
+        self.run(guard, grace, drain)
     }
 
-    async fn run(
-        self,
-        mut guard: KillOnDrop,
-        grace: Duration,
-        drain: Duration,
-        held: Option<Mailbox>,
-    ) -> Exit {
+    async fn run(self, mut guard: KillOnDrop, grace: Duration, drain: Duration) -> Exit {
         let shared = &self.shared;
         // A stop arms the escalation once; the escalation fires once.
         let escalate = tokio::time::sleep(Duration::MAX);
@@ -504,7 +471,6 @@ impl Started {
             .ok()
             .flatten();
         guard.0 = None; // finished: nothing for the guard to do
-        drop(held);
         for task in self.output {
             let abort = task.abort_handle();
             if tokio::time::timeout(drain, task).await.is_err() {
@@ -515,25 +481,14 @@ impl Started {
             let state = shared.state();
             (state.killed, state.stopping)
         };
-        let exit = map_exit(status, killed, stopping);
+        let exit = exit_for(
+            status.and_then(|s| s.code()).map(i64::from),
+            killed,
+            stopping,
+        );
         let status = status.map_or_else(|| "unknown".to_owned(), |s| s.to_string());
         tracing::info!(worker = %shared.id, %status, exit = exit.as_str(), "worker process ended");
         exit
-    }
-}
-
-/// How a worker process's status maps to an [`Exit`] (see the [module documentation](self)).
-fn map_exit(status: Option<ExitStatus>, killed: bool, stopping: bool) -> Exit {
-    if stopping {
-        return Exit::Stopped(Vec::new());
-    }
-    if killed {
-        return Exit::Crashed;
-    }
-    match status.and_then(|s| s.code()) {
-        Some(0) => Exit::Exited,
-        Some(EXIT_FENCED) => Exit::Fenced,
-        _ => Exit::Crashed,
     }
 }
 

@@ -74,10 +74,16 @@ pub async fn wait_event(worker: u64, pred: impl Fn(&Event) -> bool) -> Event {
             .cloned()
     };
     let wait = rx.wait_for(|log| found(log).is_some());
-    let log = tokio::time::timeout(HUNG, wait)
-        .await
-        .expect("hung waiting for a log event")
-        .expect("the log is never closed");
+    let Ok(log) = tokio::time::timeout(HUNG, wait).await else {
+        let seen: Vec<Event> = log()
+            .borrow()
+            .iter()
+            .filter(|e| e.field("worker") == Some(&worker))
+            .cloned()
+            .collect();
+        panic!("hung waiting for a log event of worker {worker}; its events: {seen:#?}");
+    };
+    let log = log.expect("the log is never closed");
     found(&log).expect("just seen")
 }
 
