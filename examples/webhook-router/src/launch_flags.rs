@@ -108,7 +108,16 @@ impl LaunchArgs {
         let worker_argv = match kind {
             LauncherKind::Task => Vec::new(),
             LauncherKind::Process if simulate => vec![self.worker_program()?],
-            LauncherKind::Process | LauncherKind::Docker => {
+            LauncherKind::Docker => match &self.event_command {
+                // The image's entrypoint is the worker; the program named here is not run.
+                Some(cmd) => vec![
+                    WORKER_BINARY.to_owned(),
+                    "--event-command".to_owned(),
+                    cmd.clone(),
+                ],
+                None => return Err("--launcher docker needs --event-command".into()),
+            },
+            LauncherKind::Process => {
                 let Some(cmd) = &self.event_command else {
                     return Err(format!(
                         "--launcher {} needs --event-command: what each worker runs per event",
@@ -197,16 +206,27 @@ fn default_worker_command() -> Result<PathBuf, String> {
 }
 
 impl LaunchSettings {
-    /// The launcher to start workers with; `None`: the router's default, `task`.
-    pub fn launcher(&self) -> Result<Option<Arc<dyn Launcher>>, String> {
+    /// The launcher to start workers with; `None`: the router's default, `task`. A docker
+    /// launcher labels its containers with `registry` (the registry's name) and `replica` (this
+    /// replica's stable name: its webhook address), which is how the next start finds them.
+    pub fn launcher(
+        &self,
+        registry: &str,
+        replica: &str,
+    ) -> Result<Option<Arc<dyn Launcher>>, String> {
         match self.kind {
             LauncherKind::Task => Ok(None),
             LauncherKind::Process => process_launcher(self),
-            LauncherKind::Docker => Err(
-                "--launcher docker is not built into this router yet (its launcher is on its way); \
-                 use --launcher process"
-                    .into(),
-            ),
+            LauncherKind::Docker => {
+                let image = self.docker_image.clone().unwrap_or_default();
+                let launcher =
+                    crate::launcher::docker::DockerLauncher::builder(image, registry, replica)
+                        // The image's entrypoint is the worker: it gets the worker's arguments only.
+                        .args(self.worker_argv.iter().skip(1).cloned().collect())
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                Ok(Some(Arc::new(launcher)))
+            }
         }
     }
 }

@@ -184,7 +184,7 @@ async fn start(s: &cli::Settings) -> Result<Server, String> {
     };
     // Other replicas forward to the internal endpoint, on the admin address if it has one.
     let mut platform = platform(s, admin.as_ref().unwrap_or(&listener)).await?;
-    platform.launcher = s.launch.launcher()?;
+    platform.launcher = s.launch.launcher(&s.registry_name, &s.bind.to_string())?;
     platform.protocol = s.launch.protocol.clone();
     let app = App::with_platform(registry, s.options.clone(), platform);
     let worker = if app.launcher().speaks_protocol() {
