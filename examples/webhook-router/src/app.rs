@@ -16,10 +16,13 @@
 use crate::backend::RegistryChoice;
 use crate::body::BodyLimits;
 use crate::containers::{Containers, ReplicaTag};
+use crate::launcher::task::TaskLauncher;
+use crate::launcher::{Control, Launcher};
 use crate::metrics::timed::{RegistryCalls, Timed};
 use crate::metrics::RouterMetrics;
 use crate::outcome::Unfinished;
 use crate::policy::Policy;
+use crate::protocol::{Protocol, ProtocolSettings};
 use crate::remote::Remote;
 use crate::secrets::Secret;
 use crate::store::Store;
@@ -89,6 +92,11 @@ pub struct Platform {
     pub shared: bool,
     /// The backend's kind (`memory`, `redis`, `postgres`), a label of the registry calls' metric.
     pub backend: &'static str,
+    /// What starts this router's workers; `None`: the `task` launcher (simulated workers, tokio
+    /// tasks of this process, see [`crate::launcher::task`]).
+    pub launcher: Option<Arc<dyn Launcher>>,
+    /// The worker protocol's key and lease margins (used by launchers whose workers speak it).
+    pub protocol: ProtocolSettings,
 }
 
 impl Platform {
@@ -100,6 +108,8 @@ impl Platform {
             remote: None,
             shared: false,
             backend: "memory",
+            launcher: None,
+            protocol: ProtocolSettings::default(),
         }
     }
 
@@ -133,7 +143,6 @@ impl Platform {
 pub(crate) struct Inner {
     pub(crate) registry: DynRegistry,
     pub(crate) opts: Options,
-    pub(crate) timings: Timings,
     /// Every container of this process, by worker id.
     pub(crate) containers: Arc<Containers>,
     /// This replica's tag in `containers`.
@@ -147,11 +156,20 @@ pub(crate) struct Inner {
     pub(crate) parked: DashMap<(Target, DeliveryId), ()>,
     /// Which worker of this router serves a target (for `reach` and `drain` decisions).
     pub(crate) targets: DashMap<Target, WorkerId>,
+    /// What starts this router's workers.
+    pub(crate) launcher: Arc<dyn Launcher>,
+    /// The worker protocol's state (served when a worker listener is given).
+    pub(crate) protocol: Arc<Protocol>,
+    /// The task awaiting each running worker's exit (aborting it ends the worker with no
+    /// goodbye: a killed replica).
     pub(crate) tasks: DashMap<WorkerId, AbortHandle>,
+    /// Each running worker's control (crash on request, stop at the shutdown deadline).
+    pub(crate) controls: DashMap<WorkerId, Box<dyn Control>>,
     pub(crate) closing: AtomicBool,
     /// Worker tasks running now (shutdown waits for 0).
     pub(crate) running: watch::Sender<usize>,
-    /// Set at the shutdown deadline: every worker stops at once.
+    /// Set at the shutdown deadline: every worker stops at once (those running are told through
+    /// their control; one launched later is told as soon as it is).
     pub(crate) stop: watch::Sender<bool>,
     pub(crate) metrics: RouterMetrics,
     /// The Prometheus registry (the registry's and the router's metrics), until the HTTP app takes it.
@@ -192,12 +210,20 @@ impl App {
         let metrics = RouterMetrics::new(export.returned(), calls);
         metrics.register(&mut export, calls_family);
         metrics.register_overflow(&mut export, platform.containers.overflow_metrics());
+        let protocol = Arc::new(Protocol::new(registry.config(), platform.protocol));
+        let launcher = platform.launcher.unwrap_or_else(|| {
+            Arc::new(TaskLauncher::new(
+                registry.clone(),
+                timings,
+                platform.containers.traces().clone(),
+                platform.containers.runs().clone(),
+            ))
+        });
         Self {
             inner: Arc::new(Inner {
                 export: Mutex::new(Some(export)),
                 metrics,
                 registry,
-                timings,
                 opts,
                 replica: platform.containers.join(),
                 containers: platform.containers,
@@ -205,7 +231,10 @@ impl App {
                 shared: platform.shared,
                 parked: DashMap::new(),
                 targets: DashMap::new(),
+                launcher,
+                protocol,
                 tasks: DashMap::new(),
+                controls: DashMap::new(),
                 closing: AtomicBool::new(false),
                 running: watch::Sender::new(0),
                 stop: watch::Sender::new(false),
@@ -229,6 +258,16 @@ impl App {
     /// The registry.
     pub fn registry(&self) -> &DynRegistry {
         &self.inner.registry
+    }
+
+    /// The worker protocol's state.
+    pub fn protocol(&self) -> &Arc<Protocol> {
+        &self.inner.protocol
+    }
+
+    /// The launcher that starts this router's workers.
+    pub fn launcher(&self) -> &Arc<dyn Launcher> {
+        &self.inner.launcher
     }
 
     /// The router's options.

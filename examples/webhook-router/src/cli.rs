@@ -170,6 +170,9 @@ pub struct Args {
     /// The reconciler of failed deliveries (see `reconcile/`).
     #[command(flatten)]
     pub reconcile: crate::reconcile::flags::ReconcileArgs,
+    /// The launcher and the worker protocol (see `launch_flags.rs`).
+    #[command(flatten)]
+    pub launch: crate::launch_flags::LaunchArgs,
     /// Drive built-in traffic at the router over HTTP, then print a summary and exit.
     #[arg(long)]
     pub simulate: bool,
@@ -227,6 +230,8 @@ pub struct Settings {
     pub limits: ServerLimits,
     /// The reconciler of failed deliveries, if an App or a hook is named.
     pub reconcile: Option<crate::reconcile::Config>,
+    /// The launcher and the worker protocol.
+    pub launch: crate::launch_flags::LaunchSettings,
     /// The secret files to read again on SIGHUP and when they change.
     pub watched: Vec<Watched>,
     /// How they are read again.
@@ -293,6 +298,7 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         options,
         shutdown: pick(a, "--shutdown-ms", a.shutdown_ms, 10_000, 5_000)?,
         reconcile,
+        launch: a.launch.settings(a.simulate)?,
         watched,
         reload: ReloadOptions {
             window: a.secret_rotation_window,
@@ -316,14 +322,23 @@ fn pick(
 /// clock).
 fn registry_config(a: &Args) -> Result<RegistryConfig, String> {
     let sim = a.simulate;
-    let heartbeat = Duration::from_millis(a.heartbeat_ms.unwrap_or(if sim {
+    // Real worker processes heartbeat over HTTP, through a loaded router: a simulation running
+    // them gets a 1 s timeout (250 ms x 4) rather than the simulated workers' 300 ms.
+    let real = sim && a.launch.kind(true) == crate::launch_flags::LauncherKind::Process;
+    let heartbeat = Duration::from_millis(a.heartbeat_ms.unwrap_or(if real {
+        250
+    } else if sim {
         100
     } else {
         u64::try_from(DEFAULT_HEARTBEAT_INTERVAL.as_millis()).unwrap_or(30_000)
     }));
-    let missed = a
-        .missed_heartbeats
-        .unwrap_or(if sim { 3 } else { DEFAULT_MISSED_HEARTBEATS });
+    let missed = a.missed_heartbeats.unwrap_or(if real {
+        4
+    } else if sim {
+        3
+    } else {
+        DEFAULT_MISSED_HEARTBEATS
+    });
     let capacity = a
         .capacity
         .unwrap_or(if sim { 48 } else { DEFAULT_MAX_WORKERS });

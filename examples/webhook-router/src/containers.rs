@@ -28,7 +28,6 @@ use std::sync::Arc;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
-use tokio::sync::Notify;
 use worker_registry::{DeliveryId, ReleasedEvent, Target, WorkerId};
 
 use crate::limits::{MAX_MAILBOX, MAX_OVERFLOW};
@@ -44,8 +43,6 @@ pub type ReplicaTag = u32;
 pub struct Started {
     /// Its events (the mailbox's receiving end).
     pub jobs: Mailbox,
-    /// Notified to make it crash.
-    pub crash: Arc<Notify>,
 }
 
 /// What became of an event handed to a worker by id.
@@ -82,7 +79,7 @@ pub enum Claim {
 /// What a crash request found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashOutcome {
-    /// The container was told to crash.
+    /// The container runs: it can be told to crash.
     Crashed,
     /// It had stopped already.
     Stopped,
@@ -108,7 +105,6 @@ struct Slot {
     jobs: mailbox::Sender,
     /// The receiving end, until a container takes it over.
     parked: Option<Mailbox>,
-    crash: Arc<Notify>,
 }
 
 impl Slot {
@@ -190,7 +186,6 @@ impl Containers {
             cause: None,
             jobs,
             parked: Some(rx),
-            crash: Arc::new(Notify::new()),
         }
     }
 
@@ -259,10 +254,9 @@ impl Containers {
         };
         slot.stage = Stage::Started(owner);
         slot.cause = Some(cause.1.clone());
-        let crash = slot.crash.clone();
         drop(slot);
         self.ledger.started(worker, cause);
-        Some(Started { jobs, crash })
+        Some(Started { jobs })
     }
 
     /// Hands `job` to `worker`'s container. Without one here: parks it in a new mailbox for the
@@ -295,14 +289,15 @@ impl Containers {
         handed
     }
 
-    /// Tells `worker`'s container to crash.
-    pub fn crash(&self, worker: WorkerId) -> CrashOutcome {
+    /// Whether `worker`'s container can be crashed: started here and not stopped
+    /// ([`CrashOutcome::Crashed`]; the caller then kills it through its launcher), stopped
+    /// already, or not here.
+    pub fn can_crash(&self, worker: WorkerId) -> CrashOutcome {
         match self.slots.get(&worker) {
             Some(slot) if slot.is_started() => {
                 if slot.jobs.is_closed() {
                     CrashOutcome::Stopped
                 } else {
-                    slot.crash.notify_one();
                     CrashOutcome::Crashed
                 }
             }
@@ -529,7 +524,7 @@ mod tests {
         // Another replica's event arrives first: parked, not absent.
         assert!(matches!(c.hand(w, job(1), true), Handed::Queued));
         assert!(!c.is_running(w));
-        assert_eq!(c.crash(w), CrashOutcome::NotHere);
+        assert_eq!(c.can_crash(w), CrashOutcome::NotHere);
         let mut started = c.start(w, a, (&t, &d)).expect("the owner starts it");
         assert_eq!(started.jobs.try_recv().unwrap().event.as_str(), "d1");
         assert!(
@@ -539,10 +534,10 @@ mod tests {
         assert!(matches!(c.hand(w, job(2), false), Handed::Queued));
         assert_eq!(c.owned_by(a), vec![w]);
         assert!(c.owned_by(b).is_empty());
-        assert_eq!(c.crash(w), CrashOutcome::Crashed);
+        assert_eq!(c.can_crash(w), CrashOutcome::Crashed);
         drop(started);
         assert!(matches!(c.hand(w, job(3), false), Handed::Stopped));
-        assert_eq!(c.crash(w), CrashOutcome::Stopped);
+        assert_eq!(c.can_crash(w), CrashOutcome::Stopped);
         assert_eq!(c.without_container(), vec![w]);
         c.forget(w);
         assert!(matches!(
@@ -578,7 +573,7 @@ mod tests {
         // Claimed, not started: events wait for it; it cannot crash, it is not running, a
         // shutdown leaves it for its start, and it is forgotten if the registry drops the worker.
         assert!(matches!(c.hand(w, job(1), false), Handed::Queued));
-        assert_eq!(c.crash(w), CrashOutcome::NotHere);
+        assert_eq!(c.can_crash(w), CrashOutcome::NotHere);
         assert!(!c.is_running(w) && !c.knows(w));
         assert_eq!(c.close_owned_by(a), 0);
         assert!(c.owned_by(a).is_empty());

@@ -132,7 +132,10 @@ impl App {
     ) -> Dispatch {
         self.inner.targets.insert(target.clone(), a.worker);
         if a.new {
-            match self.start_container(a.worker, target, delivery).await {
+            match self
+                .start_container(a.worker, target, delivery, a.token)
+                .await
+            {
                 Start::Started | Start::HandOver => {}
                 // A retry of this delivery won the start claim: it hands the event over.
                 Start::Handled => return Dispatch::Assigned(a),
@@ -184,7 +187,10 @@ impl App {
         if !info.status.is_alive() || info.has_heartbeated || info.target.as_ref() != Some(target) {
             return None;
         }
-        match self.start_container(worker, target, delivery).await {
+        match self
+            .start_container(worker, target, delivery, info.token)
+            .await
+        {
             Start::Started => tracing::info!(
                 %target, %worker,
                 "a redelivery named a worker that had not started (the reply to the admission \

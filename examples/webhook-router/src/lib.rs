@@ -18,38 +18,50 @@
 //! * [`reconcile`]: failed deliveries found in GitHub's hook logs and redelivered.
 //! * [`redispatch`]: released deliveries placed again (the sweeper's callback).
 //! * [`dispatch`]: admission and the handover to a worker's container, here or on its owner.
-//! * [`lifecycle`]: containers started, crashed and forgotten; [`shutdown`]: draining, stopping
+//! * [`lifecycle`]: containers started (through a [`launcher`]), crashed and forgotten; [`shutdown`]: draining, stopping
 //!   and accounting for what was not finished.
 //! * [`app`]: the router's state ([`app::App`]) that those add to, built from
 //!   [`app::Options`] and a [`app::Platform`].
+//! * [`protocol`]: the worker protocol's router side (the key, the lease rules, the workers
+//!   served over `/worker/v1`, whose handlers are [`http::worker`]).
 //! * [`containers`]: the in-process container platform (worker id -> [`mailbox`], a bounded
 //!   channel with a bounded overflow behind it); [`remote`]:
 //!   the owner records and forwarding to containers that other router processes run; [`store`]:
-//!   those records next to a shared registry; [`worker`]: the simulated worker container;
+//!   those records next to a shared registry; [`launcher`]: what starts, stops and watches
+//!   workers, one trait, a launcher a module ([`launcher::task`]: tokio tasks); [`worker`]: the
+//!   simulated worker container the `task` launcher runs;
 //!   [`runs`]: what its loops ran on (the body's digest, for the simulator's audit);
 //!   [`metrics`]: the router's own metrics; [`backend`]: `--registry`, the backend choice;
 //!   [`telemetry`]: a delivery's spans, the `traceparent` handed to its worker, and (feature
 //!   `otel`) their export over OTLP.
 //! * [`reload`]: the secret files re-read on SIGHUP and when they change.
+//! * [`docs`]: long-form design pages (no code): the worker protocol and self-fencing.
 //! * At the bottom, what every layer speaks: [`outcome`] (what was done with a delivery:
 //!   [`outcome::Dispatch`], [`outcome::Source`], [`outcome::Unfinished`]), [`limits`], the
-//!   routing [`policy`] table, [`secrets`] (the reloadable secret handles), and [`github`]'s
-//!   vocabulary.
+//!   routing [`policy`] table, [`secrets`] (the reloadable secret handles), [`credential`] (a
+//!   worker's credential, minted and verified under the router's worker key), [`lease`] (the
+//!   self-fencing lease a heartbeat answer grants), and [`github`]'s vocabulary.
 
 pub mod app;
 pub mod backend;
 pub mod body;
 pub mod cli;
 pub mod containers;
+pub mod credential;
 pub mod dispatch;
+pub mod docs;
 pub mod github;
 pub mod http;
+pub mod launch_flags;
+pub mod launcher;
+pub mod lease;
 pub mod lifecycle;
 pub mod limits;
 pub mod mailbox;
 pub mod metrics;
 pub mod outcome;
 pub mod policy;
+pub mod protocol;
 pub mod reconcile;
 pub mod redispatch;
 pub mod reload;

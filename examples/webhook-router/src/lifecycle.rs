@@ -1,19 +1,22 @@
-//! Container lifecycle: a worker's container (a tokio task running [`worker::Worker`]) started
-//! by whichever path wins the worker's start claim (the admission that created the worker, or the
-//! retry of one whose reply was lost), crashed on request (`POST /debug/...`), and its mailbox
-//! forgotten once the registry no longer counts the worker alive.
+//! Container lifecycle: a worker's container started through the router's
+//! [`Launcher`](crate::launcher::Launcher) by whichever path wins the worker's start claim (the
+//! admission that created the worker, or the retry of one whose reply was lost), its exit awaited
+//! and accounted, crashed on request (`POST /debug/...`), and its mailbox forgotten once the
+//! registry no longer counts the worker alive.
 
 use crate::app::App;
 use crate::containers::{Claim, CrashOutcome};
-use crate::mailbox::Mailbox;
+use crate::launcher::{Exit, Launch, Launched};
+use crate::mailbox::{self, Mailbox, OverflowMetrics};
 use crate::outcome::{CrashError, Unfinished, UnfinishedWhy};
 use crate::remote::{Owner, StartClaim};
-use crate::worker::{self, Exit};
 
-use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::Notify;
-use worker_registry::{DeliveryId, Status, Target, WorkerId, WorkerRegistry};
+use tokio::time::Instant;
+use worker_registry::{
+    DeliveryId, FencingToken, RegistryError, Status, Target, WorkerId, WorkerRegistry,
+};
 
 /// What came of an attempt to start a worker's container (see [`App::start_container`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,11 +46,14 @@ impl App {
     /// A winner then checks that the worker is still one to start (alive, never heartbeated): a
     /// winner held up for a whole worker lifetime must not start a worker that has come and gone.
     /// The loser hands its event over, unless the winner claimed for the same delivery.
+    /// `token` is the fencing token of the assignment that created the worker: with a launcher
+    /// whose workers speak the protocol, its credential binds it.
     pub(crate) async fn start_container(
         &self,
         id: WorkerId,
         target: &Target,
         delivery: &DeliveryId,
+        token: FencingToken,
     ) -> Start {
         match self.claim_start(id, delivery).await {
             Claimed::Won => {}
@@ -55,6 +61,8 @@ impl App {
             Claimed::Lost { same: false } | Claimed::Undecided => return Start::HandOver,
         }
         let ledger = self.inner.containers.ledger();
+        // The start of the call that shows the worker active: what a draining lease counts from.
+        let active_at = Instant::now();
         match self.to_start(id).await {
             ToStart::Yes => {}
             verdict => {
@@ -79,9 +87,47 @@ impl App {
             tracing::error!(worker = %id, "the platform refused to start a container whose start claim this replica won (a bug): not starting a second one");
             return Start::HandOver;
         };
-        self.spawn_worker(id, started.jobs, started.crash);
+        let spec = self.launch_spec(id, token, started.jobs, active_at);
+        let launched = match self.inner.launcher.launch(spec).await {
+            Ok(launched) => launched,
+            Err(e) => {
+                // A protocol worker's mailbox is dropped here, as below.
+                let _ = self.inner.protocol.hub().remove(id).await;
+                // Its mailbox is dropped with the failed start: events handed to it meanwhile are
+                // answered "stopped" and stay with the worker, which never heartbeats: the sweep
+                // declares it dead after its start-up grace and releases them for re-dispatch.
+                tracing::error!(worker = %id, %target, %delivery, launcher = self.inner.launcher.kind(), "{e}");
+                return Start::Started;
+            }
+        };
+        self.watch_worker(id, launched);
         tracing::info!(worker = %id, %target, %delivery, "container started");
         Start::Started
+    }
+
+    /// What the launcher is given for worker `id`: with a launcher whose workers speak the
+    /// protocol, the router serves the mailbox itself (`GET /worker/v1/next`) and the launcher
+    /// gets an empty, closed one, with the credential, the fencing token and the router's URL in
+    /// the environment; otherwise the mailbox and the worker's id.
+    fn launch_spec(
+        &self,
+        id: WorkerId,
+        token: FencingToken,
+        jobs: Mailbox,
+        active_at: Instant,
+    ) -> Launch {
+        if !self.inner.launcher.speaks_protocol() {
+            return Launch::new(id, jobs);
+        }
+        let protocol = &self.inner.protocol;
+        protocol.hub().serve(id, jobs, active_at);
+        let (_, mut none) = mailbox::channel(1, 0, OverflowMetrics::default());
+        none.close();
+        Launch {
+            id,
+            jobs: none,
+            env: protocol.env(id, token),
+        }
     }
 
     /// Takes worker `id`'s start claim for this replica's admission of `delivery` (a lost claim
@@ -128,24 +174,29 @@ impl App {
         }
     }
 
-    fn spawn_worker(&self, id: WorkerId, jobs: Mailbox, crash: Arc<Notify>) {
+    /// Keeps a launched worker's control and awaits its exit in a task of its own.
+    fn watch_worker(&self, id: WorkerId, launched: Launched) {
         let app = self.clone();
-        let w = worker::Worker {
-            registry: self.inner.registry.clone(),
-            id,
-            jobs,
-            crash,
-            stop: self.inner.stop.subscribe(),
-            timings: self.inner.timings,
-            traces: self.inner.containers.traces().clone(),
-            runs: self.inner.containers.runs().clone(),
-        };
+        let Launched { exit, control } = launched;
+        self.inner.controls.insert(id, control);
+        // After the insert: either `stop_workers` (which sets the flag, then stops every control it
+        // finds) sees this control, or this sees the flag.
+        if *self.inner.stop.borrow() {
+            if let Some(control) = self.inner.controls.get(&id) {
+                control.stop();
+            }
+        }
         self.inner.running.send_modify(|n| *n += 1);
         self.inner.containers.ledger().running_up();
         let task = tokio::spawn(async move {
             // Decrements the running count however the task ends (a panic included).
             let _running = RunningGuard(app.clone(), id);
-            let exit = w.run().await;
+            let exit = exit.await;
+            let exit = if app.inner.launcher.speaks_protocol() {
+                app.protocol_exit(id, exit).await
+            } else {
+                exit
+            };
             tracing::info!(worker = %id, exit = exit.as_str(), "container stopped");
             app.inner.metrics.exit(exit.as_str());
             // A crashed container leaves its record (a killed one could not remove it): events
@@ -182,11 +233,16 @@ impl App {
         if let Status::Dead(_) = info.status {
             return Err(CrashError::Dead(id, info.status));
         }
-        match self.inner.containers.crash(id) {
-            CrashOutcome::Crashed => {
-                tracing::warn!(worker = %id, "crashing container on request");
-                Ok(())
-            }
+        match self.inner.containers.can_crash(id) {
+            CrashOutcome::Crashed => match self.inner.controls.get(&id) {
+                Some(control) => {
+                    tracing::warn!(worker = %id, "crashing container on request");
+                    control.kill();
+                    Ok(())
+                }
+                // Started a moment ago and not launched yet, or its exit is being accounted.
+                None => Err(CrashError::NoContainer(id)),
+            },
             CrashOutcome::Stopped => Err(CrashError::AlreadyStopped(id)),
             CrashOutcome::NotHere => Err(CrashError::NoContainer(id)),
         }
@@ -207,6 +263,104 @@ impl App {
                 self.inner.containers.forget(id);
                 self.inner.targets.retain(|_, w| *w != id);
             }
+        }
+    }
+}
+
+impl App {
+    /// A protocol worker's process (or container) has ended: the router stops serving it. If it
+    /// was stopped at the shutdown deadline, the router deregisters it now that it has seen it
+    /// exit (kill before deregister, which releases its claims) and reports the events it was
+    /// handed or had queued and did not complete.
+    async fn protocol_exit(&self, id: WorkerId, exit: Exit) -> Exit {
+        let left = self.inner.protocol.hub().remove(id).await;
+        let Exit::Stopped(mut jobs) = exit else {
+            return exit;
+        };
+        match self.inner.registry.deregister(id).await {
+            Ok(_) | Err(RegistryError::WorkerDead { .. } | RegistryError::UnknownWorker { .. }) => {
+            }
+            Err(e) => tracing::warn!(
+                worker = %id,
+                "could not deregister a stopped worker ({e}); the registry releases its claims when it declares it dead"
+            ),
+        }
+        jobs.extend(left);
+        Exit::Stopped(jobs)
+    }
+
+    /// Settles what a previous incarnation of this replica left running
+    /// ([`Launcher::leftovers`](crate::launcher::Launcher::leftovers)), before the router serves:
+    /// each is removed (stopped, then forced), and a worker the registry still counts alive is
+    /// then deregistered, which releases its events for re-dispatch (kill before deregister).
+    /// Nothing is left running unaccounted. A leftover that cannot be removed is not
+    /// deregistered (its lease, or the sweep, ends it); a launcher that cannot list them stops
+    /// the start.
+    pub async fn settle_leftovers(&self) -> Result<usize, String> {
+        let launcher = &self.inner.launcher;
+        let found = launcher.leftovers().await.map_err(|e| {
+            format!(
+                "cannot list what the {} launcher left running: {e}",
+                launcher.kind()
+            )
+        })?;
+        let n = found.len();
+        for leftover in found {
+            let id = leftover.worker;
+            let handle = leftover.handle.clone();
+            if let Err(e) = launcher.remove(leftover).await {
+                tracing::error!(worker = %id, %handle, "could not remove a leftover worker, not deregistering it (its lease stops it): {e}");
+                continue;
+            }
+            match self.inner.registry.deregister(id).await {
+                Ok(reason) => {
+                    tracing::warn!(worker = %id, %handle, %reason, "a worker a previous incarnation left running was removed and deregistered: its events are re-dispatched")
+                }
+                Err(RegistryError::WorkerDead { .. } | RegistryError::UnknownWorker { .. }) => {
+                    tracing::info!(worker = %id, %handle, "a dead worker a previous incarnation left running was removed")
+                }
+                Err(e) => {
+                    tracing::warn!(worker = %id, "a removed leftover could not be deregistered ({e}); the sweep declares it dead")
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Kill before re-dispatch: the workers `died` names that still run here (a process or a
+    /// container whose worker the registry declared dead) are killed, and this returns once each
+    /// has exited, or after `cap` (logged: the lease is then what stops it). Only for a launcher
+    /// whose workers run outside this process; a simulated worker learns its death from its
+    /// next call.
+    pub(crate) async fn kill_dead(&self, died: &[WorkerId], cap: Duration) {
+        if !self.inner.launcher.speaks_protocol() {
+            return;
+        }
+        let mut running = self.inner.running.subscribe();
+        let here: Vec<WorkerId> = died
+            .iter()
+            .copied()
+            .filter(|id| match self.inner.controls.get(id) {
+                Some(control) => {
+                    tracing::warn!(worker = %id, "the registry declared the worker dead: killing it before its events are re-dispatched");
+                    control.kill();
+                    true
+                }
+                None => false,
+            })
+            .collect();
+        if here.is_empty() {
+            return;
+        }
+        let gone = async {
+            while here.iter().any(|id| self.inner.controls.contains_key(id)) {
+                if running.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        if tokio::time::timeout(cap, gone).await.is_err() {
+            tracing::error!(workers = ?here, "dead workers did not exit within {cap:?} of their kill; their leases stop them");
         }
     }
 }
@@ -239,6 +393,7 @@ struct RunningGuard(App, WorkerId);
 impl Drop for RunningGuard {
     fn drop(&mut self) {
         self.0.inner.tasks.remove(&self.1);
+        self.0.inner.controls.remove(&self.1);
         self.0.inner.containers.ledger().running_down();
         self.0
             .inner

@@ -183,9 +183,27 @@ async fn start(s: &cli::Settings) -> Result<Server, String> {
         None => None,
     };
     // Other replicas forward to the internal endpoint, on the admin address if it has one.
-    let platform = platform(s, admin.as_ref().unwrap_or(&listener)).await?;
+    let mut platform = platform(s, admin.as_ref().unwrap_or(&listener)).await?;
+    platform.launcher = s.launch.launcher(&s.registry_name, &s.bind.to_string())?;
+    platform.protocol = s.launch.protocol.clone();
     let app = App::with_platform(registry, s.options.clone(), platform);
-    server::serve_split(app, listener, admin, s.limits)
+    let worker = if app.launcher().speaks_protocol() {
+        app.protocol().check().map_err(|e| {
+            format!(
+                "--launcher {}: {e} (or lower --kill-margin / --timer-slack)",
+                s.launch.kind.as_str()
+            )
+        })?;
+        if s.launch.protocol.key.is_none() && s.registry.is_shared() {
+            tracing::warn!("no --worker-key-file with a shared registry: this replica's workers carry credentials only it can verify (right while each worker talks only to the replica that launched it)");
+        }
+        Some(listen(s.launch.worker_bind).await?)
+    } else {
+        None
+    };
+    // What a previous incarnation left running is settled before anything is served.
+    app.settle_leftovers().await?;
+    server::serve_all(app, listener, admin, worker, s.limits)
         .await
         .map_err(|e| e.to_string())
 }
@@ -211,6 +229,12 @@ fn announce(server: &Server, s: &cli::Settings) {
                 "admin API on http://{admin}: GET /workers, /workers/{{id}}, /metrics, /openapi.json, /healthz, /readyz | POST /workers/{{id}}/drain, /debug/workers/{{id}}/crash"
             );
         }
+    }
+    if let Some(w) = server.worker_addr() {
+        tracing::info!(
+            launcher = server.app().launcher().kind(),
+            "worker protocol on http://{w}: /worker/v1/heartbeat, /next, /loop/started, /complete, /loop/finished, /exit"
+        );
     }
     if let Some(remote) = server.app().remote() {
         tracing::info!(
@@ -348,7 +372,23 @@ async fn platform(s: &cli::Settings, internal: &TcpListener) -> Result<Platform,
 /// `--simulate`: the router (or `--replicas` of them on one shared registry, in this process,
 /// sharing one container platform) under built-in traffic, then the summary.
 async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
-    let (servers, probe) = match sim::start(
+    let workers = match s.launch.kind {
+        webhook_router::launch_flags::LauncherKind::Process => {
+            match sim::processes::SimWorkers::new(
+                std::path::Path::new(&s.launch.worker_argv[0]),
+                s.options.work,
+                s.options.idle,
+            ) {
+                Ok(w) => Some(std::sync::Arc::new(w)),
+                Err(e) => {
+                    eprintln!("webhook-router: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        _ => None,
+    };
+    let (servers, probe) = match sim::start_with(
         &s.registry,
         &s.registry_name,
         &s.config,
@@ -356,6 +396,7 @@ async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
         s.limits,
         s.bind,
         s.replicas,
+        workers.as_deref(),
     )
     .await
     {
@@ -386,6 +427,7 @@ async fn simulate(args: &cli::Args, s: &cli::Settings) -> ExitCode {
         shutdown_deadline: s.shutdown,
         registry: s.registry.to_string(),
         registry_name: s.registry_name.clone(),
+        workers,
     };
     if sim::run(servers, plan, probe).await.passed() {
         ExitCode::SUCCESS

@@ -97,6 +97,8 @@ pub struct RouterMetrics {
     reconcile_chasing: Gauge,
     pub(crate) redispatched: Counter,
     pub(crate) shutdown_unfinished: Counter,
+    /// Events whose command failed every attempt (reported over the worker protocol).
+    worker_failed: Counter,
     /// Admissions given back because the worker's queue was full (the library's collector counts
     /// them as rejected rather than admitted).
     pub(crate) returned: Returned,
@@ -142,6 +144,7 @@ impl RouterMetrics {
             reconcile_chasing: Gauge::default(),
             redispatched: Counter::default(),
             shutdown_unfinished: Counter::default(),
+            worker_failed: Counter::default(),
             returned,
         };
         for how in Exit::ALL {
@@ -215,6 +218,21 @@ impl RouterMetrics {
     /// Counts one worker task's end.
     pub fn exit(&self, how: &'static str) {
         self.exits.get_or_create(&vec![("how", how)]).inc();
+    }
+
+    /// Workers that ended `how` (one of [`Exit::ALL`]) so far.
+    pub fn exits(&self, how: &'static str) -> u64 {
+        self.exits.get_or_create(&vec![("how", how)]).get()
+    }
+
+    /// Counts an event whose command failed every attempt (completed as failed).
+    pub fn worker_failed(&self) {
+        self.worker_failed.inc();
+    }
+
+    /// Events completed as failed so far.
+    pub fn failed_events(&self) -> u64 {
+        self.worker_failed.get()
     }
 
     /// Adds `n` to the reconciler's count `what` (one of [`RECONCILE_COUNTS`]).
@@ -293,6 +311,11 @@ impl RouterMetrics {
             "webhook_router_shutdown_unfinished",
             "Accepted deliveries not completed at shutdown, released through the registry",
             self.shutdown_unfinished.clone(),
+        );
+        p.register(
+            "webhook_router_worker_failed",
+            "Events whose command failed every attempt, completed as failed (worker protocol)",
+            self.worker_failed.clone(),
         );
         p.register(
             "webhook_router_reconcile",

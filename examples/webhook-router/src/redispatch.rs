@@ -40,11 +40,14 @@ impl App {
         for (id, reason) in &report.died {
             tracing::warn!(worker = %id, %reason, "worker declared dead");
         }
+        // Kill before re-dispatch: a dead worker's process is gone before its events go on.
+        let died: Vec<WorkerId> = report.died.iter().map(|(id, _)| *id).collect();
+        let cap = self.inner.registry.config().heartbeat_interval();
+        self.kill_dead(&died, cap).await;
         self.inner.containers.ledger().released(&report.released);
         self.unparked(&report);
         if let Some(remote) = &self.inner.remote {
             // Their owners may be gone (that may be why they died): nobody else forgets them.
-            let died: Vec<WorkerId> = report.died.iter().map(|(id, _)| *id).collect();
             remote.forget(&died).await;
         }
         let fresh: HashSet<Key> = report.released.iter().map(key).collect();

@@ -112,6 +112,9 @@ pub struct Server {
     app: App,
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
+    worker_addr: Option<SocketAddr>,
+    /// Set at the end of shutdown, after the workers: the worker protocol's accept loop stops.
+    stop_workers_http: watch::Sender<bool>,
     sweeper: Sweeper,
     /// Set when shutdown stops the HTTP server: the accept loops stop and open connections finish.
     stop_http: watch::Sender<bool>,
@@ -172,7 +175,25 @@ pub async fn serve_split(
     admin: Option<TcpListener>,
     limits: ServerLimits,
 ) -> io::Result<Server> {
+    serve_all(app, listener, admin, None, limits).await
+}
+
+/// Like [`serve_split`], and given `worker`, the worker protocol (`/worker/v1/...`) there: its
+/// URL is what each worker of a launcher that speaks it is handed. It is served until the end of
+/// [`Server::shutdown`], after the workers have stopped (a draining worker still completes its
+/// events through it).
+pub async fn serve_all(
+    app: App,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    worker: Option<TcpListener>,
+    limits: ServerLimits,
+) -> io::Result<Server> {
     let addr = listener.local_addr()?;
+    let worker_addr = worker.as_ref().map(TcpListener::local_addr).transpose()?;
+    if let Some(w) = worker_addr {
+        app.protocol().set_url(format!("http://{w}"));
+    }
     let admin_addr = admin.as_ref().map(TcpListener::local_addr).transpose()?;
     let mut metrics = app
         .take_metrics()
@@ -204,10 +225,22 @@ pub async fn serve_split(
     if let (Some(admin), Some(router)) = (admin, apps.admin) {
         http.push(loop_on(admin, router));
     }
+    let (stop_workers_http, workers_stopped) = watch::channel(false);
+    if let Some(worker) = worker {
+        http.push(tokio::spawn(accept_loop(
+            worker,
+            http::worker_app(&app),
+            limits,
+            workers_stopped,
+            killed.clone(),
+        )));
+    }
     Ok(Server {
         app,
         addr,
         admin_addr,
+        worker_addr,
+        stop_workers_http,
         sweeper,
         stop_http,
         kill_http,
@@ -303,6 +336,11 @@ impl Server {
         self.admin_addr
     }
 
+    /// Where the worker protocol listens, when it is served.
+    pub fn worker_addr(&self) -> Option<SocketAddr> {
+        self.worker_addr
+    }
+
     /// The router's state.
     pub fn app(&self) -> &App {
         &self.app
@@ -352,8 +390,10 @@ impl Server {
         // From here the shutdown sweeps (`App::finish_accepted`).
         self.sweeper.shutdown().await;
         let mut settled = self.app.finish_accepted(until).await;
-        // The accept loops stop; open connections may finish their request (for a while).
+        // The accept loops stop; open connections may finish their request (for a while). The
+        // worker protocol's is stopped last, below.
         self.stop_http.send_replace(true);
+        let worker_loop = self.worker_addr.and_then(|_| self.http.pop());
         for task in self.http.drain(..) {
             let _ = task.await;
         }
@@ -375,6 +415,10 @@ impl Server {
         } else {
             0
         };
+        self.stop_workers_http.send_replace(true);
+        if let Some(task) = worker_loop {
+            let _ = task.await;
+        }
         let released = if self.app.is_shared() {
             Vec::new()
         } else {

@@ -171,6 +171,9 @@ impl App {
     /// for that, then aborts what is left; returns how many had to be aborted.
     pub async fn stop_workers(&self, grace: Duration) -> usize {
         self.inner.stop.send_replace(true);
+        for control in self.inner.controls.iter() {
+            control.stop();
+        }
         let left = self.wait_workers(grace).await;
         if left > 0 {
             for t in self.inner.tasks.iter() {

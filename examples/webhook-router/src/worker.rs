@@ -1,5 +1,6 @@
-//! The simulated worker container: one tokio task per worker the registry creates, talking to the
-//! registry only through its contract ([`WorkerRegistry`]), so it runs on any backend.
+//! The simulated worker container: one tokio task per worker the registry creates (started by the
+//! `task` launcher, [`crate::launcher::task`]), talking to the registry only through its contract
+//! ([`WorkerRegistry`]), so it runs on any backend.
 //!
 //! It heartbeats every heartbeat interval (also while it works), runs one loop of `work` per event
 //! handed to it (`loop_started` .. `complete_by` .. `loop_finished`), runs events queued in its
@@ -39,34 +40,8 @@ const COMPLETE_ATTEMPTS: u32 = 3;
 /// One event handed to a worker (it lives with the mailbox that carries it).
 pub use crate::mailbox::Job;
 
-/// How a worker task ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exit {
-    /// It finished its loop after a drain (or its idle time) and the registry recorded a clean exit.
-    Exited,
-    /// The registry refused it (declared dead while it was silent or slow): it stopped at once.
-    Fenced,
-    /// It was told to crash and stopped heartbeating.
-    Crashed,
-    /// It was told to stop at the shutdown deadline: it deregistered (releasing its claims through
-    /// the registry), and these events, handed to it, were not completed.
-    Stopped(Vec<Job>),
-}
-
-impl Exit {
-    /// The label of the `webhook_router_worker_exits_total` metric.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Exited => "exited",
-            Self::Fenced => "fenced",
-            Self::Crashed => "crashed",
-            Self::Stopped(_) => "stopped",
-        }
-    }
-
-    /// Every label value of [`as_str`](Self::as_str).
-    pub const ALL: [&'static str; 4] = ["exited", "fenced", "crashed", "stopped"];
-}
+/// How a worker ended (the launchers' common vocabulary).
+pub use crate::launcher::Exit;
 
 /// Timings of a simulated worker.
 #[derive(Debug, Clone, Copy)]

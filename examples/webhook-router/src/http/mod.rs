@@ -19,6 +19,7 @@ pub mod openapi;
 pub mod probes;
 pub mod reply;
 pub mod webhook;
+pub mod worker;
 
 pub use reply::{retry_after_secs, Reply};
 
@@ -84,6 +85,11 @@ pub fn apps(app: &App, metrics: Metrics, max_concurrent_webhooks: usize, split: 
             admin: None,
         }
     }
+}
+
+/// The worker protocol's app (`/worker/v1/...`, see [`worker`]), for its own listener.
+pub fn worker_app(app: &App) -> Router {
+    with_fallbacks(worker::router(app))
 }
 
 /// `POST /webhook`, behind its concurrency limit (a permit taken without waiting, in the handler:

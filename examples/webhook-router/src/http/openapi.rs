@@ -1,5 +1,6 @@
 //! The router's OpenAPI document: the library's admin API with `POST /webhook`, the debug
-//! endpoint and the replicas' internal endpoint merged in, generated from the handlers' `#[utoipa::path]` attributes and the answer
+//! endpoint, the replicas' internal endpoint and the worker protocol (`/worker/v1/...`, served on
+//! its own listener) merged in, generated from the handlers' `#[utoipa::path]` attributes and the answer
 //! types' `ToSchema` derives, served on `/openapi.json`.
 
 use utoipa::OpenApi;
@@ -9,22 +10,31 @@ use super::answer::{
 };
 use super::probes::ProbeAnswer;
 use super::webhook::FormDelivery;
-use super::{debug, internal, probes, webhook};
+use super::worker::{
+    Complete, CompleteOutcome, FencedAnswer, HeartbeatAnswer, LoopFinishedAnswer, LoopStarted,
+};
+use super::{debug, internal, probes, webhook, worker};
 use crate::policy::Decision;
 use crate::remote::{ForwardAnswer, ForwardedJob, ForwardedPayload};
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(webhook::webhook, debug::crash, internal::internal_jobs, probes::readyz),
+    paths(
+        webhook::webhook, debug::crash, internal::internal_jobs, probes::readyz,
+        worker::heartbeat, worker::next, worker::loop_started, worker::complete,
+        worker::loop_finished, worker::exit,
+    ),
     components(schemas(
         DeliveryAnswer, TargetAnswer, Outcome, ClaimStateName, Decision, ErrorAnswer, CrashAnswer,
         FormDelivery, ForwardedJob, ForwardedPayload, ForwardAnswer, ProbeAnswer,
+        HeartbeatAnswer, FencedAnswer, LoopStarted, Complete, CompleteOutcome, LoopFinishedAnswer,
     )),
     tags(
         (name = "webhook", description = "GitHub webhook deliveries"),
         (name = "debug", description = "Fault injection for demonstrations"),
         (name = "internal", description = "Between replicas of the router (with a shared registry)"),
         (name = "probes", description = "Liveness and readiness, unauthenticated"),
+        (name = "worker", description = "The worker protocol, on its own listener (--worker-bind), each call authenticated by the worker's credential"),
     ),
 )]
 struct RouterDoc;

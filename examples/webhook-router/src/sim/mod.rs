@@ -19,6 +19,7 @@ mod clients;
 mod github;
 mod killer;
 mod outage;
+pub mod processes;
 mod progress;
 mod reconcile;
 mod sampler;
@@ -82,6 +83,9 @@ pub struct Plan {
     pub registry: String,
     /// The registry's name, for the summary.
     pub registry_name: String,
+    /// Real `webhook-worker` processes (the `process` launcher), audited for overlap; `None`:
+    /// simulated workers (the `task` launcher).
+    pub workers: Option<Arc<processes::SimWorkers>>,
 }
 
 /// What every phase of a run shares.
@@ -195,6 +199,22 @@ pub async fn start(
     bind: SocketAddr,
     n: usize,
 ) -> Result<(Vec<Server>, Probe), String> {
+    start_with(choice, name, config, options, limits, bind, n, None).await
+}
+
+/// Like [`start`], each replica's workers started as real processes by `workers` when given.
+// The replicas' eight settings; a struct of them would only be built to be taken apart here.
+#[allow(clippy::too_many_arguments)]
+pub async fn start_with(
+    choice: &RegistryChoice,
+    name: &str,
+    config: &RegistryConfig,
+    options: &Options,
+    limits: ServerLimits,
+    bind: SocketAddr,
+    n: usize,
+    workers: Option<&processes::SimWorkers>,
+) -> Result<(Vec<Server>, Probe), String> {
     let containers = Arc::new(Containers::new(options.mailbox, options.overflow));
     let mut servers = Vec::with_capacity(n);
     for i in 0..n {
@@ -215,10 +235,24 @@ pub async fn start(
             remote: None,
             shared: choice.is_shared(),
             backend: choice.kind(),
+            launcher: workers.map(processes::SimWorkers::launcher).transpose()?,
+            protocol: workers.map(|w| w.protocol()).unwrap_or_default(),
         };
         let app = App::with_platform(registry, options.clone(), platform);
+        let worker = match workers {
+            Some(_) => {
+                app.protocol().check().map_err(|e| e.to_string())?;
+                let at = SocketAddr::new(bind.ip(), 0);
+                Some(
+                    TcpListener::bind(at)
+                        .await
+                        .map_err(|e| format!("cannot listen on {at}: {e}"))?,
+                )
+            }
+            None => None,
+        };
         servers.push(
-            server::serve_with(app, listener, limits)
+            server::serve_all(app, listener, None, worker, limits)
                 .await
                 .map_err(|e| e.to_string())?,
         );
@@ -264,6 +298,16 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
     let audited = audit::run(&sim, &probe).await;
     let counts = summary::Counts::take(&sim, killed.as_ref()).await;
     let shutdown = shutdown::run(&sim).await;
+    let overlap = sim.plan.workers.as_ref().map(|w| {
+        let bodies = sim
+            .deliveries
+            .iter()
+            .map(|d| (d.id.clone(), hex::encode(crate::runs::digest(&d.body))))
+            .collect();
+        let found = w.audit(&bodies);
+        w.clean();
+        found
+    });
     eprintln!("{}", outage.line());
     let mut report = summary::print(summary::Findings {
         sim: &sim,
@@ -277,6 +321,7 @@ pub async fn run(servers: Vec<Server>, plan: Plan, probe: Probe) -> Report {
         samples,
         probe,
         shutdown,
+        overlap,
     });
     report.outage_lost = outage.lost.len() + usize::from(outage.error.is_some());
     report

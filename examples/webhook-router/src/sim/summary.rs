@@ -15,6 +15,7 @@ use super::audit::{Audited, Bodies, NotCompleted};
 use super::client::Outcome;
 use super::clients::Traffic;
 use super::killer::Kill;
+use super::processes::Overlap;
 use super::reconcile::Resent;
 use super::sampler::{Probe, Samples};
 use super::settle::{Settled, SETTLE_CAP};
@@ -38,6 +39,8 @@ pub(super) struct Findings<'s> {
     pub(super) samples: Samples,
     pub(super) probe: Probe,
     pub(super) shutdown: ShutDown,
+    /// With real workers: what their commands' own records say.
+    pub(super) overlap: Option<Overlap>,
 }
 
 /// The registry's and the containers' counts once the router settled, before shutdown.
@@ -151,6 +154,7 @@ pub(super) fn print(mut f: Findings<'_>) -> Report {
         f.audited.accepted, f.audited.completed, f.audited.in_flight, f.audited.lost,
     );
     bodies(&mut out, &f.audited.bodies);
+    overlap(&mut out, f.overlap.as_ref());
     settle(&mut out, &f);
     status_table(&mut out, "at the end of the traffic", &f.at_peak, 12, 4);
     status_table(&mut out, "final", &f.settled.status, usize::MAX, 4);
@@ -180,7 +184,24 @@ pub(super) fn print(mut f: Findings<'_>) -> Report {
         settle_cut: f.settled.cut,
         not_completed: f.audited.not_completed,
         bodies: f.audited.bodies,
+        overlap: f.overlap,
     }
+}
+
+/// What the real workers' commands recorded.
+fn overlap(out: &mut String, o: Option<&Overlap>) {
+    let Some(o) = o else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "processes  {} event commands ran in real webhook-worker processes ({} killed mid-run); at most {} at once on one pull request, by their own clocks{}; {} read a body other than the one sent",
+        o.commands,
+        o.killed,
+        o.max_at_once,
+        o.worst.as_ref().map_or(String::new(), |w| format!(" (TWO OR MORE: {w})")),
+        o.wrong_body,
+    );
 }
 
 /// The bodies the completed deliveries' workers ran on, against those sent.
@@ -489,6 +510,8 @@ pub struct Report {
     pub not_completed: Vec<NotCompleted>,
     /// The bodies the completed deliveries' workers ran on, against those sent.
     pub bodies: Bodies,
+    /// With real workers: their commands' overlap per pull request and bodies.
+    pub overlap: Option<Overlap>,
 }
 
 impl Report {
@@ -505,6 +528,10 @@ impl Report {
             && self.containers.unexplained.is_empty()
             && self.max_live <= self.capacity
             && self.bodies.mismatched.is_empty()
+            && self
+                .overlap
+                .as_ref()
+                .is_none_or(|o| o.max_at_once <= 1 && o.wrong_body == 0)
     }
 }
 

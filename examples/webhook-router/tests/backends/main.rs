@@ -15,3 +15,4 @@ mod processes;
 mod reconcile;
 mod replicas;
 mod settle;
+mod workers;

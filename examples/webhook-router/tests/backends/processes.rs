@@ -24,9 +24,9 @@ const WORK: Duration = Duration::from_millis(600);
 const VICTIM_WORK: Duration = Duration::from_secs(3600);
 
 /// One router process; killed (SIGKILL) when dropped.
-struct Replica {
+pub(crate) struct Replica {
     child: Child,
-    base: String,
+    pub(crate) base: String,
     log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -50,6 +50,11 @@ fn plain(line: &str) -> String {
 
 impl Replica {
     fn spawn(url: &str, name: &str, work: Duration) -> Self {
+        Self::spawn_with(url, name, work, &[])
+    }
+
+    /// Like [`spawn`](Self::spawn), with `extra` flags after the others.
+    pub(crate) fn spawn_with(url: &str, name: &str, work: Duration, extra: &[String]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_webhook-router"))
             .args(["--registry", url, "--registry-name", name])
             .args([
@@ -70,6 +75,7 @@ impl Replica {
                 "60000",
             ])
             .args(["--release-ack-ms", &(HEARTBEAT * 5).as_millis().to_string()])
+            .args(extra)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -113,7 +119,7 @@ impl Replica {
     }
 
     /// SIGKILL, and wait for the process to be gone.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -237,7 +243,7 @@ async fn sigkill(choice: RegistryChoice, victim_url: String, kill: impl AsyncKil
     );
 }
 
-fn choice_url(choice: &RegistryChoice) -> String {
+pub(crate) fn choice_url(choice: &RegistryChoice) -> String {
     match choice {
         RegistryChoice::Redis(u) | RegistryChoice::Postgres(u) => u.clone(),
         other => panic!("not a shared backend: {other}"),

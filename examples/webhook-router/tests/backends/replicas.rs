@@ -66,6 +66,7 @@ fn small_plan(
         shutdown_deadline: Duration::from_secs(2),
         registry: choice.to_string(),
         registry_name: name,
+        workers: None,
     }
 }
 

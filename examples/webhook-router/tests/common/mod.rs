@@ -42,6 +42,8 @@ pub struct Setup {
     pub max_payload: u64,
     /// The registry's `payload_budget`.
     pub payload_budget: u64,
+    /// What starts the workers, built over the router's registry; `None`: the `task` launcher.
+    pub launcher: Option<MakeLauncher>,
 }
 
 impl Default for Setup {
@@ -63,9 +65,14 @@ impl Default for Setup {
             idle: Duration::from_secs(3600),
             max_payload: worker_registry::config::DEFAULT_MAX_PAYLOAD_BYTES,
             payload_budget: worker_registry::config::DEFAULT_PAYLOAD_BUDGET,
+            launcher: None,
         }
     }
 }
+
+/// Builds a launcher over the router's registry.
+pub type MakeLauncher =
+    Arc<dyn Fn(DynRegistry) -> Arc<dyn webhook_router::launcher::Launcher> + Send + Sync>;
 
 pub struct Harness {
     pub server: server::Server,
@@ -116,7 +123,10 @@ pub async fn start_with(
         },
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = server::serve_with(app::App::new(registry, options), listener, setup.limits)
+    let mut platform = app::Platform::local(options.mailbox, options.overflow);
+    platform.launcher = setup.launcher.as_ref().map(|make| make(registry.clone()));
+    let app = app::App::with_platform(registry, options, platform);
+    let server = server::serve_with(app, listener, setup.limits)
         .await
         .unwrap();
     Harness {
