@@ -25,6 +25,7 @@ use webhook_router::launcher::process::ProcessLauncher;
 use webhook_router::launcher::{BoxFuture, Launch, LaunchError, Launched, Launcher, Leftover};
 use webhook_router::protocol::ProtocolSettings;
 use webhook_router::{body, github, policy, server};
+use worker_registry::WorkerRegistryExt;
 use worker_registry::{
     DeadReason, DynRegistry, InMemoryRegistry, RegistryConfig, Status, WorkerId, WorkerRegistry,
 };

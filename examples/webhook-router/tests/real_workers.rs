@@ -36,6 +36,7 @@ use webhook_router::app::{self, App, Platform};
 use webhook_router::launcher::process::ProcessLauncher;
 use webhook_router::protocol::ProtocolSettings;
 use webhook_router::{body, github, policy, server};
+use worker_registry::WorkerRegistryExt;
 use worker_registry::{
     DynRegistry, InMemoryRegistry, ManualClock, RegistryConfig, Status, WorkerId, WorkerRegistry,
 };

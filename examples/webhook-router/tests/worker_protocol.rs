@@ -28,6 +28,7 @@ use webhook_router::launcher::{
 use webhook_router::lease::LeaseRules;
 use webhook_router::protocol::ProtocolSettings;
 use webhook_router::{body, github, policy, server};
+use worker_registry::WorkerRegistryExt;
 use worker_registry::{
     DynRegistry, InMemoryRegistry, Maintenance, ManualClock, RegistryConfig, WorkerId,
     WorkerRegistry,

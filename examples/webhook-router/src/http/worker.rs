@@ -25,7 +25,9 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
-use worker_registry::{DeadReason, HeartbeatAck, RegistryError, Status, WorkerId, WorkerRegistry};
+use worker_registry::{
+    DeadReason, HeartbeatAck, RegistryError, Status, WorkerId, WorkerRegistry, WorkerRegistryExt,
+};
 
 /// The protocol's routes (JSON 404 and 405 like the other apps).
 pub fn router(app: &App) -> Router {
