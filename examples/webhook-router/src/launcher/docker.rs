@@ -55,11 +55,6 @@ pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long, after a container stopped, its output is still read before it is removed.
 pub const DEFAULT_OUTPUT_DRAIN: Duration = Duration::from_secs(1);
 
-/// The client's timeout for the calls that last as long as a container (its wait, its followed
-/// logs): the daemon sends no answer's headers until the container stops or writes, so the
-/// client's usual timeout (bollard's 120 s) would end them while a quiet worker runs.
-pub const STREAM_TIMEOUT: Duration = Duration::from_secs(400 * 24 * 3600);
-
 /// Whether containers get an init process (`docker-init`) by default.
 pub const DEFAULT_INIT: bool = true;
 
@@ -292,7 +287,6 @@ impl DockerLauncher {
         let (state, _) = watch::channel(Ending::Running);
         let shared = Arc::new(Shared {
             docker: docker.clone(),
-            streams: docker.clone().with_timeout(STREAM_TIMEOUT),
             id,
             container,
             handle,
@@ -404,8 +398,6 @@ enum Ending {
 /// What a container's exit, control and output share.
 struct Shared {
     docker: Docker,
-    /// The same client with [`STREAM_TIMEOUT`], for the container's wait and logs.
-    streams: Docker,
     id: WorkerId,
     container: String,
     /// Where the control's calls run (its methods return at once).
@@ -425,7 +417,7 @@ async fn run(
         .condition("not-running")
         .build();
     let mut wait = shared
-        .streams
+        .docker
         .wait_container(&shared.container, Some(options));
     let status = match wait.next().await {
         Some(Ok(r)) => Some(r.status_code),
@@ -492,7 +484,7 @@ async fn follow_output(shared: Arc<Shared>) {
         .stdout(true)
         .stderr(true)
         .build();
-    let mut logs = shared.streams.logs(&shared.container, Some(options));
+    let mut logs = shared.docker.logs(&shared.container, Some(options));
     let mut stdout = Lines::new(shared.id, "stdout");
     let mut stderr = Lines::new(shared.id, "stderr");
     while let Some(chunk) = logs.next().await {
