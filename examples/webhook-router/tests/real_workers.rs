@@ -202,6 +202,12 @@ async fn forward(listener: TcpListener, upstream: SocketAddr, cut: watch::Receiv
     }
 }
 
+impl Drop for Real {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 impl Real {
     async fn deliver(&self, id: &str, body: &[u8]) -> u64 {
         let mut req = self
