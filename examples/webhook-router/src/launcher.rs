@@ -2,7 +2,7 @@
 //! ([`Launcher`]), chosen by `--launcher`.
 //!
 //! * [`task`]: the simulated worker ([`crate::worker`]), a tokio task of this process that calls
-//!   the registry directly. Today's only launcher.
+//!   the registry directly.
 //! * [`process`] (Linux): a command per worker in a session of its own, speaking the worker
 //!   protocol over HTTP.
 //! * `docker` (feature `docker`, on by default): a container per worker through the Docker Engine

@@ -132,6 +132,7 @@ async fn a_worker_that_ends_by_itself_leaves_nothing_running() {
     for pid in pids {
         assert!(!alive(pid), "process {pid} outlived its worker");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]
@@ -232,6 +233,7 @@ async fn a_command_that_does_not_exist_is_refused_and_leaves_no_record() {
     assert!(launcher.leftovers().await.unwrap().is_empty());
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     assert!(ProcessLauncher::builder(Vec::new()).build().is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]
@@ -267,6 +269,7 @@ async fn a_previous_incarnations_leftover_is_found_and_removed() {
     after.remove(found[0].clone()).await.unwrap();
     // SAFETY: reaping our own child, killed above.
     unsafe { libc::waitpid(worker_pid, std::ptr::null_mut(), 0) };
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]
@@ -281,4 +284,5 @@ async fn a_record_whose_session_is_gone_is_not_a_leftover() {
     let launched = launch(&launcher, 151, &[]).await;
     assert_eq!(exit_of(launched).await, Exit::Exited);
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -32,10 +32,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use webhook_router::app::{self, App, Platform};
+use webhook_router::app::{App, Platform};
 use webhook_router::launcher::process::ProcessLauncher;
 use webhook_router::protocol::ProtocolSettings;
-use webhook_router::{body, github, policy, server};
+use webhook_router::{github, server};
 use worker_registry::WorkerRegistryExt;
 use worker_registry::{
     DynRegistry, InMemoryRegistry, ManualClock, RegistryConfig, Status, WorkerId, WorkerRegistry,
@@ -135,20 +135,7 @@ async fn real_via(
         .unwrap();
     let clock = ManualClock::new();
     let registry = InMemoryRegistry::with_clock(config, clock.clone());
-    let options = app::Options {
-        webhook_secret: secret.into(),
-        admin_token: token.into(),
-        work: Duration::from_millis(10),
-        idle: Duration::from_secs(3600),
-        mailbox: 8,
-        overflow: 0,
-        policy: Arc::new(policy::Policy::default()),
-        body: body::BodyLimits {
-            max: github::MAX_PAYLOAD_BYTES,
-            timeout: body::DEFAULT_BODY_TIMEOUT,
-            budget: body::BodyBudget::new(body::DEFAULT_BODY_BUDGET),
-        },
-    };
+    let options = common::protocol_options(secret, token);
     let argv = vec![
         bin.display().to_string(),
         "--event-command".to_owned(),
@@ -213,6 +200,12 @@ async fn forward(listener: TcpListener, upstream: SocketAddr, cut: watch::Receiv
                 _ = cut.wait_for(|c| *c) => {}
             }
         });
+    }
+}
+
+impl Drop for Real {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

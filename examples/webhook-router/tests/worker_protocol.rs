@@ -21,13 +21,13 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use webhook_router::app::{self, App, Platform};
+use webhook_router::app::{App, Platform};
 use webhook_router::launcher::{
     BoxFuture, Control, Exit, Launch, LaunchError, Launched, Launcher, Leftover,
 };
 use webhook_router::lease::LeaseRules;
 use webhook_router::protocol::ProtocolSettings;
-use webhook_router::{body, github, policy, server};
+use webhook_router::{github, server};
 use worker_registry::WorkerRegistryExt;
 use worker_registry::{
     DynRegistry, InMemoryRegistry, Maintenance, ManualClock, RegistryConfig, WorkerId,
@@ -154,20 +154,7 @@ async fn router(drain_deadline: Duration) -> Router {
         .unwrap();
     let clock = ManualClock::new();
     let memory = InMemoryRegistry::with_clock(config.clone(), clock.clone());
-    let options = app::Options {
-        webhook_secret: None::<&str>.into(),
-        admin_token: None::<&str>.into(),
-        work: Duration::from_millis(10),
-        idle: Duration::from_secs(3600),
-        mailbox: 8,
-        overflow: 0,
-        policy: Arc::new(policy::Policy::default()),
-        body: body::BodyLimits {
-            max: github::MAX_PAYLOAD_BYTES,
-            timeout: body::DEFAULT_BODY_TIMEOUT,
-            budget: body::BodyBudget::new(body::DEFAULT_BODY_BUDGET),
-        },
-    };
+    let options = common::protocol_options(None, None);
     let recorder = Arc::new(Recorder::default());
     let mut platform = Platform::local(options.mailbox, options.overflow);
     platform.launcher = Some(Arc::new(Played(recorder.clone())));

@@ -22,8 +22,8 @@
 //! whole session ([`Exit::Crashed`]); [`Control::stop`] is `SIGTERM` of the group, and `SIGKILL` of
 //! the session after the stop grace ([`DEFAULT_STOP_GRACE`]): its exit is then [`Exit::Stopped`]
 //! with **no** jobs, whatever its status: the router's worker-protocol server serves the worker's
-//! mailbox ([`Launcher::speaks_protocol`]), so the router accounts its remainder itself. Dropping [`Launched::exit`] kills the whole
-//! session.
+//! mailbox ([`Launcher::speaks_protocol`]), so the router accounts its remainder itself. Dropping
+//! [`Launched::exit`] kills the whole session.
 //!
 //! **Leftovers** come from the records of the state directory (`--launcher-state-dir`; `record`
 //! argues why records and not the process tree). Without one, [`Launcher::leftovers`] lists

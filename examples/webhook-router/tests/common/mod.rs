@@ -285,3 +285,23 @@ pub fn form_encode(value: &str) -> String {
         })
         .collect()
 }
+
+/// The router options of the worker-protocol tests (`worker_protocol.rs`, `real_workers.rs`):
+/// mailboxes of 8 and no overflow, workers that never leave by themselves, the default body
+/// limits.
+pub fn protocol_options(secret: Option<&'static str>, token: Option<&'static str>) -> app::Options {
+    app::Options {
+        webhook_secret: secret.into(),
+        admin_token: token.into(),
+        work: Duration::from_millis(10),
+        idle: Duration::from_secs(3600),
+        mailbox: 8,
+        overflow: 0,
+        policy: Arc::new(policy::Policy::default()),
+        body: body::BodyLimits {
+            max: github::MAX_PAYLOAD_BYTES,
+            timeout: body::DEFAULT_BODY_TIMEOUT,
+            budget: body::BodyBudget::new(body::DEFAULT_BODY_BUDGET),
+        },
+    }
+}
