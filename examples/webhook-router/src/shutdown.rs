@@ -27,8 +27,22 @@ impl App {
         // Release: pairs with the Acquire in `is_closing`.
         self.inner.closing.store(true, Ordering::Release);
         let mut drained = DrainAll::default();
+        // A worker speaking the protocol holds a lease capped by the registry's drain deadline
+        // only (docs::worker_protocol, "Drain caps the lease"): the registry's deadline for this
+        // drain must not be shorter, or another replica's sweep could hand its pull request on
+        // while its lease runs. This router stops its workers at `deadline` all the same.
+        let registry_deadline = if self.inner.launcher.speaks_protocol() {
+            deadline.max(self.inner.registry.config().drain_deadline())
+        } else {
+            deadline
+        };
         for id in self.inner.containers.owned_by(self.inner.replica) {
-            match self.inner.registry.drain_within(id, deadline).await {
+            match self
+                .inner
+                .registry
+                .drain_within(id, registry_deadline)
+                .await
+            {
                 Ok(Status::Draining) => drained.draining += 1,
                 Ok(_) => drained.exited += 1,
                 // Dead already (crashed and swept), or the backend is away: its claims are
