@@ -32,6 +32,7 @@ UNIT = KIT / "systemd/webhook-router.service"
 COMPOSE = KIT / "compose/compose.yaml"
 DOCKERFILE = KIT / "docker/Dockerfile"
 PACKAGE = "worker-registry-router"
+WORKER_PACKAGE = "webhook-worker"
 # After the shutdown deadline: each worker still running deregisters (its claims released through
 # the registry for the other replicas), the report and the log are written, spans flushed.
 HANDOVER_S = 10
@@ -177,7 +178,9 @@ def dockerfile():
         ["cargo", "metadata", "--format-version", "1", "--locked", "--no-deps"],
         cwd=ROOT, check=True, capture_output=True, text=True).stdout)
     pkg = next(p for p in meta["packages"] if p["name"] == PACKAGE)
-    bins = sorted(t["name"] for t in pkg["targets"] if "bin" in t["kind"])
+    # The router's binaries, and the ready-made worker its process launcher starts next to it.
+    bins = sorted(t["name"] for p in meta["packages"] if p["name"] in (PACKAGE, WORKER_PACKAGE)
+                  for t in p["targets"] if "bin" in t["kind"])
     copied = sorted(re.findall(r"cp target/release/([\w-]+) /out/", text))
     if bins != copied:
         errs.append(f"Dockerfile: the build stage copies {copied}, the package has binaries {bins}")
