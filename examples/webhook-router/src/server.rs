@@ -42,6 +42,10 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// The default number of webhook requests handled at once (more get 503 at once).
 pub const DEFAULT_MAX_CONCURRENT_WEBHOOKS: usize = 256;
+/// Connections the worker listener takes beyond two per worker the registry can hold (a
+/// worker's heartbeat and its long poll), for workers reconnecting while their old connection
+/// closes.
+pub const WORKER_CONNECTION_HEADROOM: usize = 64;
 /// A connection's read buffer: enough for any request head GitHub sends (8 KiB is hyper's floor).
 const CONNECTION_BUFFER: usize = 64 * 1024;
 /// How long shutdown lets open connections finish their request.
@@ -66,6 +70,14 @@ impl Default for ServerLimits {
             max_concurrent_webhooks: DEFAULT_MAX_CONCURRENT_WEBHOOKS,
         }
     }
+}
+
+/// The worker listener's connection cap for a registry of `max_workers`: two per worker, plus
+/// [`WORKER_CONNECTION_HEADROOM`].
+pub fn worker_connections(max_workers: usize) -> usize {
+    max_workers
+        .saturating_mul(2)
+        .saturating_add(WORKER_CONNECTION_HEADROOM)
 }
 
 /// Raises this process's soft file-descriptor limit to its hard limit, and says whether
@@ -227,10 +239,16 @@ pub async fn serve_all(
     }
     let (stop_workers_http, workers_stopped) = watch::channel(false);
     if let Some(worker) = worker {
+        // Its own cap: every live worker holds two connections open (a heartbeat, a long poll),
+        // so the webhook's cap (sized for GitHub's traffic) would starve workers past half of it.
+        let worker_limits = ServerLimits {
+            max_connections: worker_connections(app.registry().config().max_workers()),
+            ..limits
+        };
         http.push(tokio::spawn(accept_loop(
             worker,
             http::worker_app(&app),
-            limits,
+            worker_limits,
             workers_stopped,
             killed.clone(),
         )));

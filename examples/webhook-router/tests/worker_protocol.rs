@@ -143,6 +143,10 @@ struct Router {
 }
 
 async fn router(drain_deadline: Duration) -> Router {
+    router_with(drain_deadline, server::ServerLimits::default()).await
+}
+
+async fn router_with(drain_deadline: Duration, limits: server::ServerLimits) -> Router {
     let config = RegistryConfig::builder()
         .max_workers(4)
         .heartbeat_interval(HEARTBEAT)
@@ -171,7 +175,7 @@ async fn router(drain_deadline: Duration) -> Router {
     }
     let webhook = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let worker = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = server::serve_all(app, webhook, None, Some(worker), Default::default())
+    let server = server::serve_all(app, webhook, None, Some(worker), limits)
         .await
         .unwrap();
     Router {
@@ -413,6 +417,35 @@ async fn a_credential_that_does_not_verify_is_401() {
     }
     // The good one still works, and nothing above changed the worker.
     assert_eq!(r.worker(0).heartbeat().await.status, StatusCode::OK);
+}
+
+/// The worker listener has a connection cap of its own, two per worker the registry can hold:
+/// the webhook's cap (here 1, with connections never timed out) does not starve workers.
+#[tokio::test]
+async fn the_worker_listener_is_not_capped_by_the_webhook_listeners_limit() {
+    let limits = server::ServerLimits {
+        max_connections: 1,
+        header_timeout: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let r = router_with(Duration::from_secs(60), limits).await;
+    r.deliver("d-1", raw_body()).await;
+    eventually(|| async { (!r.recorder.log().is_empty()).then_some(()) }).await;
+    let addr = r.server.worker_addr().unwrap();
+    // Idle connections, as many as the registry has workers, hold slots and send nothing.
+    let mut idle = Vec::new();
+    for _ in 0..r.config.max_workers() {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    let beat = tokio::time::timeout(common::HANG, r.worker(0).heartbeat())
+        .await
+        .expect("a heartbeat waited for a connection slot");
+    assert_eq!(beat.status, StatusCode::OK);
+    assert_eq!(
+        server::worker_connections(r.config.max_workers()),
+        2 * r.config.max_workers() + server::WORKER_CONNECTION_HEADROOM
+    );
+    drop(idle);
 }
 
 /// Silent past the heartbeat timeout on the registry's clock: the sweep declares the worker dead,
