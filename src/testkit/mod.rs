@@ -149,6 +149,7 @@
 //!   - `pairs_that_concatenate_alike_stay_distinct`
 //! * [`events`](cases::events): lifecycle events through `Subscribe`
 //!   - `lifecycle_events_arrive_in_each_workers_order`
+//!   - `a_sweep_releases_each_target_in_one_event`
 //!   - `hot_paths_publish_nothing`
 //!   - `a_subscriber_sees_only_what_happens_after_it_subscribed`
 //!   - `the_brake_publishes_suspects_not_deaths`

@@ -141,6 +141,7 @@ macro_rules! conformance_suite {
             }
             events {
                 lifecycle_events_arrive_in_each_workers_order,
+                a_sweep_releases_each_target_in_one_event,
                 hot_paths_publish_nothing,
                 a_subscriber_sees_only_what_happens_after_it_subscribed,
                 the_brake_publishes_suspects_not_deaths,

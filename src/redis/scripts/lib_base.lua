@@ -47,6 +47,9 @@
 --   done              zset  completed claim member -> completed at (ms)
 --   released_due      zset  released claim members the next sweep hands out (score 0)
 --   released          stream  released deliveries (consumer group `dispatch`)
+--   rel_acc           hash  target -> its deliveries released by this sweep so far (tab-joined;
+--                           '' for none): its TargetReleased, published by the sweep's last step
+--   rel_order         list  the targets in `rel_acc`, in the order the sweep first released them
 --   deliveries        zset  stream entry id -> when it was handed out (ms)
 --   released_seen     zset  stream entry id -> when expire_released first saw it (ms)
 --   released_cursor   string  the last stream entry id expire_released has seen

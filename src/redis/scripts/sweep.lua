@@ -721,12 +721,26 @@ if swept then
   n_purged = #purge
   engaged = held or #suspects > 0
 
-  -- One TargetReleased per target that lost its worker or had deliveries released, in order.
-  table.sort(targets, target_less)
+  -- One TargetReleased per sweep and target that lost its worker or had deliveries released,
+  -- as in memory: a step only adds its targets and deliveries to `rel_acc` (and a new target to
+  -- `rel_order`); the sweep's last step publishes them, a bounded number a step (`more` until
+  -- all are out; a sweep cut short leaves them to the next one).
   for _, t in ipairs(targets) do
-    local fields = { 'R', t }
-    for _, d in ipairs(by_target[t]) do fields[#fields + 1] = d end
-    emit(fields)
+    local had = redis.call('HGET', K.rel_acc, t)
+    if not had then redis.call('RPUSH', K.rel_order, t) end
+    local ds = table.concat(by_target[t], '\t')
+    if had and had ~= '' then ds = (ds == '' and had) or (had .. '\t' .. ds) end
+    redis.call('HSET', K.rel_acc, t, ds)
+  end
+  if not more then
+    local out = redis.call('LPOP', K.rel_order, math.max(1, room(3))) or {}
+    table.sort(out, target_less)
+    for _, t in ipairs(out) do
+      local ds = redis.call('HGET', K.rel_acc, t) or ''
+      redis.call('HDEL', K.rel_acc, t)
+      if ds == '' then emit({ 'R', t }) else emit({ 'R', t, ds }) end
+    end
+    more = redis.call('LLEN', K.rel_order) > 0
   end
 
   redis.call('SET', K.sweep_lease, me .. '\t' .. I(now + lease_ttl), 'PX', lease_ttl)

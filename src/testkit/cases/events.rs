@@ -97,6 +97,57 @@ pub async fn lifecycle_events_arrive_in_each_workers_order<F: Fixture>(fixture: 
     assert_eq!(got.len(), 6, "nothing else: {got:?}");
 }
 
+/// A sweep publishes one `TargetReleased` per target, listing every delivery it released there,
+/// however its work was split: each target has a bare claim (released as unbound) and a
+/// delivery on its silent worker (released at the death), and there are enough deaths that a
+/// backend working in bounded steps kills some workers in an earlier step than the one that
+/// releases the bare claims (the Redis sweep once published the two halves as two events).
+pub async fn a_sweep_releases_each_target_in_one_event<F: Fixture>(fixture: &F) {
+    const N: u64 = 24;
+    let r = registry(
+        fixture,
+        config().max_workers(N as usize).brake_fraction(1.0),
+    )
+    .await;
+    for i in 1..=N {
+        let bare = d(&format!("bare-{i}"));
+        assert_eq!(
+            r.claim(&t(i), &bare).await,
+            Ok(crate::ClaimOutcome::Claimed)
+        );
+        assigned(r.admit(&t(i), &d(&format!("held-{i}"))).await);
+    }
+    let mut events = r.subscribe();
+    fixture.advance(&r, TIMEOUT + PAST).await;
+    let report = sweep(&r).await;
+    assert_eq!(report.died.len(), N as usize, "{report:?}");
+    assert_eq!(report.released.len(), 2 * N as usize, "{report:?}");
+
+    let mut released: BTreeMap<crate::Target, Vec<Vec<crate::DeliveryId>>> = BTreeMap::new();
+    for e in events_before_marker(&r, &mut events).await {
+        if let Event::TargetReleased {
+            target,
+            mut deliveries,
+        } = e
+        {
+            deliveries.sort();
+            released.entry(target).or_default().push(deliveries);
+        }
+    }
+    let want: BTreeMap<_, _> = (1..=N)
+        .map(|i| {
+            (
+                t(i),
+                vec![vec![d(&format!("bare-{i}")), d(&format!("held-{i}"))]],
+            )
+        })
+        .collect();
+    assert_eq!(
+        released, want,
+        "one event per target, naming both deliveries"
+    );
+}
+
 /// Duplicates, sticky assignments, heartbeats, loop reports that change no status, and a sweep
 /// that finds nothing publish nothing.
 pub async fn hot_paths_publish_nothing<F: Fixture>(fixture: &F) {
