@@ -217,18 +217,33 @@ impl LaunchSettings {
         match self.kind {
             LauncherKind::Task => Ok(None),
             LauncherKind::Process => process_launcher(self),
-            LauncherKind::Docker => {
-                let image = self.docker_image.clone().unwrap_or_default();
-                let launcher =
-                    crate::launcher::docker::DockerLauncher::builder(image, registry, replica)
-                        // The image's entrypoint is the worker: it gets the worker's arguments only.
-                        .args(self.worker_argv.iter().skip(1).cloned().collect())
-                        .build()
-                        .map_err(|e| e.to_string())?;
-                Ok(Some(Arc::new(launcher)))
-            }
+            LauncherKind::Docker => docker_launcher(self, registry, replica),
         }
     }
+}
+
+#[cfg(feature = "docker")]
+fn docker_launcher(
+    s: &LaunchSettings,
+    registry: &str,
+    replica: &str,
+) -> Result<Option<Arc<dyn Launcher>>, String> {
+    let image = s.docker_image.clone().unwrap_or_default();
+    let launcher = crate::launcher::docker::DockerLauncher::builder(image, registry, replica)
+        // The image's entrypoint is the worker: it gets the worker's arguments only.
+        .args(s.worker_argv.iter().skip(1).cloned().collect())
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(Some(Arc::new(launcher)))
+}
+
+#[cfg(not(feature = "docker"))]
+fn docker_launcher(
+    _: &LaunchSettings,
+    _registry: &str,
+    _replica: &str,
+) -> Result<Option<Arc<dyn Launcher>>, String> {
+    Err("--launcher docker needs the router built with its `docker` feature".into())
 }
 
 #[cfg(target_os = "linux")]
