@@ -16,6 +16,7 @@
 use crate::backend::RegistryChoice;
 use crate::body::BodyLimits;
 use crate::containers::{Containers, ReplicaTag};
+use crate::failed::FailedDeliveries;
 use crate::launcher::task::TaskLauncher;
 use crate::launcher::{Control, Launcher};
 use crate::metrics::timed::{RegistryCalls, Timed};
@@ -179,6 +180,8 @@ pub(crate) struct Inner {
     /// Events handed back by workers stopped at the shutdown deadline.
     pub(crate) stopped: Mutex<Vec<Unfinished>>,
     pub(crate) redispatched: AtomicU64,
+    /// The most recent deliveries whose command failed every attempt.
+    pub(crate) failed: FailedDeliveries,
 }
 
 /// The router's state; cheap to clone.
@@ -241,6 +244,7 @@ impl App {
                 pending: Mutex::new(Vec::new()),
                 stopped: Mutex::new(Vec::new()),
                 redispatched: AtomicU64::new(0),
+                failed: FailedDeliveries::default(),
             }),
         }
     }
@@ -294,6 +298,11 @@ impl App {
     pub fn redispatched(&self) -> u64 {
         // Relaxed: a statistic; nothing is published through it.
         self.inner.redispatched.load(Ordering::Relaxed)
+    }
+
+    /// The most recent deliveries whose command failed every attempt.
+    pub fn failed(&self) -> &FailedDeliveries {
+        &self.inner.failed
     }
 
     /// Released events waiting to be placed again.

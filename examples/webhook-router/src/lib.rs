@@ -40,7 +40,8 @@
 //!   [`outcome::Dispatch`], [`outcome::Source`], [`outcome::Unfinished`]), [`limits`], the
 //!   routing [`policy`] table, [`secrets`] (the reloadable secret handles), [`credential`] (a
 //!   worker's credential, minted and verified under the router's worker key), [`lease`] (the
-//!   self-fencing lease a heartbeat answer grants), and [`github`]'s vocabulary.
+//!   self-fencing lease a heartbeat answer grants), [`failed`] (the most recent deliveries whose
+//!   command failed every attempt, for the admin API), and [`github`]'s vocabulary.
 
 pub mod app;
 pub mod backend;
@@ -50,6 +51,7 @@ pub mod containers;
 pub mod credential;
 pub mod dispatch;
 pub mod docs;
+pub mod failed;
 pub mod github;
 pub mod http;
 pub mod launch_flags;

@@ -15,6 +15,7 @@
 //!   `--admin-bind` puts all but the webhook and the probes on an address of their own.
 //! * `POST /debug/workers/{id}/crash`: the container stops heartbeating; watch the sweep declare it
 //!   dead and its events go to a new worker.
+//! * `GET /deliveries/failed`: the most recent deliveries whose command failed every attempt.
 //! * `--simulate` drives built-in traffic at it over HTTP and prints a summary; with
 //!   `--replicas N` and a shared registry, at N replicas in this process, one of which is killed.
 //! * `--registry redis://...` or `postgres://...`: replicas (processes) sharing one registry;

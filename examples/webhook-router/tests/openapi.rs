@@ -92,6 +92,32 @@ async fn the_document_describes_the_webhook_and_the_debug_endpoint() {
     }
 }
 
+/// `GET /deliveries/failed` is in the document, and its answer (with a record in it) and its 400
+/// are valid against the schemas the document gives them.
+#[tokio::test(start_paused = true)]
+async fn the_failed_deliveries_answer_matches_the_document() {
+    use webhook_router::failed::FailedDelivery;
+    use worker_registry::{DeliveryId, FencingToken, Target};
+
+    let h = start(Setup::default()).await;
+    let doc = document(&h).await;
+    let failed = FailedDelivery::now(
+        DeliveryId::new("d-1").unwrap(),
+        Target::new("o/r", 1).unwrap(),
+        WorkerId::new(7),
+        FencingToken::from_raw(1),
+        3,
+        Some("exit status 7"),
+    );
+    h.server.app().failed().record(failed);
+    for (query, status) in [("", 200), ("?limit=1", 200), ("?limit=-1", 400)] {
+        let a = h.get(&format!("/deliveries/failed{query}")).await;
+        assert_eq!(a.status.as_u16(), status, "{query}: {}", a.body);
+        let v = response_validator(&doc, "/deliveries/failed", "get", status).unwrap();
+        assert!(v.is_valid(&a.body), "{query}: {}", a.body);
+    }
+}
+
 /// Worker ids: the schema says what the parser takes (decimal, 0 to 2^44 - 1), at both ends.
 #[tokio::test(start_paused = true)]
 async fn worker_id_schema_and_parser_agree() {

@@ -4,7 +4,9 @@
 //! router's protocol server over an in-memory registry on the real clock. Checked: the event's
 //! body reaches the command byte for byte, its environment names the event and holds no
 //! credential, the completion is recorded, and a drain while the command runs lets it finish,
-//! then the worker is dead (`exited`) and its process gone.
+//! then the worker is dead (`exited`) and its process gone. A command that keeps failing is
+//! retried `--max-attempts` times, then reported (the counter, `GET /deliveries/failed` behind the
+//! admin token) and completed: a redelivery is a duplicate.
 //!
 //! Without the `webhook-worker` binary (`cargo build -p webhook-worker`) or `python3` the test
 //! says so in one line and passes; under `CI` it fails instead. No sleeps for timing: each wait
@@ -124,7 +126,7 @@ struct Router {
     base: String,
 }
 
-async fn router(argv: Vec<String>) -> Router {
+async fn router(argv: Vec<String>, admin_token: Option<&str>) -> Router {
     let config = RegistryConfig::builder()
         .max_workers(4)
         .heartbeat_interval(HEARTBEAT)
@@ -135,7 +137,7 @@ async fn router(argv: Vec<String>) -> Router {
     let memory = InMemoryRegistry::new(config);
     let options = app::Options {
         webhook_secret: None::<&str>.into(),
-        admin_token: None::<&str>.into(),
+        admin_token: admin_token.into(),
         work: Duration::ZERO,
         idle: Duration::from_secs(3600),
         mailbox: 8,
@@ -258,7 +260,7 @@ async fn the_webhook_worker_runs_a_real_delivery_and_drains() {
         "--event-command".to_owned(),
         command(&dir.0),
     ];
-    let r = router(argv).await;
+    let r = router(argv, None).await;
     one_delivery_then_drain(&r, &dir).await;
     drop(r.server);
 }
@@ -276,7 +278,115 @@ async fn python_worker_from_the_docs() {
         "python3".to_owned(),
         script.display().to_string(),
     ];
-    let r = router(argv).await;
+    let r = router(argv, None).await;
     one_delivery_then_drain(&r, &dir).await;
+    drop(r.server);
+}
+
+const ADMIN: &str = "admin-token";
+
+/// `GET {path}` on the admin API with the admin token: the status and the body.
+async fn admin_get(r: &Router, path: &str) -> (StatusCode, String) {
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let res = http
+        .get(format!("{}{path}", r.base))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    (res.status(), res.text().await.unwrap())
+}
+
+async fn post_delivery(r: &Router, delivery: &str) -> reqwest::Response {
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    http.post(format!("{}/webhook", r.base))
+        .header("content-type", "application/json")
+        .header(github::EVENT_HEADER, "pull_request")
+        .header(github::DELIVERY_HEADER, delivery)
+        .body(raw_body())
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_keeps_failing_is_reported_and_completed() {
+    let Some(bin) = worker_binary() else { return };
+    let argv = [
+        &bin.display().to_string(),
+        "--event-command",
+        "echo failing >&2; exit 7",
+        "--max-attempts",
+        "2",
+        "--retry-backoff",
+        "10ms",
+    ];
+    let r = router(argv.map(str::to_owned).to_vec(), Some(ADMIN)).await;
+    let res = post_delivery(&r, "d-fails").await;
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+    let answer: serde_json::Value = res.json().await.unwrap();
+    let (worker, token) = (
+        &answer["targets"][0]["worker"],
+        &answer["targets"][0]["token"],
+    );
+
+    let failed: serde_json::Value = eventually(|| async {
+        let (status, body) = admin_get(&r, "/deliveries/failed").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        (v["total"] == 1).then_some(v)
+    })
+    .await;
+    let entries = failed["failed"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{failed}");
+    let f = &entries[0];
+    assert_eq!(f["delivery"], "d-fails");
+    assert_eq!(f["target"], "o/r#1");
+    assert_eq!((&f["worker"], &f["token"]), (worker, token));
+    assert_eq!(f["attempts"], 2);
+    assert_eq!(f["reason"], "exit status 7");
+    assert_eq!(f["reason_truncated"], false);
+    assert!(
+        f["at"]
+            .as_str()
+            .unwrap()
+            .parse::<humantime::Timestamp>()
+            .is_ok(),
+        "RFC 3339: {f}"
+    );
+    assert_eq!(failed["kept"], 1000);
+
+    // Completed, as failed: the claim is done and the counter says so.
+    assert_eq!(r.memory.stats().claims_completed, 1);
+    let (_, metrics) = admin_get(&r, "/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "webhook_router_worker_failed_total 1"),
+        "{metrics}"
+    );
+    let res = post_delivery(&r, "d-fails").await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let again: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(again["outcome"], "duplicate", "{again}");
+
+    // Behind the admin token; `limit` is read, and refused with a JSON error when malformed.
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let res = http
+        .get(format!("{}/deliveries/failed", r.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let (status, body) = admin_get(&r, "/deliveries/failed?limit=0").await;
+    assert_eq!(status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (v["failed"].as_array().unwrap().len(), &v["total"]),
+        (0, &1.into())
+    );
+    let (status, body) = admin_get(&r, "/deliveries/failed?limit=many").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["error"].is_string());
     drop(r.server);
 }

@@ -1,8 +1,9 @@
 //! The router's HTTP apps, the edge of the router: `POST /webhook` ([`webhook`]), the probes
-//! ([`probes`]: `/healthz`, `/readyz`), the debug endpoint ([`debug`]), the replicas' internal
-//! endpoint ([`internal`]) and the library's admin API (`/workers`, `/metrics`, `/openapi.json`
-//! from [`openapi`]), on one address or (`--admin-bind`) the webhook's and the admin's apart
-//! ([`apps`]); JSON errors everywhere ([`reply`]), unknown paths and wrong methods included.
+//! ([`probes`]: `/healthz`, `/readyz`), the debug endpoint ([`debug`]), the failed deliveries
+//! ([`deliveries`]), the replicas' internal endpoint ([`internal`]) and the library's admin API
+//! (`/workers`, `/metrics`, `/openapi.json` from [`openapi`]), on one address or (`--admin-bind`)
+//! the webhook's and the admin's apart ([`apps`]); JSON errors everywhere ([`reply`]), unknown
+//! paths and wrong methods included.
 //! Below it: the routing policy carried out ([`crate::routing`]) and dispatch
 //! ([`crate::dispatch`]).
 //!
@@ -13,6 +14,7 @@
 
 pub mod answer;
 pub mod debug;
+pub mod deliveries;
 mod guard;
 pub mod internal;
 pub mod openapi;
@@ -57,7 +59,8 @@ pub fn router(app: &App, metrics: Metrics, max_concurrent_webhooks: usize) -> Ro
 
 /// The HTTP apps: with `split`, the webhook's (`POST /webhook`, `/healthz` and `/readyz`: what
 /// an edge needs) apart from the admin's (the admin API, `/metrics`, `/openapi.json`, the debug
-/// and internal endpoints, and the probes); without, one app with all of them.
+/// and internal endpoints, `/deliveries/failed`, and the probes); without, one app with all of
+/// them.
 ///
 /// With an admin token, every admin endpoint but the probes needs it, reads included (the worker
 /// list names repositories and pull requests, private ones too).
@@ -105,9 +108,9 @@ fn webhook_route(app: &App, max_concurrent_webhooks: usize) -> Router {
         .with_state(state)
 }
 
-/// The library's admin API (`/healthz` among it), the debug endpoint and the replicas' internal
-/// one, behind the admin token if there is one (see [`guard`]; the 405 of a wrong method comes
-/// first, from [`with_fallbacks`]).
+/// The library's admin API (`/healthz` among it), the debug endpoint, the failed deliveries and
+/// the replicas' internal endpoint, behind the admin token if there is one (see [`guard`]; the
+/// 405 of a wrong method comes first, from [`with_fallbacks`]).
 fn admin_routes(app: &App, metrics: Metrics) -> Router {
     let admin = AdminOptions::new()
         .metrics(metrics)
@@ -124,6 +127,7 @@ fn admin_routes(app: &App, metrics: Metrics) -> Router {
     };
     let routes = router
         .route("/debug/workers/{id}/crash", post(debug::crash))
+        .route("/deliveries/failed", get(deliveries::failed))
         .with_state(app.clone())
         .merge(admin_router(app.registry().clone(), admin));
     let token = &app.options().admin_token;

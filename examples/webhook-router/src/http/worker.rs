@@ -10,6 +10,7 @@ use super::answer::ErrorAnswer;
 use super::reply::error_response;
 use crate::app::App;
 use crate::credential::Verified;
+use crate::failed::FailedDelivery;
 use crate::protocol::hub::Served;
 use crate::protocol::DEFAULT_LONG_POLL;
 
@@ -76,7 +77,8 @@ pub struct LoopStarted {
 pub enum CompleteOutcome {
     /// Exit status 0.
     Succeeded,
-    /// Failed every attempt: completed anyway, and reported (log line and metric).
+    /// Failed every attempt: completed anyway, and reported (log line, metric and
+    /// `GET /deliveries/failed`).
     Failed,
 }
 
@@ -90,7 +92,7 @@ pub struct Complete {
     /// How many times the command ran.
     #[serde(default)]
     pub attempts: u32,
-    /// Why it failed, when it did.
+    /// Why it failed, when it did (kept up to 1,024 bytes).
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -306,12 +308,7 @@ pub(crate) async fn complete(
         Err(e) => return refusal(who.worker, &e),
     }
     if body.outcome == CompleteOutcome::Failed {
-        app.metrics().worker_failed();
-        tracing::error!(
-            worker = %who.worker, target = %job.target, delivery = %job.event,
-            attempts = body.attempts, reason = body.reason.as_deref().unwrap_or("-"),
-            "an event's command failed every attempt: completed as failed"
-        );
+        reported(&app, who.worker, &job, &body);
     }
     let containers = app.containers();
     containers
@@ -319,6 +316,26 @@ pub(crate) async fn complete(
         .ran(who.worker, &job.target, &job.event, job.payload.as_ref());
     containers.traces().completed(&job.target, &job.event);
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// A delivery completed as failed, reported: counted, logged and kept for the admin API
+/// (`GET /deliveries/failed`).
+fn reported(app: &App, worker: WorkerId, job: &crate::mailbox::Job, body: &Complete) {
+    let failed = FailedDelivery::now(
+        job.event.clone(),
+        job.target.clone(),
+        worker,
+        job.token,
+        body.attempts,
+        body.reason.as_deref(),
+    );
+    app.metrics().worker_failed();
+    tracing::error!(
+        %worker, target = %job.target, delivery = %job.event, attempts = body.attempts,
+        reason = failed.reason.as_deref().unwrap_or("-"),
+        "an event's command failed every attempt: completed as failed"
+    );
+    app.failed().record(failed);
 }
 
 /// The worker's loop finished (after its command ended).
