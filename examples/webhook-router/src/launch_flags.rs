@@ -49,6 +49,10 @@ pub struct LaunchArgs {
     /// The image the docker launcher runs (with webhook-worker as its entrypoint).
     #[arg(long, env = "WEBHOOK_ROUTER_DOCKER_IMAGE")]
     pub docker_image: Option<String>,
+    /// A volume mounted into every worker container, `SOURCE:TARGET[:OPTIONS]` as `docker run -v`
+    /// takes it (a host path or a named volume; e.g. a workspace); repeatable.
+    #[arg(long = "docker-volume", value_name = "SOURCE:TARGET[:OPTIONS]")]
+    pub docker_volumes: Vec<String>,
     /// Where the worker protocol (/worker/v1) listens: its own address, never the webhook's or
     /// the admin's [default: 127.0.0.1:0, an ephemeral loopback port].
     #[arg(long, env = "WEBHOOK_ROUTER_WORKER_BIND")]
@@ -79,6 +83,8 @@ pub struct LaunchSettings {
     pub worker_argv: Vec<String>,
     /// The image (docker launcher).
     pub docker_image: Option<String>,
+    /// The volumes mounted into every container (docker launcher).
+    pub docker_volumes: Vec<String>,
     /// Where the worker protocol listens.
     pub worker_bind: SocketAddr,
     /// The protocol's key and margins.
@@ -138,6 +144,7 @@ impl LaunchArgs {
             kind,
             worker_argv,
             docker_image: self.docker_image.clone(),
+            docker_volumes: self.docker_volumes.clone(),
             worker_bind: self
                 .worker_bind
                 .unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
@@ -223,6 +230,7 @@ impl LaunchSettings {
                     crate::launcher::docker::DockerLauncher::builder(image, registry, replica)
                         // The image's entrypoint is the worker: it gets the worker's arguments only.
                         .args(self.worker_argv.iter().skip(1).cloned().collect())
+                        .volumes(self.docker_volumes.clone())
                         .build()
                         .map_err(|e| e.to_string())?;
                 Ok(Some(Arc::new(launcher)))
