@@ -20,20 +20,21 @@ mod common;
 mod docker_daemon;
 mod real_common;
 
+use docker_daemon::client;
+
 use real_common::{body, event_command, real, scratch, until, worker_binary, Real, Start, HANG};
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::query_parameters::{ListContainersOptionsBuilder, WaitContainerOptionsBuilder};
 use bollard::{Docker, API_DEFAULT_VERSION};
 use futures_util::StreamExt;
 use webhook_router::launcher::docker::{DockerLauncher, LABEL_REGISTRY};
-use worker_registry::WorkerRegistryExt;
-use worker_registry::{DeadReason, Status, WorkerId, WorkerRegistry};
+use worker_registry::{WorkerId, WorkerRegistry};
 
 const IMAGE: &str = "worker-registry/docker-workers-test:dev";
 /// Where the records' directory is mounted in each container.
@@ -42,36 +43,12 @@ const RECORDS: &str = "/records";
 /// The daemon's `DOCKER_HOST`, with the image built, after a one-line skip (or a panic under
 /// `CI`) when there is none.
 fn daemon() -> Option<&'static str> {
-    static HOST: OnceLock<Result<String, String>> = OnceLock::new();
     let bin = worker_binary()?;
-    let host = HOST.get_or_init(|| {
-        let host = match std::env::var("DOCKER_HOST") {
-            Ok(host) => host,
-            Err(_) => docker_daemon::start_dockerd(HANG)?,
-        };
+    docker_daemon::daemon("the docker workers' tests", HANG, |host| {
         // The event command's programs, besides the image's `sh`.
         let tools = ["sha256sum", "cut", "tr", "date", "sleep"];
-        docker_daemon::build_image(&host, &bin, IMAGE, &tools)?;
-        Ok(host)
-    });
-    match host {
-        Ok(host) => Some(host),
-        Err(why) if std::env::var_os("CI").is_some() => {
-            panic!("CI is set, and the Docker tests cannot run: {why}")
-        }
-        Err(why) => {
-            eprintln!("skipped: the docker workers' tests ({why}; install docker.io and run as root, or set DOCKER_HOST)");
-            None
-        }
-    }
-}
-
-async fn client(host: &str) -> Docker {
-    Docker::connect_with_unix(host, 120, API_DEFAULT_VERSION)
-        .unwrap()
-        .negotiate_version()
-        .await
-        .unwrap()
+        docker_daemon::build_image(host, &bin, IMAGE, &tools)
+    })
 }
 
 /// A router whose workers are containers of the worker image, and the registry label its
@@ -192,23 +169,8 @@ async fn a_drained_worker_container_completes_its_event_exits_0_and_is_removed()
         return;
     };
     let r = &d.real;
-    let id = WorkerId::new(r.deliver("d-1", &body()).await);
-    r.until("start", 1).await;
-    assert_eq!(r.registry.drain(id).await, Ok(Status::Draining));
-    r.go("d-1");
-    r.until("end", 1).await;
-    let metrics = r.server.app().metrics();
-    until("a clean exit", || {
-        (metrics.exits("exited") == 1).then_some(())
-    })
-    .await;
+    let id = r.drain_mid_event().await;
     d.removed(id).await;
-    assert_eq!(r.registry.stats().claims_completed, 1);
-    assert_eq!(
-        r.registry.worker(id).await.unwrap().unwrap().status,
-        Status::Dead(DeadReason::Exited)
-    );
-    assert_eq!((metrics.exits("crashed"), metrics.exits("fenced")), (0, 0));
     d.stop(HANG).await;
 }
 

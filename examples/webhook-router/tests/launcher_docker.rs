@@ -12,10 +12,11 @@
 mod docker_daemon;
 mod launcher_common;
 
+use docker_daemon::client;
+
 use launcher_common::*;
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use bollard::query_parameters::WaitContainerOptionsBuilder;
 use bollard::{Docker, API_DEFAULT_VERSION};
@@ -31,25 +32,7 @@ const REGISTRY: &str = "launcher-test";
 
 /// The daemon's `DOCKER_HOST`, after a one-line skip (or a panic under `CI`) when there is none.
 fn daemon() -> Option<&'static str> {
-    static HOST: OnceLock<Result<String, String>> = OnceLock::new();
-    let host = HOST.get_or_init(|| {
-        let host = match std::env::var("DOCKER_HOST") {
-            Ok(host) => host,
-            Err(_) => docker_daemon::start_dockerd(HUNG)?,
-        };
-        build_image(&host)?;
-        Ok(host)
-    });
-    match host {
-        Ok(host) => Some(host),
-        Err(why) if std::env::var_os("CI").is_some() => {
-            panic!("CI is set, and the Docker tests cannot run: {why}")
-        }
-        Err(why) => {
-            eprintln!("skipped: the docker launcher's tests ({why}; install docker.io and run as root, or set DOCKER_HOST)");
-            None
-        }
-    }
+    docker_daemon::daemon("the docker launcher's tests", HUNG, build_image)
 }
 
 /// The test image, by the project's script: the router's binary standing in for the worker's.
@@ -60,14 +43,6 @@ fn build_image(host: &str) -> Result<(), String> {
         IMAGE,
         &["tail", "bash"],
     )
-}
-
-async fn client(host: &str) -> Docker {
-    Docker::connect_with_unix(host, 120, API_DEFAULT_VERSION)
-        .unwrap()
-        .negotiate_version()
-        .await
-        .unwrap()
 }
 
 fn sh(script: &str, replica: &str) -> DockerLauncherBuilder {

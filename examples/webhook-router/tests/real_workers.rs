@@ -28,8 +28,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use webhook_router::launcher::process::ProcessLauncher;
-use worker_registry::WorkerRegistryExt;
-use worker_registry::{Status, WorkerId, WorkerRegistry};
+use worker_registry::{WorkerId, WorkerRegistry};
 
 /// A router whose workers are `webhook-worker` processes, reaching it through `proxy` when
 /// given; `None` when the binary is not built.
@@ -154,22 +153,7 @@ async fn a_drained_worker_completes_its_event_and_exits_0() {
     let Some(r) = processes(None, None, None).await else {
         return;
     };
-    let id = WorkerId::new(r.deliver("d-1", &body()).await);
-    r.until("start", 1).await;
-    assert_eq!(r.registry.drain(id).await, Ok(Status::Draining));
-    r.go("d-1");
-    r.until("end", 1).await;
-    let metrics = r.server.app().metrics();
-    until("a clean exit", || {
-        (metrics.exits("exited") == 1).then_some(())
-    })
-    .await;
-    assert_eq!(r.registry.stats().claims_completed, 1);
-    assert_eq!(
-        r.registry.worker(id).await.unwrap().unwrap().status,
-        Status::Dead(worker_registry::DeadReason::Exited)
-    );
-    assert_eq!((metrics.exits("crashed"), metrics.exits("fenced")), (0, 0));
+    r.drain_mid_event().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

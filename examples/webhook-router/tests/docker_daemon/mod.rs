@@ -1,11 +1,46 @@
-//! A Docker daemon for the tests that need one (`launcher_docker.rs`, `docker_workers.rs`): a
-//! dockerd of the test binary's own, started as root, and the worker image built by the project's
-//! script. Which daemon a test uses, and how it skips without one, is each test binary's.
+//! A Docker daemon for the tests that need one (`launcher_docker.rs`, `docker_workers.rs`): the
+//! one `DOCKER_HOST` names (`.ci/run` starts one and exports it), or else a dockerd of the test
+//! binary's own, started as root; and the worker image built by the project's script. Without a
+//! daemon the tests say so in one line and pass; under `CI` they fail.
 #![allow(dead_code)] // each test binary uses its part
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use bollard::{Docker, API_DEFAULT_VERSION};
+
+/// The daemon's `DOCKER_HOST`, once `image` (given it) has built this binary's image; after a
+/// one-line skip naming `tests` (or a panic under `CI`) when there is no daemon. `hung` bounds
+/// a dockerd's start.
+pub fn daemon(
+    tests: &str,
+    hung: Duration,
+    image: impl FnOnce(&str) -> Result<(), String>,
+) -> Option<&'static str> {
+    static HOST: OnceLock<Result<String, String>> = OnceLock::new();
+    let host = HOST.get_or_init(|| {
+        let host = match std::env::var("DOCKER_HOST") {
+            Ok(host) => host,
+            Err(_) => start_dockerd(hung)?,
+        };
+        image(&host)?;
+        Ok(host)
+    });
+    match host {
+        Ok(host) => Some(host),
+        Err(why) if std::env::var_os("CI").is_some() => {
+            panic!("CI is set, and the Docker tests cannot run: {why}")
+        }
+        Err(why) => {
+            eprintln!(
+                "skipped: {tests} ({why}; install docker.io and run as root, or set DOCKER_HOST)"
+            );
+            None
+        }
+    }
+}
 
 /// Starts a dockerd of this process's own, stopped and deleted by a watchdog when it exits.
 pub fn start_dockerd(hung: Duration) -> Result<String, String> {
@@ -65,6 +100,15 @@ pub fn start_dockerd(hung: Duration) -> Result<String, String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(format!("unix://{sock}"))
+}
+
+/// A client of the daemon at `host`, at the API version agreed with it.
+pub async fn client(host: &str) -> Docker {
+    Docker::connect_with_unix(host, 120, API_DEFAULT_VERSION)
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap()
 }
 
 /// Builds image `tag` on the daemon at `host` by `deploy/worker-image/build`, from `binary`,

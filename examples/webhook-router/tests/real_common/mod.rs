@@ -21,8 +21,10 @@ use webhook_router::app::{App, Platform};
 use webhook_router::launcher::Launcher;
 use webhook_router::protocol::ProtocolSettings;
 use webhook_router::{github, server};
-use worker_registry::WorkerRegistry;
-use worker_registry::{DynRegistry, InMemoryRegistry, ManualClock, RegistryConfig};
+use worker_registry::{
+    DeadReason, DynRegistry, InMemoryRegistry, ManualClock, RegistryConfig, Status, WorkerId,
+    WorkerRegistry, WorkerRegistryExt,
+};
 
 pub const HEARTBEAT: Duration = Duration::from_millis(200);
 pub const SWEEP: Duration = Duration::from_millis(20);
@@ -286,6 +288,29 @@ impl Real {
             })
             .await;
         }
+    }
+
+    /// Delivers one event, drains its worker mid-event, lets the command finish, and checks
+    /// that the worker exited cleanly (status 0: `exited`) and completed the event once; returns
+    /// the worker.
+    pub async fn drain_mid_event(&self) -> WorkerId {
+        let id = WorkerId::new(self.deliver("d-1", &body()).await);
+        self.until("start", 1).await;
+        assert_eq!(self.registry.drain(id).await, Ok(Status::Draining));
+        self.go("d-1");
+        self.until("end", 1).await;
+        let metrics = self.server.app().metrics();
+        until("a clean exit", || {
+            (metrics.exits("exited") == 1).then_some(())
+        })
+        .await;
+        assert_eq!(self.registry.stats().claims_completed, 1);
+        assert_eq!(
+            self.registry.worker(id).await.unwrap().unwrap().status,
+            Status::Dead(DeadReason::Exited)
+        );
+        assert_eq!((metrics.exits("crashed"), metrics.exits("fenced")), (0, 0));
+        id
     }
 
     /// Asserts that delivery `delivery` (`body`) ran exactly twice, completed by the second run,
