@@ -9,7 +9,11 @@
 //! * a worker container killed mid-event (`Control::kill`: `docker kill`): its delivery runs
 //!   again in a new container on a byte-equal body, exactly once more;
 //! * drain: the current event completes, the container exits 0 and is removed;
-//! * a router stopped while its worker's command runs leaves no container.
+//! * a router stopped while its worker's command runs leaves no container;
+//! * a router "restarted" (a new one with the same registry and replica labels, on the same
+//!   registry) after its previous incarnation vanished mid-event (its runtime gone, its container
+//!   left behind) finds that container by its labels, removes it and deregisters its worker, and
+//!   the released event runs again in a new container, exactly once more.
 //!
 //! The daemon is the one `DOCKER_HOST` names (`.ci/run` starts one), or else one this binary
 //! starts as root (`tests/docker_daemon`). Without a daemon or the `webhook-worker` binary each
@@ -25,7 +29,7 @@ use docker_daemon::client;
 use real_common::{body, event_command, real, scratch, until, worker_binary, Real, Start, HANG};
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +38,7 @@ use bollard::query_parameters::{ListContainersOptionsBuilder, WaitContainerOptio
 use bollard::{Docker, API_DEFAULT_VERSION};
 use futures_util::StreamExt;
 use webhook_router::launcher::docker::{DockerLauncher, LABEL_REGISTRY};
-use worker_registry::{WorkerId, WorkerRegistry};
+use worker_registry::{InMemoryRegistry, ManualClock, WorkerId, WorkerRegistry};
 
 const IMAGE: &str = "worker-registry/docker-workers-test:dev";
 /// Where the records' directory is mounted in each container.
@@ -60,30 +64,45 @@ struct Docked {
 }
 
 async fn docked() -> Option<Docked> {
-    static N: AtomicU32 = AtomicU32::new(0);
     let host = daemon()?;
+    Some(docked_on(host, &fresh_label(), scratch(), None).await)
+}
+
+/// A registry label of its own.
+fn fresh_label() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
     // Relaxed: a counter for distinct names.
     let n = N.fetch_add(1, Ordering::Relaxed);
-    let registry = format!("docker-workers-{}-{n}", std::process::id());
-    let dir = scratch();
+    format!("docker-workers-{}-{n}", std::process::id())
+}
+
+/// A router labelling its containers `registry` and replica `r1`, its records in `dir`, on the
+/// registry given (a previous router's) or a new one.
+async fn docked_on(
+    host: &str,
+    registry: &str,
+    dir: PathBuf,
+    on: Option<(&InMemoryRegistry<ManualClock>, &ManualClock)>,
+) -> Docked {
     let args = vec![
         "--event-command".to_owned(),
         event_command(Path::new(RECORDS), "$WORKER_ID"),
         "--idle-exit".to_owned(),
         "0s".to_owned(),
     ];
-    let launcher = DockerLauncher::builder(IMAGE, &registry, "r1")
+    let launcher = DockerLauncher::builder(IMAGE, registry, "r1")
         .args(args)
         .volumes(vec![format!("{}:{RECORDS}", dir.display())])
         .stop_grace(Duration::from_secs(2))
         .build_on(client(host).await)
         .unwrap();
-    let real = real(Start::new(dir, Arc::new(launcher))).await;
-    Some(Docked {
-        real,
+    let mut start = Start::new(dir, Arc::new(launcher));
+    start.registry = on;
+    Docked {
+        real: real(start).await,
         docker: client(host).await,
-        registry,
-    })
+        registry: registry.to_owned(),
+    }
 }
 
 /// The names of the containers, running or not, with registry label `registry`.
@@ -186,6 +205,58 @@ async fn a_router_stopped_mid_event_leaves_no_container() {
     // The command never gets its go: the shutdown's deadline passes and the worker's container
     // is stopped (the event stays accepted, reported unfinished).
     d.stop(Duration::from_millis(100)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_router_removes_what_its_previous_incarnation_left_and_runs_its_event_again() {
+    let Some(host) = daemon() else {
+        return;
+    };
+    let label = fresh_label();
+    // The previous incarnation runs on a runtime of its own, which vanishes without a word: no
+    // task of its runs again, so nothing removes its worker's container.
+    let (before, runtime) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            let before = runtime.block_on(docked_on(host, &label, scratch(), None));
+            (before, runtime)
+        })
+        .join()
+        .unwrap()
+    });
+    let body = body();
+    let first = WorkerId::new(before.real.deliver("d-1", &body).await);
+    before.real.until("start", 1).await;
+    runtime.shutdown_background();
+    let Docked { real, docker, .. } = before;
+    let Real {
+        server,
+        dir,
+        registry,
+        clock,
+        ..
+    } = real;
+    std::mem::forget(server); // its tasks are gone with its runtime
+    assert_eq!(containers(&docker, &label).await.len(), 1, "left behind");
+    let after = docked_on(host, &label, dir.to_path_buf(), Some((&registry, &clock))).await;
+    std::mem::forget(dir); // the new router's now
+    let r = &after.real;
+    assert_eq!(r.settled, 1);
+    after.removed(first).await;
+    let info = r.registry.worker(first).await.unwrap().unwrap();
+    assert!(!info.status.is_alive(), "deregistered: {:?}", info.status);
+    // Its event, released by the deregistration, runs again in a new container.
+    r.pass_the_timeout().await;
+    let again = r.until("start", 2).await;
+    assert_ne!(WorkerId::new(again[1].run), first);
+    r.go("d-1");
+    r.until("end", 1).await;
+    r.assert_ran_twice_completed_once("d-1", &body).await;
+    after.stop(HANG).await;
 }
 
 #[tokio::test]

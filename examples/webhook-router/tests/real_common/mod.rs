@@ -99,6 +99,8 @@ pub struct Real {
     pub base: String,
     pub http: reqwest::Client,
     pub secret: Option<&'static str>,
+    /// How many workers a previous incarnation left running that this router settled at start.
+    pub settled: usize,
 }
 
 /// How a test's router is made: the launcher of its workers, built on the records' directory.
@@ -160,6 +162,8 @@ pub async fn real(start: Start<'_>) -> Real {
     };
     let app = App::with_platform(DynRegistry::new(registry.clone()), options, platform);
     app.protocol().check().unwrap();
+    // As the router's main does: what a previous incarnation left is settled before serving.
+    let settled = app.settle_leftovers().await.unwrap();
     let webhook = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let worker = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = worker.local_addr().unwrap();
@@ -179,6 +183,7 @@ pub async fn real(start: Start<'_>) -> Real {
         dir: Records(start.dir),
         http: reqwest::Client::builder().no_proxy().build().unwrap(),
         secret: start.secret,
+        settled,
     }
 }
 
