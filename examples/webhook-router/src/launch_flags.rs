@@ -140,6 +140,9 @@ impl LaunchArgs {
         if kind == LauncherKind::Docker && self.docker_image.is_none() {
             return Err("--launcher docker needs --docker-image".into());
         }
+        if kind != LauncherKind::Docker && !self.docker_volumes.is_empty() {
+            return Err("--docker-volume is for --launcher docker".into());
+        }
         Ok(LaunchSettings {
             kind,
             worker_argv,
