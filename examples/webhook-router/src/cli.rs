@@ -593,6 +593,41 @@ mod tests {
         assert!(parse(&["--overflow", "65536"]).is_ok());
     }
 
+    /// Issue 36: `--docker-volume` is repeatable, reaches the docker launcher's settings, and is
+    /// refused with any other launcher (it would be ignored).
+    #[test]
+    fn docker_volumes_are_for_the_docker_launcher() {
+        let docker = [
+            "--launcher",
+            "docker",
+            "--docker-image",
+            "i",
+            "--event-command",
+            "true",
+        ];
+        let mut args = docker.to_vec();
+        args.extend([
+            "--docker-volume",
+            "/srv/w:/w",
+            "--docker-volume",
+            "cache:/c:ro",
+        ]);
+        let s = parse(&args).unwrap();
+        assert_eq!(s.launch.docker_volumes, ["/srv/w:/w", "cache:/c:ro"]);
+        assert!(parse(&docker).unwrap().launch.docker_volumes.is_empty());
+        let e = parse(&["--event-command", "true", "--docker-volume", "/a:/b"]).unwrap_err();
+        assert!(e.contains("--docker-volume"), "{e}");
+        // The limits, the same way.
+        args.extend(["--docker-memory", "67108864", "--docker-cpus", "0.5"]);
+        let s = parse(&args).unwrap();
+        assert_eq!(
+            (s.launch.docker_memory, s.launch.docker_cpus),
+            (Some(64 << 20), Some(0.5))
+        );
+        let e = parse(&["--event-command", "true", "--docker-cpus", "1"]).unwrap_err();
+        assert!(e.contains("--docker-cpus"), "{e}");
+    }
+
     /// Issue 13: a heartbeat timeout the clock cannot resolve is refused.
     #[test]
     fn a_timeout_below_the_clock_resolution_is_refused() {

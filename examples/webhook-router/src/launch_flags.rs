@@ -49,6 +49,16 @@ pub struct LaunchArgs {
     /// The image the docker launcher runs (with webhook-worker as its entrypoint).
     #[arg(long, env = "WEBHOOK_ROUTER_DOCKER_IMAGE")]
     pub docker_image: Option<String>,
+    /// A volume mounted into every worker container, `SOURCE:TARGET[:OPTIONS]` as `docker run -v`
+    /// takes it (a host path or a named volume; e.g. a workspace); repeatable.
+    #[arg(long = "docker-volume", value_name = "SOURCE:TARGET[:OPTIONS]")]
+    pub docker_volumes: Vec<String>,
+    /// A memory limit per worker container, in bytes (docker launcher) [default: none].
+    #[arg(long, env = "WEBHOOK_ROUTER_DOCKER_MEMORY")]
+    pub docker_memory: Option<i64>,
+    /// A CPU limit per worker container, in CPUs, e.g. `0.5` (docker launcher) [default: none].
+    #[arg(long, env = "WEBHOOK_ROUTER_DOCKER_CPUS")]
+    pub docker_cpus: Option<f64>,
     /// Where the worker protocol (/worker/v1) listens: its own address, never the webhook's or
     /// the admin's [default: 127.0.0.1:0, an ephemeral loopback port].
     #[arg(long, env = "WEBHOOK_ROUTER_WORKER_BIND")]
@@ -79,6 +89,12 @@ pub struct LaunchSettings {
     pub worker_argv: Vec<String>,
     /// The image (docker launcher).
     pub docker_image: Option<String>,
+    /// The volumes mounted into every container (docker launcher).
+    pub docker_volumes: Vec<String>,
+    /// The memory limit per container, in bytes (docker launcher).
+    pub docker_memory: Option<i64>,
+    /// The CPU limit per container (docker launcher).
+    pub docker_cpus: Option<f64>,
     /// Where the worker protocol listens.
     pub worker_bind: SocketAddr,
     /// The protocol's key and margins.
@@ -134,10 +150,23 @@ impl LaunchArgs {
         if kind == LauncherKind::Docker && self.docker_image.is_none() {
             return Err("--launcher docker needs --docker-image".into());
         }
+        if kind != LauncherKind::Docker
+            && (!self.docker_volumes.is_empty()
+                || self.docker_memory.is_some()
+                || self.docker_cpus.is_some())
+        {
+            return Err(
+                "--docker-volume, --docker-memory and --docker-cpus are for --launcher docker"
+                    .into(),
+            );
+        }
         Ok(LaunchSettings {
             kind,
             worker_argv,
             docker_image: self.docker_image.clone(),
+            docker_volumes: self.docker_volumes.clone(),
+            docker_memory: self.docker_memory,
+            docker_cpus: self.docker_cpus,
             worker_bind: self
                 .worker_bind
                 .unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
@@ -229,11 +258,17 @@ fn docker_launcher(
     replica: &str,
 ) -> Result<Option<Arc<dyn Launcher>>, String> {
     let image = s.docker_image.clone().unwrap_or_default();
-    let launcher = crate::launcher::docker::DockerLauncher::builder(image, registry, replica)
+    let mut b = crate::launcher::docker::DockerLauncher::builder(image, registry, replica)
         // The image's entrypoint is the worker: it gets the worker's arguments only.
         .args(s.worker_argv.iter().skip(1).cloned().collect())
-        .build()
-        .map_err(|e| e.to_string())?;
+        .volumes(s.docker_volumes.clone());
+    if let Some(bytes) = s.docker_memory {
+        b = b.memory(bytes);
+    }
+    if let Some(cpus) = s.docker_cpus {
+        b = b.cpus(cpus);
+    }
+    let launcher = b.build().map_err(|e| e.to_string())?;
     Ok(Some(Arc::new(launcher)))
 }
 

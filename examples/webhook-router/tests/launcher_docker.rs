@@ -9,14 +9,14 @@
 //! a connection, bounded only to turn a hang into a failure.
 #![cfg(all(target_os = "linux", feature = "docker"))]
 
+mod docker_daemon;
 mod launcher_common;
+
+use docker_daemon::client;
 
 use launcher_common::*;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use bollard::query_parameters::WaitContainerOptionsBuilder;
 use bollard::{Docker, API_DEFAULT_VERSION};
@@ -32,116 +32,17 @@ const REGISTRY: &str = "launcher-test";
 
 /// The daemon's `DOCKER_HOST`, after a one-line skip (or a panic under `CI`) when there is none.
 fn daemon() -> Option<&'static str> {
-    static HOST: OnceLock<Result<String, String>> = OnceLock::new();
-    let host = HOST.get_or_init(|| {
-        let host = match std::env::var("DOCKER_HOST") {
-            Ok(host) => host,
-            Err(_) => start_dockerd()?,
-        };
-        build_image(&host)?;
-        Ok(host)
-    });
-    match host {
-        Ok(host) => Some(host),
-        Err(why) if std::env::var_os("CI").is_some() => {
-            panic!("CI is set, and the Docker tests cannot run: {why}")
-        }
-        Err(why) => {
-            eprintln!("skipped: the docker launcher's tests ({why}; install docker.io and run as root, or set DOCKER_HOST)");
-            None
-        }
-    }
+    docker_daemon::daemon("the docker launcher's tests", HUNG, build_image)
 }
 
-/// Starts a dockerd of this process's own, stopped and deleted by a watchdog when it exits.
-fn start_dockerd() -> Result<String, String> {
-    let dockerd = ["/usr/sbin/dockerd", "/usr/bin/dockerd"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .ok_or("no dockerd")?;
-    // SAFETY: geteuid(2) has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("dockerd needs root".into());
-    }
-    let dir = PathBuf::from(format!("/tmp/wr-dockerd-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let d = dir.display();
-    let sock = format!("{d}/docker.sock");
-    let log = std::fs::File::create(dir.join("log")).map_err(|e| e.to_string())?;
-    let daemon = Command::new(dockerd)
-        .args(["--bridge=none", "--iptables=false", "--ip6tables=false"])
-        .args([
-            "--data-root",
-            &format!("{d}/data"),
-            "--exec-root",
-            &format!("{d}/exec"),
-        ])
-        .args([
-            "--pidfile",
-            &format!("{d}/pid"),
-            "-H",
-            &format!("unix://{sock}"),
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("{dockerd}: {e}"))?;
-    let watchdog = format!(
-        "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; \
-         DOCKER_HOST=unix://{sock} docker ps -aq | xargs -r env DOCKER_HOST=unix://{sock} docker rm -f >/dev/null 2>&1; \
-         kill {daemon}; while kill -0 {daemon} 2>/dev/null; do sleep 0.2; done; \
-         findmnt -rn -o TARGET | grep '^{d}/' | sort -r | xargs -r umount 2>/dev/null; rm -rf {d}",
-        me = std::process::id(),
-        daemon = daemon.id(),
-    );
-    Command::new("sh")
-        .args(["-c", &watchdog])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    // The socket appears once the daemon has completed its initialization.
-    let started = Instant::now();
-    while !Path::new(&sock).exists() {
-        if started.elapsed() > HUNG {
-            return Err(format!("dockerd did not listen (its log: {d}/log)"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(format!("unix://{sock}"))
-}
-
-/// The test image, by the project's script.
+/// The test image, by the project's script: the router's binary standing in for the worker's.
 fn build_image(host: &str) -> Result<(), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new(root.join("deploy/worker-image/build"))
-        .args([
-            "--binary",
-            env!("CARGO_BIN_EXE_webhook-router"),
-            "--tag",
-            IMAGE,
-        ])
-        .args(["--add", "tail", "--add", "bash"])
-        .env("DOCKER_HOST", host)
-        .output()
-        .map_err(|e| format!("deploy/worker-image/build: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "deploy/worker-image/build failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(())
-}
-
-async fn client(host: &str) -> Docker {
-    Docker::connect_with_unix(host, 120, API_DEFAULT_VERSION)
-        .unwrap()
-        .negotiate_version()
-        .await
-        .unwrap()
+    docker_daemon::build_image(
+        host,
+        Path::new(env!("CARGO_BIN_EXE_webhook-router")),
+        IMAGE,
+        &["tail", "bash"],
+    )
 }
 
 fn sh(script: &str, replica: &str) -> DockerLauncherBuilder {

@@ -5,7 +5,8 @@
 //! given this launcher's arguments), named `wr-<registry>-<worker id>` (so that the daemon itself
 //! refuses a second container for one worker), on `--network host` (the default: it reaches the
 //! router's worker protocol on loopback, and nothing a bridge would add) or `none`, with exactly
-//! [`Launch::env`] added to the image's environment, the optional memory and CPU limits, an init
+//! [`Launch::env`] added to the image's environment, the optional memory and CPU limits and
+//! volumes ([`DockerLauncherBuilder::volumes`], `--docker-volume`), an init
 //! process (`docker-init`) that reaps what the worker's command leaves, and three labels:
 //! [`LABEL_REGISTRY`], [`LABEL_REPLICA`] and [`LABEL_WORKER`]. Its output is followed and logged
 //! line by line, tagged with the worker id ([`super::output`]).
@@ -88,6 +89,7 @@ pub struct DockerLauncherBuilder {
     network: Network,
     memory: Option<i64>,
     cpus: Option<f64>,
+    volumes: Vec<String>,
     init: bool,
     stop_grace: Duration,
     output_drain: Duration,
@@ -122,6 +124,17 @@ impl DockerLauncherBuilder {
     /// A CPU limit per container, in CPUs (`--docker-cpus`; default none).
     pub fn cpus(mut self, cpus: f64) -> Self {
         self.cpus = Some(cpus);
+        self
+    }
+
+    /// Volumes mounted into every container, each in `docker run -v` form:
+    /// `SOURCE:TARGET[:OPTIONS]`, `SOURCE` a host path (a bind mount) or a named volume, `TARGET`
+    /// an absolute path in the container, `OPTIONS` for example `ro` (default none). For a
+    /// workspace or a cache the event command shares with the host; the image's user (`nobody`
+    /// for the worker image) must be allowed to use it. Checked by `build`: a source and an
+    /// absolute target.
+    pub fn volumes(mut self, volumes: Vec<String>) -> Self {
+        self.volumes = volumes;
         self
     }
 
@@ -177,6 +190,11 @@ impl DockerLauncherBuilder {
         if self.image.is_empty() {
             return Err(unavailable("no --docker-image".into()));
         }
+        if let Some(v) = self.volumes.iter().find(|v| !volume_is_valid(v)) {
+            return Err(unavailable(format!(
+                "volume {v:?}: not SOURCE:TARGET[:OPTIONS] with an absolute TARGET"
+            )));
+        }
         Ok(DockerLauncher {
             raw,
             agreed: OnceCell::new(),
@@ -185,6 +203,13 @@ impl DockerLauncherBuilder {
             nano_cpus,
         })
     }
+}
+
+/// Whether `volume` is `SOURCE:TARGET[:OPTIONS]` with a source and an absolute target.
+fn volume_is_valid(volume: &str) -> bool {
+    let mut parts = volume.split(':');
+    let (source, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    !source.is_empty() && target.starts_with('/') && parts.count() <= 1
 }
 
 /// `text` with every character a container name may not hold replaced by `_`.
@@ -225,6 +250,7 @@ impl DockerLauncher {
             network: Network::default(),
             memory: None,
             cpus: None,
+            volumes: Vec::new(),
             init: DEFAULT_INIT,
             stop_grace: DEFAULT_STOP_GRACE,
             output_drain: DEFAULT_OUTPUT_DRAIN,
@@ -256,6 +282,7 @@ impl DockerLauncher {
                 network_mode: Some(c.network.mode().to_owned()),
                 memory: c.memory,
                 nano_cpus: self.nano_cpus,
+                binds: (!c.volumes.is_empty()).then(|| c.volumes.clone()),
                 init: Some(c.init),
                 ..HostConfig::default()
             }),
