@@ -212,7 +212,8 @@ impl LauncherKind {
     }
 }
 
-/// `webhook-worker` next to this executable.
+/// `webhook-worker` next to this executable; when this router was started by `cargo run` (which
+/// builds only the router) and the worker is not built yet, built first, with the same profile.
 fn default_worker_command() -> Result<PathBuf, String> {
     let exe = std::env::current_exe()
         .map_err(|e| format!("cannot find this executable to find {WORKER_BINARY}: {e}"))?;
@@ -221,17 +222,55 @@ fn default_worker_command() -> Result<PathBuf, String> {
         .ok_or_else(|| format!("{} has no directory", exe.display()))?;
     // Test binaries live in target/<profile>/deps; the worker in target/<profile>.
     let candidates = [dir.join(WORKER_BINARY), dir.join("..").join(WORKER_BINARY)];
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .ok_or_else(|| {
-            format!(
-                "{WORKER_BINARY} is not next to {} (build it: cargo build -p webhook-worker), or \
+    let found = || candidates.iter().find(|p| p.is_file()).cloned();
+    if found().is_none() {
+        build_under_cargo_run(dir)?;
+    }
+    found().ok_or_else(|| {
+        format!(
+            "{WORKER_BINARY} is not next to {} (build it: cargo build -p webhook-worker), or \
                  name it with --worker-command",
-                exe.display()
-            )
-        })
+            exe.display()
+        )
+    })
+}
+
+/// Under `cargo run` (cargo sets `CARGO` and `CARGO_MANIFEST_DIR` for the program it runs), builds
+/// `webhook-worker` into this executable's directory `dir` (`target/<profile>`), so that the
+/// README's `cargo run --release --bin webhook-router -- --simulate` works on a fresh clone.
+/// Otherwise does nothing: an installed router never runs cargo.
+fn build_under_cargo_run(dir: &std::path::Path) -> Result<(), String> {
+    let (Some(cargo), Some(manifest_dir)) = (
+        std::env::var_os("CARGO"),
+        std::env::var_os("CARGO_MANIFEST_DIR"),
+    ) else {
+        return Ok(());
+    };
+    let profile = dir.file_name().and_then(|p| p.to_str()).unwrap_or("debug");
+    let mut build = std::process::Command::new(cargo);
+    build
+        .current_dir(manifest_dir)
+        .args(["build", "--quiet", "-p", "webhook-worker"]);
+    match profile {
+        "debug" => {}
+        "release" => {
+            build.arg("--release");
+        }
+        other => {
+            build.args(["--profile", other]);
+        }
+    }
+    eprintln!(
+        "webhook-router: building {WORKER_BINARY} ({profile}): cargo run builds only the router"
+    );
+    let status = build
+        .status()
+        .map_err(|e| format!("cannot run cargo to build {WORKER_BINARY}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo build -p webhook-worker failed ({status})"))
+    }
 }
 
 impl LaunchSettings {
