@@ -54,7 +54,7 @@ impl App {
             .instrument(span.clone())
             .await;
         telemetry::record_dispatch(&span, &d);
-        self.inner.metrics.admission(source, d.outcome());
+        self.inner.metrics.admission(source, d.admission());
         if let Dispatch::Waiting(_) = d {
             self.parked(target, delivery);
         }
