@@ -319,4 +319,26 @@ mod tests {
             "ALL lists each outcome once"
         );
     }
+
+    /// The README's "## Answers" table names every outcome's JSON name, and no other.
+    #[test]
+    fn the_readme_answers_table_names_every_outcome() {
+        let readme = include_str!("../README.md");
+        let start = readme
+            .find("\n## Answers\n")
+            .expect("the README has ## Answers");
+        let section = &readme[start + 1..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+        for o in Outcome::ALL {
+            let name = format!("\"{}\"", o.as_str());
+            assert!(section.contains(&name), "## Answers does not name {name}");
+        }
+        for named in section.split("\"outcome\":\"").skip(1) {
+            let name = &named[..named.find('"').unwrap_or(named.len())];
+            assert!(
+                Outcome::ALL.iter().any(|o| o.as_str() == name),
+                "## Answers names an outcome the router does not have: {name:?}"
+            );
+        }
+    }
 }
