@@ -215,7 +215,7 @@ impl<C: Clock> Direct<C> {
     /// assert_eq!(d.state, ClaimState::Completed);
     /// ```
     pub fn complete(&self, target: &Target, event: &DeliveryId) -> Result<(), RegistryError> {
-        self.complete_inner(target, event, None)
+        self.complete_as(None, target, event)
     }
 
     /// Like [`complete`](Self::complete), but fenced: only `worker`, the claim's holder, may complete
@@ -245,14 +245,14 @@ impl<C: Clock> Direct<C> {
         target: &Target,
         event: &DeliveryId,
     ) -> Result<(), RegistryError> {
-        self.complete_inner(target, event, Some(worker))
+        self.complete_as(Some(worker), target, event)
     }
 
-    pub(crate) fn complete_inner(
+    pub(crate) fn complete_as(
         &self,
+        by: Option<WorkerId>,
         target: &Target,
         event: &DeliveryId,
-        by: Option<WorkerId>,
     ) -> Result<(), RegistryError> {
         let limits = &self.inner.limits;
         let unknown = || RegistryError::UnknownClaim {

@@ -211,11 +211,11 @@ impl Model {
         }
     }
 
-    pub(crate) fn complete(
+    pub(crate) fn complete_as(
         &mut self,
+        by: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
-        by: Option<WorkerId>,
     ) -> Result<(), RegistryError> {
         let key = (target.clone(), delivery.clone());
         let unknown = || RegistryError::UnknownClaim {
