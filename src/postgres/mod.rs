@@ -14,6 +14,7 @@
 //! | `builder.rs` | [`PostgresRegistryBuilder`]: the URL, the name, the pool, the timeouts, connect |
 //! | `conn.rs` | one call's connection: cancelled and closed if the call ended early, dropped if unfit; unnamed statements behind a pooler |
 //! | `ops.rs` | the contract's per-call methods, each one function call |
+//! | `placement.rs` | what an admission or an assignment answers (placed, parked, duplicate, refused), decoded and counted |
 //! | `sweep.rs` | `sweep` (the lease, the outbox share, the snapshot) and `acknowledge` |
 //! | `maintain.rs` | the lease holder's maintenance, in bounded steps |
 //! | `room.rs` | the waiting room's settings, written by every connect |
@@ -41,6 +42,7 @@ mod maintain;
 mod migrate;
 mod ops;
 mod payload;
+mod placement;
 mod poll;
 mod room;
 mod rows;
