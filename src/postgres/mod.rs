@@ -106,7 +106,7 @@ pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The worker registry in PostgreSQL, shared by every handle (every router replica) connected to
 /// the same database under the same registry name. See [`docs::postgres`](crate::docs::postgres)
-/// for how it is kept (and `src/postgres/mod.rs` for the design notes: locks, sweep, outbox).
+/// for how it is kept: the schema, locks, sweep and outbox.
 ///
 /// Each handle has its own connection pool and its own event listener; cloning a handle shares
 /// them (it is an `Arc` inside). [`connect_replica`](Self::connect_replica) makes another handle on the same
