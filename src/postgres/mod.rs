@@ -257,7 +257,11 @@ impl PostgresRegistry {
     ///
     /// # Examples
     ///
-    /// See [`PostgresRegistryBuilder`].
+    /// ```
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("host=db.internal user=router dbname=registry").name("webhooks");
+    /// ```
     pub fn builder(url: impl Into<String>) -> PostgresRegistryBuilder {
         PostgresRegistryBuilder {
             url: url.into(),
@@ -371,7 +375,19 @@ impl PostgresRegistry {
     ///
     /// # Examples
     ///
-    /// See [`connect_replica`](Self::connect_replica).
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let registry = PostgresRegistry::builder("postgres://router@localhost/registry")
+    ///     .name("webhooks")
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(registry.name(), "webhooks");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         &self.inner.settings.name
     }

@@ -234,7 +234,11 @@ impl RedisRegistry {
     ///
     /// # Examples
     ///
-    /// See [`RedisRegistryBuilder`].
+    /// ```
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let _b = RedisRegistry::builder("rediss://router:secret@redis.internal:6380/0").name("webhooks");
+    /// ```
     pub fn builder(url: impl Into<String>) -> RedisRegistryBuilder {
         RedisRegistryBuilder {
             url: url.into(),
@@ -280,7 +284,16 @@ impl RedisRegistry {
     ///
     /// # Examples
     ///
-    /// See [`RedisRegistryBuilder`].
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let registry = RedisRegistry::builder("redis://127.0.0.1/").name("webhooks").connect().await?;
+    /// assert_eq!(registry.name(), "webhooks");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         &self.inner.settings.name
     }
@@ -289,7 +302,17 @@ impl RedisRegistry {
     ///
     /// # Examples
     ///
-    /// See [`connect_replica`](Self::connect_replica).
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let registry = RedisRegistry::builder("redis://127.0.0.1/").connect().await?;
+    /// // Logged beside the sweeps it runs: the lease and the released stream name it.
+    /// println!("this replica: {}", registry.replica_id());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn replica_id(&self) -> &str {
         &self.inner.replica
     }
