@@ -159,10 +159,7 @@ impl<C: Clock> Direct<C> {
     /// ```
     pub fn release(&self, target: &Target, event: &DeliveryId) -> Result<(), RegistryError> {
         let hash = pair_hash(target, event.key_hash());
-        let unknown = || RegistryError::UnknownClaim {
-            target: target.clone(),
-            delivery: event.clone(),
-        };
+        let unknown = || RegistryError::unknown_claim(target, event);
         self.inner
             .claims
             .with(hash, |shard| {
@@ -177,10 +174,7 @@ impl<C: Clock> Direct<C> {
                     return Err(if expired {
                         unknown()
                     } else {
-                        RegistryError::ClaimCompleted {
-                            target: target.clone(),
-                            delivery: event.clone(),
-                        }
+                        RegistryError::claim_completed(target, event)
                     });
                 }
                 let old = shard.remove(hash, loc);
@@ -255,10 +249,7 @@ impl<C: Clock> Direct<C> {
         event: &DeliveryId,
     ) -> Result<(), RegistryError> {
         let limits = &self.inner.limits;
-        let unknown = || RegistryError::UnknownClaim {
-            target: target.clone(),
-            delivery: event.clone(),
-        };
+        let unknown = || RegistryError::unknown_claim(target, event);
         let not_holder = |holder: Option<WorkerId>, worker| RegistryError::NotHolder {
             target: target.clone(),
             delivery: event.clone(),

@@ -189,14 +189,8 @@ impl WorkerRegistry for PostgresRegistry {
             .await?;
         match outcome.as_str() {
             vocab::OK => Ok(()),
-            vocab::UNKNOWN => Err(RegistryError::UnknownClaim {
-                target: target.clone(),
-                delivery: delivery.clone(),
-            }),
-            vocab::COMPLETED => Err(RegistryError::ClaimCompleted {
-                target: target.clone(),
-                delivery: delivery.clone(),
-            }),
+            vocab::UNKNOWN => Err(RegistryError::unknown_claim(target, delivery)),
+            vocab::COMPLETED => Err(RegistryError::claim_completed(target, delivery)),
             other => Err(decode(format!("release outcome {other:?}")).into_registry()),
         }
     }
@@ -230,10 +224,7 @@ impl WorkerRegistry for PostgresRegistry {
                     Ok(match outcome.as_str() {
                         vocab::COMPLETED => Ok(true),
                         vocab::ALREADY => Ok(false),
-                        vocab::UNKNOWN => Err(RegistryError::UnknownClaim {
-                            target: target.clone(),
-                            delivery: delivery.clone(),
-                        }),
+                        vocab::UNKNOWN => Err(RegistryError::unknown_claim(target, delivery)),
                         // Only a completion by a worker can be refused as not its holder's.
                         vocab::NOT_HOLDER => Err(RegistryError::NotHolder {
                             target: target.clone(),

@@ -85,14 +85,8 @@ impl WorkerRegistry for RedisRegistry {
         let (word, _) = codec::outcome(&v)?;
         match &*word {
             vocab::OK => Ok(()),
-            vocab::UNKNOWN => Err(RegistryError::UnknownClaim {
-                target: target.clone(),
-                delivery: delivery.clone(),
-            }),
-            vocab::COMPLETED => Err(RegistryError::ClaimCompleted {
-                target: target.clone(),
-                delivery: delivery.clone(),
-            }),
+            vocab::UNKNOWN => Err(RegistryError::unknown_claim(target, delivery)),
+            vocab::COMPLETED => Err(RegistryError::claim_completed(target, delivery)),
             other => Err(bad_outcome("release", other)),
         }
     }
@@ -126,10 +120,7 @@ impl WorkerRegistry for RedisRegistry {
                 Ok(())
             }
             vocab::ALREADY => Ok(()),
-            vocab::UNKNOWN => Err(RegistryError::UnknownClaim {
-                target: target.clone(),
-                delivery: delivery.clone(),
-            }),
+            vocab::UNKNOWN => Err(RegistryError::unknown_claim(target, delivery)),
             vocab::NOT_HOLDER => Err(RegistryError::NotHolder {
                 target: target.clone(),
                 delivery: delivery.clone(),
