@@ -94,10 +94,11 @@ use crate::config::RegistryConfig;
 /// [`complete`](crate::WorkerRegistryExt::complete), [`complete_by`](crate::WorkerRegistryExt::complete_by),
 /// [`drain`](crate::WorkerRegistryExt::drain)) are [`WorkerRegistryExt`](crate::WorkerRegistryExt)'s, implemented once for every
 /// registry. The dynamic surface ([`DynBackend`](crate::dynamic::DynBackend), its blanket impl
-/// and [`DynRegistry`](crate::DynRegistry)'s delegation) is generated from one method list in
-/// `api/dynamic.rs`, which the compiler holds to this trait. So a new contract method is written
-/// here, in each backend (memory, Redis, PostgreSQL), in the reference model
-/// (`testkit::ReferenceRegistry`) and as one line of that list, and nowhere else.
+/// and [`DynRegistry`](crate::DynRegistry)'s delegation) and the impls of this trait for the two
+/// synchronous registries (the in-memory one over its `Direct` core, `testkit::ReferenceRegistry`
+/// over the model) are generated from one method list in `api/methods.rs`, which the compiler
+/// holds to this trait. So a new contract method is written here, as one line of that list, in
+/// each backend (the in-memory `Direct`, Redis, PostgreSQL) and in the model, and nowhere else.
 ///
 /// # Examples
 ///

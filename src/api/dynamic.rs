@@ -9,9 +9,9 @@
 //! either a concrete backend or a `DynRegistry`. The price is an allocation per call (the boxed
 //! future, which borrows its arguments as the contract's own futures do).
 //!
-//! All three are generated from one list of the contract's methods, `contract_methods!` below:
-//! a method added to the contract traits without its line there leaves `DynRegistry`'s impl
-//! incomplete, so the compiler asks for it.
+//! All three are generated from the one list of the contract's methods, `contract_methods!` in
+//! `methods.rs`: a method added to the contract traits without its line there leaves
+//! `DynRegistry`'s impl incomplete, so the compiler asks for it.
 
 use std::fmt;
 use std::future::Future;
@@ -22,6 +22,7 @@ use std::time::Duration;
 use super::contract::{Maintenance, WorkerRegistry};
 use super::error::RegistryError;
 use super::ids::{DeliveryId, Target, WorkerId};
+use super::methods::contract_methods;
 use super::outcome::{Admission, AssignOutcome, ClaimOutcome, DrainAll, HeartbeatAck};
 use super::payload::Payload;
 use super::report::{ReleasedEvent, SweepReport};
@@ -33,65 +34,14 @@ use crate::config::RegistryConfig;
 /// A boxed, sendable future (what [`DynBackend`]'s methods return).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// The contract's methods, listed once: per trait, the methods that return a future (`async`,
-/// their arguments' borrows written with the lifetime `$lt`) and those that answer at once
-/// (`sync`). Hands the list to `$then!`, with `$lt` as the lifetime of every borrow: `'a` where
-/// the boxed future must name it, `'_` where the contract's elided form is wanted.
-/// `Subscribe`'s one method, behind the `tokio` feature, is written out beside the list.
-macro_rules! contract_methods {
-    ($then:ident, $lt:lifetime) => {
-        $then! {
-            WorkerRegistry {
-                async {
-                    admit_with(
-                        target: &$lt Target, delivery: &$lt DeliveryId, payload: Option<&$lt Payload>
-                    ) -> Result<Admission, RegistryError>;
-                    payload(target: &$lt Target, delivery: &$lt DeliveryId)
-                        -> Result<Option<Payload>, RegistryError>;
-                    claim(target: &$lt Target, delivery: &$lt DeliveryId)
-                        -> Result<ClaimOutcome, RegistryError>;
-                    release(target: &$lt Target, delivery: &$lt DeliveryId)
-                        -> Result<(), RegistryError>;
-                    complete_as(
-                        holder: Option<WorkerId>, target: &$lt Target, delivery: &$lt DeliveryId
-                    ) -> Result<(), RegistryError>;
-                    assign(target: &$lt Target) -> Result<AssignOutcome, RegistryError>;
-                    heartbeat(worker: WorkerId) -> Result<HeartbeatAck, RegistryError>;
-                    loop_started(worker: WorkerId) -> Result<Status, RegistryError>;
-                    loop_finished(worker: WorkerId) -> Result<Status, RegistryError>;
-                    register() -> Result<WorkerId, RegistryError>;
-                    deregister(worker: WorkerId) -> Result<DeadReason, RegistryError>;
-                    drain_within(worker: WorkerId, deadline: Duration)
-                        -> Result<Status, RegistryError>;
-                    drain_all_within(deadline: Duration) -> Result<DrainAll, RegistryError>;
-                    worker(worker: WorkerId) -> Result<Option<WorkerInfo>, RegistryError>;
-                    audit() -> Result<Audit, RegistryError>;
-                }
-                sync {
-                    status() -> Arc<StatusSnapshot>;
-                    stats() -> Stats;
-                    config() -> &RegistryConfig;
-                }
-            }
-            Maintenance {
-                async {
-                    sweep() -> Result<SweepReport, RegistryError>;
-                    acknowledge(released: &$lt [ReleasedEvent]) -> Result<(), RegistryError>;
-                    wake() -> ();
-                }
-                sync {}
-            }
-        }
-    };
-}
-
 /// From the list: [`DynBackend`] (each method the contract method of the same name, its future
 /// boxed) and its impl for every [`Backend`].
 macro_rules! dyn_backend {
-    ($(
+    ([] $(
         $contract:ident {
             async { $( $call:ident ( $($arg:ident : $ty:ty),* ) -> $out:ty; )* }
             sync { $( $read:ident () -> $answer:ty; )* }
+            borrowed { $( $lend:ident () -> $lent:ty; )* }
         }
     )*) => {
         /// The object-safe form of [`WorkerRegistry`] + [`Maintenance`] (+ [`Subscribe`] with the
@@ -120,6 +70,10 @@ macro_rules! dyn_backend {
             $(
                 #[doc = concat!("See [`", stringify!($contract), "::", stringify!($read), "`].")]
                 fn $read(&self) -> $answer;
+            )*
+            $(
+                #[doc = concat!("See [`", stringify!($contract), "::", stringify!($lend), "`].")]
+                fn $lend(&self) -> $lent;
             )*)*
             /// See [`Subscribe::subscribe`](crate::Subscribe::subscribe).
             #[cfg(feature = "tokio")]
@@ -136,6 +90,11 @@ macro_rules! dyn_backend {
                 fn $read(&self) -> $answer {
                     <T as $contract>::$read(self)
                 }
+            )*
+            $(
+                fn $lend(&self) -> $lent {
+                    <T as $contract>::$lend(self)
+                }
             )*)*
             #[cfg(feature = "tokio")]
             fn subscribe(&self) -> crate::Subscription {
@@ -147,10 +106,11 @@ macro_rules! dyn_backend {
 
 /// From the list: the contract traits for [`DynRegistry`], each method its backend's.
 macro_rules! dyn_registry {
-    ($(
+    ([] $(
         $contract:ident {
             async { $( $call:ident ( $($arg:ident : $ty:ty),* ) -> $out:ty; )* }
             sync { $( $read:ident () -> $answer:ty; )* }
+            borrowed { $( $lend:ident () -> $lent:ty; )* }
         }
     )*) => {$(
         impl $contract for DynRegistry {
@@ -162,6 +122,11 @@ macro_rules! dyn_registry {
             $(
                 fn $read(&self) -> $answer {
                     self.0.$read()
+                }
+            )*
+            $(
+                fn $lend(&self) -> $lent {
+                    self.0.$lend()
                 }
             )*
         }

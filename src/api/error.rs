@@ -152,6 +152,23 @@ impl RegistryError {
         }
     }
 
+    /// [`UnknownClaim`](Self::UnknownClaim) for the pair (what every backend answers for a claim
+    /// it does not hold).
+    pub(crate) fn unknown_claim(target: &Target, delivery: &DeliveryId) -> Self {
+        Self::UnknownClaim {
+            target: target.clone(),
+            delivery: delivery.clone(),
+        }
+    }
+
+    /// [`ClaimCompleted`](Self::ClaimCompleted) for the pair.
+    pub(crate) fn claim_completed(target: &Target, delivery: &DeliveryId) -> Self {
+        Self::ClaimCompleted {
+            target: target.clone(),
+            delivery: delivery.clone(),
+        }
+    }
+
     /// Whether retrying the same call later can succeed: only for a retryable backend error.
     pub fn is_retryable(&self) -> bool {
         matches!(

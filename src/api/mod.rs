@@ -7,7 +7,8 @@
 //! |---|---|
 //! | `contract.rs` | [`WorkerRegistry`](crate::WorkerRegistry) (the minimal set), [`Maintenance`](crate::Maintenance), `Subscribe` |
 //! | `ext.rs` | [`WorkerRegistryExt`](crate::WorkerRegistryExt): `admit`, `complete`, `complete_by`, `drain`, composed once |
-//! | `dynamic.rs` | [`DynRegistry`](crate::DynRegistry) and `DynBackend`, generated from one method list |
+//! | `methods.rs` | the contract's one method list, and `sync_contract!`: a synchronous core lifted into the contract |
+//! | `dynamic.rs` | [`DynRegistry`](crate::DynRegistry) and `DynBackend`, generated from that list |
 //! | `outcome.rs` | what the decisions answer: [`Admission`](crate::Admission), [`AssignOutcome`](crate::AssignOutcome), [`ClaimOutcome`](crate::ClaimOutcome), ... |
 //! | `payload.rs` | [`Payload`](crate::Payload): what GitHub sent, carried with the claim |
 //! | `report.rs`, `waiting.rs` | what a sweep answers: [`SweepReport`](crate::SweepReport), [`ReleasedEvent`](crate::ReleasedEvent), [`ExpiredWaiting`](crate::ExpiredWaiting) |
@@ -23,6 +24,7 @@ pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod ext;
 pub(crate) mod ids;
+pub(crate) mod methods;
 pub(crate) mod outcome;
 pub(crate) mod payload;
 pub(crate) mod report;

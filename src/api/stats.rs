@@ -216,7 +216,19 @@ impl Audit {
     ///
     /// # Examples
     ///
-    /// See [`Audit`].
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::{DeliveryId, InMemoryRegistry, Target, WorkerRegistry, WorkerRegistryExt};
+    ///
+    /// let registry = InMemoryRegistry::default();
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+    /// registry.admit(&t, &d).await.unwrap();
+    /// assert_eq!(registry.audit().await.unwrap().unfinished(), 1);
+    /// registry.complete(&t, &d).await.unwrap();
+    /// assert_eq!(registry.audit().await.unwrap().unfinished(), 0);
+    /// # }
+    /// ```
     pub fn unfinished(&self) -> u64 {
         self.in_flight + self.released + self.waiting
     }

@@ -79,7 +79,12 @@ impl AdminOptions {
     ///
     /// # Examples
     ///
-    /// See [`AdminOptions`].
+    /// ```
+    /// use worker_registry::http::AdminOptions;
+    ///
+    /// let options = AdminOptions::new().bearer_token("s3cret");
+    /// assert_eq!(options.bearer_token.as_deref(), Some("s3cret"));
+    /// ```
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.bearer_token = Some(token.into());
         self

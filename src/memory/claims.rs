@@ -159,10 +159,7 @@ impl<C: Clock> Direct<C> {
     /// ```
     pub fn release(&self, target: &Target, event: &DeliveryId) -> Result<(), RegistryError> {
         let hash = pair_hash(target, event.key_hash());
-        let unknown = || RegistryError::UnknownClaim {
-            target: target.clone(),
-            delivery: event.clone(),
-        };
+        let unknown = || RegistryError::unknown_claim(target, event);
         self.inner
             .claims
             .with(hash, |shard| {
@@ -177,10 +174,7 @@ impl<C: Clock> Direct<C> {
                     return Err(if expired {
                         unknown()
                     } else {
-                        RegistryError::ClaimCompleted {
-                            target: target.clone(),
-                            delivery: event.clone(),
-                        }
+                        RegistryError::claim_completed(target, event)
                     });
                 }
                 let old = shard.remove(hash, loc);
@@ -215,7 +209,7 @@ impl<C: Clock> Direct<C> {
     /// assert_eq!(d.state, ClaimState::Completed);
     /// ```
     pub fn complete(&self, target: &Target, event: &DeliveryId) -> Result<(), RegistryError> {
-        self.complete_inner(target, event, None)
+        self.complete_as(None, target, event)
     }
 
     /// Like [`complete`](Self::complete), but fenced: only `worker`, the claim's holder, may complete
@@ -245,20 +239,17 @@ impl<C: Clock> Direct<C> {
         target: &Target,
         event: &DeliveryId,
     ) -> Result<(), RegistryError> {
-        self.complete_inner(target, event, Some(worker))
+        self.complete_as(Some(worker), target, event)
     }
 
-    pub(crate) fn complete_inner(
+    pub(crate) fn complete_as(
         &self,
+        by: Option<WorkerId>,
         target: &Target,
         event: &DeliveryId,
-        by: Option<WorkerId>,
     ) -> Result<(), RegistryError> {
         let limits = &self.inner.limits;
-        let unknown = || RegistryError::UnknownClaim {
-            target: target.clone(),
-            delivery: event.clone(),
-        };
+        let unknown = || RegistryError::unknown_claim(target, event);
         let not_holder = |holder: Option<WorkerId>, worker| RegistryError::NotHolder {
             target: target.clone(),
             delivery: event.clone(),

@@ -47,7 +47,14 @@ impl Format {
     ///
     /// # Examples
     ///
-    /// See [`Format`].
+    /// ```
+    /// use worker_registry::metrics::Format;
+    ///
+    /// // Prometheus's own header prefers OpenMetrics; a browser's or curl's gets the classic text.
+    /// let prometheus = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+    /// assert_eq!(Format::from_accept(Some(prometheus)), Format::OpenMetrics);
+    /// assert_eq!(Format::from_accept(Some("*/*")), Format::Text);
+    /// ```
     pub fn from_accept(accept: Option<&str>) -> Self {
         let Some(accept) = accept else {
             return Self::Text;

@@ -77,7 +77,23 @@ impl Returned {
     ///
     /// # Examples
     ///
-    /// See [`Returned`].
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::metrics::Metrics;
+    /// use worker_registry::{Admission, DeliveryId, InMemoryRegistry, Target, WorkerRegistry, WorkerRegistryExt};
+    ///
+    /// let registry = InMemoryRegistry::default();
+    /// let metrics = Metrics::new(&registry);
+    /// let returned = metrics.returned();
+    /// let (t, d) = (Target::new("o/r", 1).unwrap(), DeliveryId::new("d").unwrap());
+    /// let Ok(Admission::Assigned(a)) = registry.admit(&t, &d).await else { panic!() };
+    /// // The worker's queue is full: give the delivery back, answer 503, and count it as refused.
+    /// registry.release(&t, &d).await.unwrap();
+    /// returned.record(&a);
+    /// assert!(metrics.encode().contains("worker_registry_rejected_total{reason=\"capacity\"} 1"));
+    /// # }
+    /// ```
     pub fn record(&self, a: &Assignment) {
         // Relaxed: a statistic read at scrape time.
         self.0[usize::from(!a.new)].fetch_add(1, Ordering::Relaxed);
@@ -127,7 +143,13 @@ impl Metrics {
     ///
     /// # Examples
     ///
-    /// See [`Metrics`].
+    /// ```
+    /// use worker_registry::{metrics::Metrics, InMemoryRegistry, RegistryConfig};
+    ///
+    /// let config = RegistryConfig::builder().max_workers(8).build().unwrap();
+    /// let metrics = Metrics::new(&InMemoryRegistry::new(config));
+    /// assert!(metrics.encode().contains("worker_registry_capacity_limit 8"));
+    /// ```
     pub fn new<R: WorkerRegistry + Clone + 'static>(registry: &R) -> Self {
         let mut prometheus = prometheus_client::registry::Registry::default();
         let returned = Returned::default();
@@ -145,7 +167,14 @@ impl Metrics {
     ///
     /// # Examples
     ///
-    /// See [`Returned`].
+    /// ```
+    /// use worker_registry::{metrics::Metrics, InMemoryRegistry};
+    ///
+    /// let metrics = Metrics::new(&InMemoryRegistry::default());
+    /// // A clone for the code that answers webhooks; the count is the same one.
+    /// let for_the_handler = metrics.returned();
+    /// # let _ = for_the_handler;
+    /// ```
     pub fn returned(&self) -> Returned {
         self.returned.clone()
     }
@@ -178,7 +207,16 @@ impl Metrics {
     ///
     /// # Examples
     ///
-    /// See [`Metrics`].
+    /// ```
+    /// use prometheus_client::metrics::gauge::Gauge;
+    /// use worker_registry::{metrics::Metrics, InMemoryRegistry};
+    ///
+    /// let mut metrics = Metrics::new(&InMemoryRegistry::default());
+    /// let queued = Gauge::<i64>::default();
+    /// metrics.prometheus_mut().register("router_queued", "Deliveries queued", queued.clone());
+    /// queued.set(3);
+    /// assert!(metrics.encode().contains("router_queued 3"));
+    /// ```
     pub fn prometheus_mut(&mut self) -> &mut prometheus_client::registry::Registry {
         &mut self.prometheus
     }
@@ -203,7 +241,15 @@ impl Metrics {
     ///
     /// # Examples
     ///
-    /// See [`Metrics`].
+    /// ```
+    /// use worker_registry::metrics::{Metrics, CONTENT_TYPE};
+    /// use worker_registry::InMemoryRegistry;
+    ///
+    /// let metrics = Metrics::new(&InMemoryRegistry::default());
+    /// let (content_type, body) = (CONTENT_TYPE, metrics.encode()); // the answer to a scrape
+    /// assert!(content_type.starts_with("application/openmetrics-text"));
+    /// assert!(body.ends_with("# EOF\n"));
+    /// ```
     pub fn encode(&self) -> String {
         let mut out = String::with_capacity(8 * 1024);
         // Writing into a String cannot fail, and the collectors only fail on writer errors.

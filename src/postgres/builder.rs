@@ -76,7 +76,11 @@ impl PostgresRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`PostgresRegistryBuilder`].
+    /// ```
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://router@localhost/registry").name("pool-a");
+    /// ```
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
@@ -90,7 +94,13 @@ impl PostgresRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`PostgresRegistryBuilder`].
+    /// ```
+    /// use worker_registry::postgres::PostgresRegistry;
+    /// use worker_registry::RegistryConfig;
+    ///
+    /// let config = RegistryConfig::builder().max_workers(8).build().unwrap();
+    /// let _b = PostgresRegistry::builder("postgres://router@localhost/registry").config(config);
+    /// ```
     pub fn config(mut self, config: RegistryConfig) -> Self {
         self.config = config;
         self
@@ -100,7 +110,11 @@ impl PostgresRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`PostgresRegistryBuilder`].
+    /// ```
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://router@localhost/registry").pool_size(8);
+    /// ```
     pub fn pool_size(mut self, n: usize) -> Self {
         self.pool_size = n.max(1);
         self
@@ -110,7 +124,13 @@ impl PostgresRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`PostgresRegistryBuilder`].
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://router@localhost/registry")
+    ///     .call_timeout(Duration::from_secs(2));
+    /// ```
     pub fn call_timeout(mut self, d: Duration) -> Self {
         self.call_timeout = d;
         self
@@ -174,7 +194,14 @@ impl PostgresRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`lock_timeout`](Self::lock_timeout).
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("postgres://router@localhost/registry")
+    ///     .lock_timeout(Duration::from_secs(1))
+    ///     .statement_timeout(Duration::from_secs(3));
+    /// ```
     pub fn statement_timeout(mut self, d: Duration) -> Self {
         self.statement_timeout = d.max(Duration::from_millis(1));
         self
@@ -279,7 +306,14 @@ impl PostgresRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`transaction_pooler`](Self::transaction_pooler).
+    /// ```
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// // Calls through PgBouncer, `LISTEN` on the database's own address.
+    /// let _b = PostgresRegistry::builder("postgres://router@pgbouncer:6432/registry")
+    ///     .transaction_pooler(true)
+    ///     .listen_url("postgres://router@db:5432/registry");
+    /// ```
     pub fn listen_url(mut self, url: impl Into<String>) -> Self {
         self.listen_url = Some(url.into());
         self
@@ -293,7 +327,17 @@ impl PostgresRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`PostgresRegistryBuilder`].
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// match PostgresRegistry::builder("postgres://router@localhost/registry").connect().await {
+    ///     Ok(registry) => println!("registry {} open", registry.name()),
+    ///     Err(e) => eprintln!("cannot open the registry: {e}"),
+    /// }
+    /// # }
+    /// ```
     pub async fn connect(self) -> Result<PostgresRegistry, ConnectError> {
         let (pool, listen_pg, tls) = match &self.pool {
             Some(given) => (given.clone(), self.listen_session()?, self.tls()?),

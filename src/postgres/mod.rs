@@ -14,6 +14,7 @@
 //! | `builder.rs` | [`PostgresRegistryBuilder`]: the URL, the name, the pool, the timeouts, connect |
 //! | `conn.rs` | one call's connection: cancelled and closed if the call ended early, dropped if unfit; unnamed statements behind a pooler |
 //! | `ops.rs` | the contract's per-call methods, each one function call |
+//! | `placement.rs` | what an admission or an assignment answers (placed, parked, duplicate, refused), decoded and counted |
 //! | `sweep.rs` | `sweep` (the lease, the outbox share, the snapshot) and `acknowledge` |
 //! | `maintain.rs` | the lease holder's maintenance, in bounded steps |
 //! | `room.rs` | the waiting room's settings, written by every connect |
@@ -41,6 +42,7 @@ mod maintain;
 mod migrate;
 mod ops;
 mod payload;
+mod placement;
 mod poll;
 mod room;
 mod rows;
@@ -104,7 +106,7 @@ pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The worker registry in PostgreSQL, shared by every handle (every router replica) connected to
 /// the same database under the same registry name. See [`docs::postgres`](crate::docs::postgres)
-/// for how it is kept (and `src/postgres/mod.rs` for the design notes: locks, sweep, outbox).
+/// for how it is kept: the schema, locks, sweep and outbox.
 ///
 /// Each handle has its own connection pool and its own event listener; cloning a handle shares
 /// them (it is an `Arc` inside). [`connect_replica`](Self::connect_replica) makes another handle on the same
@@ -255,7 +257,11 @@ impl PostgresRegistry {
     ///
     /// # Examples
     ///
-    /// See [`PostgresRegistryBuilder`].
+    /// ```
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let _b = PostgresRegistry::builder("host=db.internal user=router dbname=registry").name("webhooks");
+    /// ```
     pub fn builder(url: impl Into<String>) -> PostgresRegistryBuilder {
         PostgresRegistryBuilder {
             url: url.into(),
@@ -369,7 +375,19 @@ impl PostgresRegistry {
     ///
     /// # Examples
     ///
-    /// See [`connect_replica`](Self::connect_replica).
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use worker_registry::postgres::PostgresRegistry;
+    ///
+    /// let registry = PostgresRegistry::builder("postgres://router@localhost/registry")
+    ///     .name("webhooks")
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(registry.name(), "webhooks");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         &self.inner.settings.name
     }

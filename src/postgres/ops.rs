@@ -14,8 +14,7 @@ use crate::api::contract::{Subscribe, WorkerRegistry};
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
 use crate::api::outcome::{
-    Admission, AlreadyClaimed, AssignOutcome, Assignment, ClaimOutcome, ClaimState, DrainAll,
-    HeartbeatAck, Rejection, Waiting,
+    Admission, AssignOutcome, ClaimOutcome, DrainAll, HeartbeatAck, Rejection,
 };
 use crate::api::payload::Payload;
 use crate::api::report::ReleaseReason;
@@ -28,12 +27,6 @@ use crate::remote::vocab;
 const ADMIT: &str = "SELECT o_outcome, o_worker, o_seq, o_new, o_since, o_state, o_unstarted, \
                      o_position, o_reason, o_held FROM wr_admit($1, $2, $3, $4, $5, $6, $7, $8, \
                      $9, $10, $11, $12, $13, $14, $15, $16, $17)";
-/// `wr_admit`'s refusal when the payload would take the bytes held past the budget.
-const PAYLOAD_BUDGET: &str = "payload_budget";
-/// `wr_place`'s refusal when the target's owner holds `max_workers_per_owner` live workers.
-const OWNER_FULL: &str = "owner_full";
-/// The claim state of a parked pair.
-const WAITING: &str = "waiting";
 const ASSIGN: &str = "SELECT o_outcome, o_worker, o_seq, o_new FROM wr_assign($1, $2, $3, $4)";
 const CLAIM: &str = "SELECT o_outcome, o_worker, o_since, o_state, o_unstarted \
                      FROM wr_claim($1, $2, $3, $4, $5, $6)";
@@ -76,94 +69,6 @@ fn worker_outcome(
 /// The refusal for a worker that is dead already.
 fn dead(id: WorkerId, reason: DeadReason) -> RegistryError {
     RegistryError::WorkerDead { id, reason }
-}
-
-impl PostgresRegistry {
-    fn duplicate(row: &Row) -> Result<AlreadyClaimed, Failure> {
-        let holder = col::<Option<i64>>(row, "o_worker")?
-            .map(rows::worker_id)
-            .transpose()?;
-        let since: i64 = col(row, "o_since")?;
-        let state = match col::<String>(row, "o_state")?.as_str() {
-            vocab::IN_FLIGHT => ClaimState::InFlight,
-            vocab::COMPLETED => ClaimState::Completed,
-            WAITING => ClaimState::Waiting,
-            other => return Err(decode(format!("claim state {other:?}"))),
-        };
-        let unstarted = col::<Option<bool>>(row, "o_unstarted")?.unwrap_or(false);
-        Ok(AlreadyClaimed::new(holder, rows::wall(since), state).with_unstarted(unstarted))
-    }
-
-    fn placement(&self, row: &Row) -> Result<Result<Assignment, Rejection>, Failure> {
-        let outcome: String = col(row, "o_outcome")?;
-        self.placed(row, &outcome)
-    }
-
-    /// The placement `outcome` names (the row's worker, token and novelty if assigned).
-    fn placed(&self, row: &Row, outcome: &str) -> Result<Result<Assignment, Rejection>, Failure> {
-        match outcome {
-            // As on every backend: the owner at its cap is a full registry, named by its limit.
-            OWNER_FULL => Ok(Err(Rejection::CapacityFull {
-                limit: self.config_ref().max_workers(),
-            })),
-            vocab::ASSIGNED => {
-                let worker = rows::worker_id(col(row, "o_worker")?)?;
-                let token = rows::token(worker, col(row, "o_seq")?)?;
-                Ok(Ok(Assignment::new(worker, token, col(row, "o_new")?)))
-            }
-            vocab::CAPACITY => Ok(Err(Rejection::CapacityFull {
-                limit: self.config_ref().max_workers(),
-            })),
-            vocab::DRAINING => Ok(Err(Rejection::TargetDraining {
-                worker: rows::worker_id(col(row, "o_worker")?)?,
-            })),
-            other => Err(decode(format!("placement outcome {other:?}"))),
-        }
-    }
-
-    /// `wr_admit`'s answer (`payload`: what was given, for a budget refusal's figures).
-    fn admission(&self, row: &Row, payload: Option<&Payload>) -> Result<Admission, Failure> {
-        let outcome = col::<String>(row, "o_outcome")?;
-        if outcome == vocab::DUPLICATE {
-            return Ok(Admission::Duplicate(Self::duplicate(row)?));
-        }
-        if outcome == WAITING {
-            let reason: String = col(row, "o_reason")?;
-            let Err(reason) = self.placed(row, &reason)? else {
-                return Err(decode(format!("parked with reason {reason:?}")));
-            };
-            let position: i64 = col(row, "o_position")?;
-            return Ok(Admission::Waiting(Waiting::new(
-                usize::try_from(position).unwrap_or(0),
-                reason,
-            )));
-        }
-        if outcome == PAYLOAD_BUDGET {
-            let held: Option<i64> = col(row, "o_held")?;
-            return Ok(Admission::Rejected(Rejection::PayloadBudget {
-                held: held.and_then(|h| u64::try_from(h).ok()).unwrap_or(0),
-                needed: payload
-                    .map(Payload::size)
-                    .ok_or_else(|| decode("a budget refusal of an admission without a payload"))?,
-                limit: self.config_ref().payload_budget(),
-            }));
-        }
-        Ok(match self.placement(row)? {
-            Ok(a) => Admission::Assigned(a),
-            Err(r) => Admission::Rejected(r),
-        })
-    }
-
-    fn count_placement(&self, r: &Result<Assignment, Rejection>) {
-        let c = &self.inner.counters;
-        match r {
-            Ok(a) if a.new => c.admitted_new.inc(),
-            Ok(_) => c.admitted_sticky.inc(),
-            Err(Rejection::CapacityFull { .. }) => c.rejected_capacity.inc(),
-            Err(Rejection::TargetDraining { .. }) => c.rejected_draining.inc(),
-            Err(Rejection::PayloadBudget { .. }) => c.rejected_payload_budget.inc(),
-        }
-    }
 }
 
 impl WorkerRegistry for PostgresRegistry {
@@ -284,14 +189,8 @@ impl WorkerRegistry for PostgresRegistry {
             .await?;
         match outcome.as_str() {
             vocab::OK => Ok(()),
-            vocab::UNKNOWN => Err(RegistryError::UnknownClaim {
-                target: target.clone(),
-                delivery: delivery.clone(),
-            }),
-            vocab::COMPLETED => Err(RegistryError::ClaimCompleted {
-                target: target.clone(),
-                delivery: delivery.clone(),
-            }),
+            vocab::UNKNOWN => Err(RegistryError::unknown_claim(target, delivery)),
+            vocab::COMPLETED => Err(RegistryError::claim_completed(target, delivery)),
             other => Err(decode(format!("release outcome {other:?}")).into_registry()),
         }
     }
@@ -302,7 +201,66 @@ impl WorkerRegistry for PostgresRegistry {
         target: &Target,
         delivery: &DeliveryId,
     ) -> Result<(), RegistryError> {
-        self.complete_inner(holder, target, delivery).await
+        let p = &self.inner.params;
+        let (reg, number) = (self.inner.id, number_param(target));
+        let by_param = holder.map(worker_param);
+        let r = self
+            .call(
+                COMPLETE,
+                &[
+                    &reg,
+                    &target.repo(),
+                    &number,
+                    &delivery.as_str(),
+                    &by_param,
+                    &p.retention,
+                    &p.timeout,
+                ],
+                |row| {
+                    let outcome: String = col(row, "o_outcome")?;
+                    let held_by = col::<Option<i64>>(row, "o_holder")?
+                        .map(rows::worker_id)
+                        .transpose()?;
+                    Ok(match outcome.as_str() {
+                        vocab::COMPLETED => Ok(true),
+                        vocab::ALREADY => Ok(false),
+                        vocab::UNKNOWN => Err(RegistryError::unknown_claim(target, delivery)),
+                        // Only a completion by a worker can be refused as not its holder's.
+                        vocab::NOT_HOLDER => Err(RegistryError::NotHolder {
+                            target: target.clone(),
+                            delivery: delivery.clone(),
+                            holder: held_by,
+                            worker: holder.ok_or_else(|| {
+                                decode("complete answered not_holder to a completion by no worker")
+                            })?,
+                        }),
+                        vocab::RELEASED => {
+                            let reason: Option<String> = col(row, "o_reason")?;
+                            let dead_reason: Option<String> = col(row, "o_dead_reason")?;
+                            let reason = match reason.as_deref() {
+                                Some("worker_died") => ReleaseReason::WorkerDied(
+                                    rows::dead_reason(dead_reason.as_deref())?,
+                                ),
+                                Some("stuck") => ReleaseReason::Stuck,
+                                Some("unbound") => ReleaseReason::Unbound,
+                                other => return Err(decode(format!("release reason {other:?}"))),
+                            };
+                            Err(RegistryError::ClaimReleased {
+                                target: target.clone(),
+                                delivery: delivery.clone(),
+                                holder: held_by,
+                                reason,
+                            })
+                        }
+                        other => return Err(decode(format!("complete outcome {other:?}"))),
+                    })
+                },
+            )
+            .await?;
+        if let Ok(true) = r {
+            self.inner.counters.claims_completed.inc();
+        }
+        r.map(|_| ())
     }
 
     async fn assign(&self, target: &Target) -> Result<AssignOutcome, RegistryError> {
@@ -510,77 +468,6 @@ impl PostgresRegistry {
         if let Ok((Status::Dead(reason), true)) = r {
             self.inner.counters.death(*reason).inc();
         }
-    }
-
-    async fn complete_inner(
-        &self,
-        by: Option<WorkerId>,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> Result<(), RegistryError> {
-        let p = &self.inner.params;
-        let (reg, number) = (self.inner.id, number_param(target));
-        let by_param = by.map(worker_param);
-        let r = self
-            .call(
-                COMPLETE,
-                &[
-                    &reg,
-                    &target.repo(),
-                    &number,
-                    &delivery.as_str(),
-                    &by_param,
-                    &p.retention,
-                    &p.timeout,
-                ],
-                |row| {
-                    let outcome: String = col(row, "o_outcome")?;
-                    let holder = col::<Option<i64>>(row, "o_holder")?
-                        .map(rows::worker_id)
-                        .transpose()?;
-                    Ok(match outcome.as_str() {
-                        vocab::COMPLETED => Ok(true),
-                        vocab::ALREADY => Ok(false),
-                        vocab::UNKNOWN => Err(RegistryError::UnknownClaim {
-                            target: target.clone(),
-                            delivery: delivery.clone(),
-                        }),
-                        // Only a completion by a worker can be refused as not its holder's.
-                        vocab::NOT_HOLDER => Err(RegistryError::NotHolder {
-                            target: target.clone(),
-                            delivery: delivery.clone(),
-                            holder,
-                            worker: by.ok_or_else(|| {
-                                decode("complete answered not_holder to a completion by no worker")
-                            })?,
-                        }),
-                        vocab::RELEASED => {
-                            let reason: Option<String> = col(row, "o_reason")?;
-                            let dead_reason: Option<String> = col(row, "o_dead_reason")?;
-                            let reason = match reason.as_deref() {
-                                Some("worker_died") => ReleaseReason::WorkerDied(
-                                    rows::dead_reason(dead_reason.as_deref())?,
-                                ),
-                                Some("stuck") => ReleaseReason::Stuck,
-                                Some("unbound") => ReleaseReason::Unbound,
-                                other => return Err(decode(format!("release reason {other:?}"))),
-                            };
-                            Err(RegistryError::ClaimReleased {
-                                target: target.clone(),
-                                delivery: delivery.clone(),
-                                holder,
-                                reason,
-                            })
-                        }
-                        other => return Err(decode(format!("complete outcome {other:?}"))),
-                    })
-                },
-            )
-            .await?;
-        if let Ok(true) = r {
-            self.inner.counters.claims_completed.inc();
-        }
-        r.map(|_| ())
     }
 }
 

@@ -78,7 +78,13 @@ impl RedisRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`RedisRegistryBuilder`].
+    /// ```
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// // Two pools of workers on one server: their keys live under `{pool-a}:` and `{pool-b}:`.
+    /// let _a = RedisRegistry::builder("redis://127.0.0.1/").name("pool-a");
+    /// let _b = RedisRegistry::builder("redis://127.0.0.1/").name("pool-b");
+    /// ```
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
@@ -92,7 +98,13 @@ impl RedisRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See the [module documentation](crate::redis).
+    /// ```
+    /// use worker_registry::redis::RedisRegistry;
+    /// use worker_registry::RegistryConfig;
+    ///
+    /// let config = RegistryConfig::builder().max_workers(8).build().unwrap();
+    /// let _b = RedisRegistry::builder("redis://127.0.0.1/").config(config);
+    /// ```
     pub fn config(mut self, config: RegistryConfig) -> Self {
         self.config = config;
         self
@@ -102,7 +114,12 @@ impl RedisRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`RedisRegistryBuilder`].
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let _b = RedisRegistry::builder("redis://127.0.0.1/").connect_timeout(Duration::from_secs(2));
+    /// ```
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -114,7 +131,12 @@ impl RedisRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`RedisRegistryBuilder`].
+    /// ```
+    /// use std::time::Duration;
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let _b = RedisRegistry::builder("redis://127.0.0.1/").response_timeout(Duration::from_millis(500));
+    /// ```
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -500,7 +522,17 @@ impl RedisRegistryBuilder {
     ///
     /// # Examples
     ///
-    /// See [`RedisRegistryBuilder`].
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// match RedisRegistry::builder("redis://127.0.0.1:6379/0").connect().await {
+    ///     Ok(registry) => println!("replica {} of {}", registry.replica_id(), registry.name()),
+    ///     Err(e) => eprintln!("cannot open the registry: {e}"),
+    /// }
+    /// # }
+    /// ```
     pub async fn connect(self) -> Result<RedisRegistry, ConnectError> {
         keys::validate_name(&self.name).map_err(|error| ConnectError::InvalidName {
             backend: error::BACKEND,

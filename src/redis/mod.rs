@@ -13,6 +13,9 @@
 //! | `mod.rs` | the handle and what its methods share |
 //! | `builder.rs` | [`RedisRegistryBuilder`]: settings with their `DEFAULT_*` values, `connect` (URL, Sentinel, Cluster), the configuration agreement |
 //! | `contract.rs` | the contract traits: each method one function call, its reply decoded |
+//! | `call.rs` | a function call: the arguments every function takes, the reply, the events it published |
+//! | `placement.rs` | what an admission or an assignment answers (placed, duplicate, refused), and the payload an admission carries |
+//! | `workers.rs` | what worker calls share: refusals, a status, `drain` over a batch of ids |
 //! | `scripts.rs`, `scripts/*.lua` | the Function library: shared files (`lib_base`, `lib_claims`, `lib_workers`, `lib_waiting`) and one file per decision, assembled and loaded by checksum |
 //! | `codec.rs` | claim members, worker lines, the snapshot, events and replies, encoded and decoded |
 //! | `keys.rs` | the key layout of one registry (`{name}:` prefix) |
@@ -56,6 +59,7 @@
 //! ```
 
 mod builder;
+mod call;
 mod codec;
 mod contract;
 mod counters;
@@ -66,11 +70,13 @@ mod lease;
 mod link;
 mod loss;
 mod payloads;
+mod placement;
 mod publish;
 mod scripts;
 mod stream;
 mod sweep;
 mod waiting;
+mod workers;
 
 use std::fmt;
 use std::sync::Arc;
@@ -228,7 +234,11 @@ impl RedisRegistry {
     ///
     /// # Examples
     ///
-    /// See [`RedisRegistryBuilder`].
+    /// ```
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let _b = RedisRegistry::builder("rediss://router:secret@redis.internal:6380/0").name("webhooks");
+    /// ```
     pub fn builder(url: impl Into<String>) -> RedisRegistryBuilder {
         RedisRegistryBuilder {
             url: url.into(),
@@ -274,7 +284,16 @@ impl RedisRegistry {
     ///
     /// # Examples
     ///
-    /// See [`RedisRegistryBuilder`].
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let registry = RedisRegistry::builder("redis://127.0.0.1/").name("webhooks").connect().await?;
+    /// assert_eq!(registry.name(), "webhooks");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         &self.inner.settings.name
     }
@@ -283,7 +302,17 @@ impl RedisRegistry {
     ///
     /// # Examples
     ///
-    /// See [`connect_replica`](Self::connect_replica).
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use worker_registry::redis::RedisRegistry;
+    ///
+    /// let registry = RedisRegistry::builder("redis://127.0.0.1/").connect().await?;
+    /// // Logged beside the sweeps it runs: the lease and the released stream name it.
+    /// println!("this replica: {}", registry.replica_id());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn replica_id(&self) -> &str {
         &self.inner.replica
     }

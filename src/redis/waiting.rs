@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use super::codec::{self, bad_outcome, Fields};
-use super::contract::Carried;
 use super::counters::C;
+use super::placement::Carried;
 use super::scripts::SCRIPTS;
 use super::{RedisRegistry, RoomLimits};
 use crate::api::error::RegistryError;

@@ -188,8 +188,8 @@
 //!   - `a_delivery_stuck_in_flight_is_released_and_its_worker_drained`
 //!   - `an_idle_worker_holding_a_stuck_delivery_exits_at_once`
 //!   - `only_deliveries_in_flight_too_long_are_stuck_and_each_is_published`
-//! * [`waiting`](cases::waiting): the waiting room (on a backend that parks; the last case on
-//!   every backend)
+//! * [`waiting`](cases::waiting): the waiting room (every backend parks; the last case checks
+//!   that with the room off a refused admission is rejected)
 //!   - `a_full_registry_parks_and_deaths_promote_the_oldest_in_order`
 //!   - `a_draining_targets_waiting_deliveries_go_to_its_successor`
 //!   - `the_waiting_rooms_bounds_hold`

@@ -8,15 +8,16 @@ use std::time::Duration;
 
 use super::fixture::Fixture;
 use super::model::Model;
-use crate::api::contract::{Maintenance, Subscribe, WorkerRegistry};
+use crate::api::contract::{Maintenance, Subscribe};
 use crate::api::error::RegistryError;
 use crate::api::events::Subscription;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
+use crate::api::methods::sync_contract;
 use crate::api::outcome::{Admission, AssignOutcome, ClaimOutcome, DrainAll, HeartbeatAck};
 use crate::api::payload::Payload;
 use crate::api::report::{ReleasedEvent, SweepReport};
 use crate::api::snapshot::{StatusSnapshot, WorkerInfo};
-use crate::api::stats::Stats;
+use crate::api::stats::{Audit, Stats};
 use crate::api::status::{DeadReason, Status};
 use crate::config::RegistryConfig;
 
@@ -60,6 +61,12 @@ struct Shared {
     model: Mutex<Model>,
 }
 
+impl Shared {
+    fn config(&self) -> &RegistryConfig {
+        &self.config
+    }
+}
+
 impl ReferenceRegistry {
     /// An empty registry with `config`, at time zero.
     pub fn new(config: RegistryConfig) -> Self {
@@ -97,6 +104,11 @@ impl ReferenceRegistry {
         self.model().claim_count()
     }
 
+    /// What outlives a call's lock: the configuration (`config()`'s answer borrows it).
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
     /// The model. A panic inside it is a bug in the model that the panicking test reports; the
     /// state it left is still the best there is to read, so poisoning is ignored.
     fn model(&self) -> MutexGuard<'_, Model> {
@@ -115,109 +127,7 @@ impl fmt::Debug for ReferenceRegistry {
     }
 }
 
-impl WorkerRegistry for ReferenceRegistry {
-    fn admit_with(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-        payload: Option<&Payload>,
-    ) -> impl Future<Output = Result<Admission, RegistryError>> + Send {
-        ready(self.model().admit_with(target, delivery, payload))
-    }
-    fn payload(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<Option<Payload>, RegistryError>> + Send {
-        ready(Ok(self.model().payload(target, delivery)))
-    }
-    fn claim(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<ClaimOutcome, RegistryError>> + Send {
-        ready(Ok(self.model().claim(target, delivery)))
-    }
-    fn release(
-        &self,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(self.model().release(target, delivery))
-    }
-    fn complete_as(
-        &self,
-        holder: Option<WorkerId>,
-        target: &Target,
-        delivery: &DeliveryId,
-    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
-        ready(self.model().complete(target, delivery, holder))
-    }
-    fn assign(
-        &self,
-        target: &Target,
-    ) -> impl Future<Output = Result<AssignOutcome, RegistryError>> + Send {
-        ready(Ok(self.model().assign(target)))
-    }
-    fn heartbeat(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<HeartbeatAck, RegistryError>> + Send {
-        ready(self.model().heartbeat(worker))
-    }
-    fn loop_started(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        ready(self.model().loop_started(worker))
-    }
-    fn loop_finished(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        ready(self.model().loop_finished(worker))
-    }
-    fn register(&self) -> impl Future<Output = Result<WorkerId, RegistryError>> + Send {
-        ready(self.model().register())
-    }
-    fn deregister(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<DeadReason, RegistryError>> + Send {
-        ready(self.model().deregister(worker))
-    }
-    fn drain_within(
-        &self,
-        worker: WorkerId,
-        deadline: Duration,
-    ) -> impl Future<Output = Result<Status, RegistryError>> + Send {
-        ready(self.model().drain_within(worker, deadline))
-    }
-    fn drain_all_within(
-        &self,
-        deadline: Duration,
-    ) -> impl Future<Output = Result<DrainAll, RegistryError>> + Send {
-        ready(Ok(self.model().drain_all_within(deadline)))
-    }
-    fn worker(
-        &self,
-        worker: WorkerId,
-    ) -> impl Future<Output = Result<Option<WorkerInfo>, RegistryError>> + Send {
-        ready(Ok(self.model().worker(worker)))
-    }
-    fn status(&self) -> Arc<StatusSnapshot> {
-        self.model().status()
-    }
-    fn stats(&self) -> Stats {
-        self.model().stats()
-    }
-    fn audit(&self) -> impl Future<Output = Result<crate::Audit, RegistryError>> + Send {
-        ready(Ok(self.model().audit()))
-    }
-    fn config(&self) -> &RegistryConfig {
-        &self.shared.config
-    }
-}
+sync_contract!([] ReferenceRegistry, core: model, borrowed: shared);
 
 impl Maintenance for ReferenceRegistry {
     fn sweep(&self) -> impl Future<Output = Result<SweepReport, RegistryError>> + Send {

@@ -123,10 +123,6 @@ pub async fn a_pair_readmitted_before_the_sweep_is_not_handed_over<F: Fixture>(f
 /// and at once (no sweep needed): claims in flight (bound and bare), deliveries parked, a dead
 /// worker's deliveries as released from its death on, and nothing once they are handed over and
 /// acknowledged and the rest completed.
-///
-/// # Examples
-///
-/// See [`cases`](super): every case runs the same way.
 pub async fn the_audit_counts_in_flight_released_and_waiting_deliveries<F: Fixture>(fixture: &F) {
     use crate::{Admission, Audit};
     let r = registry(fixture, config().max_workers(1).max_waiting(4)).await;

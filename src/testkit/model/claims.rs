@@ -191,16 +191,10 @@ impl Model {
         delivery: &DeliveryId,
     ) -> Result<(), RegistryError> {
         let key = (target.clone(), delivery.clone());
-        let unknown = || RegistryError::UnknownClaim {
-            target: target.clone(),
-            delivery: delivery.clone(),
-        };
+        let unknown = || RegistryError::unknown_claim(target, delivery);
         let c = self.claims.get(&key).ok_or_else(unknown)?;
         match self.standing(c) {
-            Standing::Completed => Err(RegistryError::ClaimCompleted {
-                target: target.clone(),
-                delivery: delivery.clone(),
-            }),
+            Standing::Completed => Err(RegistryError::claim_completed(target, delivery)),
             // Forgotten (its retention ended): there is no claim, whether or not a sweep has
             // counted it yet.
             Standing::Expired => Err(unknown()),
@@ -211,17 +205,14 @@ impl Model {
         }
     }
 
-    pub(crate) fn complete(
+    pub(crate) fn complete_as(
         &mut self,
+        by: Option<WorkerId>,
         target: &Target,
         delivery: &DeliveryId,
-        by: Option<WorkerId>,
     ) -> Result<(), RegistryError> {
         let key = (target.clone(), delivery.clone());
-        let unknown = || RegistryError::UnknownClaim {
-            target: target.clone(),
-            delivery: delivery.clone(),
-        };
+        let unknown = || RegistryError::unknown_claim(target, delivery);
         let c = self.claims.get(&key).ok_or_else(unknown)?;
         let holder = c.holder;
         if let Some(worker) = by.filter(|w| holder != Some(*w)) {

@@ -109,7 +109,15 @@ impl AppAuth {
     ///
     /// # Examples
     ///
-    /// See [`new`](Self::new) (a key is needed to mint one).
+    /// ```
+    /// use webhook_router::reconcile::auth::AppAuth;
+    ///
+    /// let pem = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_github/app-key.pem")).unwrap();
+    /// let auth = AppAuth::new("1", &pem).unwrap();
+    /// let jwt = auth.jwt().unwrap();
+    /// assert_eq!(jwt.split('.').count(), 3, "header, claims, signature");
+    /// assert_eq!(auth.jwt().unwrap(), jwt, "reused while valid");
+    /// ```
     pub fn jwt(&self) -> Result<String, String> {
         let now = SystemTime::now();
         let mut state = self

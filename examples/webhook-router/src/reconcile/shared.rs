@@ -315,7 +315,19 @@ impl Shared {
     ///
     /// # Examples
     ///
-    /// See [`set_position`](Self::set_position).
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use webhook_router::reconcile::shared::Shared;
+    ///
+    /// let s = Shared::default();
+    /// assert_eq!(s.position("app").await, Ok(None), "never reconciled");
+    /// s.lease("a", Duration::from_secs(60)).await.unwrap();
+    /// s.set_position("a", "app", 7).await.unwrap();
+    /// assert_eq!(s.position("app").await, Ok(Some(7)));
+    /// # }
+    /// ```
     pub async fn position(&self, hook: &str) -> Result<Option<u64>, RegistryError> {
         match self {
             Self::Memory(local) => Ok(local

@@ -170,7 +170,23 @@ impl Shared {
     ///
     /// # Examples
     ///
-    /// See [`due`](Self::due).
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use webhook_router::reconcile::shared::{Chased, Shared};
+    ///
+    /// let s = Shared::default();
+    /// let c = Chased {
+    ///     guid: "g".into(), attempt: 1, key: "g".into(), targets: vec!["o/r#1".into()],
+    ///     failed_at: 0, redeliveries: 1, given_up: false,
+    /// };
+    /// s.lease("a", Duration::from_secs(60)).await.unwrap();
+    /// assert_eq!(s.chase("b", "app", &c, Duration::ZERO).await, Ok(false), "b does not hold the lease");
+    /// assert_eq!(s.chase("a", "app", &c, Duration::from_secs(60)).await, Ok(true));
+    /// assert!(s.due("app", 10).await.unwrap().is_empty(), "due in a minute");
+    /// # }
+    /// ```
     pub async fn chase(
         &self,
         holder: &str,
@@ -223,7 +239,23 @@ impl Shared {
     ///
     /// # Examples
     ///
-    /// See [`due`](Self::due).
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use webhook_router::reconcile::shared::{Chased, Shared};
+    ///
+    /// let s = Shared::default();
+    /// let c = Chased {
+    ///     guid: "g".into(), attempt: 1, key: "g".into(), targets: vec!["o/r#1".into()],
+    ///     failed_at: 0, redeliveries: 1, given_up: false,
+    /// };
+    /// s.lease("a", Duration::from_secs(60)).await.unwrap();
+    /// s.chase("a", "app", &c, Duration::ZERO).await.unwrap();
+    /// assert_eq!(s.forget("a", "app", "g").await, Ok(true));
+    /// assert_eq!(s.chased("app", "g").await, Ok(None));
+    /// # }
+    /// ```
     pub async fn forget(
         &self,
         holder: &str,
@@ -327,7 +359,23 @@ impl Shared {
     ///
     /// # Examples
     ///
-    /// See [`due`](Self::due).
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use webhook_router::reconcile::shared::{Chased, Shared};
+    ///
+    /// let s = Shared::default();
+    /// let c = Chased {
+    ///     guid: "g".into(), attempt: 1, key: "g".into(), targets: vec!["o/r#1".into()],
+    ///     failed_at: 0, redeliveries: 1, given_up: false,
+    /// };
+    /// s.lease("a", Duration::from_secs(60)).await.unwrap();
+    /// assert_eq!(s.chased("app", "g").await, Ok(None));
+    /// s.chase("a", "app", &c, Duration::from_secs(60)).await.unwrap();
+    /// assert_eq!(s.chased("app", "g").await, Ok(Some(c)));
+    /// # }
+    /// ```
     pub async fn chased(&self, hook: &str, guid: &str) -> Result<Option<Chased>, RegistryError> {
         match self {
             Self::Memory(local) => Ok(local
@@ -359,7 +407,23 @@ impl Shared {
     ///
     /// # Examples
     ///
-    /// See [`due`](Self::due).
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use webhook_router::reconcile::shared::{Chased, Shared};
+    ///
+    /// let s = Shared::default();
+    /// let c = Chased {
+    ///     guid: "g".into(), attempt: 1, key: "g".into(), targets: vec!["o/r#1".into()],
+    ///     failed_at: 0, redeliveries: 1, given_up: false,
+    /// };
+    /// s.lease("a", Duration::from_secs(60)).await.unwrap();
+    /// s.chase("a", "app", &c, Duration::from_secs(60)).await.unwrap();
+    /// assert_eq!(s.chasing("app", 10).await.unwrap(), (1, vec!["g".to_owned()]));
+    /// assert_eq!(s.chasing("app", 0).await.unwrap(), (1, vec![]), "counted, none shown");
+    /// # }
+    /// ```
     pub async fn chasing(
         &self,
         hook: &str,
