@@ -178,10 +178,6 @@ pub struct Sender {
 }
 
 /// The receiving half: the worker's.
-///
-/// # Examples
-///
-/// See [`Sender`].
 pub struct Mailbox {
     rx: mpsc::Receiver<Job>,
     overflow: Arc<Overflow>,
@@ -189,10 +185,6 @@ pub struct Mailbox {
 
 /// A mailbox whose channel holds `capacity` events (at least 1) with an overflow of `overflow`
 /// events behind it (0: none), counted in `metrics`.
-///
-/// # Examples
-///
-/// See [`Sender`].
 pub fn channel(capacity: usize, overflow: usize, metrics: OverflowMetrics) -> (Sender, Mailbox) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let overflow = Arc::new(Overflow {
@@ -215,10 +207,6 @@ pub fn channel(capacity: usize, overflow: usize, metrics: OverflowMetrics) -> (S
 impl Sender {
     /// Puts `job` into the channel, or behind it into the overflow if the channel is full or the
     /// overflow already holds events (so that it never passes them). Never waits.
-    ///
-    /// # Examples
-    ///
-    /// See [`Sender`].
     pub fn put(&self, job: Job) -> Handover {
         let mut q = self.overflow.lock();
         if q.closed || self.tx.is_closed() {
@@ -301,10 +289,6 @@ impl Mailbox {
     }
 
     /// The oldest event if one is queued, without waiting.
-    ///
-    /// # Examples
-    ///
-    /// See [`Sender`].
     pub fn try_recv(&mut self) -> Option<Job> {
         match self.take() {
             Taken::Job(job) => Some(job),
