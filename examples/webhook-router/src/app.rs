@@ -15,30 +15,31 @@
 
 use crate::backend::RegistryChoice;
 use crate::body::BodyLimits;
+use crate::closing::Closing;
 use crate::containers::{Containers, ReplicaTag};
 use crate::failed::FailedDeliveries;
 use crate::launcher::task::TaskLauncher;
-use crate::launcher::{Control, Launcher};
+use crate::launcher::Launcher;
+use crate::lifecycle::{self, Lifecycle};
 use crate::metrics::timed::{RegistryCalls, Timed};
 use crate::metrics::RouterMetrics;
-use crate::outcome::Unfinished;
+use crate::outstanding::Outstanding;
 use crate::policy::Policy;
 use crate::protocol::{Protocol, ProtocolSettings};
 use crate::remote::Remote;
 use crate::secrets::Secret;
+use crate::shutdown::Shutdown;
 use crate::store::Store;
 use crate::worker::Timings;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::sync::watch;
-use tokio::task::AbortHandle;
 use worker_registry::metrics::Metrics;
-use worker_registry::{DeliveryId, DynRegistry, ReleasedEvent, Target, WorkerId, WorkerRegistry};
+use worker_registry::{DynRegistry, Target, WorkerId, WorkerRegistry};
 
 /// How the router behaves (the registry's own settings are in its
 /// [`RegistryConfig`](worker_registry::RegistryConfig)).
@@ -146,39 +147,19 @@ pub(crate) struct Inner {
     pub(crate) opts: Options,
     /// Every container of this process, by worker id.
     pub(crate) containers: Arc<Containers>,
-    /// This replica's tag in `containers`.
-    pub(crate) replica: ReplicaTag,
     pub(crate) remote: Option<Remote>,
-    /// See [`Platform::shared`].
-    pub(crate) shared: bool,
-    /// Deliveries parked in the waiting room and not promoted yet, tracked when the registry is
-    /// not shared (this process sees every promotion): what a stop that misses its deadline
-    /// reports by id.
-    pub(crate) parked: DashMap<(Target, DeliveryId), ()>,
-    /// Which worker of this router serves a target (for `reach` and `drain` decisions).
-    pub(crate) targets: DashMap<Target, WorkerId>,
-    /// What starts this router's workers.
-    pub(crate) launcher: Arc<dyn Launcher>,
-    /// The worker protocol's state (served when a worker listener is given).
-    pub(crate) protocol: Arc<Protocol>,
-    /// The task awaiting each running worker's exit (aborting it ends the worker with no
-    /// goodbye: a killed replica).
-    pub(crate) tasks: DashMap<WorkerId, AbortHandle>,
-    /// Each running worker's control (crash on request, stop at the shutdown deadline).
-    pub(crate) controls: DashMap<WorkerId, Box<dyn Control>>,
-    pub(crate) closing: AtomicBool,
-    /// Worker tasks running now (shutdown waits for 0).
-    pub(crate) running: watch::Sender<usize>,
-    /// Set at the shutdown deadline: every worker stops at once (those running are told through
-    /// their control; one launched later is told as soon as it is).
-    pub(crate) stop: watch::Sender<bool>,
+    /// Which worker of this router serves a target (the lifecycle's).
+    pub(crate) targets: Arc<DashMap<Target, WorkerId>>,
+    /// The workers' lifecycle.
+    pub(crate) lifecycle: Arc<Lifecycle>,
+    /// The accepted, unfinished deliveries this router holds.
+    pub(crate) outstanding: Arc<Outstanding>,
+    pub(crate) closing: Closing,
+    /// The shutdown.
+    pub(crate) shutdown: Shutdown,
     pub(crate) metrics: RouterMetrics,
     /// The Prometheus registry (the registry's and the router's metrics), until the HTTP app takes it.
     export: Mutex<Option<Metrics>>,
-    /// Released events not yet placed again (capacity full, or shutting down).
-    pub(crate) pending: Mutex<Vec<ReleasedEvent>>,
-    /// Events handed back by workers stopped at the shutdown deadline.
-    pub(crate) stopped: Mutex<Vec<Unfinished>>,
     pub(crate) redispatched: AtomicU64,
     /// The most recent deliveries whose command failed every attempt.
     pub(crate) failed: FailedDeliveries,
@@ -222,27 +203,37 @@ impl App {
                 platform.containers.runs().clone(),
             ))
         });
+        let outstanding = Arc::new(Outstanding::new(platform.shared));
+        let lifecycle = Arc::new(Lifecycle::new(lifecycle::Parts {
+            registry: registry.clone(),
+            metrics: metrics.clone(),
+            containers: platform.containers.clone(),
+            remote: platform.remote.clone(),
+            launcher,
+            protocol,
+            outstanding: outstanding.clone(),
+        }));
+        let closing = Closing::default();
+        let shutdown = Shutdown::new(
+            closing.clone(),
+            registry.clone(),
+            metrics.clone(),
+            lifecycle.clone(),
+            outstanding.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 export: Mutex::new(Some(export)),
                 metrics,
                 registry,
                 opts,
-                replica: platform.containers.join(),
                 containers: platform.containers,
                 remote: platform.remote,
-                shared: platform.shared,
-                parked: DashMap::new(),
-                targets: DashMap::new(),
-                launcher,
-                protocol,
-                tasks: DashMap::new(),
-                controls: DashMap::new(),
-                closing: AtomicBool::new(false),
-                running: watch::Sender::new(0),
-                stop: watch::Sender::new(false),
-                pending: Mutex::new(Vec::new()),
-                stopped: Mutex::new(Vec::new()),
+                targets: lifecycle.targets.clone(),
+                lifecycle,
+                outstanding,
+                closing,
+                shutdown,
                 redispatched: AtomicU64::new(0),
                 failed: FailedDeliveries::default(),
             }),
@@ -264,14 +255,34 @@ impl App {
         &self.inner.registry
     }
 
+    /// The workers' lifecycle.
+    pub fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.inner.lifecycle
+    }
+
+    /// The accepted, unfinished deliveries this router holds.
+    pub fn outstanding(&self) -> &Arc<Outstanding> {
+        &self.inner.outstanding
+    }
+
+    /// The shutdown.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.inner.shutdown
+    }
+
+    /// The closing flag.
+    pub fn closing(&self) -> &Closing {
+        &self.inner.closing
+    }
+
     /// The worker protocol's state.
     pub fn protocol(&self) -> &Arc<Protocol> {
-        &self.inner.protocol
+        self.inner.lifecycle.protocol()
     }
 
     /// The launcher that starts this router's workers.
     pub fn launcher(&self) -> &Arc<dyn Launcher> {
-        &self.inner.launcher
+        self.inner.lifecycle.launcher()
     }
 
     /// The router's options.
@@ -286,7 +297,7 @@ impl App {
 
     /// This replica's tag among them.
     pub fn replica(&self) -> ReplicaTag {
-        self.inner.replica
+        self.inner.lifecycle.replica()
     }
 
     /// How it reaches other processes' containers, if it does.
@@ -307,22 +318,21 @@ impl App {
 
     /// Released events waiting to be placed again.
     pub fn pending_redispatch(&self) -> usize {
-        self.inner.pending.lock().map_or(0, |p| p.len())
+        self.inner.outstanding.pending()
     }
 
     /// Worker tasks running now.
     pub fn running_workers(&self) -> usize {
-        *self.inner.running.borrow()
+        self.inner.lifecycle.running()
     }
 
     /// Whether the registry outlives this process (see [`Platform::shared`]).
     pub fn is_shared(&self) -> bool {
-        self.inner.shared
+        self.inner.outstanding.is_shared()
     }
 
     /// Whether shutdown has begun (deliveries are refused with 503).
     pub fn is_closing(&self) -> bool {
-        // Acquire: pairs with the Release in `begin_shutdown` (crate::shutdown).
-        self.inner.closing.load(Ordering::Acquire)
+        self.inner.closing.is_set()
     }
 }

@@ -56,7 +56,7 @@ impl App {
         telemetry::record_dispatch(&span, &d);
         self.inner.metrics.admission(source, d.outcome());
         if let Dispatch::Waiting(_) = d {
-            self.parked(target, delivery);
+            self.inner.outstanding.parked(target, delivery);
         }
         d
     }
@@ -133,6 +133,8 @@ impl App {
         self.inner.targets.insert(target.clone(), a.worker);
         if a.new {
             match self
+                .inner
+                .lifecycle
                 .start_container(a.worker, target, delivery, a.token)
                 .await
             {
@@ -188,6 +190,8 @@ impl App {
             return None;
         }
         match self
+            .inner
+            .lifecycle
             .start_container(worker, target, delivery, info.token)
             .await
         {

@@ -43,9 +43,9 @@ impl App {
         // Kill before re-dispatch: a dead worker's process is gone before its events go on.
         let died: Vec<WorkerId> = report.died.iter().map(|(id, _)| *id).collect();
         let cap = self.inner.registry.config().heartbeat_interval();
-        self.kill_dead(&died, cap).await;
+        self.inner.lifecycle.kill_dead(&died, cap).await;
         self.inner.containers.ledger().released(&report.released);
-        self.unparked(&report);
+        self.inner.outstanding.unparked(&report);
         if let Some(remote) = &self.inner.remote {
             // Their owners may be gone (that may be why they died): nobody else forgets them.
             remote.forget(&died).await;
@@ -69,22 +69,15 @@ impl App {
             .filter(|e| fresh.contains(&key(e)))
             .cloned()
             .collect();
-        if let Ok(mut p) = self.inner.pending.lock() {
-            p.extend(placed.still);
-        }
-        self.forget_stopped_workers().await;
+        self.inner.outstanding.keep_pending(placed.still);
+        self.inner.lifecycle.forget_stopped_workers().await;
         Deferred::new(deferred)
     }
 
     /// The events waiting from earlier sweeps, taken out, and `released` added once each (a shared
     /// backend may offer a deferred event again: one copy is kept).
     fn waiting_with(&self, released: &[ReleasedEvent]) -> Vec<ReleasedEvent> {
-        let mut queue = self
-            .inner
-            .pending
-            .lock()
-            .map(|mut p| std::mem::take(&mut *p))
-            .unwrap_or_default();
+        let mut queue = self.inner.outstanding.take_pending();
         let known: HashSet<Key> = queue.iter().map(key).collect();
         queue.extend(
             released

@@ -383,7 +383,7 @@ impl Server {
         }
         self.sweeper.abort().await;
         Killed {
-            containers: self.app.kill_containers(),
+            containers: self.app.shutdown().kill(),
             pending: self.app.pending_redispatch(),
         }
     }
@@ -404,7 +404,7 @@ impl Server {
         let until = started + deadline;
         let registry = self.app.registry().clone();
         let completed_before = registry.stats().claims_completed;
-        let drained = self.app.begin_shutdown(deadline).await;
+        let drained = self.app.shutdown().begin(deadline).await;
         // From here the shutdown sweeps (`App::finish_accepted`).
         self.sweeper.shutdown().await;
         let mut settled = self.app.finish_accepted(until).await;
@@ -429,7 +429,7 @@ impl Server {
                 workers = stopped_at_deadline,
                 "shutdown deadline reached: stopping the workers still running"
             );
-            self.app.stop_workers(STOP_GRACE).await
+            self.app.shutdown().stop_workers(STOP_GRACE).await
         } else {
             0
         };
@@ -450,7 +450,7 @@ impl Server {
                 }
             }
         };
-        let unfinished = self.app.account_unfinished(&released);
+        let unfinished = self.app.shutdown().account_unfinished(&released);
         ShutdownReport {
             drained,
             completed: registry

@@ -649,7 +649,12 @@ async fn shutdown_refuses_deliveries_and_drains_every_worker() {
     h.deliver("pull_request", "z-4", &pr("o/a", 1)).await;
     h.deliver("pull_request", "z-5", &pr("o/b", 1)).await;
 
-    let drained = h.server.app().begin_shutdown(Duration::from_secs(10)).await;
+    let drained = h
+        .server
+        .app()
+        .shutdown()
+        .begin(Duration::from_secs(10))
+        .await;
     assert_eq!((drained.draining, drained.exited), (2, 1));
     let refused = h.deliver("pull_request", "z-6", &pr("o/d", 1)).await;
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
