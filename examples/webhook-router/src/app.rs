@@ -26,6 +26,7 @@ use crate::metrics::RouterMetrics;
 use crate::outstanding::Outstanding;
 use crate::policy::Policy;
 use crate::protocol::{Protocol, ProtocolSettings};
+use crate::reconcile;
 use crate::remote::Remote;
 use crate::secrets::Secret;
 use crate::shutdown::Shutdown;
@@ -270,6 +271,16 @@ impl App {
         &self.inner.shutdown
     }
 
+    /// What the reconciler of failed deliveries uses of this router.
+    pub fn for_reconciler(&self) -> reconcile::Router {
+        reconcile::Router {
+            registry: self.inner.registry.clone(),
+            policy: self.inner.opts.policy.clone(),
+            metrics: self.inner.metrics.clone(),
+            closing: self.inner.closing.clone(),
+        }
+    }
+
     /// The closing flag.
     pub fn closing(&self) -> &Closing {
         &self.inner.closing
@@ -314,21 +325,6 @@ impl App {
     /// The most recent deliveries whose command failed every attempt.
     pub fn failed(&self) -> &FailedDeliveries {
         &self.inner.failed
-    }
-
-    /// Released events waiting to be placed again.
-    pub fn pending_redispatch(&self) -> usize {
-        self.inner.outstanding.pending()
-    }
-
-    /// Worker tasks running now.
-    pub fn running_workers(&self) -> usize {
-        self.inner.lifecycle.running()
-    }
-
-    /// Whether the registry outlives this process (see [`Platform::shared`]).
-    pub fn is_shared(&self) -> bool {
-        self.inner.outstanding.is_shared()
     }
 
     /// Whether shutdown has begun (deliveries are refused with 503).

@@ -167,7 +167,7 @@ async fn reconciler(server: &Server, s: &cli::Settings) -> Result<Option<Running
         horizon = %humantime::format_duration(cfg.horizon),
         "reconciler of failed deliveries started"
     );
-    let r = Reconciler::new(server.app().clone(), cfg, shared)?;
+    let r = Reconciler::new(server.app().for_reconciler(), cfg, shared)?;
     Ok(Some(r.spawn()))
 }
 

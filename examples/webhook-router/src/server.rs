@@ -384,7 +384,7 @@ impl Server {
         self.sweeper.abort().await;
         Killed {
             containers: self.app.shutdown().kill(),
-            pending: self.app.pending_redispatch(),
+            pending: self.app.outstanding().pending(),
         }
     }
 
@@ -416,13 +416,13 @@ impl Server {
             let _ = task.await;
         }
         // A request that raced the closing flag may have started a worker meanwhile.
-        if settled && self.app.running_workers() > 0 {
+        if settled && self.app.lifecycle().running() > 0 {
             settled = self.app.finish_accepted(until).await;
         }
         let stopped_at_deadline = if settled {
             0
         } else {
-            self.app.running_workers()
+            self.app.lifecycle().running()
         };
         let aborted = if stopped_at_deadline > 0 {
             tracing::warn!(
@@ -437,7 +437,7 @@ impl Server {
         if let Some(task) = worker_loop {
             let _ = task.await;
         }
-        let released = if self.app.is_shared() {
+        let released = if self.app.outstanding().is_shared() {
             Vec::new()
         } else {
             // One last sweep collects what the exits released or promoted: nobody is left to

@@ -57,7 +57,10 @@ pub(super) async fn run(sim: &Sim, probe: &Probe) -> Settled {
     let mut pending;
     loop {
         let live = sim.live_apps();
-        pending = live.iter().map(App::pending_redispatch).sum::<usize>();
+        pending = live
+            .iter()
+            .map(|a| a.outstanding().pending())
+            .sum::<usize>();
         let settled = match probe.unfinished().await {
             Some(read) => {
                 let left = read.map_err(|e| e.to_string());
