@@ -31,7 +31,7 @@ use dashmap::DashMap;
 use worker_registry::{DeliveryId, ReleasedEvent, Target, WorkerId};
 
 use crate::limits::{MAX_MAILBOX, MAX_OVERFLOW};
-use crate::mailbox::{self, Mailbox, OverflowMetrics, Put};
+use crate::mailbox::{self, Handover, Mailbox, OverflowMetrics};
 use crate::runs::Runs;
 use crate::telemetry::Traces;
 use crate::worker::Job;
@@ -43,24 +43,6 @@ pub type ReplicaTag = u32;
 pub struct Started {
     /// Its events (the mailbox's receiving end).
     pub jobs: Mailbox,
-}
-
-/// What became of an event handed to a worker by id.
-#[derive(Debug)]
-pub enum Handed {
-    /// In its mailbox.
-    Queued,
-    /// Its mailbox is full: queued in its overflow, `position` deep (from 1), in arrival order.
-    Overflowed {
-        /// Its place in the overflow.
-        position: usize,
-    },
-    /// Its mailbox and its overflow are both full.
-    Full,
-    /// Its container has stopped (crashed, fenced, exited or killed with its replica).
-    Stopped,
-    /// No container of this process has that id (and the event was not parked).
-    Absent(Job),
 }
 
 /// What a claim of a worker's start came to ([`Containers::claim`]).
@@ -260,33 +242,30 @@ impl Containers {
     }
 
     /// Hands `job` to `worker`'s container. Without one here: parks it in a new mailbox for the
-    /// container to come if `park`, else gives it back ([`Handed::Absent`]).
+    /// container to come if `park`, else gives it back (`Err(job)`: no container of this process
+    /// has that id). Never [`Handover::Unreachable`].
     ///
     /// **Locking behaviour:** reads the worker's map shard to find the mailbox (write-locks it to
     /// park one), never while queueing; queueing never waits: it takes the worker's overflow lock
-    /// for one queue operation (a full mailbox and overflow answer [`Handed::Full`]).
-    pub fn hand(&self, worker: WorkerId, job: Job, park: bool) -> Handed {
+    /// for one queue operation (a full mailbox and overflow answer [`Handover::Full`]).
+    pub fn hand(&self, worker: WorkerId, job: Job, park: bool) -> Result<Handover, Job> {
         let found = self.slots.get(&worker).map(|s| s.jobs.clone());
         let jobs = match found {
             Some(jobs) => jobs,
             None => match self.slots.entry(worker) {
                 Entry::Occupied(o) => o.get().jobs.clone(),
                 Entry::Vacant(v) if park => v.insert(self.slot(Stage::Parked)).jobs.clone(),
-                Entry::Vacant(_) => return Handed::Absent(job),
+                Entry::Vacant(_) => return Err(job),
             },
         };
         let key = (!job.trace.is_none()).then(|| (job.target.clone(), job.event.clone()));
         let trace = key.as_ref().map(|_| job.trace.clone());
-        let handed = match jobs.put(job) {
-            Put::Queued => Handed::Queued,
-            Put::Overflowed { position } => Handed::Overflowed { position },
-            Put::Full => return Handed::Full,
-            Put::Closed => return Handed::Stopped,
-        };
-        if let (Some((target, delivery)), Some(trace)) = (key, trace) {
+        let handed = jobs.put(job);
+        let queued = matches!(handed, Handover::Queued | Handover::Overflowed { .. });
+        if let (true, Some((target, delivery)), Some(trace)) = (queued, key, trace) {
             self.traces.handed(&target, &delivery, &trace);
         }
-        handed
+        Ok(handed)
     }
 
     /// Whether `worker`'s container can be crashed: started here and not stopped
@@ -522,7 +501,7 @@ mod tests {
             DeliveryId::new("d").unwrap(),
         );
         // Another replica's event arrives first: parked, not absent.
-        assert!(matches!(c.hand(w, job(1), true), Handed::Queued));
+        assert!(matches!(c.hand(w, job(1), true), Ok(Handover::Queued)));
         assert!(!c.is_running(w));
         assert_eq!(c.can_crash(w), CrashOutcome::NotHere);
         let mut started = c.start(w, a, (&t, &d)).expect("the owner starts it");
@@ -531,18 +510,18 @@ mod tests {
             c.start(w, b, (&t, &d)).is_none(),
             "a second start is refused"
         );
-        assert!(matches!(c.hand(w, job(2), false), Handed::Queued));
+        assert!(matches!(c.hand(w, job(2), false), Ok(Handover::Queued)));
         assert_eq!(c.owned_by(a), vec![w]);
         assert!(c.owned_by(b).is_empty());
         assert_eq!(c.can_crash(w), CrashOutcome::Crashed);
         drop(started);
-        assert!(matches!(c.hand(w, job(3), false), Handed::Stopped));
+        assert!(matches!(c.hand(w, job(3), false), Ok(Handover::Stopped)));
         assert_eq!(c.can_crash(w), CrashOutcome::Stopped);
         assert_eq!(c.without_container(), vec![w]);
         c.forget(w);
         assert!(matches!(
             c.hand(w, job(4), false),
-            Handed::Absent(j) if j.event.as_str() == "d4"
+            Err(j) if j.event.as_str() == "d4"
         ));
         let audit = c.ledger().audit();
         assert_eq!(
@@ -572,7 +551,7 @@ mod tests {
         assert_eq!(c.claim(w, a, &d), lost_to(&d), "not a again");
         // Claimed, not started: events wait for it; it cannot crash, it is not running, a
         // shutdown leaves it for its start, and it is forgotten if the registry drops the worker.
-        assert!(matches!(c.hand(w, job(1), false), Handed::Queued));
+        assert!(matches!(c.hand(w, job(1), false), Ok(Handover::Queued)));
         assert_eq!(c.can_crash(w), CrashOutcome::NotHere);
         assert!(!c.is_running(w) && !c.knows(w));
         assert_eq!(c.close_owned_by(a), 0);
@@ -586,7 +565,7 @@ mod tests {
         assert_eq!(c.claim(w, b, &e), lost_to(&d), "started: no claim");
         // Given up: the mailbox stays parked, and the next claim wins.
         assert_eq!(c.claim(v, a, &d), Claim::Won);
-        assert!(matches!(c.hand(v, job(2), false), Handed::Queued));
+        assert!(matches!(c.hand(v, job(2), false), Ok(Handover::Queued)));
         c.unclaim(v, b);
         assert_eq!(c.claim(v, b, &e), lost_to(&d), "only a's unclaim counts");
         c.unclaim(v, a);
@@ -612,16 +591,16 @@ mod tests {
         let _s2 = c.start(WorkerId::new(2), a, (&t, &d)).unwrap();
         assert!(matches!(
             c.hand(WorkerId::new(1), job(1), false),
-            Handed::Queued
+            Ok(Handover::Queued)
         ));
         assert!(matches!(
             c.hand(WorkerId::new(1), job(2), false),
-            Handed::Overflowed { position: 1 }
+            Ok(Handover::Overflowed { position: 1 })
         ));
         assert_eq!(c.overflow_metrics().queued(), 1);
         assert!(matches!(
             c.hand(WorkerId::new(1), job(3), false),
-            Handed::Full
+            Ok(Handover::Full)
         ));
         assert_eq!(c.close_owned_by(a), 2);
         assert!(c.is_empty());

@@ -17,10 +17,10 @@
 //! claim again and answers 503.
 
 use crate::app::App;
-use crate::containers::Handed;
 use crate::lifecycle::Start;
+use crate::mailbox::Handover;
 use crate::outcome::{Dispatch, Source};
-use crate::remote::{Handover, Owner, Remote};
+use crate::remote::{Owner, Remote};
 use crate::telemetry::{self, TraceParent};
 use crate::worker::Job;
 
@@ -54,7 +54,7 @@ impl App {
             .instrument(span.clone())
             .await;
         telemetry::record_dispatch(&span, &d);
-        self.inner.metrics.admission(source, d.outcome());
+        self.inner.metrics.admission(source, d.admission());
         if let Dispatch::Waiting(_) = d {
             self.inner.outstanding.parked(target, delivery);
         }
@@ -143,7 +143,7 @@ impl App {
                 Start::Handled => return Dispatch::Assigned(a),
                 // The worker died before it could be started: the registry has released its
                 // events, this one included, for re-dispatch.
-                Start::Dead => return self.settle(target, delivery, a, Handover::Held).await,
+                Start::Dead => return self.settle(target, delivery, a, Handover::Stopped).await,
             }
         }
         // Shutdown began between the check and the admission, so the drain may have missed this
@@ -239,7 +239,7 @@ impl App {
             // shutdown, or died with its replica): the registry still counts the event as held by
             // that worker, so the sweep that declares it dead releases it and a sweeper callback
             // re-dispatches it.
-            Handover::Held => Dispatch::Assigned(a),
+            Handover::Stopped => Dispatch::Assigned(a),
             Handover::Unreachable(reason) => {
                 match self.inner.registry.release(target, delivery).await {
                     Ok(()) => {
@@ -267,14 +267,11 @@ impl App {
     async fn hand_over(&self, id: WorkerId, job: Job) -> Handover {
         let park = self.inner.remote.is_none();
         match self.inner.containers.hand(id, job, park) {
-            Handed::Queued => Handover::Queued,
-            Handed::Overflowed { position } => Handover::Overflowed { position },
-            Handed::Full => Handover::Full,
-            Handed::Stopped => Handover::Held,
-            Handed::Absent(job) => match &self.inner.remote {
+            Ok(handover) => handover,
+            Err(job) => match &self.inner.remote {
                 Some(remote) => self.forward(remote, id, job).await,
                 // Not reached: without replicas elsewhere the event was parked.
-                None => Handover::Held,
+                None => Handover::Stopped,
             },
         }
     }
@@ -294,22 +291,17 @@ impl App {
                 // Ours: claimed by another task of this process a moment ago (parked for its
                 // start), started, or gone.
                 Ok(Owner::This) => {
-                    return match containers.hand(worker, job, true) {
-                        Handed::Absent(_) | Handed::Stopped => Handover::Held,
-                        Handed::Queued => Handover::Queued,
-                        Handed::Overflowed { position } => Handover::Overflowed { position },
-                        Handed::Full => Handover::Full,
-                    };
+                    // Parked when absent: `Err` is not reached.
+                    return containers
+                        .hand(worker, job, true)
+                        .unwrap_or(Handover::Stopped);
                 }
                 Ok(Owner::Other(address)) => return remote.post(&address, worker, job).await,
                 Ok(Owner::Unknown) => {}
             }
             job = match containers.hand(worker, job, false) {
-                Handed::Queued => return Handover::Queued,
-                Handed::Overflowed { position } => return Handover::Overflowed { position },
-                Handed::Full => return Handover::Full,
-                Handed::Stopped => return Handover::Held,
-                Handed::Absent(job) => job,
+                Ok(handover) => return handover,
+                Err(job) => job,
             };
             if Instant::now() >= deadline {
                 return Handover::Unreachable(format!(

@@ -246,7 +246,16 @@ fn build_under_cargo_run(dir: &std::path::Path) -> Result<(), String> {
     ) else {
         return Ok(());
     };
-    let profile = dir.file_name().and_then(|p| p.to_str()).unwrap_or("debug");
+    // A test binary runs from target/<profile>/deps: its profile is the parent's name.
+    let profile_dir = if dir.ends_with("deps") {
+        dir.parent().unwrap_or(dir)
+    } else {
+        dir
+    };
+    let profile = profile_dir
+        .file_name()
+        .and_then(|p| p.to_str())
+        .unwrap_or("debug");
     let mut build = std::process::Command::new(cargo);
     build
         .current_dir(manifest_dir)

@@ -2,7 +2,7 @@
 //!
 //! An event handed to a worker whose channel is full is not refused: it stays claimed and is
 //! queued in the worker's overflow, in arrival order, and the worker takes it once the channel is
-//! empty. Only when the overflow is full too is the event refused ([`Put::Full`]: the router
+//! empty. Only when the overflow is full too is the event refused ([`Handover::Full`]: the router
 //! releases its claim and answers 503).
 //!
 //! The overflow's bound counts the overflow alone: while it holds events, the channel is not
@@ -17,7 +17,7 @@
 //!
 //! **Nothing accepted is lost.** An overflowed event is claimed by the worker in the registry,
 //! like one in its channel. When the worker stops (crashed, fenced, exited) the receiving end is
-//! dropped and its overflow is emptied and closed (later hands answer [`Put::Closed`]); the
+//! dropped and its overflow is emptied and closed (later hands answer [`Handover::Stopped`]); the
 //! registry releases the worker's claims when it dies, and the sweeper callback re-dispatches
 //! them, as it does for the events left in the channel. At the shutdown deadline the worker hands
 //! back its channel's and its overflow's events alike ([`Mailbox::close`], then
@@ -97,28 +97,37 @@ impl OverflowMetrics {
     }
 }
 
-/// What became of an event put into a mailbox.
+/// What became of an event handed to a worker: put into its mailbox here
+/// ([`Sender::put`], [`Containers::hand`](crate::containers::Containers::hand)), or forwarded to
+/// its owner replica ([`Remote::post`](crate::remote::Remote::post), whose answer on the wire is
+/// [`ForwardAnswer`](crate::remote::ForwardAnswer)).
 ///
 /// # Examples
 ///
 /// ```
-/// use webhook_router::mailbox::Put;
+/// use webhook_router::mailbox::Handover;
 ///
-/// assert_ne!(Put::Queued, Put::Overflowed { position: 1 });
+/// assert_ne!(Handover::Queued, Handover::Overflowed { position: 1 });
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Put {
-    /// In the channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handover {
+    /// In the worker's mailbox (the channel), or parked for the container about to start.
     Queued,
-    /// In the overflow behind the channel, `position` events deep (this one included, from 1).
+    /// In the overflow behind the worker's full channel, `position` events deep (this one
+    /// included, from 1), in arrival order.
     Overflowed {
         /// Its place in the overflow when it was queued.
         position: usize,
     },
     /// The channel and the overflow are both full.
     Full,
-    /// The worker has stopped (its receiving end is closed or gone).
-    Closed,
+    /// Not delivered, and left with the worker in the registry: its container has stopped
+    /// (crashed, fenced, exited, or gone with its replica), so the worker will be declared dead
+    /// and the event released for re-dispatch.
+    Stopped,
+    /// Not delivered for this reason (the owner replica could not be found or reached); the
+    /// worker may well be alive.
+    Unreachable(String),
 }
 
 struct Queue {
@@ -145,7 +154,7 @@ impl Overflow {
 /// # Examples
 ///
 /// ```
-/// use webhook_router::mailbox::{self, OverflowMetrics, Put};
+/// use webhook_router::mailbox::{self, OverflowMetrics, Handover};
 /// # use worker_registry::{DeliveryId, FencingToken, Target};
 /// # let job = |n: u32| webhook_router::worker::Job {
 /// #     target: Target::new("o/r", 1).unwrap(),
@@ -156,9 +165,9 @@ impl Overflow {
 /// # };
 ///
 /// let (tx, mut rx) = mailbox::channel(1, 1, OverflowMetrics::default());
-/// assert_eq!(tx.put(job(1)), Put::Queued);
-/// assert_eq!(tx.put(job(2)), Put::Overflowed { position: 1 });
-/// assert_eq!(tx.put(job(3)), Put::Full);
+/// assert_eq!(tx.put(job(1)), Handover::Queued);
+/// assert_eq!(tx.put(job(2)), Handover::Overflowed { position: 1 });
+/// assert_eq!(tx.put(job(3)), Handover::Full);
 /// assert_eq!(rx.try_recv().unwrap().event.as_str(), "d1");
 /// assert_eq!(rx.try_recv().unwrap().event.as_str(), "d2");
 /// ```
@@ -210,27 +219,27 @@ impl Sender {
     /// # Examples
     ///
     /// See [`Sender`].
-    pub fn put(&self, job: Job) -> Put {
+    pub fn put(&self, job: Job) -> Handover {
         let mut q = self.overflow.lock();
         if q.closed || self.tx.is_closed() {
-            return Put::Closed;
+            return Handover::Stopped;
         }
         let job = if q.jobs.is_empty() {
             match self.tx.try_send(job) {
-                Ok(()) => return Put::Queued,
-                Err(mpsc::error::TrySendError::Closed(_)) => return Put::Closed,
+                Ok(()) => return Handover::Queued,
+                Err(mpsc::error::TrySendError::Closed(_)) => return Handover::Stopped,
                 Err(mpsc::error::TrySendError::Full(job)) => job,
             }
         } else {
             job
         };
         if q.jobs.len() >= self.overflow.bound {
-            return Put::Full;
+            return Handover::Full;
         }
         q.jobs.push_back(job);
         self.overflow.metrics.queued.inc();
         self.overflow.metrics.total.inc();
-        Put::Overflowed {
+        Handover::Overflowed {
             position: q.jobs.len(),
         }
     }
@@ -303,13 +312,13 @@ impl Mailbox {
         }
     }
 
-    /// Closes the mailbox: hands are refused from now on ([`Put::Closed`]); what is queued can
+    /// Closes the mailbox: hands are refused from now on ([`Handover::Stopped`]); what is queued can
     /// still be taken.
     ///
     /// # Examples
     ///
     /// ```
-    /// # use webhook_router::mailbox::{self, OverflowMetrics, Put};
+    /// # use webhook_router::mailbox::{self, OverflowMetrics, Handover};
     /// # use worker_registry::{DeliveryId, FencingToken, Target};
     /// let (tx, mut rx) = mailbox::channel(1, 1, OverflowMetrics::default());
     /// rx.close();
@@ -320,7 +329,7 @@ impl Mailbox {
     /// #     trace: Default::default(),
     /// #     payload: None,
     /// # };
-    /// assert_eq!(tx.put(job), Put::Closed);
+    /// assert_eq!(tx.put(job), Handover::Stopped);
     /// ```
     pub fn close(&mut self) {
         self.overflow.lock().closed = true;
@@ -391,25 +400,29 @@ mod tests {
     fn events_come_out_in_the_order_they_went_in() {
         let m = OverflowMetrics::default();
         let (tx, mut rx) = channel(2, 8, m.clone());
-        assert_eq!(tx.put(job(0)), Put::Queued);
-        assert_eq!(tx.put(job(1)), Put::Queued);
+        assert_eq!(tx.put(job(0)), Handover::Queued);
+        assert_eq!(tx.put(job(1)), Handover::Queued);
         for n in 2..10 {
             assert_eq!(
                 tx.put(job(n)),
-                Put::Overflowed {
+                Handover::Overflowed {
                     position: n as usize - 1
                 }
             );
         }
-        assert_eq!(tx.put(job(10)), Put::Full);
+        assert_eq!(tx.put(job(10)), Handover::Full);
         assert_eq!(m.queued(), 8);
         // The channel has room again, but the overflow is not empty: a later event must not pass
         // it.
         let mut out = vec![rx.try_recv().unwrap()];
-        assert_eq!(tx.put(job(10)), Put::Full, "the overflow is still full");
+        assert_eq!(
+            tx.put(job(10)),
+            Handover::Full,
+            "the overflow is still full"
+        );
         out.push(rx.try_recv().unwrap());
         out.push(rx.try_recv().unwrap());
-        assert_eq!(tx.put(job(10)), Put::Overflowed { position: 8 });
+        assert_eq!(tx.put(job(10)), Handover::Overflowed { position: 8 });
         while let Some(j) = rx.try_recv() {
             out.push(j);
         }
@@ -417,28 +430,28 @@ mod tests {
         assert_eq!(order, (0..=10).collect::<Vec<_>>());
         assert_eq!((m.queued(), m.overflowed()), (0, 9));
         // Empty again: the next one goes into the channel.
-        assert_eq!(tx.put(job(11)), Put::Queued);
+        assert_eq!(tx.put(job(11)), Handover::Queued);
     }
 
     #[test]
     fn a_full_overflow_refuses_and_a_dropped_mailbox_empties_it() {
         let m = OverflowMetrics::default();
         let (tx, rx) = channel(1, 2, m.clone());
-        assert_eq!(tx.put(job(0)), Put::Queued);
-        assert_eq!(tx.put(job(1)), Put::Overflowed { position: 1 });
-        assert_eq!(tx.put(job(2)), Put::Overflowed { position: 2 });
-        assert_eq!(tx.put(job(3)), Put::Full);
+        assert_eq!(tx.put(job(0)), Handover::Queued);
+        assert_eq!(tx.put(job(1)), Handover::Overflowed { position: 1 });
+        assert_eq!(tx.put(job(2)), Handover::Overflowed { position: 2 });
+        assert_eq!(tx.put(job(3)), Handover::Full);
         assert_eq!(m.queued(), 2);
         drop(rx);
         assert_eq!(m.queued(), 0);
-        assert_eq!(tx.put(job(4)), Put::Closed);
+        assert_eq!(tx.put(job(4)), Handover::Stopped);
     }
 
     #[test]
     fn no_overflow_is_todays_full_mailbox() {
         let (tx, _rx) = channel(1, 0, OverflowMetrics::default());
-        assert_eq!(tx.put(job(0)), Put::Queued);
-        assert_eq!(tx.put(job(1)), Put::Full);
+        assert_eq!(tx.put(job(0)), Handover::Queued);
+        assert_eq!(tx.put(job(1)), Handover::Full);
     }
 
     #[tokio::test]

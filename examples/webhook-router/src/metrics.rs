@@ -28,7 +28,7 @@ use histogram::{Histogram, Histograms, BUCKETS};
 use timed::RegistryCalls;
 
 use crate::mailbox::OverflowMetrics;
-use crate::outcome::{Dispatch, Source};
+use crate::outcome::{Outcome, Source};
 use crate::worker::Exit;
 
 type Labels = Vec<(&'static str, &'static str)>;
@@ -76,6 +76,11 @@ fn status_class(outcome: &str) -> &'static str {
     }
 }
 
+/// The outcomes of `webhook_router_admissions_total`, in label order.
+fn admission_outcomes() -> impl Iterator<Item = Outcome> + Clone {
+    Outcome::ALL.into_iter().filter(|o| o.is_admission())
+}
+
 /// The sources of `webhook_router_admissions_total`, in label order.
 const SOURCES: [Source; 3] = [Source::Webhook, Source::Redispatch, Source::Promotion];
 
@@ -88,7 +93,7 @@ pub struct RouterMetrics {
     /// `webhook_router_webhook_duration_seconds`, in [`DELIVERY_OUTCOMES`] order.
     webhook_seconds: Arc<histogram::Family>,
     admissions: Family<Labels, Counter>,
-    /// `admissions`' counters, [`SOURCES`] by [`Dispatch::OUTCOMES`].
+    /// `admissions`' counters, [`SOURCES`] by [`admission_outcomes`].
     admitted: Arc<[Counter]>,
     /// The registry's calls' durations.
     calls: RegistryCalls,
@@ -125,7 +130,7 @@ impl RouterMetrics {
         let admissions = Family::<Labels, Counter>::default();
         let admitted = SOURCES
             .iter()
-            .flat_map(|s| Dispatch::OUTCOMES.iter().map(move |o| (s.as_str(), *o)))
+            .flat_map(|s| admission_outcomes().map(move |o| (s.as_str(), o.as_str())))
             .map(|(s, o)| {
                 admissions
                     .get_or_create(&vec![("source", s), ("outcome", o)])
@@ -200,17 +205,16 @@ impl RouterMetrics {
     }
 
     /// Counts one admission attempt.
-    pub fn admission(&self, source: Source, outcome: &'static str) {
+    pub fn admission(&self, source: Source, outcome: Outcome) {
         let s = SOURCES.iter().position(|s| *s == source);
-        let o = Dispatch::OUTCOMES.iter().position(|o| *o == outcome);
+        let o = admission_outcomes().position(|o| o == outcome);
         match (s, o) {
             (Some(s), Some(o)) => {
-                self.admitted[s * Dispatch::OUTCOMES.len() + o].inc();
+                self.admitted[s * admission_outcomes().count() + o].inc();
             }
             _ => {
-                self.admissions
-                    .get_or_create(&vec![("source", source.as_str()), ("outcome", outcome)])
-                    .inc();
+                let labels = vec![("source", source.as_str()), ("outcome", outcome.as_str())];
+                self.admissions.get_or_create(&labels).inc();
             }
         }
     }

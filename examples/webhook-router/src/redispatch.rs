@@ -109,7 +109,9 @@ impl App {
                         .deliver(&event.target, &event.delivery, a, payload.as_ref())
                         .instrument(span)
                         .await;
-                    self.inner.metrics.admission(Source::Promotion, d.outcome());
+                    self.inner
+                        .metrics
+                        .admission(Source::Promotion, d.admission());
                     d
                 }
                 _ => {
@@ -151,7 +153,12 @@ impl App {
                 | Dispatch::Backlog { .. }
                 | Dispatch::Unreachable { .. }
                 | Dispatch::Closing
-                | Dispatch::Unavailable(_) => {
+                | Dispatch::Unavailable(_)
+                // Not reached: only the routing policy (`App::apply`) answers these.
+                | Dispatch::Drained { .. }
+                | Dispatch::AlreadyDraining { .. }
+                | Dispatch::NoWorker(_)
+                | Dispatch::Ignored => {
                     // A promoted delivery that could not be handed to its worker had its claim
                     // released (see `settle`): next time it is admitted like a released one.
                     let mut event = event;

@@ -18,9 +18,9 @@
 //! |---|---|---|
 //! | queued (or parked) it (202) | [`Handover::Queued`] | 202 assigned |
 //! | queued it behind its full mailbox (202, `overflowed` with a position) | [`Handover::Overflowed`] | 202 waiting, with the position |
-//! | has a full mailbox and overflow for it (429) | [`Handover::Full`] | the claim is released, 503 capacity |
-//! | has a stopped container for it (410) | [`Handover::Held`] | 202: the worker has no container anywhere, so it never heartbeats again; the sweep declares it dead and the registry releases its events for re-dispatch |
-//! | refuses the connection (its process is gone) | [`Handover::Held`] | 202, the same: its containers died with it (or it died between its claim and the start) |
+//! | has a full mailbox and overflow for it (429) | [`Handover::Full`] | the claim is released, 503 overflow_full |
+//! | has a stopped container for it (410) | [`Handover::Stopped`] | 202: the worker has no container anywhere, so it never heartbeats again; the sweep declares it dead and the registry releases its events for re-dispatch |
+//! | refuses the connection (its process is gone) | [`Handover::Stopped`] | 202, the same: its containers died with it (or it died between its claim and the start) |
 //! | no owner recorded within [`MAX_OWNER_WAIT`] (or the lookup failed), another failure, a timeout | [`Handover::Unreachable`] | the claim is released, 503 unavailable (if the release fails too, 202: the claim stays with the worker, which releases it when it dies or exits) |
 //!
 //! A record lives as long as its worker: it is removed when the container ends with the worker
@@ -43,11 +43,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use tokio::time::sleep;
 use utoipa::ToSchema;
 use worker_registry::{DeliveryId, FencingToken, Payload, TargetError, WorkerId};
 
+use crate::mailbox::Handover;
 use crate::secrets::Secret;
 use crate::store::Store;
 use crate::telemetry::TraceParent;
@@ -62,25 +64,6 @@ pub const FORWARD_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// The longest wait for a new worker's owner to claim it (the owner claims right after its
 /// admission returns; the wait is also at most one heartbeat interval).
 pub const MAX_OWNER_WAIT: Duration = Duration::from_secs(1);
-
-/// What became of an event handed to a worker (by this process or by its owner).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Handover {
-    /// In the container's queue.
-    Queued,
-    /// Behind the container's full queue, in its overflow, `position` deep (from 1).
-    Overflowed {
-        /// Its place in the overflow.
-        position: usize,
-    },
-    /// The container's queue and its overflow are full.
-    Full,
-    /// Not delivered, and left with the worker in the registry: its container is gone, so it will
-    /// be declared dead and the event released for re-dispatch.
-    Held,
-    /// Not delivered for this reason; the worker may well be alive.
-    Unreachable(String),
-}
 
 /// What came of a claim of a worker's start (`Remote::claim_start`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,6 +267,34 @@ pub struct ForwardAnswer {
     pub position: Option<u64>,
 }
 
+impl ForwardAnswer {
+    /// The answer of `POST /internal/workers/{id}/jobs`, with its status, to what became of the
+    /// event here (`Err`: no container here, and the event was not parked). [`Remote::post`]
+    /// reads it back on the forwarding replica; replicas of two versions may meet during a
+    /// rolling update, so neither side changes alone.
+    pub fn of(worker: WorkerId, handed: &Result<Handover, Job>) -> (StatusCode, Self) {
+        let mut position = None;
+        let (status, result) = match handed {
+            Ok(Handover::Queued) => (StatusCode::ACCEPTED, "queued"),
+            Ok(Handover::Overflowed { position: p }) => {
+                position = Some(*p as u64);
+                (StatusCode::ACCEPTED, "overflowed")
+            }
+            Ok(Handover::Full) => (StatusCode::TOO_MANY_REQUESTS, "full"),
+            Ok(Handover::Stopped) => (StatusCode::GONE, "stopped"),
+            // Not reached: this process's containers are never out of reach.
+            Ok(Handover::Unreachable(_)) => (StatusCode::SERVICE_UNAVAILABLE, "unreachable"),
+            Err(_) => (StatusCode::NOT_FOUND, "unknown"),
+        };
+        let answer = Self {
+            worker: worker.get(),
+            result: result.to_owned(),
+            position,
+        };
+        (status, answer)
+    }
+}
+
 struct Inner {
     store: Store,
     advertise: String,
@@ -321,7 +332,7 @@ impl Remote {
         let http = reqwest::Client::builder()
             .no_proxy()
             // A fresh connection per forward: an owner that died since the last forward is then
-            // always a refused connect (Held, 202), never a send on a pooled socket it left behind,
+            // always a refused connect (Stopped, 202), never a send on a pooled socket it left behind,
             // which fails after the request was written and reads as Unreachable (503: a lost
             // delivery). Forwarding is the minority path; one loopback or LAN handshake is cheap.
             .pool_max_idle_per_host(0)
@@ -449,14 +460,14 @@ impl Remote {
                     _ => Handover::Queued,
                 },
                 429 => Handover::Full,
-                404 | 410 => Handover::Held,
+                404 | 410 => Handover::Stopped,
                 status => {
                     Handover::Unreachable(format!("the owner replica {address} answered {status}"))
                 }
             },
             Err(e) if refused(&e) => {
                 tracing::info!(%worker, owner = address, "the owner replica refuses connections: its containers are gone; the sweep will release the worker's events");
-                Handover::Held
+                Handover::Stopped
             }
             Err(e) => Handover::Unreachable(format!("forwarding to {address} failed: {e}")),
         }

@@ -10,30 +10,9 @@ use crate::policy::Decision;
 use worker_registry::WorkerRegistryExt;
 
 use worker_registry::{
-    Assignment, ClaimOutcome, DeliveryId, Payload, RegistryError, Rejection, Status, Target,
-    WorkerId, WorkerRegistry,
+    ClaimOutcome, DeliveryId, Payload, RegistryError, Rejection, Status, Target, WorkerId,
+    WorkerRegistry,
 };
-
-/// What the router did with one pull request of a delivery, under the routing policy's decision.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TargetOutcome {
-    /// `start`, or `reach` with a live worker: the admission's result.
-    Dispatched(Dispatch),
-    /// `drain`: the worker got the event as its last one and is draining.
-    Drained {
-        /// The assignment of that last event.
-        assignment: Assignment,
-    },
-    /// `drain` of a worker that already drains: nothing more to do.
-    AlreadyDraining {
-        /// The worker.
-        worker: WorkerId,
-    },
-    /// `reach` or `drain`, and the pull request has no live worker: nothing is started.
-    NoWorker(Decision),
-    /// The policy ignores this event.
-    Ignored,
-}
 
 impl App {
     /// The live worker that serves `target`, if there is one: this router's own (checked live in the
@@ -65,19 +44,17 @@ impl App {
         decision: Decision,
         target: &Target,
         delivery: &DeliveryId,
-    ) -> TargetOutcome {
+    ) -> Dispatch {
         match self.inner.registry.claim(target, delivery).await {
             Ok(ClaimOutcome::Claimed) => match self.inner.registry.complete(target, delivery).await
             {
-                Ok(()) => TargetOutcome::NoWorker(decision),
+                Ok(()) => Dispatch::NoWorker(decision),
                 // Unrecorded: the bare claim expires after the heartbeat timeout; answer 503 so
                 // that the delivery is sent again rather than counted as handled.
-                Err(e) => TargetOutcome::Dispatched(Dispatch::Unavailable(e)),
+                Err(e) => Dispatch::Unavailable(e),
             },
-            Ok(ClaimOutcome::AlreadyClaimed(d)) => {
-                TargetOutcome::Dispatched(Dispatch::Duplicate(d))
-            }
-            Err(e) => TargetOutcome::Dispatched(Dispatch::Unavailable(e)),
+            Ok(ClaimOutcome::AlreadyClaimed(d)) => Dispatch::Duplicate(d),
+            Err(e) => Dispatch::Unavailable(e),
         }
     }
 
@@ -89,27 +66,27 @@ impl App {
         target: &Target,
         delivery: &DeliveryId,
         payload: Option<&Payload>,
-    ) -> TargetOutcome {
+    ) -> Dispatch {
         match decision {
-            Decision::Ignore => TargetOutcome::Ignored,
-            Decision::Start => TargetOutcome::Dispatched(
+            Decision::Ignore => Dispatch::Ignored,
+            Decision::Start => {
                 self.dispatch(target, delivery, payload, Source::Webhook)
-                    .await,
-            ),
+                    .await
+            }
             Decision::Reach | Decision::Drain => {
                 if self.is_closing() {
-                    return TargetOutcome::Dispatched(Dispatch::Closing);
+                    return Dispatch::Closing;
                 }
                 match self.live_worker_of(target).await {
-                    Err(e) => TargetOutcome::Dispatched(Dispatch::Unavailable(e)),
+                    Err(e) => Dispatch::Unavailable(e),
                     Ok(None) => {
                         self.handled_without_worker(decision, target, delivery)
                             .await
                     }
-                    Ok(Some(_)) if decision == Decision::Reach => TargetOutcome::Dispatched(
+                    Ok(Some(_)) if decision == Decision::Reach => {
                         self.dispatch(target, delivery, payload, Source::Webhook)
-                            .await,
-                    ),
+                            .await
+                    }
                     Ok(Some(w)) => self.drain_last(target, delivery, payload, w).await,
                 }
             }
@@ -124,7 +101,7 @@ impl App {
         delivery: &DeliveryId,
         payload: Option<&Payload>,
         worker: WorkerId,
-    ) -> TargetOutcome {
+    ) -> Dispatch {
         // Already draining: nothing more to do (admitting the event would park it for the
         // successor, which a closed pull request does not want). Recorded as handled all the
         // same, so that a redelivery of this event is answered as the duplicate it is (AC2).
@@ -134,7 +111,7 @@ impl App {
                     .handled_without_worker(Decision::Drain, target, delivery)
                     .await
                 {
-                    TargetOutcome::NoWorker(_) => TargetOutcome::AlreadyDraining { worker },
+                    Dispatch::NoWorker(_) => Dispatch::AlreadyDraining { worker },
                     other => other,
                 };
             }
@@ -154,13 +131,13 @@ impl App {
                         tracing::warn!(%target, worker = %a.worker, "could not drain the worker of a closed pull request: {e}")
                     }
                 }
-                TargetOutcome::Drained { assignment: a }
+                Dispatch::Drained { assignment: a }
             }
             Dispatch::Rejected(Rejection::TargetDraining { worker })
             | Dispatch::RoomFull(Rejection::TargetDraining { worker }) => {
-                TargetOutcome::AlreadyDraining { worker }
+                Dispatch::AlreadyDraining { worker }
             }
-            other => TargetOutcome::Dispatched(other),
+            other => other,
         }
     }
 }

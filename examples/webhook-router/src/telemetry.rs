@@ -405,7 +405,7 @@ pub fn dispatch_span(target: &Target, delivery: &DeliveryId, source: Source) -> 
 /// record_dispatch(&span, &Dispatch::Closing);
 /// ```
 pub fn record_dispatch(span: &Span, d: &Dispatch) {
-    span.record("outcome", d.outcome());
+    span.record("outcome", d.admission().as_str());
     let worker = match d {
         Dispatch::Assigned(a) | Dispatch::Overflowed { assignment: a, .. } => {
             span.record("token", tracing::field::display(a.token));

@@ -188,7 +188,10 @@ async fn label_values_are_present_at_zero() {
         ));
     }
     for source in ["webhook", "redispatch"] {
-        for outcome in webhook_router::outcome::Dispatch::OUTCOMES {
+        let admissions = webhook_router::outcome::Outcome::ALL
+            .into_iter()
+            .filter(|o| o.is_admission());
+        for outcome in admissions.map(|o| o.as_str()) {
             zero(&format!(
                 "webhook_router_admissions_total{{outcome=\"{outcome}\",source=\"{source}\"}}"
             ));

@@ -6,7 +6,9 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Ending {
-    /// Drained: it finished its events and `loop/finished` said it is dead. Status 0.
+    /// Drained: it finished its events and `loop/finished` said it is dead, or a call made
+    /// while no command ran was answered `410` with reason `exited` (a drain that found it
+    /// idle). Status 0.
     Drained,
     /// Left after `--idle-exit` without events (`exit`). Status 0.
     Idle,
@@ -20,7 +22,8 @@ pub enum Ending {
     },
     /// A call answered `401`: the credential does not verify. Status 2.
     Unauthorized,
-    /// A call answered `410`: the registry declared the worker dead. Status 3.
+    /// A call answered `410` (other than `exited` while idle): the registry declared the
+    /// worker dead. Status 3.
     Fenced {
         /// The router's reason.
         reason: String,

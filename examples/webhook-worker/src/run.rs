@@ -124,11 +124,19 @@ fn idle_ending(s: &State) -> Result<(), Ending> {
 
 fn verdict(v: &Verdict) -> Ending {
     match v {
-        Verdict::Fenced(reason) => Ending::Fenced {
-            reason: reason.clone(),
-        },
+        Verdict::Fenced(reason) => fenced_while_idle(reason.clone()),
         Verdict::Unauthorized => Ending::Unauthorized,
     }
+}
+
+/// A `410` while no command runs. Reason `exited` is a drain that found the worker idle: the
+/// registry ended it at once (a clean exit, [`Ending::Drained`]); any other reason is a fencing.
+fn fenced_while_idle(reason: String) -> Ending {
+    if reason == "exited" {
+        tracing::info!("drained while idle: the registry counts this worker exited");
+        return Ending::Drained;
+    }
+    Ending::Fenced { reason }
 }
 
 /// `loop/started`, once per batch; not recorded is not fatal (the completion tells the
@@ -150,7 +158,7 @@ fn started(shared: &Shared, client: &Client, ev: &Event) {
 /// until something changes), the lease running meanwhile.
 fn refused(shared: &Shared, e: Refusal) -> Result<(), Ending> {
     match e {
-        Refusal::Fenced { reason } => Err(Ending::Fenced { reason }),
+        Refusal::Fenced { reason } => Err(fenced_while_idle(reason)),
         Refusal::Unauthorized => Err(Ending::Unauthorized),
         Refusal::Unexpected { .. } => Err(Ending::Failed(e.to_string())),
         Refusal::Unavailable { .. } => {
@@ -170,7 +178,7 @@ fn refused(shared: &Shared, e: Refusal) -> Result<(), Ending> {
 fn leave(client: &Client) -> Ending {
     match client.exit() {
         Ok(()) => Ending::Idle,
-        Err(Refusal::Fenced { reason }) => Ending::Fenced { reason },
+        Err(Refusal::Fenced { reason }) => fenced_while_idle(reason),
         Err(Refusal::Unauthorized) => Ending::Unauthorized,
         Err(e) => {
             // Not recorded: the registry declares the silent worker dead, nothing is lost.

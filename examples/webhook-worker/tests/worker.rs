@@ -199,12 +199,28 @@ fn fenced_kills_the_command_and_exits_3() {
     );
     let mut w = worker(&router.url, &cmd, &[]);
     let pid = pid_in(&dir.path("pid"));
-    router.lock().beat = Beat::Fenced;
+    router.lock().beat = Beat::Fenced("missed_heartbeats");
     assert_eq!(exit_of(&mut w).code(), Some(3));
     wait_dead(pid);
     assert!(
         router.calls("complete").is_empty(),
         "a fenced worker calls nothing more"
+    );
+}
+
+#[test]
+fn drained_while_idle_exits_0() {
+    // A drain of an idle worker ends it at once in the registry (dead, `exited`): the next
+    // call is answered 410 with that reason, which is the drain reaching it, not a fencing.
+    let router = FakeRouter::start(active(2_000));
+    let mut w = worker(&router.url, "true", &[]);
+    router.wait_for("a long poll", |f| f.calls.iter().any(|c| c.path == "next"));
+    router.lock().beat = Beat::Fenced("exited");
+    let status = exit_of(&mut w);
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "drained while idle: exit 0, {status:?}"
     );
 }
 

@@ -3,78 +3,10 @@
 
 use serde::Serialize;
 use utoipa::ToSchema;
+use worker_registry::{ClaimState, Rejection, Target, WorkerId};
 
+use crate::outcome::{Dispatch, Outcome};
 use crate::policy::Decision;
-
-/// What the router did with a delivery, or with one of its pull requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Placed on the pull request's worker (202).
-    Assigned,
-    /// A redelivery of something in flight or recently completed (200).
-    Duplicate,
-    /// The pull request's worker got the event as its last one and is draining (202).
-    Drained,
-    /// Nothing to do: no pull request, no worker to reach or drain, or the policy ignores it (202).
-    Ignored,
-    /// No room now: the delivery waits, claimed, and is processed when room appears (202, with
-    /// its position). No capacity, or the pull request's worker draining: in the registry's
-    /// waiting room. The worker's mailbox full: in order in the overflow behind it (`worker`
-    /// and `token` say which worker has it).
-    Waiting,
-    /// No capacity for a new worker, and the waiting room off (503, no claim left behind).
-    Capacity,
-    /// The pull request's worker is draining, and the waiting room off; it gets no new event
-    /// (503).
-    Draining,
-    /// No capacity, or the pull request's worker draining, and the registry's waiting room (in
-    /// total or for the repository's owner) full (503, no claim left behind).
-    WaitingRoomFull,
-    /// The worker's mailbox and the overflow behind it are full (503, no claim left behind).
-    OverflowFull,
-    /// The registry holds as many bytes of payloads as its `payload_budget` allows (503, no claim
-    /// left behind; room appears as work completes).
-    PayloadBudget,
-    /// The router is shutting down (503).
-    Closing,
-    /// The registry's backend could not answer; nothing was accepted (503).
-    Unavailable,
-}
-
-impl Outcome {
-    /// The name in answers and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Assigned => "assigned",
-            Self::Duplicate => "duplicate",
-            Self::Drained => "drained",
-            Self::Ignored => "ignored",
-            Self::Waiting => "waiting",
-            Self::Capacity => "capacity",
-            Self::Draining => "draining",
-            Self::WaitingRoomFull => "waiting_room_full",
-            Self::OverflowFull => "overflow_full",
-            Self::PayloadBudget => "payload_budget",
-            Self::Closing => "closing",
-            Self::Unavailable => "unavailable",
-        }
-    }
-
-    /// Whether the delivery must be sent again later (answered 503).
-    pub fn is_refusal(self) -> bool {
-        matches!(
-            self,
-            Self::Capacity
-                | Self::Draining
-                | Self::WaitingRoomFull
-                | Self::OverflowFull
-                | Self::PayloadBudget
-                | Self::Closing
-                | Self::Unavailable
-        )
-    }
-}
 
 /// A claim's state, for a duplicate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -123,6 +55,122 @@ pub struct TargetAnswer {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub position: Option<u64>,
+}
+
+impl TargetAnswer {
+    /// `target`'s answer from what the router did with it; `event` is the delivery's
+    /// `X-GitHub-Event` and `action`, which an ignored answer names.
+    pub fn new(target: &Target, d: &Dispatch, event: (&str, Option<&str>)) -> Self {
+        let assignment = match d {
+            Dispatch::Assigned(a)
+            | Dispatch::Overflowed { assignment: a, .. }
+            | Dispatch::Drained { assignment: a } => Some(a),
+            _ => None,
+        };
+        let worker = match d {
+            Dispatch::Duplicate(dup) => dup.holder,
+            Dispatch::Waiting(w) => draining_worker(&w.reason),
+            Dispatch::Rejected(r) | Dispatch::RoomFull(r) => draining_worker(r),
+            Dispatch::Backlog { worker }
+            | Dispatch::Unreachable { worker, .. }
+            | Dispatch::AlreadyDraining { worker } => Some(*worker),
+            _ => assignment.map(|a| a.worker),
+        };
+        let limit = match d {
+            Dispatch::Rejected(r) | Dispatch::RoomFull(r) => capacity_limit(r),
+            Dispatch::Waiting(w) => capacity_limit(&w.reason),
+            _ => None,
+        };
+        let position = match d {
+            Dispatch::Waiting(w) => Some(w.position),
+            Dispatch::Overflowed { position, .. } => Some(*position),
+            _ => None,
+        };
+        let state = match d {
+            Dispatch::Duplicate(dup) => Some(match dup.state {
+                ClaimState::Completed => ClaimStateName::Completed,
+                ClaimState::Waiting => ClaimStateName::Waiting,
+                _ => ClaimStateName::InFlight,
+            }),
+            _ => None,
+        };
+        Self {
+            target: target.to_string(),
+            outcome: d.outcome(),
+            worker: worker.map(WorkerId::get),
+            new: assignment.map(|a| a.new),
+            token: assignment.map(|a| a.token.get()),
+            state,
+            limit: limit.map(|l| l as u64),
+            reason: reason(target, d, event),
+            position: position.map(|p| p as u64),
+        }
+    }
+}
+
+/// The draining worker a refusal or a wait names.
+fn draining_worker(r: &Rejection) -> Option<WorkerId> {
+    match r {
+        Rejection::TargetDraining { worker } => Some(*worker),
+        _ => None,
+    }
+}
+
+/// The capacity limit a refusal or a wait names.
+fn capacity_limit(r: &Rejection) -> Option<usize> {
+    match r {
+        Rejection::CapacityFull { limit } => Some(*limit),
+        _ => None,
+    }
+}
+
+/// Why a pull request was not simply assigned (or is a duplicate): `None` for those.
+fn reason(target: &Target, d: &Dispatch, (event, action): (&str, Option<&str>)) -> Option<String> {
+    let event = || {
+        format!(
+            "{event}{}",
+            action.map(|a| format!(".{a}")).unwrap_or_default()
+        )
+    };
+    Some(match d {
+        Dispatch::Assigned(_) | Dispatch::Drained { .. } | Dispatch::Duplicate(_) => return None,
+        Dispatch::Overflowed { assignment, .. } => format!(
+            "its worker {}'s mailbox is full: queued behind it, in order",
+            assignment.worker
+        ),
+        Dispatch::Waiting(w) => match w.reason {
+            Rejection::CapacityFull { limit } => {
+                format!("{limit} live workers is the limit: waiting for room")
+            }
+            Rejection::TargetDraining { worker } => {
+                format!("its worker {worker} is draining: waiting for its successor")
+            }
+            r => format!("{r}: waiting for room"),
+        },
+        Dispatch::Rejected(Rejection::CapacityFull { limit }) => {
+            format!("{limit} live workers is the limit")
+        }
+        Dispatch::Rejected(Rejection::TargetDraining { worker }) => {
+            format!("its worker {worker} is draining")
+        }
+        Dispatch::Rejected(r @ Rejection::PayloadBudget { .. }) => format!(
+            "{r}: the registry holds as many payloads as it may; send it again once work completes"
+        ),
+        Dispatch::Rejected(r) => r.to_string(),
+        Dispatch::RoomFull(r) => format!("{r}, and the waiting room is full"),
+        Dispatch::Backlog { .. } => {
+            "the worker's queue (its mailbox and overflow) is full".to_owned()
+        }
+        Dispatch::Closing => "the router is shutting down".to_owned(),
+        Dispatch::Unavailable(e) => e.to_string(),
+        Dispatch::Unreachable { reason, .. } => reason.clone(),
+        Dispatch::AlreadyDraining { worker } => format!("its worker {worker} is already draining"),
+        Dispatch::NoWorker(decision) => format!(
+            "no live worker serves {target}, and {} events ({decision}) start none",
+            event()
+        ),
+        Dispatch::Ignored => format!("the routing policy ignores {} events", event()),
+    })
 }
 
 /// The answer to `POST /webhook` (every status but 400, 401, 404, 413 and 415).

@@ -4,7 +4,6 @@
 use super::answer::ErrorAnswer;
 use super::reply::error_response;
 use crate::app::App;
-use crate::containers::Handed;
 use crate::remote::{decode_job, ForwardAnswer, ForwardedJob};
 
 use axum::body::Bytes;
@@ -62,28 +61,9 @@ pub(crate) async fn internal_jobs(
         Ok(job) => job,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
     };
-    let mut position = None;
     // The forwarding replica read this replica's owner record, which is written before the
     // container starts: without a container yet, the event is parked for it (if it never starts,
     // the worker dies unstarted, the registry releases its events and the mailbox is forgotten).
-    let (status, result) = match app.containers().hand(id, job, true) {
-        Handed::Queued => (StatusCode::ACCEPTED, "queued"),
-        Handed::Overflowed { position: p } => {
-            position = Some(p as u64);
-            (StatusCode::ACCEPTED, "overflowed")
-        }
-        Handed::Full => (StatusCode::TOO_MANY_REQUESTS, "full"),
-        Handed::Stopped => (StatusCode::GONE, "stopped"),
-        // Not reached: the event is parked.
-        Handed::Absent(_) => (StatusCode::NOT_FOUND, "unknown"),
-    };
-    (
-        status,
-        Json(ForwardAnswer {
-            worker: id.get(),
-            result: result.to_owned(),
-            position,
-        }),
-    )
-        .into_response()
+    let (status, answer) = ForwardAnswer::of(id, &app.containers().hand(id, job, true));
+    (status, Json(answer)).into_response()
 }

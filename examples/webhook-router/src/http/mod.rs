@@ -26,8 +26,8 @@ pub mod worker;
 pub use reply::{retry_after_secs, Reply};
 
 use crate::app::App;
+use crate::outcome::Outcome;
 use crate::remote::MAX_FORWARDED_BYTES;
-use answer::Outcome;
 use probes::Readiness;
 use reply::{error_response, refused, OVERLOADED};
 

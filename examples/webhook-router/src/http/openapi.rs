@@ -6,9 +6,7 @@
 
 use utoipa::OpenApi;
 
-use super::answer::{
-    ClaimStateName, CrashAnswer, DeliveryAnswer, ErrorAnswer, Outcome, TargetAnswer,
-};
+use super::answer::{ClaimStateName, CrashAnswer, DeliveryAnswer, ErrorAnswer, TargetAnswer};
 use super::deliveries::{FailedDeliveriesAnswer, FailedDeliveryAnswer};
 use super::probes::ProbeAnswer;
 use super::webhook::FormDelivery;
@@ -16,6 +14,7 @@ use super::worker::{
     Complete, CompleteOutcome, FencedAnswer, HeartbeatAnswer, LoopFinishedAnswer, LoopStarted,
 };
 use super::{debug, deliveries, internal, probes, webhook, worker};
+use crate::outcome::Outcome;
 use crate::policy::Decision;
 use crate::remote::{ForwardAnswer, ForwardedJob, ForwardedPayload};
 

@@ -1,7 +1,8 @@
 //! The answers of the HTTP edge: [`Reply`] to a `POST /webhook`, the JSON error every other
 //! refusal carries, and `Retry-After`.
 
-use super::answer::{DeliveryAnswer, ErrorAnswer, Outcome};
+use super::answer::{DeliveryAnswer, ErrorAnswer};
+use crate::outcome::Outcome;
 
 use std::time::Duration;
 

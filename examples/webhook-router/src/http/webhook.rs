@@ -2,14 +2,13 @@
 //! routed to the pull requests it names, the policy's decision carried out for each
 //! ([`App::apply`]) and answered as one [`Reply`].
 
-use super::answer::{ClaimStateName, DeliveryAnswer, ErrorAnswer, Outcome, TargetAnswer};
+use super::answer::{DeliveryAnswer, ErrorAnswer, TargetAnswer};
 use super::reply::{refused, retry_after_secs, Reply};
 use crate::app::App;
 use crate::body::{self, BodyError};
 use crate::github::{self, Delivery, Route, SignatureError, Verifier};
-use crate::outcome::Dispatch;
+use crate::outcome::{Dispatch, Outcome};
 use crate::policy::Decision;
-use crate::routing::TargetOutcome;
 
 use crate::telemetry::{self, TraceParent};
 
@@ -19,10 +18,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
-use worker_registry::{
-    Assignment, ClaimState, Payload, RegistryError, Rejection, Target, Waiting, WorkerId,
-    WorkerRegistry,
-};
+use worker_registry::{Payload, RegistryError, Rejection, WorkerRegistry};
 
 /// The whole handling of one `POST /webhook`.
 pub async fn handle(app: &App, request: Request) -> Reply {
@@ -65,9 +61,11 @@ pub async fn handle(app: &App, request: Request) -> Reply {
             .apply(decision, target, &delivery.key, event.as_ref())
             .await;
         tracing::debug!(%target, delivery = %delivery.key, event = %delivery.event, %decision, ?outcome, "delivery");
-        let (answer, w) = target_answer(app, target, outcome, &delivery.event, action.as_deref());
-        wait = wait.max(w);
-        answers.push(answer);
+        if outcome.outcome().is_refusal() {
+            wait = wait.max(Some(wait_for(app, &outcome)));
+        }
+        let event = (delivery.event.as_str(), action.as_deref());
+        answers.push(TargetAnswer::new(target, &outcome, event));
     }
     answer(decision, delivery.event, action, answers, wait)
 }
@@ -241,169 +239,6 @@ fn wait_for(app: &App, d: &Dispatch) -> Duration {
         Dispatch::Closing => cfg.heartbeat_timeout(),
         _ => cfg.sweep_interval(),
     }
-}
-
-/// One pull request's answer, and how long to wait if it was refused.
-fn target_answer(
-    app: &App,
-    target: &Target,
-    outcome: TargetOutcome,
-    event: &str,
-    action: Option<&str>,
-) -> (TargetAnswer, Option<Duration>) {
-    let mut a = TargetAnswer {
-        target: target.to_string(),
-        outcome: Outcome::Ignored,
-        worker: None,
-        new: None,
-        token: None,
-        state: None,
-        limit: None,
-        reason: None,
-        position: None,
-    };
-    let mut wait = None;
-    let event = || {
-        format!(
-            "{event}{}",
-            action.map(|a| format!(".{a}")).unwrap_or_default()
-        )
-    };
-    match outcome {
-        TargetOutcome::Dispatched(d) => {
-            dispatched(&mut a, &d);
-            if a.outcome.is_refusal() {
-                wait = Some(wait_for(app, &d));
-            }
-        }
-        TargetOutcome::Drained { assignment } => {
-            a.outcome = Outcome::Drained;
-            a.worker = Some(assignment.worker.get());
-            a.new = Some(assignment.new);
-            a.token = Some(assignment.token.get());
-        }
-        TargetOutcome::AlreadyDraining { worker } => {
-            a.worker = Some(worker.get());
-            a.reason = Some(format!("its worker {worker} is already draining"));
-        }
-        TargetOutcome::NoWorker(decision) => {
-            a.reason = Some(format!(
-                "no live worker serves {target}, and {} events ({decision}) start none",
-                event()
-            ));
-        }
-        TargetOutcome::Ignored => {
-            a.reason = Some(format!("the routing policy ignores {} events", event()));
-        }
-    }
-    (a, wait)
-}
-
-/// Fills in a pull request's answer from what dispatch did.
-fn dispatched(a: &mut TargetAnswer, d: &Dispatch) {
-    match d {
-        Dispatch::Assigned(x) => {
-            a.outcome = Outcome::Assigned;
-            a.worker = Some(x.worker.get());
-            a.new = Some(x.new);
-            a.token = Some(x.token.get());
-        }
-        Dispatch::Overflowed {
-            assignment,
-            position,
-        } => overflowed(a, assignment, *position),
-        Dispatch::Duplicate(dup) => {
-            a.outcome = Outcome::Duplicate;
-            a.worker = dup.holder.map(WorkerId::get);
-            a.state = Some(match dup.state {
-                ClaimState::Completed => ClaimStateName::Completed,
-                ClaimState::Waiting => ClaimStateName::Waiting,
-                _ => ClaimStateName::InFlight,
-            });
-        }
-        Dispatch::Waiting(w) => parked(a, w),
-        Dispatch::Rejected(Rejection::CapacityFull { limit }) => {
-            a.outcome = Outcome::Capacity;
-            a.limit = Some(*limit as u64);
-            a.reason = Some(format!("{limit} live workers is the limit"));
-        }
-        Dispatch::Rejected(Rejection::TargetDraining { worker }) => {
-            a.outcome = Outcome::Draining;
-            a.worker = Some(worker.get());
-            a.reason = Some(format!("its worker {worker} is draining"));
-        }
-        Dispatch::Rejected(r @ Rejection::PayloadBudget { .. }) => {
-            a.outcome = Outcome::PayloadBudget;
-            a.reason = Some(format!(
-                "{r}: the registry holds as many payloads as it may; send it again once work completes"
-            ));
-        }
-        Dispatch::Rejected(r) => {
-            a.outcome = Outcome::Capacity;
-            a.reason = Some(r.to_string());
-        }
-        Dispatch::RoomFull(r) => {
-            a.outcome = Outcome::WaitingRoomFull;
-            if let Rejection::CapacityFull { limit } = r {
-                a.limit = Some(*limit as u64);
-            }
-            if let Rejection::TargetDraining { worker } = r {
-                a.worker = Some(worker.get());
-            }
-            a.reason = Some(format!("{r}, and the waiting room is full"));
-        }
-        Dispatch::Backlog { worker } => {
-            a.outcome = Outcome::OverflowFull;
-            a.worker = Some(worker.get());
-            a.reason = Some("the worker's queue (its mailbox and overflow) is full".to_owned());
-        }
-        Dispatch::Closing => {
-            a.outcome = Outcome::Closing;
-            a.reason = Some("the router is shutting down".to_owned());
-        }
-        Dispatch::Unavailable(e) => {
-            a.outcome = Outcome::Unavailable;
-            a.reason = Some(e.to_string());
-        }
-        Dispatch::Unreachable { worker, reason } => {
-            a.outcome = Outcome::Unavailable;
-            a.worker = Some(worker.get());
-            a.reason = Some(reason.clone());
-        }
-    }
-}
-
-/// A delivery parked in the registry's waiting room: its position, and why it waits.
-fn parked(a: &mut TargetAnswer, w: &Waiting) {
-    a.outcome = Outcome::Waiting;
-    a.position = Some(w.position as u64);
-    if let Rejection::TargetDraining { worker } = w.reason {
-        a.worker = Some(worker.get());
-    }
-    a.reason = Some(match w.reason {
-        Rejection::CapacityFull { limit } => {
-            a.limit = Some(limit as u64);
-            format!("{limit} live workers is the limit: waiting for room")
-        }
-        Rejection::TargetDraining { worker } => {
-            format!("its worker {worker} is draining: waiting for its successor")
-        }
-        r => format!("{r}: waiting for room"),
-    });
-}
-
-/// A delivery queued behind its worker's full mailbox: the same shape as the registry's waiting
-/// answer (accepted, claimed, processed in order once the mailbox has room), with the worker.
-fn overflowed(a: &mut TargetAnswer, x: &Assignment, position: usize) {
-    a.outcome = Outcome::Waiting;
-    a.worker = Some(x.worker.get());
-    a.new = Some(x.new);
-    a.token = Some(x.token.get());
-    a.position = Some(position as u64);
-    a.reason = Some(format!(
-        "its worker {}'s mailbox is full: queued behind it, in order",
-        x.worker
-    ));
 }
 
 /// The outcome of a delivery from its pull requests': the first refusal (send it again), else

@@ -9,7 +9,7 @@ use worker_registry::WorkerRegistryExt;
 use reqwest::StatusCode;
 use webhook_router::app::Options;
 use webhook_router::backend::RegistryChoice;
-use webhook_router::remote::Handover;
+use webhook_router::mailbox::Handover;
 use webhook_router::runs::digest;
 use webhook_router::server::Server;
 use webhook_router::sim::{self, Plan, Probe};

@@ -34,8 +34,8 @@ pub enum Beat {
     Answer { draining: bool, lease_ms: u64 },
     /// `503`.
     Unavailable,
-    /// `410`.
-    Fenced,
+    /// `410` with this reason.
+    Fenced(&'static str),
     /// `401`.
     Unauthorized,
 }
@@ -163,9 +163,13 @@ fn authorized(h: &HeaderMap) -> bool {
 }
 
 fn fenced() -> Response {
+    fenced_because("missed_heartbeats")
+}
+
+fn fenced_because(reason: &str) -> Response {
     (
         StatusCode::GONE,
-        Json(json!({"error": "fenced", "worker": 7, "reason": "missed_heartbeats"})),
+        Json(json!({"error": "fenced", "worker": 7, "reason": reason})),
     )
         .into_response()
 }
@@ -183,7 +187,7 @@ async fn heartbeat(State(s): State<Arc<Mutex<Fake>>>, h: HeaderMap) -> Response 
         }))
         .into_response(),
         Beat::Unavailable => StatusCode::SERVICE_UNAVAILABLE.into_response(),
-        Beat::Fenced => fenced(),
+        Beat::Fenced(reason) => fenced_because(reason),
         Beat::Unauthorized => StatusCode::UNAUTHORIZED.into_response(),
     }
 }
