@@ -1,5 +1,5 @@
 //! The workers' lifecycle ([`Lifecycle`]): a worker's container started through the router's
-//! [`Launcher`](crate::launcher::Launcher) by whichever path wins the worker's start claim (the
+//! [`Launcher`] by whichever path wins the worker's start claim (the
 //! admission that created the worker, or the retry of one whose reply was lost), its exit awaited
 //! and accounted, crashed on request (`POST /debug/...`), killed once the registry declared it
 //! dead, its mailbox forgotten once the registry no longer counts it alive; and at shutdown, this
@@ -44,7 +44,7 @@ pub struct Lifecycle {
     /// The worker protocol's state (served when a worker listener is given).
     protocol: Arc<Protocol>,
     /// Which worker of this router serves a target (for `reach` and `drain` decisions).
-    pub(crate) targets: Arc<DashMap<Target, WorkerId>>,
+    targets: DashMap<Target, WorkerId>,
     /// The task awaiting each running worker's exit (aborting it ends the worker with no
     /// goodbye: a killed replica).
     tasks: DashMap<WorkerId, AbortHandle>,
@@ -97,7 +97,7 @@ impl Lifecycle {
             remote: parts.remote,
             launcher: parts.launcher,
             protocol: parts.protocol,
-            targets: Arc::default(),
+            targets: DashMap::new(),
             tasks: DashMap::new(),
             controls: DashMap::new(),
             running: watch::Sender::new(0),
@@ -129,6 +129,22 @@ impl Lifecycle {
     /// The worker protocol's state.
     pub fn protocol(&self) -> &Arc<Protocol> {
         &self.protocol
+    }
+
+    /// Records that `worker` serves `target` (its latest admission placed an event on it).
+    pub(crate) fn serves(&self, target: &Target, worker: WorkerId) {
+        self.targets.insert(target.clone(), worker);
+    }
+
+    /// The worker of this router that served `target` last, if any (alive or not: ask the
+    /// registry).
+    pub(crate) fn worker_of(&self, target: &Target) -> Option<WorkerId> {
+        self.targets.get(target).map(|w| *w)
+    }
+
+    /// Forgets that `worker` serves `target` (the registry no longer counts it alive).
+    pub(crate) fn not_serving(&self, target: &Target, worker: WorkerId) {
+        self.targets.remove_if(target, |_, w| *w == worker);
     }
 
     /// Worker tasks running now.
@@ -382,7 +398,7 @@ impl Lifecycle {
     }
 
     /// Settles what a previous incarnation of this replica left running
-    /// ([`Launcher::leftovers`](crate::launcher::Launcher::leftovers)), before the router serves:
+    /// ([`Launcher::leftovers`]), before the router serves:
     /// each is removed (stopped, then forced), and a worker the registry still counts alive is
     /// then deregistered, which releases its events for re-dispatch (kill before deregister).
     /// Nothing is left running unaccounted. A leftover that cannot be removed is not

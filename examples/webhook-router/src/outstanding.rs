@@ -2,8 +2,7 @@
 //! registry: released events waiting to be placed again (the re-dispatcher's), deliveries parked
 //! in the waiting room (the dispatcher's, tracked when the registry dies with the process), and
 //! the events workers stopped at the shutdown deadline handed back (the lifecycle's). Each part
-//! writes its own share; [`crate::shutdown`] reads them all to report what was left
-//! ([`Outstanding::unfinished`]).
+//! writes its own share; [`crate::shutdown`] reads them all to report what was left.
 
 use crate::outcome::{Unfinished, UnfinishedWhy};
 

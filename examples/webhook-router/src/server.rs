@@ -210,10 +210,10 @@ pub async fn serve_all(
     let mut metrics = app
         .take_metrics()
         .ok_or_else(|| io::Error::other("this App is already being served"))?;
-    let redispatcher = app.clone();
+    let redispatcher = app.redispatcher().clone();
     let sweeper = Sweeper::spawn_async(app.registry().clone(), move |report| {
-        let app = redispatcher.clone();
-        async move { app.after_sweep(report).await }
+        let redispatcher = redispatcher.clone();
+        async move { redispatcher.after_sweep(report).await }
     });
     metrics.sweeper(sweeper.monitor());
     let (stop_http, stopped) = watch::channel(false);
@@ -390,7 +390,7 @@ impl Server {
 
     /// Refuses new deliveries and finishes the work it accepted, up to `deadline`: drains every
     /// worker (a draining worker finishes the events already queued for it), and sweeps in place
-    /// of the sweeper (see [`App::finish_accepted`]), so that released events are placed again and
+    /// of the sweeper (see [`Shutdown::finish_accepted`](crate::shutdown::Shutdown::finish_accepted)), so that released events are placed again and
     /// deliveries promoted out of the waiting room get their worker (a drained one's successor,
     /// started and drained at once), until nothing is left. At the deadline it stops the workers
     /// still running (each deregisters, releasing its claims through the registry), then stops
@@ -405,9 +405,9 @@ impl Server {
         let registry = self.app.registry().clone();
         let completed_before = registry.stats().claims_completed;
         let drained = self.app.shutdown().begin(deadline).await;
-        // From here the shutdown sweeps (`App::finish_accepted`).
+        // From here the shutdown sweeps (`Shutdown::finish_accepted`).
         self.sweeper.shutdown().await;
-        let mut settled = self.app.finish_accepted(until).await;
+        let mut settled = self.app.shutdown().finish_accepted(until).await;
         // The accept loops stop; open connections may finish their request (for a while). The
         // worker protocol's is stopped last, below.
         self.stop_http.send_replace(true);
@@ -417,7 +417,7 @@ impl Server {
         }
         // A request that raced the closing flag may have started a worker meanwhile.
         if settled && self.app.lifecycle().running() > 0 {
-            settled = self.app.finish_accepted(until).await;
+            settled = self.app.shutdown().finish_accepted(until).await;
         }
         let stopped_at_deadline = if settled {
             0

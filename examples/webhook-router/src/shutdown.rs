@@ -4,12 +4,12 @@
 //! [`Server::shutdown`](crate::server::Server::shutdown) runs these steps in order, with the
 //! HTTP server and the sweeper; [`Shutdown::kill`] is the `kill -9` of a replica.
 
-use crate::app::App;
 use crate::closing::Closing;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::RouterMetrics;
 use crate::outcome::Unfinished;
 use crate::outstanding::Outstanding;
+use crate::redispatch::Redispatcher;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -28,6 +28,8 @@ pub struct Shutdown {
     metrics: RouterMetrics,
     lifecycle: Arc<Lifecycle>,
     outstanding: Arc<Outstanding>,
+    /// Places what the shutdown's sweeps release, as the sweeper's callback does.
+    redispatcher: Arc<Redispatcher>,
 }
 
 impl Shutdown {
@@ -38,6 +40,7 @@ impl Shutdown {
         metrics: RouterMetrics,
         lifecycle: Arc<Lifecycle>,
         outstanding: Arc<Outstanding>,
+        redispatcher: Arc<Redispatcher>,
     ) -> Self {
         Self {
             closing,
@@ -45,6 +48,7 @@ impl Shutdown {
             metrics,
             lifecycle,
             outstanding,
+            redispatcher,
         }
     }
 
@@ -98,20 +102,17 @@ impl Shutdown {
         self.outstanding.pending() == 0
             && (self.outstanding.is_shared() || self.registry.stats().waiting == 0)
     }
-}
-
-impl App {
     /// The shutdown's sweeps (the sweeper is stopped by then), until this replica has nothing left
     /// to do, or `until` passes; whether it got there. Between sweeps it waits for its workers to
     /// finish, for the registry to wake it (a delivery promoted by an exit) or for the sweep
     /// interval. It is done when a sweep that began once no worker task ran handed it nothing,
     /// and nothing waits: no released event to place again, and (a registry that dies with the
     /// process) nothing parked in its waiting room. Every sweep's released and promoted
-    /// deliveries are placed as the sweeper's callback places them ([`App::after_sweep`](crate::redispatch)).
+    /// deliveries are placed as the sweeper's callback places them ([`Redispatcher::after_sweep`]).
     pub async fn finish_accepted(&self, until: Instant) -> bool {
-        let registry = self.registry();
+        let registry = &self.registry;
         let interval = registry.config().sweep_interval();
-        let mut running = self.lifecycle().watch_running();
+        let mut running = self.lifecycle.watch_running();
         loop {
             let quiet = *running.borrow_and_update() == 0;
             let handed = match registry.sweep().await {
@@ -125,7 +126,7 @@ impl App {
                     usize::MAX
                 }
             };
-            if quiet && handed == 0 && self.shutdown().nothing_waits() {
+            if quiet && handed == 0 && self.nothing_waits() {
                 return true;
             }
             let busy = *running.borrow_and_update() > 0;
@@ -146,11 +147,11 @@ impl App {
         }
     }
 
-    /// One sweep's report as the sweeper handles it: placed again ([`App::after_sweep`](crate::redispatch)), and
+    /// One sweep's report as the sweeper handles it: placed again ([`Redispatcher::after_sweep`]), and
     /// what was not deferred acknowledged.
     async fn sweep_step(&self, report: SweepReport) {
         let released = report.released.clone();
-        let deferred = self.after_sweep(report).await;
+        let deferred = self.redispatcher.after_sweep(report).await;
         let kept: HashSet<(&Target, &DeliveryId)> = deferred
             .events()
             .iter()
@@ -161,7 +162,7 @@ impl App {
             .filter(|e| !kept.contains(&(&e.target, &e.delivery)))
             .collect();
         if !done.is_empty() {
-            if let Err(e) = self.registry().acknowledge(&done).await {
+            if let Err(e) = self.registry.acknowledge(&done).await {
                 tracing::warn!(
                     "acknowledging {} re-dispatched events failed: {e}",
                     done.len()

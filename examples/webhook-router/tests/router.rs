@@ -368,7 +368,7 @@ async fn crash_then_dead_then_target_reassigned_and_event_redispatched() {
     );
     let info = h.until_status(w2, "active").await;
     assert_eq!(info["target"], "o/r#3");
-    assert_eq!(h.server.app().redispatched(), 1);
+    assert_eq!(h.server.app().redispatcher().redispatched(), 1);
     // New deliveries for the target go to the new worker.
     let next = h.deliver("pull_request", "c-2", &pr("o/r", 3)).await;
     assert_eq!(

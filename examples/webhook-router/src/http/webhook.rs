@@ -1,6 +1,6 @@
 //! `POST /webhook`: a GitHub delivery read (headers first, then the body under its limits),
 //! routed to the pull requests it names, the policy's decision carried out for each
-//! ([`App::apply`]) and answered as one [`Reply`].
+//! ([`Routing::apply`](crate::routing::Routing::apply)) and answered as one [`Reply`].
 
 use super::answer::{DeliveryAnswer, ErrorAnswer, TargetAnswer};
 use super::reply::{refused, retry_after_secs, Reply};
@@ -58,6 +58,7 @@ pub async fn handle(app: &App, request: Request) -> Reply {
     let mut wait: Option<Duration> = None;
     for target in &targets {
         let outcome = app
+            .routing()
             .apply(decision, target, &delivery.key, event.as_ref())
             .await;
         tracing::debug!(%target, delivery = %delivery.key, event = %delivery.event, %decision, ?outcome, "delivery");
@@ -101,7 +102,7 @@ fn event_payload(
 async fn read(app: &App, request: Request) -> Result<(Delivery, body::ReadBody, HeaderMap), Reply> {
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
-    if app.is_closing() {
+    if app.closing().is_set() {
         let wait = app.registry().config().heartbeat_timeout();
         let event = event_header(headers);
         return Err(refused(
