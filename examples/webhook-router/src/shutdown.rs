@@ -23,10 +23,15 @@ use worker_registry::{
 
 /// The router's shutdown (see the [module documentation](self)).
 pub struct Shutdown {
+    /// Set here (the only writer): new deliveries are refused from then on.
     closing: Closing,
+    /// Swept in place of the sweeper, once it is stopped.
     registry: DynRegistry,
+    /// `webhook_router_shutdown_unfinished_total`.
     metrics: RouterMetrics,
+    /// Drains, stops or kills this replica's workers.
     lifecycle: Arc<Lifecycle>,
+    /// What is reported as unfinished.
     outstanding: Arc<Outstanding>,
     /// Places what the shutdown's sweeps release, as the sweeper's callback does.
     redispatcher: Arc<Redispatcher>,
