@@ -357,7 +357,7 @@ impl Inner {
         let shutdown = Shutdown::new(
             closing.clone(),
             registry.clone(),
-            metrics.clone(),
+            &metrics,
             lifecycle.clone(),
             outstanding.clone(),
             redispatcher.clone(),

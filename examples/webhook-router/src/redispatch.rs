@@ -204,7 +204,7 @@ impl Redispatcher {
                 | Dispatch::Unreachable { .. }
                 | Dispatch::Closing
                 | Dispatch::Unavailable(_)
-                // Not reached: only the routing policy (`App::apply`) answers these.
+                // Not reached: only the routing policy (`Routing::apply`) answers these.
                 | Dispatch::Drained { .. }
                 | Dispatch::AlreadyDraining { .. }
                 | Dispatch::NoWorker(_)

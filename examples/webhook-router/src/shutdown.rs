@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 use worker_registry::{
     DeliveryId, DrainAll, DynRegistry, Maintenance, ReleasedEvent, SweepReport, Target,
@@ -28,7 +29,7 @@ pub struct Shutdown {
     /// Swept in place of the sweeper, once it is stopped.
     registry: DynRegistry,
     /// `webhook_router_shutdown_unfinished_total`.
-    metrics: RouterMetrics,
+    unfinished_total: Counter,
     /// Drains, stops or kills this replica's workers.
     lifecycle: Arc<Lifecycle>,
     /// What is reported as unfinished.
@@ -42,7 +43,7 @@ impl Shutdown {
     pub(crate) fn new(
         closing: Closing,
         registry: DynRegistry,
-        metrics: RouterMetrics,
+        metrics: &RouterMetrics,
         lifecycle: Arc<Lifecycle>,
         outstanding: Arc<Outstanding>,
         redispatcher: Arc<Redispatcher>,
@@ -50,7 +51,7 @@ impl Shutdown {
         Self {
             closing,
             registry,
-            metrics,
+            unfinished_total: metrics.shutdown_unfinished.clone(),
             lifecycle,
             outstanding,
             redispatcher,
@@ -86,9 +87,7 @@ impl Shutdown {
     /// final sweep's), each logged and counted in `webhook_router_shutdown_unfinished_total`.
     pub(crate) fn account_unfinished(&self, released: &[ReleasedEvent]) -> Vec<Unfinished> {
         let unfinished = self.outstanding.unfinished(released);
-        self.metrics
-            .shutdown_unfinished
-            .inc_by(unfinished.len() as u64);
+        self.unfinished_total.inc_by(unfinished.len() as u64);
         for u in &unfinished {
             tracing::warn!(
                 delivery = %u.delivery,
