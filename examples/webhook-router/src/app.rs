@@ -1,44 +1,58 @@
-//! The router's state: [`App`], what it is built from ([`Options`], [`Platform`]) and what it
-//! shows. What it does lives one concern a module, each adding to `App` and none imported here:
+//! The router's composition: [`App`] builds its parts from [`Options`] and a [`Platform`] and
+//! hands them out ([`server`](crate::server), [`cli`](crate::cli), the tests). No behaviour lives
+//! here and no part imports this module; each part holds what it uses, and nothing more:
 //!
-//! * [`crate::routing`]: the routing policy's decision carried out for one pull request;
-//! * [`crate::dispatch`]: one (target, delivery) pair admitted and handed to its worker's
-//!   container, on this process's [`Containers`] or through [`Remote`] on its owner replica;
-//! * [`crate::lifecycle`]: containers started, crashed on request and forgotten;
-//! * [`crate::redispatch`]: the sweeper's callback, placing released events again;
-//! * [`crate::shutdown`]: refusing, draining and stopping, and what was left unfinished.
+//! * [`Routing`] ([`crate::routing`]): the routing policy's decision carried out for one pull
+//!   request (what `POST /webhook` calls);
+//! * [`Dispatcher`] ([`crate::dispatch`]): one (target, delivery) pair admitted and handed to its
+//!   worker's container, on this process's [`Containers`] or through [`Remote`] on its owner
+//!   replica;
+//! * [`Redispatcher`] ([`crate::redispatch`]): the sweeper's callback, placing released events
+//!   again through the dispatcher;
+//! * [`Lifecycle`] ([`crate::lifecycle`]): workers' containers started, crashed, killed, stopped
+//!   and forgotten;
+//! * [`Shutdown`] ([`crate::shutdown`]): refusing, draining and stopping, and what was left
+//!   unfinished;
+//! * the reconciler ([`crate::reconcile`]), given [`reconcile::Router`] ([`App::for_reconciler`]).
 //!
-//! `App` owns a [`DynRegistry`] (the backend chosen at start, see [`crate::backend`]), its
-//! [`Platform`] (where the containers run), and the router's metrics. Every registry call is
-//! awaited; a backend that cannot answer is a typed error, answered 503 with `Retry-After` (a
-//! delivery whose admission failed was not accepted), never a panic.
+//! What two parts share has one small owner that both hold: [`Closing`] (the flag the shutdown
+//! sets) and [`Outstanding`] (the released, parked and handed-back deliveries the shutdown
+//! reports).
+//!
+//! Every registry call goes through one [`DynRegistry`] (the backend chosen at start, see
+//! [`crate::backend`]), timed for the router's metrics. Every call is awaited; a backend that
+//! cannot answer is a typed error, answered 503 with `Retry-After` (a delivery whose admission
+//! failed was not accepted), never a panic.
 
 use crate::backend::RegistryChoice;
 use crate::body::BodyLimits;
-use crate::containers::{Containers, ReplicaTag};
+use crate::closing::Closing;
+use crate::containers::Containers;
+use crate::dispatch::Dispatcher;
 use crate::failed::FailedDeliveries;
 use crate::launcher::task::TaskLauncher;
-use crate::launcher::{Control, Launcher};
+use crate::launcher::Launcher;
+use crate::lifecycle::{self, Lifecycle};
 use crate::metrics::timed::{RegistryCalls, Timed};
 use crate::metrics::RouterMetrics;
-use crate::outcome::Unfinished;
+use crate::outstanding::Outstanding;
 use crate::policy::Policy;
 use crate::protocol::{Protocol, ProtocolSettings};
+use crate::reconcile;
+use crate::redispatch::Redispatcher;
 use crate::remote::Remote;
+use crate::routing::Routing;
 use crate::secrets::Secret;
+use crate::shutdown::Shutdown;
 use crate::store::Store;
 use crate::worker::Timings;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dashmap::DashMap;
-use tokio::sync::watch;
-use tokio::task::AbortHandle;
 use worker_registry::metrics::Metrics;
-use worker_registry::{DeliveryId, DynRegistry, ReleasedEvent, Target, WorkerId, WorkerRegistry};
+use worker_registry::{DynRegistry, WorkerRegistry};
 
 /// How the router behaves (the registry's own settings are in its
 /// [`RegistryConfig`](worker_registry::RegistryConfig)).
@@ -140,54 +154,28 @@ impl Platform {
     }
 }
 
-/// The state every concern of the router shares (see the [module documentation](self)).
-pub(crate) struct Inner {
-    pub(crate) registry: DynRegistry,
-    pub(crate) opts: Options,
-    /// Every container of this process, by worker id.
-    pub(crate) containers: Arc<Containers>,
-    /// This replica's tag in `containers`.
-    pub(crate) replica: ReplicaTag,
-    pub(crate) remote: Option<Remote>,
-    /// See [`Platform::shared`].
-    pub(crate) shared: bool,
-    /// Deliveries parked in the waiting room and not promoted yet, tracked when the registry is
-    /// not shared (this process sees every promotion): what a stop that misses its deadline
-    /// reports by id.
-    pub(crate) parked: DashMap<(Target, DeliveryId), ()>,
-    /// Which worker of this router serves a target (for `reach` and `drain` decisions).
-    pub(crate) targets: DashMap<Target, WorkerId>,
-    /// What starts this router's workers.
-    pub(crate) launcher: Arc<dyn Launcher>,
-    /// The worker protocol's state (served when a worker listener is given).
-    pub(crate) protocol: Arc<Protocol>,
-    /// The task awaiting each running worker's exit (aborting it ends the worker with no
-    /// goodbye: a killed replica).
-    pub(crate) tasks: DashMap<WorkerId, AbortHandle>,
-    /// Each running worker's control (crash on request, stop at the shutdown deadline).
-    pub(crate) controls: DashMap<WorkerId, Box<dyn Control>>,
-    pub(crate) closing: AtomicBool,
-    /// Worker tasks running now (shutdown waits for 0).
-    pub(crate) running: watch::Sender<usize>,
-    /// Set at the shutdown deadline: every worker stops at once (those running are told through
-    /// their control; one launched later is told as soon as it is).
-    pub(crate) stop: watch::Sender<bool>,
-    pub(crate) metrics: RouterMetrics,
+/// The router's parts, and the data that is no part's (see the [module documentation](self)).
+struct Inner {
+    registry: DynRegistry,
+    opts: Options,
+    metrics: RouterMetrics,
     /// The Prometheus registry (the registry's and the router's metrics), until the HTTP app takes it.
     export: Mutex<Option<Metrics>>,
-    /// Released events not yet placed again (capacity full, or shutting down).
-    pub(crate) pending: Mutex<Vec<ReleasedEvent>>,
-    /// Events handed back by workers stopped at the shutdown deadline.
-    pub(crate) stopped: Mutex<Vec<Unfinished>>,
-    pub(crate) redispatched: AtomicU64,
     /// The most recent deliveries whose command failed every attempt.
-    pub(crate) failed: FailedDeliveries,
+    failed: FailedDeliveries,
+    closing: Closing,
+    outstanding: Arc<Outstanding>,
+    lifecycle: Arc<Lifecycle>,
+    dispatcher: Arc<Dispatcher>,
+    routing: Routing,
+    redispatcher: Arc<Redispatcher>,
+    shutdown: Shutdown,
 }
 
-/// The router's state; cheap to clone.
+/// The router: its parts, built once and handed out; cheap to clone.
 #[derive(Clone)]
 pub struct App {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
 impl App {
@@ -222,30 +210,25 @@ impl App {
                 platform.containers.runs().clone(),
             ))
         });
+        let outstanding = Arc::new(Outstanding::new(platform.shared));
+        let lifecycle = Arc::new(Lifecycle::new(lifecycle::Parts {
+            registry: registry.clone(),
+            metrics: metrics.clone(),
+            containers: platform.containers,
+            remote: platform.remote,
+            launcher,
+            protocol,
+            outstanding: outstanding.clone(),
+        }));
         Self {
-            inner: Arc::new(Inner {
-                export: Mutex::new(Some(export)),
-                metrics,
+            inner: Arc::new(Inner::compose(
                 registry,
                 opts,
-                replica: platform.containers.join(),
-                containers: platform.containers,
-                remote: platform.remote,
-                shared: platform.shared,
-                parked: DashMap::new(),
-                targets: DashMap::new(),
-                launcher,
-                protocol,
-                tasks: DashMap::new(),
-                controls: DashMap::new(),
-                closing: AtomicBool::new(false),
-                running: watch::Sender::new(0),
-                stop: watch::Sender::new(false),
-                pending: Mutex::new(Vec::new()),
-                stopped: Mutex::new(Vec::new()),
-                redispatched: AtomicU64::new(0),
-                failed: FailedDeliveries::default(),
-            }),
+                metrics,
+                export,
+                outstanding,
+                lifecycle,
+            )),
         }
     }
 
@@ -264,40 +247,9 @@ impl App {
         &self.inner.registry
     }
 
-    /// The worker protocol's state.
-    pub fn protocol(&self) -> &Arc<Protocol> {
-        &self.inner.protocol
-    }
-
-    /// The launcher that starts this router's workers.
-    pub fn launcher(&self) -> &Arc<dyn Launcher> {
-        &self.inner.launcher
-    }
-
     /// The router's options.
     pub fn options(&self) -> &Options {
         &self.inner.opts
-    }
-
-    /// The containers of this process.
-    pub fn containers(&self) -> &Arc<Containers> {
-        &self.inner.containers
-    }
-
-    /// This replica's tag among them.
-    pub fn replica(&self) -> ReplicaTag {
-        self.inner.replica
-    }
-
-    /// How it reaches other processes' containers, if it does.
-    pub fn remote(&self) -> Option<&Remote> {
-        self.inner.remote.as_ref()
-    }
-
-    /// Released events admitted again so far.
-    pub fn redispatched(&self) -> u64 {
-        // Relaxed: a statistic; nothing is published through it.
-        self.inner.redispatched.load(Ordering::Relaxed)
     }
 
     /// The most recent deliveries whose command failed every attempt.
@@ -305,24 +257,124 @@ impl App {
         &self.inner.failed
     }
 
-    /// Released events waiting to be placed again.
-    pub fn pending_redispatch(&self) -> usize {
-        self.inner.pending.lock().map_or(0, |p| p.len())
+    /// The closing flag (set by [`Shutdown`]).
+    pub fn closing(&self) -> &Closing {
+        &self.inner.closing
     }
 
-    /// Worker tasks running now.
-    pub fn running_workers(&self) -> usize {
-        *self.inner.running.borrow()
+    /// The accepted, unfinished deliveries this router holds.
+    pub fn outstanding(&self) -> &Arc<Outstanding> {
+        &self.inner.outstanding
     }
 
-    /// Whether the registry outlives this process (see [`Platform::shared`]).
-    pub fn is_shared(&self) -> bool {
-        self.inner.shared
+    /// The workers' lifecycle.
+    pub fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.inner.lifecycle
     }
 
-    /// Whether shutdown has begun (deliveries are refused with 503).
-    pub fn is_closing(&self) -> bool {
-        // Acquire: pairs with the Release in `begin_shutdown` (crate::shutdown).
-        self.inner.closing.load(Ordering::Acquire)
+    /// The dispatcher: admission and the hand-over to a worker.
+    pub fn dispatcher(&self) -> &Arc<Dispatcher> {
+        &self.inner.dispatcher
+    }
+
+    /// The routing policy's decisions carried out (what `POST /webhook` calls).
+    pub fn routing(&self) -> &Routing {
+        &self.inner.routing
+    }
+
+    /// The re-dispatcher: the sweeper's callback.
+    pub fn redispatcher(&self) -> &Arc<Redispatcher> {
+        &self.inner.redispatcher
+    }
+
+    /// The shutdown.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.inner.shutdown
+    }
+
+    /// What the reconciler of failed deliveries uses of this router.
+    pub fn for_reconciler(&self) -> reconcile::Router {
+        reconcile::Router {
+            registry: self.inner.registry.clone(),
+            policy: self.inner.opts.policy.clone(),
+            metrics: self.inner.metrics.clone(),
+            closing: self.inner.closing.clone(),
+        }
+    }
+
+    /// The containers of this process (the lifecycle's).
+    pub fn containers(&self) -> &Arc<Containers> {
+        self.inner.lifecycle.containers()
+    }
+
+    /// How it reaches other processes' containers, if it does (the lifecycle's).
+    pub fn remote(&self) -> Option<&Remote> {
+        self.inner.lifecycle.remote()
+    }
+
+    /// The worker protocol's state (the lifecycle's).
+    pub fn protocol(&self) -> &Arc<Protocol> {
+        self.inner.lifecycle.protocol()
+    }
+
+    /// The launcher that starts this router's workers (the lifecycle's).
+    pub fn launcher(&self) -> &Arc<dyn Launcher> {
+        self.inner.lifecycle.launcher()
+    }
+}
+
+impl Inner {
+    /// The parts above the lifecycle, each given what it uses.
+    fn compose(
+        registry: DynRegistry,
+        opts: Options,
+        metrics: RouterMetrics,
+        export: Metrics,
+        outstanding: Arc<Outstanding>,
+        lifecycle: Arc<Lifecycle>,
+    ) -> Self {
+        let closing = Closing::default();
+        let dispatcher = Arc::new(Dispatcher::new(
+            registry.clone(),
+            metrics.clone(),
+            lifecycle.clone(),
+            outstanding.clone(),
+            closing.clone(),
+        ));
+        let routing = Routing::new(
+            dispatcher.clone(),
+            registry.clone(),
+            lifecycle.clone(),
+            closing.clone(),
+        );
+        let redispatcher = Arc::new(Redispatcher::new(
+            dispatcher.clone(),
+            registry.clone(),
+            metrics.clone(),
+            lifecycle.clone(),
+            outstanding.clone(),
+        ));
+        let shutdown = Shutdown::new(
+            closing.clone(),
+            registry.clone(),
+            &metrics,
+            lifecycle.clone(),
+            outstanding.clone(),
+            redispatcher.clone(),
+        );
+        Self {
+            registry,
+            opts,
+            metrics,
+            export: Mutex::new(Some(export)),
+            failed: FailedDeliveries::default(),
+            closing,
+            outstanding,
+            lifecycle,
+            dispatcher,
+            routing,
+            redispatcher,
+            shutdown,
+        }
     }
 }

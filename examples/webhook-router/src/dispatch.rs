@@ -1,6 +1,9 @@
-//! Dispatch to containers: one (target, delivery) pair admitted by the registry and handed to
-//! its worker's container by id, on this process's [`Containers`](crate::containers::Containers)
-//! or, with replicas in other processes, on its owner replica through [`Remote`].
+//! Dispatch to containers ([`Dispatcher`]): one (target, delivery) pair admitted by the registry
+//! and handed to its worker's container by id, on this process's [`Containers`] or, with
+//! replicas in other processes, on its owner replica through [`Remote`]. It holds the registry,
+//! the metrics, the [`Lifecycle`] (which starts a new worker's container and records which
+//! worker serves a pull request), the [`Outstanding`] deliveries (a parked one is remembered
+//! there), and reads the [`Closing`] flag.
 //!
 //! Two paths start a worker's container: the admission that created the worker (`new: true`), and
 //! the retry of one whose reply was lost: an admission that created (or placed an event on) a
@@ -16,24 +19,66 @@
 //! [`crate::mailbox`]). A full overflow too, or an owner that cannot be reached, releases the
 //! claim again and answers 503.
 
-use crate::app::App;
-use crate::lifecycle::Start;
+use crate::closing::Closing;
+use crate::containers::Containers;
+use crate::lifecycle::{Lifecycle, Start};
 use crate::mailbox::Handover;
+use crate::metrics::RouterMetrics;
 use crate::outcome::{Dispatch, Source};
+use crate::outstanding::Outstanding;
 use crate::remote::{Owner, Remote};
 use crate::telemetry::{self, TraceParent};
 use crate::worker::Job;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 use tracing::Instrument;
 use worker_registry::{
-    Admission, AlreadyClaimed, Assignment, DeliveryId, Payload, Rejection, Target, WorkerId,
-    WorkerRegistry,
+    Admission, AlreadyClaimed, Assignment, DeliveryId, DynRegistry, Payload, Rejection, Target,
+    WorkerId, WorkerRegistry,
 };
 
-impl App {
+/// The dispatcher of one router replica (see the [module documentation](self)): admission, and
+/// the hand-over to the worker's container.
+pub struct Dispatcher {
+    registry: DynRegistry,
+    metrics: RouterMetrics,
+    /// Starts a new worker's container, and knows which worker serves a pull request.
+    lifecycle: Arc<Lifecycle>,
+    /// This process's containers (the lifecycle's), handed events by worker id.
+    containers: Arc<Containers>,
+    /// With replicas in other processes: the owner records and forwarding.
+    remote: Option<Remote>,
+    /// Where a parked delivery is remembered.
+    outstanding: Arc<Outstanding>,
+    /// Read: a webhook delivery is refused once it is set.
+    closing: Closing,
+}
+
+impl Dispatcher {
+    /// The dispatcher over `registry` that starts containers through `lifecycle`.
+    pub(crate) fn new(
+        registry: DynRegistry,
+        metrics: RouterMetrics,
+        lifecycle: Arc<Lifecycle>,
+        outstanding: Arc<Outstanding>,
+        closing: Closing,
+    ) -> Self {
+        Self {
+            containers: lifecycle.containers().clone(),
+            remote: lifecycle.remote().cloned(),
+            registry,
+            metrics,
+            lifecycle,
+            outstanding,
+            closing,
+        }
+    }
+}
+
+impl Dispatcher {
     /// Admits one (target, delivery) pair, with what GitHub sent (`payload`, kept by the registry
     /// with the claim: see [`WorkerRegistry::admit_with`]), and hands it to the target's worker
     /// in a [`Job`] that carries the payload.
@@ -54,9 +99,9 @@ impl App {
             .instrument(span.clone())
             .await;
         telemetry::record_dispatch(&span, &d);
-        self.inner.metrics.admission(source, d.admission());
+        self.metrics.admission(source, d.admission());
         if let Dispatch::Waiting(_) = d {
-            self.parked(target, delivery);
+            self.outstanding.parked(target, delivery);
         }
         d
     }
@@ -71,11 +116,11 @@ impl App {
         // A shutdown refuses new deliveries only: released ones are placed until its deadline. A
         // delivery that sees the flag clear may still race with the drain, which is fine: it is
         // caught below.
-        if source == Source::Webhook && self.is_closing() {
+        if source == Source::Webhook && self.closing.is_set() {
             return Dispatch::Closing;
         }
         let admit = telemetry::admit_span();
-        let registry = &self.inner.registry;
+        let registry = &self.registry;
         let admission = registry
             .admit_with(target, delivery, payload)
             .instrument(admit.clone())
@@ -130,9 +175,10 @@ impl App {
         a: Assignment,
         payload: Option<&Payload>,
     ) -> Dispatch {
-        self.inner.targets.insert(target.clone(), a.worker);
+        self.lifecycle.serves(target, a.worker);
         if a.new {
             match self
+                .lifecycle
                 .start_container(a.worker, target, delivery, a.token)
                 .await
             {
@@ -146,9 +192,9 @@ impl App {
         }
         // Shutdown began between the check and the admission, so the drain may have missed this
         // worker: drain it now (it is busy with this event, so it runs it and exits).
-        if self.is_closing() {
-            let deadline = self.inner.registry.config().drain_deadline();
-            let _ = self.inner.registry.drain_within(a.worker, deadline).await;
+        if self.closing.is_set() {
+            let deadline = self.registry.config().drain_deadline();
+            let _ = self.registry.drain_within(a.worker, deadline).await;
         }
         let job = Job {
             target: target.clone(),
@@ -183,11 +229,12 @@ impl App {
         delivery: &DeliveryId,
     ) -> Option<Assignment> {
         let worker = dup.needs_start()?;
-        let info = self.inner.registry.worker(worker).await.ok()??;
+        let info = self.registry.worker(worker).await.ok()??;
         if !info.status.is_alive() || info.has_heartbeated || info.target.as_ref() != Some(target) {
             return None;
         }
         match self
+            .lifecycle
             .start_container(worker, target, delivery, info.token)
             .await
         {
@@ -221,8 +268,8 @@ impl App {
             Handover::Full => {
                 // Undo the claim so a redelivery is admitted later; count it as refused, not
                 // admitted, since that is what the router answers.
-                match self.inner.registry.release(target, delivery).await {
-                    Ok(()) => self.inner.metrics.returned.record(&a),
+                match self.registry.release(target, delivery).await {
+                    Ok(()) => self.metrics.returned.record(&a),
                     Err(e) => tracing::warn!(
                         %target, %delivery,
                         "could not release the claim of a delivery refused for a full queue ({e}); \
@@ -236,24 +283,22 @@ impl App {
             // that worker, so the sweep that declares it dead releases it and a sweeper callback
             // re-dispatches it.
             Handover::Stopped => Dispatch::Assigned(a),
-            Handover::Unreachable(reason) => {
-                match self.inner.registry.release(target, delivery).await {
-                    Ok(()) => {
-                        tracing::warn!(%target, %delivery, worker = %a.worker, "answering 503: {reason}");
-                        Dispatch::Unreachable {
-                            worker: a.worker,
-                            reason,
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(
-                            %target, %delivery, worker = %a.worker,
-                            "{reason}, and the claim could not be released ({e}): it stays with the worker, which releases it when it dies or exits"
-                        );
-                        Dispatch::Assigned(a)
+            Handover::Unreachable(reason) => match self.registry.release(target, delivery).await {
+                Ok(()) => {
+                    tracing::warn!(%target, %delivery, worker = %a.worker, "answering 503: {reason}");
+                    Dispatch::Unreachable {
+                        worker: a.worker,
+                        reason,
                     }
                 }
-            }
+                Err(e) => {
+                    tracing::warn!(
+                        %target, %delivery, worker = %a.worker,
+                        "{reason}, and the claim could not be released ({e}): it stays with the worker, which releases it when it dies or exits"
+                    );
+                    Dispatch::Assigned(a)
+                }
+            },
         }
     }
 
@@ -261,10 +306,10 @@ impl App {
     /// to come if it is not started yet and every replica is in this process), else on its owner
     /// replica (this one included: parked if the container is not started yet).
     async fn hand_over(&self, id: WorkerId, job: Job) -> Handover {
-        let park = self.inner.remote.is_none();
-        match self.inner.containers.hand(id, job, park) {
+        let park = self.remote.is_none();
+        match self.containers.hand(id, job, park) {
             Ok(handover) => handover,
-            Err(job) => match &self.inner.remote {
+            Err(job) => match &self.remote {
                 Some(remote) => self.forward(remote, id, job).await,
                 // Not reached: without replicas elsewhere the event was parked.
                 None => Handover::Stopped,
@@ -278,7 +323,7 @@ impl App {
     /// between its admission and its claim. An owner record naming this replica, written before
     /// the container starts, parks the event for it.
     async fn forward(&self, remote: &Remote, worker: WorkerId, mut job: Job) -> Handover {
-        let containers = &self.inner.containers;
+        let containers = &self.containers;
         let deadline = Instant::now() + remote.owner_wait();
         let mut delay = Duration::from_millis(1);
         loop {

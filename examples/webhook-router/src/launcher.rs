@@ -140,7 +140,7 @@ impl fmt::Debug for Launch {
 pub struct Launched {
     /// Resolves once the worker has ended, with how ([`Exit`]). Dropping it before then ends the
     /// worker at once, with no goodbye to the registry, as the death of its router would (what a
-    /// killed replica's workers see: [`App::kill_containers`](crate::app::App::kill_containers)); a launcher whose
+    /// killed replica's workers see: [`Shutdown::kill`](crate::shutdown::Shutdown::kill)); a launcher whose
     /// workers outlive a dropped future (a process, a container) kills them on drop, the
     /// self-fencing lease being the backstop if the router itself is killed.
     pub exit: BoxFuture<'static, Exit>,

@@ -14,14 +14,17 @@
 //! * [`http`]: the edge: `POST /webhook` (parsing, signatures, answers), the probes, the debug
 //!   and internal endpoints, the admin API and the OpenAPI document. It reads bodies with [`body`] (a size
 //!   cap, a time limit, a shared memory budget) and GitHub's format with [`github`].
+//! * [`app`]: the composition ([`app::App`]) that builds the parts below from [`app::Options`]
+//!   and an [`app::Platform`] and hands them out; no part imports it.
 //! * [`routing`]: the routing policy's decision carried out for one pull request.
 //! * [`reconcile`]: failed deliveries found in GitHub's hook logs and redelivered.
+//! * [`shutdown`]: refusing, draining, stopping and accounting for what was not finished.
 //! * [`redispatch`]: released deliveries placed again (the sweeper's callback).
 //! * [`dispatch`]: admission and the handover to a worker's container, here or on its owner.
-//! * [`lifecycle`]: containers started (through a [`launcher`]), crashed and forgotten; [`shutdown`]: draining, stopping
-//!   and accounting for what was not finished.
-//! * [`app`]: the router's state ([`app::App`]) that those add to, built from
-//!   [`app::Options`] and a [`app::Platform`].
+//! * [`lifecycle`]: containers started (through a [`launcher`]), crashed, killed, stopped and
+//!   forgotten.
+//! * [`closing`], [`outstanding`]: what two parts share, one owner each (the closing flag; the
+//!   accepted deliveries not finished that the router holds).
 //! * [`protocol`]: the worker protocol's router side (the key, the lease rules, the workers
 //!   served over `/worker/v1`, whose handlers are [`http::worker`]).
 //! * [`containers`]: the in-process container platform (worker id -> [`mailbox`], a bounded
@@ -47,6 +50,7 @@ pub mod app;
 pub mod backend;
 pub mod body;
 pub mod cli;
+pub mod closing;
 pub mod containers;
 pub mod credential;
 pub mod dispatch;
@@ -62,6 +66,7 @@ pub mod limits;
 pub mod mailbox;
 pub mod metrics;
 pub mod outcome;
+pub mod outstanding;
 pub mod policy;
 pub mod protocol;
 pub mod reconcile;

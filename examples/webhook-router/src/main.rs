@@ -167,7 +167,7 @@ async fn reconciler(server: &Server, s: &cli::Settings) -> Result<Option<Running
         horizon = %humantime::format_duration(cfg.horizon),
         "reconciler of failed deliveries started"
     );
-    let r = Reconciler::new(server.app().clone(), cfg, shared)?;
+    let r = Reconciler::new(server.app().for_reconciler(), cfg, shared)?;
     Ok(Some(r.spawn()))
 }
 
@@ -203,7 +203,7 @@ async fn start(s: &cli::Settings) -> Result<Server, String> {
         None
     };
     // What a previous incarnation left running is settled before anything is served.
-    app.settle_leftovers().await?;
+    app.lifecycle().settle_leftovers().await?;
     server::serve_all(app, listener, admin, worker, s.limits)
         .await
         .map_err(|e| e.to_string())

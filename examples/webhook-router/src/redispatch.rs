@@ -2,19 +2,25 @@
 //! Events the registry released (their worker died) are admitted again through
 //! [`crate::dispatch`]; those that cannot be placed yet are kept for the next sweep, and those
 //! of this sweep deferred (not acknowledged, so a shared backend may offer them to another
-//! replica).
+//! replica). The [`Redispatcher`] holds the [`Dispatcher`] it places them with, the
+//! [`Lifecycle`] (a dead worker is killed before its events go on) and the [`Outstanding`]
+//! events it keeps, and counts what it placed again.
 
-use crate::app::App;
+use crate::dispatch::Dispatcher;
+use crate::lifecycle::Lifecycle;
+use crate::metrics::RouterMetrics;
 use crate::outcome::{Dispatch, Source};
+use crate::outstanding::Outstanding;
 use crate::telemetry;
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use tracing::Instrument;
 use worker_registry::{
-    Deferred, DeliveryId, Maintenance, Payload, ReleaseReason, ReleasedEvent, SweepReport, Target,
-    WorkerId, WorkerRegistry,
+    Deferred, DeliveryId, DynRegistry, Maintenance, Payload, ReleaseReason, ReleasedEvent,
+    SweepReport, Target, WorkerId, WorkerRegistry,
 };
 
 /// A released event's identity: one delivery to one target.
@@ -33,7 +39,48 @@ struct Placed {
     still: Vec<ReleasedEvent>,
 }
 
-impl App {
+/// The re-dispatcher of one router replica: the sweeper's callback (see the [module
+/// documentation](self)).
+pub struct Redispatcher {
+    /// Places each released event again.
+    dispatcher: Arc<Dispatcher>,
+    registry: DynRegistry,
+    metrics: RouterMetrics,
+    /// Kills a dead worker before its events go on; forgets the stopped ones.
+    lifecycle: Arc<Lifecycle>,
+    /// Where the events that cannot be placed yet wait, and parked deliveries are forgotten.
+    outstanding: Arc<Outstanding>,
+    /// Released events admitted again so far.
+    redispatched: AtomicU64,
+}
+
+impl Redispatcher {
+    /// The re-dispatcher that places released events through `dispatcher`.
+    pub(crate) fn new(
+        dispatcher: Arc<Dispatcher>,
+        registry: DynRegistry,
+        metrics: RouterMetrics,
+        lifecycle: Arc<Lifecycle>,
+        outstanding: Arc<Outstanding>,
+    ) -> Self {
+        Self {
+            dispatcher,
+            registry,
+            metrics,
+            lifecycle,
+            outstanding,
+            redispatched: AtomicU64::new(0),
+        }
+    }
+
+    /// Released events admitted again so far.
+    pub fn redispatched(&self) -> u64 {
+        // Relaxed: a statistic; nothing is published through it.
+        self.redispatched.load(Ordering::Relaxed)
+    }
+}
+
+impl Redispatcher {
     /// The sweeper callback: re-dispatch released events (keeping, and deferring, those that cannot
     /// be placed yet), then forget the mailboxes of dead workers whose task has stopped.
     pub async fn after_sweep(&self, report: SweepReport) -> Deferred {
@@ -42,11 +89,14 @@ impl App {
         }
         // Kill before re-dispatch: a dead worker's process is gone before its events go on.
         let died: Vec<WorkerId> = report.died.iter().map(|(id, _)| *id).collect();
-        let cap = self.inner.registry.config().heartbeat_interval();
-        self.kill_dead(&died, cap).await;
-        self.inner.containers.ledger().released(&report.released);
-        self.unparked(&report);
-        if let Some(remote) = &self.inner.remote {
+        let cap = self.registry.config().heartbeat_interval();
+        self.lifecycle.kill_dead(&died, cap).await;
+        self.lifecycle
+            .containers()
+            .ledger()
+            .released(&report.released);
+        self.outstanding.unparked(&report);
+        if let Some(remote) = self.lifecycle.remote() {
             // Their owners may be gone (that may be why they died): nobody else forgets them.
             remote.forget(&died).await;
         }
@@ -56,7 +106,7 @@ impl App {
         // Events deferred by an earlier sweep and placed now are acknowledged here (this sweep's
         // own are acknowledged by the sweeper, unless deferred below).
         if !placed.late.is_empty() {
-            if let Err(e) = self.inner.registry.acknowledge(&placed.late).await {
+            if let Err(e) = self.registry.acknowledge(&placed.late).await {
                 tracing::warn!(
                     "acknowledging {} re-dispatched events failed: {e}",
                     placed.late.len()
@@ -69,22 +119,15 @@ impl App {
             .filter(|e| fresh.contains(&key(e)))
             .cloned()
             .collect();
-        if let Ok(mut p) = self.inner.pending.lock() {
-            p.extend(placed.still);
-        }
-        self.forget_stopped_workers().await;
+        self.outstanding.keep_pending(placed.still);
+        self.lifecycle.forget_stopped_workers().await;
         Deferred::new(deferred)
     }
 
     /// The events waiting from earlier sweeps, taken out, and `released` added once each (a shared
     /// backend may offer a deferred event again: one copy is kept).
     fn waiting_with(&self, released: &[ReleasedEvent]) -> Vec<ReleasedEvent> {
-        let mut queue = self
-            .inner
-            .pending
-            .lock()
-            .map(|mut p| std::mem::take(&mut *p))
-            .unwrap_or_default();
+        let mut queue = self.outstanding.take_pending();
         let known: HashSet<Key> = queue.iter().map(key).collect();
         queue.extend(
             released
@@ -101,8 +144,8 @@ impl App {
         for event in queue {
             // A trace of its own, linked to the one it was handed over in (if this process had it).
             let original = self
-                .inner
-                .containers
+                .lifecycle
+                .containers()
                 .traces()
                 .take(&event.target, &event.delivery);
             let span =
@@ -113,17 +156,17 @@ impl App {
                 // deliver it there; admitting it again would be a duplicate.
                 (ReleaseReason::Promoted, Some(a)) => {
                     let d = self
+                        .dispatcher
                         .deliver(&event.target, &event.delivery, a, payload.as_ref())
                         .instrument(span)
                         .await;
-                    self.inner
-                        .metrics
-                        .admission(Source::Promotion, d.admission());
+                    self.metrics.admission(Source::Promotion, d.admission());
                     d
                 }
                 _ => {
                     let (t, id) = (&event.target, &event.delivery);
-                    self.dispatch(t, id, payload.as_ref(), Source::Redispatch)
+                    self.dispatcher
+                        .dispatch(t, id, payload.as_ref(), Source::Redispatch)
                         .instrument(span)
                         .await
                 }
@@ -142,8 +185,8 @@ impl App {
                 Dispatch::Assigned(a) | Dispatch::Overflowed { assignment: a, .. } => {
                     tracing::info!(target = %event.target, delivery = %event.delivery, worker = %a.worker, "released event re-dispatched");
                     // Relaxed: a statistic.
-                    self.inner.redispatched.fetch_add(1, Ordering::Relaxed);
-                    self.inner.metrics.redispatched.inc();
+                    self.redispatched.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.redispatched.inc();
                     if !fresh.contains(&key(&event)) {
                         placed.late.push(event);
                     }
@@ -161,7 +204,7 @@ impl App {
                 | Dispatch::Unreachable { .. }
                 | Dispatch::Closing
                 | Dispatch::Unavailable(_)
-                // Not reached: only the routing policy (`App::apply`) answers these.
+                // Not reached: only the routing policy (`Routing::apply`) answers these.
                 | Dispatch::Drained { .. }
                 | Dispatch::AlreadyDraining { .. }
                 | Dispatch::NoWorker(_)
@@ -185,7 +228,7 @@ impl App {
         if event.payload.is_some() {
             return event.payload.clone();
         }
-        let registry = &self.inner.registry;
+        let registry = &self.registry;
         match registry.payload(&event.target, &event.delivery).await {
             Ok(Some(p)) => Some(p),
             Ok(None) => {

@@ -2,33 +2,67 @@
 //! [`Decision`] (the [`crate::policy`] table's answer for an event) does for one pull request of
 //! a delivery. `start` and a `reach` whose pull request has a live worker go to
 //! [`crate::dispatch`]; a `drain` is dispatched as the worker's last event, then drains it; a
-//! `reach` or `drain` without a worker starts none and is recorded as handled.
+//! `reach` or `drain` without a worker starts none and is recorded as handled. [`Routing`] holds
+//! the [`Dispatcher`], the registry, the [`Lifecycle`] (which worker of this router serves a pull
+//! request) and reads the [`Closing`] flag.
 
-use crate::app::App;
+use crate::closing::Closing;
+use crate::dispatch::Dispatcher;
+use crate::lifecycle::Lifecycle;
 use crate::outcome::{Dispatch, Source};
 use crate::policy::Decision;
 use worker_registry::WorkerRegistryExt;
 
+use std::sync::Arc;
+
 use worker_registry::{
-    ClaimOutcome, DeliveryId, Payload, RegistryError, Rejection, Status, Target, WorkerId,
-    WorkerRegistry,
+    ClaimOutcome, DeliveryId, DynRegistry, Payload, RegistryError, Rejection, Status, Target,
+    WorkerId, WorkerRegistry,
 };
 
-impl App {
+/// The routing policy's decisions carried out (see the [module documentation](self)).
+pub struct Routing {
+    /// Admits and hands over what a decision sends to a worker.
+    dispatcher: Arc<Dispatcher>,
+    registry: DynRegistry,
+    /// Which worker of this router serves a pull request.
+    lifecycle: Arc<Lifecycle>,
+    /// Read: a `reach` or `drain` is refused once it is set.
+    closing: Closing,
+}
+
+impl Routing {
+    /// The routing over `dispatcher`.
+    pub(crate) fn new(
+        dispatcher: Arc<Dispatcher>,
+        registry: DynRegistry,
+        lifecycle: Arc<Lifecycle>,
+        closing: Closing,
+    ) -> Self {
+        Self {
+            dispatcher,
+            registry,
+            lifecycle,
+            closing,
+        }
+    }
+}
+
+impl Routing {
     /// The live worker that serves `target`, if there is one: this router's own (checked live in the
     /// registry), else one the published snapshot lists (another replica's, with a shared backend).
     pub async fn live_worker_of(&self, target: &Target) -> Result<Option<WorkerId>, RegistryError> {
-        let local = self.inner.targets.get(target).map(|w| *w);
+        let local = self.lifecycle.worker_of(target);
         if let Some(w) = local {
-            match self.inner.registry.worker(w).await? {
+            match self.registry.worker(w).await? {
                 Some(info) if info.status.is_alive() => return Ok(Some(w)),
                 _ => {
-                    self.inner.targets.remove_if(target, |_, v| *v == w);
+                    self.lifecycle.not_serving(target, w);
                 }
             }
         }
         // Only when this router has none; the snapshot holds at most max_workers live workers.
-        let snapshot = self.inner.registry.status();
+        let snapshot = self.registry.status();
         Ok(snapshot
             .workers
             .iter()
@@ -45,9 +79,8 @@ impl App {
         target: &Target,
         delivery: &DeliveryId,
     ) -> Dispatch {
-        match self.inner.registry.claim(target, delivery).await {
-            Ok(ClaimOutcome::Claimed) => match self.inner.registry.complete(target, delivery).await
-            {
+        match self.registry.claim(target, delivery).await {
+            Ok(ClaimOutcome::Claimed) => match self.registry.complete(target, delivery).await {
                 Ok(()) => Dispatch::NoWorker(decision),
                 // Unrecorded: the bare claim expires after the heartbeat timeout; answer 503 so
                 // that the delivery is sent again rather than counted as handled.
@@ -59,7 +92,7 @@ impl App {
     }
 
     /// Carries out the routing policy's `decision` for one pull request of a delivery, which
-    /// carries `payload` (see [`App::dispatch`]).
+    /// carries `payload` (see [`Dispatcher::dispatch`]).
     pub async fn apply(
         &self,
         decision: Decision,
@@ -70,11 +103,12 @@ impl App {
         match decision {
             Decision::Ignore => Dispatch::Ignored,
             Decision::Start => {
-                self.dispatch(target, delivery, payload, Source::Webhook)
+                self.dispatcher
+                    .dispatch(target, delivery, payload, Source::Webhook)
                     .await
             }
             Decision::Reach | Decision::Drain => {
-                if self.is_closing() {
+                if self.closing.is_set() {
                     return Dispatch::Closing;
                 }
                 match self.live_worker_of(target).await {
@@ -84,7 +118,8 @@ impl App {
                             .await
                     }
                     Ok(Some(_)) if decision == Decision::Reach => {
-                        self.dispatch(target, delivery, payload, Source::Webhook)
+                        self.dispatcher
+                            .dispatch(target, delivery, payload, Source::Webhook)
                             .await
                     }
                     Ok(Some(w)) => self.drain_last(target, delivery, payload, w).await,
@@ -105,7 +140,7 @@ impl App {
         // Already draining: nothing more to do (admitting the event would park it for the
         // successor, which a closed pull request does not want). Recorded as handled all the
         // same, so that a redelivery of this event is answered as the duplicate it is (AC2).
-        if let Ok(Some(info)) = self.inner.registry.worker(worker).await {
+        if let Ok(Some(info)) = self.registry.worker(worker).await {
             if info.status == Status::Draining {
                 return match self
                     .handled_without_worker(Decision::Drain, target, delivery)
@@ -117,13 +152,14 @@ impl App {
             }
         }
         match self
+            .dispatcher
             .dispatch(target, delivery, payload, Source::Webhook)
             .await
         {
             // Queued behind a full mailbox is queued too: a draining worker runs everything it
             // was handed (its overflow included) before it exits.
             Dispatch::Assigned(a) | Dispatch::Overflowed { assignment: a, .. } => {
-                match self.inner.registry.drain(a.worker).await {
+                match self.registry.drain(a.worker).await {
                     Ok(status) => {
                         tracing::info!(%target, worker = %a.worker, %status, "pull request closed: worker drained")
                     }

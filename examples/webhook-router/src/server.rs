@@ -210,10 +210,10 @@ pub async fn serve_all(
     let mut metrics = app
         .take_metrics()
         .ok_or_else(|| io::Error::other("this App is already being served"))?;
-    let redispatcher = app.clone();
+    let redispatcher = app.redispatcher().clone();
     let sweeper = Sweeper::spawn_async(app.registry().clone(), move |report| {
-        let app = redispatcher.clone();
-        async move { app.after_sweep(report).await }
+        let redispatcher = redispatcher.clone();
+        async move { redispatcher.after_sweep(report).await }
     });
     metrics.sweeper(sweeper.monitor());
     let (stop_http, stopped) = watch::channel(false);
@@ -383,14 +383,14 @@ impl Server {
         }
         self.sweeper.abort().await;
         Killed {
-            containers: self.app.kill_containers(),
-            pending: self.app.pending_redispatch(),
+            containers: self.app.shutdown().kill(),
+            pending: self.app.outstanding().pending(),
         }
     }
 
     /// Refuses new deliveries and finishes the work it accepted, up to `deadline`: drains every
     /// worker (a draining worker finishes the events already queued for it), and sweeps in place
-    /// of the sweeper (see [`App::finish_accepted`]), so that released events are placed again and
+    /// of the sweeper (see [`Shutdown::finish_accepted`](crate::shutdown::Shutdown::finish_accepted)), so that released events are placed again and
     /// deliveries promoted out of the waiting room get their worker (a drained one's successor,
     /// started and drained at once), until nothing is left. At the deadline it stops the workers
     /// still running (each deregisters, releasing its claims through the registry), then stops
@@ -404,10 +404,10 @@ impl Server {
         let until = started + deadline;
         let registry = self.app.registry().clone();
         let completed_before = registry.stats().claims_completed;
-        let drained = self.app.begin_shutdown(deadline).await;
-        // From here the shutdown sweeps (`App::finish_accepted`).
+        let drained = self.app.shutdown().begin(deadline).await;
+        // From here the shutdown sweeps (`Shutdown::finish_accepted`).
         self.sweeper.shutdown().await;
-        let mut settled = self.app.finish_accepted(until).await;
+        let mut settled = self.app.shutdown().finish_accepted(until).await;
         // The accept loops stop; open connections may finish their request (for a while). The
         // worker protocol's is stopped last, below.
         self.stop_http.send_replace(true);
@@ -416,20 +416,20 @@ impl Server {
             let _ = task.await;
         }
         // A request that raced the closing flag may have started a worker meanwhile.
-        if settled && self.app.running_workers() > 0 {
-            settled = self.app.finish_accepted(until).await;
+        if settled && self.app.lifecycle().running() > 0 {
+            settled = self.app.shutdown().finish_accepted(until).await;
         }
         let stopped_at_deadline = if settled {
             0
         } else {
-            self.app.running_workers()
+            self.app.lifecycle().running()
         };
         let aborted = if stopped_at_deadline > 0 {
             tracing::warn!(
                 workers = stopped_at_deadline,
                 "shutdown deadline reached: stopping the workers still running"
             );
-            self.app.stop_workers(STOP_GRACE).await
+            self.app.shutdown().stop_workers(STOP_GRACE).await
         } else {
             0
         };
@@ -437,7 +437,7 @@ impl Server {
         if let Some(task) = worker_loop {
             let _ = task.await;
         }
-        let released = if self.app.is_shared() {
+        let released = if self.app.outstanding().is_shared() {
             Vec::new()
         } else {
             // One last sweep collects what the exits released or promoted: nobody is left to
@@ -450,7 +450,7 @@ impl Server {
                 }
             }
         };
-        let unfinished = self.app.account_unfinished(&released);
+        let unfinished = self.app.shutdown().account_unfinished(&released);
         ShutdownReport {
             drained,
             completed: registry

@@ -168,7 +168,7 @@ async fn a_worker_container_killed_mid_event_runs_it_again_in_a_new_container_ex
     let tick = r.dir.join(format!("tick-{}", started[0].run));
     until("the first run's first tick", || tick.exists().then_some(())).await;
     // `docker kill` of the worker's container (Control::kill).
-    r.server.app().crash(first).await.unwrap();
+    r.server.app().lifecycle().crash(first).await.unwrap();
     d.removed(first).await;
     r.pass_the_timeout().await;
     let again = r.until("start", 2).await;

@@ -270,6 +270,7 @@ async fn admission_counters_add_up_to_the_answers() {
     let w2 = h
         .server
         .app()
+        .routing()
         .live_worker_of(&worker_registry::Target::new("o/r", 2).unwrap())
         .await
         .unwrap()

@@ -196,7 +196,7 @@ async fn a_worker_dying_with_overflow_queued_loses_nothing() {
             .await;
     }
     assert_eq!(h.memory.direct().stats().claims_completed, 10, "0 lost");
-    assert!(h.server.app().redispatched() >= 5);
+    assert!(h.server.app().redispatcher().redispatched() >= 5);
 }
 
 #[tokio::test(start_paused = true)]
@@ -267,6 +267,6 @@ async fn a_drained_worker_finishes_its_overflow_before_it_exits() {
             "d-{i}"
         );
     }
-    assert_eq!(h.server.app().redispatched(), 0);
+    assert_eq!(h.server.app().redispatcher().redispatched(), 0);
     assert_eq!(h.memory.direct().stats().claims_completed, 8);
 }

@@ -90,7 +90,7 @@ async fn the_successor_of_a_crashed_worker_runs_on_the_body_github_sent() {
         Some(digest(&sent)),
         "the successor ran on the bytes GitHub sent"
     );
-    assert_eq!(h.server.app().redispatched(), 1);
+    assert_eq!(h.server.app().redispatcher().redispatched(), 1);
     // Completed: the registry keeps no payload any more.
     eventually(|| async { (h.memory.stats().payload_bytes_held == 0).then_some(()) }).await;
     assert_eq!(h.memory.payload(&t, &d).await.unwrap(), None);

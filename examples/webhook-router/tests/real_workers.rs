@@ -78,7 +78,12 @@ async fn a_worker_killed_mid_event_runs_it_again_in_a_new_process_exactly_once_m
     let tick = r.dir.join(format!("tick-{}", started[0].run));
     until("the first run's first tick", || tick.exists().then_some(())).await;
     // SIGKILL of the worker's process group (Control::kill).
-    r.server.app().crash(WorkerId::new(first)).await.unwrap();
+    r.server
+        .app()
+        .lifecycle()
+        .crash(WorkerId::new(first))
+        .await
+        .unwrap();
     until("the killed worker's command to die", || {
         (!alive(started[0].run)).then_some(())
     })

@@ -39,7 +39,7 @@ fn config(fake: &FakeGitHub, key: &[u8]) -> Config {
 }
 
 fn reconciler(app: &App, fake: &FakeGitHub, shared: &Shared) -> Reconciler {
-    Reconciler::new(app.clone(), config(fake, KEY_PEM), shared.clone()).unwrap()
+    Reconciler::new(app.for_reconciler(), config(fake, KEY_PEM), shared.clone()).unwrap()
 }
 
 fn setup() -> Setup {
@@ -214,7 +214,7 @@ async fn a_jwt_signed_by_another_key_is_refused_and_nothing_advances() {
     fake.log().router = format!("{}/webhook", h.base);
     let shared = Shared::default();
     let mut bad = Reconciler::new(
-        h.server.app().clone(),
+        h.server.app().for_reconciler(),
         config(&fake, OTHER_KEY_PEM),
         shared.clone(),
     )
@@ -236,7 +236,7 @@ async fn a_replaced_app_key_signs_the_next_jwt() {
     fake.log().router = format!("{}/webhook", h.base);
     let cfg = config(&fake, OTHER_KEY_PEM);
     let key = cfg.app.as_ref().unwrap().1.clone();
-    let mut r = Reconciler::new(h.server.app().clone(), cfg, Shared::default()).unwrap();
+    let mut r = Reconciler::new(h.server.app().for_reconciler(), cfg, Shared::default()).unwrap();
     let pass = r.pass().await.unwrap();
     assert_eq!((pass.errors, pass.redelivered), (1, 0), "{pass:?}");
     key.replace(Arc::from(KEY_PEM), false);

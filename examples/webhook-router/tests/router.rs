@@ -368,7 +368,7 @@ async fn crash_then_dead_then_target_reassigned_and_event_redispatched() {
     );
     let info = h.until_status(w2, "active").await;
     assert_eq!(info["target"], "o/r#3");
-    assert_eq!(h.server.app().redispatched(), 1);
+    assert_eq!(h.server.app().redispatcher().redispatched(), 1);
     // New deliveries for the target go to the new worker.
     let next = h.deliver("pull_request", "c-2", &pr("o/r", 3)).await;
     assert_eq!(
@@ -649,7 +649,12 @@ async fn shutdown_refuses_deliveries_and_drains_every_worker() {
     h.deliver("pull_request", "z-4", &pr("o/a", 1)).await;
     h.deliver("pull_request", "z-5", &pr("o/b", 1)).await;
 
-    let drained = h.server.app().begin_shutdown(Duration::from_secs(10)).await;
+    let drained = h
+        .server
+        .app()
+        .shutdown()
+        .begin(Duration::from_secs(10))
+        .await;
     assert_eq!((drained.draining, drained.exited), (2, 1));
     let refused = h.deliver("pull_request", "z-6", &pr("o/d", 1)).await;
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);

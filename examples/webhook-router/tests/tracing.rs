@@ -266,7 +266,7 @@ async fn a_redispatched_delivery_is_a_trace_linked_to_the_original() {
     assert_eq!(crashed.status, StatusCode::ACCEPTED);
     spans.until("redispatch", 1).await;
     spans.until("complete", 1).await;
-    assert_eq!(h.server.app().redispatched(), 1);
+    assert_eq!(h.server.app().redispatcher().redispatched(), 1);
 
     // The original trace: its loop ended with the crash, and nothing more happened in it.
     let original = spans.trace(first.span_context.trace_id());

@@ -38,7 +38,7 @@ pub(crate) async fn crash(State(app): State<App>, Path(id): Path<String>) -> Res
         Ok(id) => id,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, e),
     };
-    match app.crash(id).await {
+    match app.lifecycle().crash(id).await {
         Ok(()) => (
             StatusCode::ACCEPTED,
             Json(CrashAnswer {

@@ -110,7 +110,7 @@ pub(crate) async fn healthz() -> Json<ProbeAnswer> {
     ),
 )]
 pub(crate) async fn readyz(State(ready): State<Readiness>) -> Response {
-    let (status, reason) = if ready.app.is_closing() {
+    let (status, reason) = if ready.app.closing().is_set() {
         (
             "shutting_down",
             Some("the router is shutting down".to_owned()),

@@ -1,6 +1,6 @@
 //! `POST /webhook`: a GitHub delivery read (headers first, then the body under its limits),
 //! routed to the pull requests it names, the policy's decision carried out for each
-//! ([`App::apply`]) and answered as one [`Reply`].
+//! ([`Routing::apply`]) and answered as one [`Reply`].
 
 use super::answer::{DeliveryAnswer, ErrorAnswer, TargetAnswer};
 use super::reply::{refused, retry_after_secs, Reply};
@@ -9,6 +9,7 @@ use crate::body::{self, BodyError};
 use crate::github::{self, Delivery, Route, SignatureError, Verifier};
 use crate::outcome::{Dispatch, Outcome};
 use crate::policy::Decision;
+use crate::routing::Routing;
 
 use crate::telemetry::{self, TraceParent};
 
@@ -56,8 +57,10 @@ pub async fn handle(app: &App, request: Request) -> Reply {
     };
     let mut answers = Vec::with_capacity(targets.len());
     let mut wait: Option<Duration> = None;
+    // The part that carries the decision out for each pull request.
+    let routing: &Routing = app.routing();
     for target in &targets {
-        let outcome = app
+        let outcome = routing
             .apply(decision, target, &delivery.key, event.as_ref())
             .await;
         tracing::debug!(%target, delivery = %delivery.key, event = %delivery.event, %decision, ?outcome, "delivery");
@@ -101,7 +104,7 @@ fn event_payload(
 async fn read(app: &App, request: Request) -> Result<(Delivery, body::ReadBody, HeaderMap), Reply> {
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
-    if app.is_closing() {
+    if app.closing().is_set() {
         let wait = app.registry().config().heartbeat_timeout();
         let event = event_header(headers);
         return Err(refused(

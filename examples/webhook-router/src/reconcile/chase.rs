@@ -110,7 +110,7 @@ impl Step<'_> {
         let Some(claims) = claims_of(&c) else {
             return self.give_up(c, "its record does not read").await;
         };
-        if probe::known(self.app, &claims).await? == Known::Yes {
+        if probe::known(&self.router.registry, &claims).await? == Known::Yes {
             Self::fenced(self.shared.forget(self.holder, &self.hook, &c.guid).await?)?;
             self.pass.caught += 1;
             tracing::info!(hook = %self.hook, guid = %c.guid, redeliveries = c.redeliveries, "reconcile: caught up, the registry knows it: no longer chased");

@@ -18,7 +18,9 @@
 //! So the position moves past a failed GUID only once the registry knows it, the router would
 //! claim nothing for it, it was refused for good (a 4xx), or it is recorded in the shared chase,
 //! which outlives the replica.
-//! `pass.rs` holds what a pass did ([`Pass`]) and what its steps work with.
+//! `pass.rs` holds what a pass did ([`Pass`]) and what its steps work with. A [`Reconciler`] holds
+//! only what it uses of its replica ([`Router`]: the registry, the routing policy, the metrics and
+//! the closing flag), besides its own lease, positions and chase ([`shared`]).
 
 pub mod api;
 pub mod auth;
@@ -35,9 +37,11 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use worker_registry::RegistryError;
+use worker_registry::{DynRegistry, RegistryError};
 
-use crate::app::App;
+use crate::closing::Closing;
+use crate::metrics::RouterMetrics;
+use crate::policy::Policy;
 use crate::secrets::Secret;
 use api::{Client, Hook};
 use auth::{AppAuth, Auth};
@@ -104,9 +108,22 @@ impl std::fmt::Debug for Config {
     }
 }
 
+/// What the reconciler uses of its router replica, and nothing else of it.
+#[derive(Clone)]
+pub struct Router {
+    /// The registry it asks whether a delivery is known.
+    pub registry: DynRegistry,
+    /// The routing policy, to recompute what the router would claim for a logged delivery.
+    pub policy: Arc<Policy>,
+    /// Where its passes are counted.
+    pub metrics: RouterMetrics,
+    /// Set when the router shuts down: no pass begins after it.
+    pub closing: Closing,
+}
+
 /// The reconciler of one router replica.
 pub struct Reconciler {
-    app: App,
+    router: Router,
     shared: Shared,
     holder: String,
     clients: Vec<Client>,
@@ -114,7 +131,7 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    /// A reconciler for `app`'s registry with `cfg`, sharing its lease and positions through
+    /// A reconciler for `router`'s registry with `cfg`, sharing its lease and positions through
     /// `shared` ([`Shared::open`]).
     ///
     /// # Examples
@@ -138,7 +155,7 @@ impl Reconciler {
     /// assert!(cfg.app.is_none() && cfg.hooks.is_empty());
     /// # let _ = Reconciler::new;
     /// ```
-    pub fn new(app: App, cfg: Config, shared: Shared) -> Result<Self, String> {
+    pub fn new(router: Router, cfg: Config, shared: Shared) -> Result<Self, String> {
         let mut clients = Vec::new();
         if let Some((id, pem)) = &cfg.app {
             let auth = Auth::App(AppAuth::reloading(id, pem.clone())?);
@@ -164,7 +181,7 @@ impl Reconciler {
             }
         }
         Ok(Self {
-            app,
+            router,
             shared,
             holder: format!("{:032x}", rand::thread_rng().gen::<u128>()),
             clients,
@@ -201,7 +218,7 @@ impl Reconciler {
         if !self.shared.lease(&self.holder, self.lease_ttl()).await? {
             tracing::debug!("reconcile: another replica holds the lease");
             // The holder reports the chase; the sum over the replicas stays right.
-            self.app.metrics().set_reconcile_chasing(0);
+            self.router.metrics.set_reconcile_chasing(0);
             return Ok(pass);
         }
         pass.leased = true;
@@ -210,7 +227,7 @@ impl Reconciler {
             let before = client.waits;
             let hook = client.hook().to_string();
             let mut step = Step {
-                app: &self.app,
+                router: &self.router,
                 shared: &self.shared,
                 holder: &self.holder,
                 limits,
@@ -236,7 +253,7 @@ impl Reconciler {
                 }
             }
         }
-        pass.record(self.app.metrics());
+        pass.record(&self.router.metrics);
         tracing::info!(
             pages = pass.pages,
             guids = pass.guids,
@@ -272,7 +289,7 @@ impl Reconciler {
                     _ = tick.tick() => {}
                     _ = stopped.changed() => break,
                 }
-                if self.app.is_closing() {
+                if self.router.closing.is_set() {
                     break;
                 }
                 // A pass cut short by the stop leaves its position where it was.
@@ -281,7 +298,7 @@ impl Reconciler {
                     _ = stopped.changed() => break,
                 };
                 if let Err(e) = result {
-                    self.app.metrics().reconcile("errors", 1);
+                    self.router.metrics.reconcile("errors", 1);
                     tracing::warn!("reconcile: no pass, the lease could not be read: {e}");
                 }
             }

@@ -8,7 +8,6 @@ use worker_registry::RegistryError;
 
 use super::api::{ApiError, Client};
 use super::shared::Shared;
-use crate::app::App;
 use crate::metrics::RouterMetrics;
 
 /// What one pass did (summed over the hooks).
@@ -113,7 +112,7 @@ pub(super) struct Limits {
 
 /// What a pass's steps on one hook work with.
 pub(super) struct Step<'a> {
-    pub(super) app: &'a App,
+    pub(super) router: &'a super::Router,
     pub(super) shared: &'a Shared,
     pub(super) holder: &'a str,
     pub(super) limits: Limits,

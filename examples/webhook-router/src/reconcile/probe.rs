@@ -3,12 +3,13 @@
 //! ([`known`]).
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use worker_registry::{ClaimOutcome, DeliveryId, RegistryError, Target, WorkerRegistry};
+use worker_registry::{
+    ClaimOutcome, DeliveryId, DynRegistry, RegistryError, Target, WorkerRegistry,
+};
 
 use super::api::Detail;
-use crate::app::App;
 use crate::github::{self, Route};
-use crate::policy::Decision;
+use crate::policy::{Decision, Policy};
 
 /// The (pull request, key) pairs the router claims for one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,19 +21,16 @@ pub struct Claims {
 }
 
 impl Claims {
-    /// What the router would claim for `detail`'s request: `None` if it would claim nothing (an
+    /// What the router would claim for `detail`'s request under `policy`: `None` if it would claim nothing (an
     /// event the policy ignores, one that names no pull request, a request that does not read).
-    pub fn of(app: &App, detail: &Detail) -> Option<Self> {
+    pub fn of(policy: &Policy, detail: &Detail) -> Option<Self> {
         let (headers, payload) = request_of(detail)?;
         let delivery = github::delivery(&headers).ok()?;
         let Ok(Route::Targets { action, targets }) = github::route(&delivery.event, &payload)
         else {
             return None;
         };
-        let decision = app
-            .options()
-            .policy
-            .decide(&delivery.event, action.as_deref());
+        let decision = policy.decide(&delivery.event, action.as_deref());
         if decision == Decision::Ignore || targets.is_empty() {
             return None;
         }
@@ -62,8 +60,7 @@ pub enum Known {
 /// and a promotion between the two calls leaves the delivery to the probe's bare claim, which the
 /// release then removes. The reconciler therefore does not probe a GUID the router accepted
 /// (answered 202, which a parked delivery is): see `scan.rs`.
-pub async fn known(app: &App, claims: &Claims) -> Result<Known, RegistryError> {
-    let registry = app.registry();
+pub async fn known(registry: &DynRegistry, claims: &Claims) -> Result<Known, RegistryError> {
     for target in &claims.targets {
         match registry.claim(target, &claims.key).await? {
             ClaimOutcome::AlreadyClaimed(_) => {}

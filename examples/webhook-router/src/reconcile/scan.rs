@@ -151,11 +151,11 @@ impl Step<'_> {
         }
         tracing::info!(hook = %self.hook, guid = %a.guid, attempt = a.id, status = a.status_code, attempts = g.attempts, "reconcile: a failed delivery");
         let detail = self.client.detail(a.id).await?;
-        let Some(claims) = Claims::of(self.app, &detail) else {
+        let Some(claims) = Claims::of(&self.router.policy, &detail) else {
             self.pass.ignored += 1;
             return Ok(());
         };
-        if probe::known(self.app, &claims).await? == Known::Yes {
+        if probe::known(&self.router.registry, &claims).await? == Known::Yes {
             self.pass.known += 1;
             tracing::info!(hook = %self.hook, guid = %a.guid, "reconcile: known to the registry, not redelivered");
             return Ok(());

@@ -152,7 +152,7 @@ async fn phase(sim: &Sim) -> Result<Outage, String> {
         // Each pass follows the answers to the previous one's redeliveries.
         chase_backoff: Duration::ZERO,
     };
-    let mut reconciler = Reconciler::new(sim.apps[r].clone(), cfg, Shared::default())?;
+    let mut reconciler = Reconciler::new(sim.apps[r].for_reconciler(), cfg, Shared::default())?;
     let (mut redelivered, mut again, mut passes) = (0, 0, 0);
     let deadline = Instant::now() + OUTAGE_CAP;
     let pause = sim.app().registry().config().sweep_interval();

@@ -12,7 +12,6 @@ use worker_registry::{StatusSnapshot, WorkerRegistry};
 
 use super::sampler::Probe;
 use super::Sim;
-use crate::app::App;
 
 /// How long the settle phase after the traffic waits at most for every accepted delivery to be
 /// completed (it normally takes a second or two; a loaded machine takes longer, never this long
@@ -57,7 +56,10 @@ pub(super) async fn run(sim: &Sim, probe: &Probe) -> Settled {
     let mut pending;
     loop {
         let live = sim.live_apps();
-        pending = live.iter().map(App::pending_redispatch).sum::<usize>();
+        pending = live
+            .iter()
+            .map(|a| a.outstanding().pending())
+            .sum::<usize>();
         let settled = match probe.unfinished().await {
             Some(read) => {
                 let left = read.map_err(|e| e.to_string());
@@ -67,7 +69,7 @@ pub(super) async fn run(sim: &Sim, probe: &Probe) -> Settled {
             }
             None => {
                 let s = live[0].registry().status();
-                let redispatched: u64 = live.iter().map(App::redispatched).sum();
+                let redispatched: u64 = live.iter().map(|a| a.redispatcher().redispatched()).sum();
                 let quiet = s.claims.in_flight == 0 && s.counts.busy == 0 && pending == 0;
                 let settled = quiet
                     && previous.is_some_and(|(generation, before)| {

@@ -21,7 +21,6 @@ use super::sampler::{Probe, Samples};
 use super::settle::{Settled, SETTLE_CAP};
 use super::shutdown::ShutDown;
 use super::Sim;
-use crate::app::App;
 use crate::containers::Audit;
 use crate::server::{Killed, ShutdownReport};
 
@@ -78,7 +77,11 @@ impl Counts {
         Self {
             totals,
             room: room_after_a_sweep(&reader).await,
-            redispatched: sim.apps.iter().map(App::redispatched).sum(),
+            redispatched: sim
+                .apps
+                .iter()
+                .map(|a| a.redispatcher().redispatched())
+                .sum(),
             ledger: sim.app().containers().ledger().audit(),
             // One platform per process, shared by its replicas.
             overflowed: sim.app().containers().overflow_metrics().overflowed(),

@@ -154,13 +154,13 @@ async fn two_replicas_redeliver_once(kind: Kind) {
     let two = replica(&choice, &name, &cfg, &opts).await;
     fake.log().router = format!("{}/webhook", base(&one));
     let mut ra = Reconciler::new(
-        one.app().clone(),
+        one.app().for_reconciler(),
         reconcile_config(&fake),
         Shared::open(&choice, &name).await.unwrap(),
     )
     .unwrap();
     let mut rb = Reconciler::new(
-        two.app().clone(),
+        two.app().for_reconciler(),
         reconcile_config(&fake),
         Shared::open(&choice, &name).await.unwrap(),
     )
@@ -258,7 +258,7 @@ async fn three_replicas_recover_an_outage_with_the_reconciler_killed(kind: Kind)
         let s = replica(&choice, &name, &cfg, &opts).await;
         let shared = Shared::open(&choice, &name).await.unwrap();
         reconcilers.push(Some(
-            Reconciler::new(s.app().clone(), outage_config(&fake), shared).unwrap(),
+            Reconciler::new(s.app().for_reconciler(), outage_config(&fake), shared).unwrap(),
         ));
         servers.push(Some(s));
     }
@@ -409,7 +409,7 @@ async fn a_parked_redelivery_is_caught_not_probed(kind: Kind) {
         ..reconcile_config(&fake)
     };
     let shared = Shared::open(&choice, &name).await.unwrap();
-    let mut r = Reconciler::new(router.app().clone(), cfg, shared).unwrap();
+    let mut r = Reconciler::new(router.app().for_reconciler(), cfg, shared).unwrap();
     let first = r.pass().await.unwrap();
     fake.settled().await;
     assert_eq!(

@@ -295,7 +295,7 @@ async fn forwarding(kind: Kind) {
         (1, 0),
         "f-3 placed once after its release: {before:?} -> {after:?}"
     );
-    assert!(b.app().redispatched() <= 1);
+    assert!(b.app().redispatcher().redispatched() <= 1);
     assert!(b.app().containers().is_running(WorkerId::new(w2)), "on B");
     let audit = b.app().containers().ledger().audit();
     assert_eq!(

@@ -163,7 +163,7 @@ pub async fn real(start: Start<'_>) -> Real {
     let app = App::with_platform(DynRegistry::new(registry.clone()), options, platform);
     app.protocol().check().unwrap();
     // As the router's main does: what a previous incarnation left is settled before serving.
-    let settled = app.settle_leftovers().await.unwrap();
+    let settled = app.lifecycle().settle_leftovers().await.unwrap();
     let webhook = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let worker = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = worker.local_addr().unwrap();
