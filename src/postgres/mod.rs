@@ -13,7 +13,7 @@
 //! | `mod.rs` | the handle, its builder, the call path (pool, prepared statement, retries) |
 //! | `builder.rs` | [`PostgresRegistryBuilder`]: the URL, the name, the pool, the timeouts, connect |
 //! | `conn.rs` | one call's connection: cancelled and closed if the call ended early, dropped if unfit; unnamed statements behind a pooler |
-//! | `ops.rs` | the contract's per-call methods, each one function call |
+//! | `ops.rs` | [`PostgresRegistry`] and the contract's per-call methods, each one function call |
 //! | `placement.rs` | what an admission or an assignment answers (placed, parked, duplicate, refused), decoded and counted |
 //! | `sweep.rs` | `sweep` (the lease, the outbox share, the snapshot) and `acknowledge` |
 //! | `maintain.rs` | the lease holder's maintenance, in bounded steps |
@@ -62,6 +62,7 @@ pub use self::builder::PostgresRegistryBuilder;
 use self::conn::Checkout;
 pub use self::error::SchemaTooOld;
 use self::error::{retrying, Failure};
+pub use self::ops::PostgresRegistry;
 use crate::api::connect::ConnectError;
 use crate::api::contract::WorkerRegistry;
 use crate::api::error::RegistryError;
@@ -103,47 +104,6 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 /// the pool, unless the builder's [`statement_timeout`](PostgresRegistryBuilder::statement_timeout)
 /// says otherwise); a call cancelled by it is a retryable backend error.
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The worker registry in PostgreSQL, shared by every handle (every router replica) connected to
-/// the same database under the same registry name. See [`docs::postgres`](crate::docs::postgres)
-/// for how it is kept: the schema, locks, sweep and outbox.
-///
-/// Each handle has its own connection pool and its own event listener; cloning a handle shares
-/// them (it is an `Arc` inside). [`connect_replica`](Self::connect_replica) makes another handle on the same
-/// registry with connections of its own, as another router process would have.
-///
-/// **Locking behaviour:** every call but `status`, `stats` and `config` is one function call in
-/// its own transaction, on one pooled connection (waiting for one if all are busy, up to the call
-/// timeout); the locks it takes are listed on its function in `functions/*.sql`.
-/// `status` and `stats` take no lock and do no I/O.
-///
-/// # Examples
-///
-/// ```no_run
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), worker_registry::RegistryError> {
-/// use worker_registry::postgres::PostgresRegistry;
-/// use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry, WorkerRegistryExt};
-///
-/// let registry = PostgresRegistry::builder("postgres://router@db.internal/registry")
-///     .name("webhooks")
-///     .connect()
-///     .await?;
-/// let (t, d) = (Target::new("octo/repo", 42).unwrap(), DeliveryId::new("d-1").unwrap());
-/// match registry.admit(&t, &d).await? {
-///     Admission::Assigned(a) if a.new => { /* start a container for a.worker */ }
-///     Admission::Assigned(_) => { /* hand the delivery to the running worker */ }
-///     Admission::Duplicate(_) => { /* a redelivery: skip it */ }
-///     Admission::Waiting(_) => { /* parked: handed over by a sweep once promoted */ }
-///     Admission::Rejected(_) => { /* answer 503 */ }
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-pub struct PostgresRegistry {
-    inner: Arc<Inner>,
-}
 
 /// The configuration durations and limits, as the functions take them.
 struct Params {
@@ -498,7 +458,7 @@ impl PostgresRegistry {
     }
 }
 
-/// The contract's view of a handle: [`WorkerRegistry`] is implemented in `ops.rs`.
+/// The contract's view of a handle: [`PostgresRegistry`] and its [`WorkerRegistry`] are in `ops.rs`.
 const _: fn() = || {
     fn is_registry<R: WorkerRegistry + crate::Maintenance + crate::Subscribe + Clone>() {}
     is_registry::<PostgresRegistry>();

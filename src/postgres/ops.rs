@@ -1,4 +1,4 @@
-//! The contract's per-call methods for [`PostgresRegistry`]: each is one call of its function in
+//! [`PostgresRegistry`] and the contract's per-call methods: each is one call of its function in
 //! `functions/*.sql`, decoded into the contract's answer, and counted.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 use super::error::{decode, Failure};
 use super::payload;
 use super::rows::{self, col, number_param, worker_param, WorkerRow};
-use super::PostgresRegistry;
+use super::Inner;
 use crate::api::contract::{Subscribe, WorkerRegistry};
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
@@ -69,6 +69,47 @@ fn worker_outcome(
 /// The refusal for a worker that is dead already.
 fn dead(id: WorkerId, reason: DeadReason) -> RegistryError {
     RegistryError::WorkerDead { id, reason }
+}
+
+/// The worker registry in PostgreSQL, shared by every handle (every router replica) connected to
+/// the same database under the same registry name. See [`docs::postgres`](crate::docs::postgres)
+/// for how it is kept: the schema, locks, sweep and outbox.
+///
+/// Each handle has its own connection pool and its own event listener; cloning a handle shares
+/// them (it is an `Arc` inside). [`connect_replica`](Self::connect_replica) makes another handle on the same
+/// registry with connections of its own, as another router process would have.
+///
+/// **Locking behaviour:** every call but `status`, `stats` and `config` is one function call in
+/// its own transaction, on one pooled connection (waiting for one if all are busy, up to the call
+/// timeout); the locks it takes are listed on its function in `functions/*.sql`.
+/// `status` and `stats` take no lock and do no I/O.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), worker_registry::RegistryError> {
+/// use worker_registry::postgres::PostgresRegistry;
+/// use worker_registry::{Admission, DeliveryId, Target, WorkerRegistry, WorkerRegistryExt};
+///
+/// let registry = PostgresRegistry::builder("postgres://router@db.internal/registry")
+///     .name("webhooks")
+///     .connect()
+///     .await?;
+/// let (t, d) = (Target::new("octo/repo", 42).unwrap(), DeliveryId::new("d-1").unwrap());
+/// match registry.admit(&t, &d).await? {
+///     Admission::Assigned(a) if a.new => { /* start a container for a.worker */ }
+///     Admission::Assigned(_) => { /* hand the delivery to the running worker */ }
+///     Admission::Duplicate(_) => { /* a redelivery: skip it */ }
+///     Admission::Waiting(_) => { /* parked: handed over by a sweep once promoted */ }
+///     Admission::Rejected(_) => { /* answer 503 */ }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PostgresRegistry {
+    pub(super) inner: Arc<Inner>,
 }
 
 impl WorkerRegistry for PostgresRegistry {
