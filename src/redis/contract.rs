@@ -1,4 +1,4 @@
-//! [`RedisRegistry`] and its contract traits: each method runs its script (one round trip, one
+//! The contract traits for [`RedisRegistry`]: each method runs its script (one round trip, one
 //! atomic step on the server) and decodes the reply. Semantics are the contract's; what is
 //! particular here is documented on the module.
 
@@ -10,7 +10,7 @@ use super::counters::C;
 use super::error;
 use super::placement::Placed;
 use super::scripts::SCRIPTS;
-use super::Inner;
+use super::RedisRegistry;
 use crate::api::contract::{Maintenance, Subscribe, WorkerRegistry};
 use crate::api::error::RegistryError;
 use crate::api::ids::{DeliveryId, Target, WorkerId};
@@ -24,23 +24,6 @@ use crate::api::stats::Stats;
 use crate::api::status::{DeadReason, Status};
 use crate::config::RegistryConfig;
 use crate::remote::vocab;
-
-/// A registry shared through Redis: every router replica connects one (or several) to the same
-/// server and registry name, and they behave as one registry.
-///
-/// Cloning shares the connection, the counters and the snapshot cache (one replica); use
-/// [`connect_replica`](Self::connect_replica) for another handle on its own connection.
-///
-/// **Locking behaviour:** every call is one script on the server, which runs scripts one at a
-/// time (so each call is atomic against every replica); the client holds no lock across the call.
-/// [`status`](crate::WorkerRegistry::status) and [`stats`](crate::WorkerRegistry::stats) do no
-/// I/O and take no lock but a short mutex around two gauges.
-///
-/// How to connect one: the [module documentation](super).
-#[derive(Clone)]
-pub struct RedisRegistry {
-    pub(crate) inner: Arc<Inner>,
-}
 
 /// Receipts one `acknowledge` script call takes (three commands each).
 const ACK_CHUNK: usize = 64;

@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `mod.rs` | the handle and what its methods share |
 //! | `builder.rs` | [`RedisRegistryBuilder`]: settings with their `DEFAULT_*` values, `connect` (URL, Sentinel, Cluster), the configuration agreement |
-//! | `contract.rs` | [`RedisRegistry`] and the contract traits: each method one function call, its reply decoded |
+//! | `contract.rs` | the contract traits: each method one function call, its reply decoded |
 //! | `call.rs` | a function call: the arguments every function takes, the reply, the events it published |
 //! | `placement.rs` | what an admission or an assignment answers (placed, duplicate, refused), and the payload an admission carries |
 //! | `workers.rs` | what worker calls share: refusals, a status, `drain` over a batch of ids |
@@ -83,7 +83,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::builder::RedisRegistryBuilder;
-pub use self::contract::RedisRegistry;
 
 use self::counters::Counters;
 use self::keys::Keys;
@@ -107,6 +106,22 @@ pub const DEFAULT_RECONNECT_RETRIES: usize = 2;
 /// The oldest Redis server supported (script effects replication, `ZADD LT`, `XAUTOCLAIM`-era
 /// streams).
 pub const MIN_SERVER_VERSION: &str = "7.0";
+
+/// A registry shared through Redis: every router replica connects one (or several) to the same
+/// server and registry name, and they behave as one registry.
+///
+/// Cloning shares the connection, the counters and the snapshot cache (one replica); use
+/// [`connect_replica`](Self::connect_replica) for another handle on its own connection.
+///
+/// **Locking behaviour:** every call is one script on the server, which runs scripts one at a
+/// time (so each call is atomic against every replica); the client holds no lock across the call.
+/// [`status`](crate::WorkerRegistry::status) and [`stats`](crate::WorkerRegistry::stats) do no
+/// I/O and take no lock but a short mutex around two gauges. How to connect one: the [module
+/// documentation](self).
+#[derive(Clone)]
+pub struct RedisRegistry {
+    pub(crate) inner: Arc<Inner>,
+}
 
 /// Durations and limits of the configuration, in the integers the scripts take.
 pub(crate) struct Limits {
