@@ -9,7 +9,7 @@ use crate::body::{BodyBudget, BodyLimits};
 use crate::github;
 use crate::limits::{DEFAULT_MAILBOX, DEFAULT_OVERFLOW, MAX_MAILBOX, MAX_OVERFLOW};
 use crate::policy::Policy;
-use crate::reload::{self, ReloadOptions, Watched};
+use crate::reload::{self, ReloadOptions, Rotation, Watched};
 use crate::secrets::{self, Secret};
 use crate::server::{self, ServerLimits};
 
@@ -286,6 +286,8 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
             "--secret-rotation-window and --secret-poll-interval are at most a year".into(),
         );
     }
+    let launch = a.launch.settings(a.simulate)?;
+    watched.extend(launch.watched_key(&a.launch));
     Ok(Settings {
         limits: server_limits(a)?,
         registry: a.registry.clone(),
@@ -298,7 +300,7 @@ pub fn settings(a: &Args) -> Result<Settings, String> {
         options,
         shutdown: pick(a, "--shutdown-ms", a.shutdown_ms, 10_000, 5_000)?,
         reconcile,
-        launch: a.launch.settings(a.simulate)?,
+        launch,
         watched,
         reload: ReloadOptions {
             window: a.secret_rotation_window,
@@ -411,7 +413,7 @@ fn secret_from(
             flag: file_flag,
             path: path.clone(),
             secret: secret.clone(),
-            rotates: true,
+            rotation: Rotation::Window,
             check: reload::any_value,
         });
     }

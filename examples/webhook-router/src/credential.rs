@@ -12,12 +12,13 @@
 //! `HMAC-SHA256(key, "worker-registry worker v1" NUL id NUL token)`, ids and tokens in decimal, is
 //! pinned by a known-answer test computed with Python's `hmac` module.
 
-use crate::secrets::HmacSha256;
+use crate::secrets::{HmacSha256, Secret};
 
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
-use hmac::{KeyInit, Mac};
+use hmac::Mac;
 use rand::RngCore;
 use worker_registry::{FencingToken, WorkerId};
 
@@ -40,10 +41,19 @@ pub const RANDOM_KEY_BYTES: usize = 32;
 pub const MAX_CREDENTIAL_LEN: usize = 128;
 
 /// The router key that mints and verifies worker credentials (see the [module documentation](self)).
+///
+/// Cloning shares it: a key read from `--worker-key-file` is replaced in place when the file
+/// changes ([`secret`](Self::secret), watched by [`crate::reload`] with
+/// [`Rotation::UntilNextChange`](crate::reload::Rotation::UntilNextChange)). New credentials are
+/// minted under the new key; one minted under the key it replaced keeps verifying until the
+/// next change (a worker keeps its credential for life). Changing the file twice retires the
+/// first key: the way to shut out a leaked one, at the cost of its workers (answered `401`, they
+/// exit and their work is re-dispatched).
 #[derive(Clone)]
 pub struct WorkerKey {
-    /// The key schedule, computed once; each mint or verification starts from a copy.
-    mac: HmacSha256,
+    /// The current key and the one it replaced, each with its HMAC key schedule computed once;
+    /// each mint or verification starts from a copy.
+    secret: Secret,
     /// Whether it was drawn at random by this process (fit only for a single replica).
     random: bool,
 }
@@ -93,9 +103,15 @@ impl WorkerKey {
 
     fn new(key: &[u8]) -> Self {
         Self {
-            mac: HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length"),
+            secret: Secret::new(Some(Arc::from(key))),
             random: false,
         }
+    }
+
+    /// The key as a swappable secret, for [`crate::reload`] to replace when its file changes
+    /// (values it loads pass [`check_key`] first).
+    pub fn secret(&self) -> &Secret {
+        &self.secret
     }
 
     /// Whether this process drew the key at random ([`random`](Self::random)): another replica
@@ -106,28 +122,49 @@ impl WorkerKey {
 
     /// The credential of `worker`, created by the assignment whose fencing token is `token`.
     pub fn mint(&self, worker: WorkerId, token: FencingToken) -> Credential {
-        let tag = self.tag(worker, token).finalize().into_bytes();
+        let keys = self.secret.keys();
+        let current = keys
+            .macs()
+            .0
+            .expect("a worker key always has a current value");
+        let tag = tag(current, worker, token).finalize().into_bytes();
         Credential(format!("{VERSION}.{worker}.{token}.{}", hex::encode(tag)))
     }
 
     /// Checks a credential as presented (the `Authorization: Bearer` value): its format, and its
-    /// MAC under this key, compared in constant time. On success, whose it is.
+    /// MAC under the current key or the one it replaced, each compared in constant time. On
+    /// success, whose it is.
     pub fn verify(&self, presented: &str) -> Result<Verified, CredentialError> {
-        let (worker, token, tag) = parse(presented)?;
-        self.tag(worker, token)
-            .verify_slice(&tag)
-            .map_err(|_| CredentialError::Mismatch { worker })?;
-        Ok(Verified { worker, token })
+        let (worker, token, mac) = parse(presented)?;
+        let keys = self.secret.keys();
+        let (current, previous) = keys.macs();
+        let under = |key: Option<&HmacSha256>| {
+            key.is_some_and(|k| tag(k, worker, token).verify_slice(&mac).is_ok())
+        };
+        if under(current) || under(previous) {
+            Ok(Verified { worker, token })
+        } else {
+            Err(CredentialError::Mismatch { worker })
+        }
     }
+}
 
-    fn tag(&self, worker: WorkerId, token: FencingToken) -> HmacSha256 {
-        let mut mac = self.mac.clone();
-        mac.update(DOMAIN);
-        mac.update(worker.to_string().as_bytes());
-        mac.update(b"\0");
-        mac.update(token.to_string().as_bytes());
-        mac
-    }
+/// The MAC of a credential for `worker` and `token` under `key`, not finalized.
+fn tag(key: &HmacSha256, worker: WorkerId, token: FencingToken) -> HmacSha256 {
+    let mut mac = key.clone();
+    mac.update(DOMAIN);
+    mac.update(worker.to_string().as_bytes());
+    mac.update(b"\0");
+    mac.update(token.to_string().as_bytes());
+    mac
+}
+
+/// Whether `value` can be a worker key (at least [`MIN_KEY_BYTES`]): the check a reloaded
+/// `--worker-key-file` passes before it replaces the key.
+pub fn check_key(value: &[u8]) -> Result<(), String> {
+    WorkerKey::from_bytes(value)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 impl fmt::Debug for WorkerKey {
@@ -329,6 +366,34 @@ mod tests {
             "v1.7.7340033.9de65b4a6d96a5bb42aa91ed844439cd82303aaf28b683ef9beb87a24f2145b3"
         );
         assert!(c.as_str().len() <= MAX_CREDENTIAL_LEN);
+    }
+
+    #[test]
+    fn a_replaced_key_keeps_verifying_until_the_next_change() {
+        let (w, t) = (WorkerId::new(42), token(42, 3));
+        let k = key(1);
+        let shared = k.clone();
+        let old = k.mint(w, t);
+        k.secret().replace(Arc::from([2u8; 32].as_slice()), true);
+        let new = shared.mint(w, t);
+        assert_ne!(
+            old, new,
+            "minted under the new key, seen through every clone"
+        );
+        assert_eq!(new, key(2).mint(w, t));
+        assert!(
+            shared.verify(old.as_str()).is_ok(),
+            "the old key still verifies"
+        );
+        assert!(shared.verify(new.as_str()).is_ok());
+        k.secret().replace(Arc::from([3u8; 32].as_slice()), true);
+        assert_eq!(
+            shared.verify(old.as_str()),
+            Err(CredentialError::Mismatch { worker: w }),
+            "a second change retires the first key"
+        );
+        assert!(shared.verify(new.as_str()).is_ok());
+        assert!(check_key(&[0; 31]).is_err() && check_key(&[0; 32]).is_ok());
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //! `--worker-key-file`, `--kill-margin`, `--timer-slack`, `--launcher-state-dir`), validated
 //! into [`LaunchSettings`], and the launcher they build ([`LaunchSettings::launcher`]).
 
-use crate::credential::WorkerKey;
+use crate::credential::{self, WorkerKey};
 use crate::launcher::Launcher;
 use crate::protocol::ProtocolSettings;
+use crate::reload::{Rotation, Watched};
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -283,6 +284,19 @@ fn build_under_cargo_run(dir: &std::path::Path) -> Result<(), String> {
 }
 
 impl LaunchSettings {
+    /// The worker key's file, to read again on SIGHUP and when it changes (see
+    /// [`WorkerKey`]): none without `--worker-key-file`.
+    pub fn watched_key(&self, args: &LaunchArgs) -> Option<Watched> {
+        let (path, key) = (args.worker_key_file.as_ref()?, self.protocol.key.as_ref()?);
+        Some(Watched {
+            flag: "--worker-key-file",
+            path: path.clone(),
+            secret: key.secret().clone(),
+            rotation: Rotation::UntilNextChange,
+            check: credential::check_key,
+        })
+    }
+
     /// The launcher to start workers with; `None`: the router's default, `task`. A docker
     /// launcher labels its containers with `registry` (the registry's name) and `replica` (this
     /// replica's stable name: its webhook address), which is how the next start finds them.

@@ -36,9 +36,8 @@ pub struct Watched {
     pub path: PathBuf,
     /// The secret it fills.
     pub secret: Secret,
-    /// Whether the previous value stays accepted during the rotation window (a value the router
-    /// checks; one it only sends is simply replaced).
-    pub rotates: bool,
+    /// What becomes of the value a new one replaces.
+    pub rotation: Rotation,
     /// A check a new value must pass before it replaces the old one.
     pub check: fn(&[u8]) -> Result<(), String>,
 }
@@ -48,9 +47,23 @@ impl fmt::Debug for Watched {
         f.debug_struct("Watched")
             .field("flag", &self.flag)
             .field("path", &self.path)
-            .field("rotates", &self.rotates)
+            .field("rotation", &self.rotation)
             .finish()
     }
+}
+
+/// What becomes of a watched secret's value when its file brings a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rotation {
+    /// Replaced at once: a value the router only sends (a token, a key it signs with).
+    Replace,
+    /// Accepted beside the new one for `--secret-rotation-window`, then retired: a value the
+    /// router checks, that its sender changes on its own schedule (the webhook secret, the admin
+    /// token).
+    Window,
+    /// Accepted beside the new one until the file changes again: the worker key, whose
+    /// credentials the workers hold for life.
+    UntilNextChange,
 }
 
 /// A check that accepts any value.
@@ -136,11 +149,21 @@ fn reload(entries: &mut [Entry], window: Duration) {
         if value == e.loaded {
             continue;
         }
-        let keep = w.rotates && !window.is_zero();
+        let keep = match w.rotation {
+            Rotation::Replace => false,
+            Rotation::Window => !window.is_zero(),
+            Rotation::UntilNextChange => true,
+        };
         w.secret.replace(Arc::from(value.as_slice()), keep);
         e.loaded = value;
-        e.retire_at = keep.then(|| Instant::now() + window);
-        if keep {
+        e.retire_at = (keep && w.rotation == Rotation::Window).then(|| Instant::now() + window);
+        if w.rotation == Rotation::UntilNextChange {
+            tracing::info!(
+                flag = w.flag,
+                path = %w.path.display(),
+                "secret file changed: the new value is in use, the previous one is accepted too until the file changes again"
+            );
+        } else if keep {
             tracing::info!(
                 flag = w.flag,
                 path = %w.path.display(),

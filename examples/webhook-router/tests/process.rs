@@ -513,3 +513,112 @@ async fn a_changed_secret_file_is_picked_up_by_the_poll() {
     r.signal(libc::SIGTERM);
     assert_eq!(r.exit().code(), Some(0));
 }
+
+/// `webhook-worker` next to this test binary's directory, or `None` after the skip line (a
+/// failure under `CI`).
+fn worker_binary() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent()?.parent()?.join("webhook-worker");
+    if bin.is_file() {
+        return Some(bin);
+    }
+    let why = format!("{} not built: cargo build -p webhook-worker", bin.display());
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// The `WORKER_CREDENTIAL` in the environment of the worker whose command wrote its parent's pid
+/// into `file` (waited for).
+async fn credential_of_worker_in(file: &std::path::Path) -> String {
+    let pid = tokio::time::timeout(HUNG, async {
+        loop {
+            if let Some(pid) = std::fs::read_to_string(file)
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+            {
+                break pid;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the worker's command started");
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    environ
+        .split(|b| *b == 0)
+        .find_map(|v| v.strip_prefix(b"WORKER_CREDENTIAL="))
+        .map(|v| String::from_utf8(v.to_vec()).unwrap())
+        .expect("the worker has a credential")
+}
+
+/// `--worker-key-file` changed and SIGHUP: the next worker's credential is minted under the new
+/// key, and the running worker, whose credential was minted under the old one, goes on and
+/// completes its event (its calls still verify).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_key_file_rotates_on_sighup_and_running_workers_keep_theirs() {
+    use webhook_router::credential::WorkerKey;
+    let Some(bin) = worker_binary() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("wr-key-rotation-{}", rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("worker.key");
+    let (old, new) = ([b'a'; 32], [b'b'; 32]);
+    std::fs::write(&key, old).unwrap();
+    let d = dir.display();
+    let command = format!(
+        "echo $PPID > {d}/pid-$WEBHOOK_DELIVERY.tmp; mv {d}/pid-$WEBHOOK_DELIVERY.tmp {d}/pid-$WEBHOOK_DELIVERY; \
+         cat > /dev/null; while [ ! -e {d}/go ]; do sleep 0.01; done"
+    );
+    let (key_arg, bin_arg) = (key.display().to_string(), bin.display().to_string());
+    let r = Router::spawn(&[
+        "--launcher",
+        "process",
+        "--event-command",
+        &command,
+        "--worker-command",
+        &bin_arg,
+        "--worker-key-file",
+        &key_arg,
+        "--secret-poll-interval",
+        "0s",
+    ]);
+    let (status, body) = r.deliver("r-1", &event(1, "opened")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let first = credential_of_worker_in(&dir.join("pid-r-1")).await;
+    let under = |k: &[u8; 32], c: &str| WorkerKey::from_bytes(k).unwrap().verify(c).is_ok();
+    assert!(under(&old, &first));
+
+    std::fs::write(&key, new).unwrap();
+    r.signal(libc::SIGHUP);
+    r.wait_line(|l| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("secret file changed"))
+            && l["flag"] == "--worker-key-file"
+    });
+    let (status, body) = r.deliver("r-2", &event(2, "opened")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let second = credential_of_worker_in(&dir.join("pid-r-2")).await;
+    assert!(
+        under(&new, &second) && !under(&old, &second),
+        "minted under the new key"
+    );
+
+    std::fs::write(dir.join("go"), b"").unwrap();
+    for (id, number) in [("r-1", 1), ("r-2", 2)] {
+        tokio::time::timeout(HUNG, async {
+            loop {
+                let (status, body) = r.deliver(id, &event(number, "opened")).await;
+                if status == StatusCode::OK && body["state"] == "completed" {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{id} completed"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

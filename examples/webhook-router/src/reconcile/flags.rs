@@ -9,7 +9,7 @@ use super::api::Hook;
 use super::{
     Config, DEFAULT_CHASE_BACKOFF, DEFAULT_PER_PAGE, DEFAULT_SETTLE, GITHUB_LOG_RETENTION,
 };
-use crate::reload::{self, Watched};
+use crate::reload::{self, Rotation, Watched};
 use crate::secrets::{self, Secret};
 
 /// Redelivery of failed deliveries from GitHub's hook logs (off unless an App or a hook is named).
@@ -224,7 +224,7 @@ pub fn watched(a: &ReconcileArgs, c: &Config) -> Vec<Watched> {
             flag: "--github-token-file",
             path: path.clone(),
             secret: token.clone(),
-            rotates: false,
+            rotation: Rotation::Replace,
             check: reload::any_value,
         });
     }
@@ -233,7 +233,7 @@ pub fn watched(a: &ReconcileArgs, c: &Config) -> Vec<Watched> {
             flag: "--github-app-key",
             path: path.clone(),
             secret: pem.clone(),
-            rotates: false,
+            rotation: Rotation::Replace,
             check: super::auth::check_key,
         });
     }
