@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use worker_registry::{memory::Direct, Admission, Clock, DeliveryId, SystemClock, WorkerId};
+use worker_registry::{
+    memory::Direct, Admission, ClaimOutcome, Clock, DeliveryId, SystemClock, WorkerId,
+};
 
 use crate::common::{
     both, config, events, id, run, targets, timed, Fixture, Ring, Stopwatch, WORKERS,
@@ -284,7 +286,7 @@ pub fn claim(c: &mut Criterion) {
                 timed(iters, |i| {
                     let k = ring.at(t, i);
                     let a = f.registry.claim(&f.targets[k], &f.events[k]);
-                    debug_assert!(matches!(a, worker_registry::ClaimOutcome::AlreadyClaimed(_)));
+                    debug_assert!(matches!(a, ClaimOutcome::AlreadyClaimed(_)));
                     black_box(a);
                 })
             }
