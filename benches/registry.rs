@@ -41,6 +41,7 @@ fn main() {
     baselines::bench(&mut c);
     ops::heartbeat(&mut c);
     ops::admit(&mut c);
+    ops::claim(&mut c);
     ops::status(&mut c);
     ops::sweep(&mut c);
     mixed::bench(&mut c);

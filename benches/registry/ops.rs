@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use worker_registry::{memory::Direct, Admission, Clock, DeliveryId, SystemClock, WorkerId};
+use worker_registry::{
+    memory::Direct, Admission, ClaimOutcome, Clock, DeliveryId, SystemClock, WorkerId,
+};
 
 use crate::common::{
     both, config, events, id, run, targets, timed, Fixture, Ring, Stopwatch, WORKERS,
@@ -258,6 +260,35 @@ pub fn admit(c: &mut Criterion) {
                         }
                     },
                 )
+            }
+        });
+    }
+    g.finish();
+}
+
+/// The bare claim (dedupe without assignment): a redelivery of a pair claimed already, with the
+/// waiting room off and on (on, but empty: nothing waits, so nothing should cost more).
+pub fn claim(c: &mut Criterion) {
+    let mut g = c.benchmark_group("claim");
+    let ring = Ring::new(WORKERS);
+    let off = Fixture::new(WORKERS);
+    let room = worker_registry::RegistryConfig::builder()
+        .max_workers(1 << 20)
+        .max_in_flight(worker_registry::config::MAX_DURATION)
+        .max_waiting(1024)
+        .build()
+        .expect("valid bench config");
+    let on = Fixture::with(Direct::new(room), WORKERS);
+    for (name, f) in [("duplicate", &off), ("duplicate_room_on", &on)] {
+        both(&mut g, name, |t| {
+            let ring = &ring;
+            move |iters| {
+                timed(iters, |i| {
+                    let k = ring.at(t, i);
+                    let a = f.registry.claim(&f.targets[k], &f.events[k]);
+                    debug_assert!(matches!(a, ClaimOutcome::AlreadyClaimed(_)));
+                    black_box(a);
+                })
             }
         });
     }

@@ -70,6 +70,8 @@ const ROWS: &[Row] = &[
     Row { metric: Metric::Median, name: "admit_at_limit_vs_fresh", op: "admit/fresh_complete_at_limit", base: "admit/fresh_complete", base_1t: false, goal: Goal::Info, goal_at: BOTH },
     Row { metric: Metric::Median, name: "admit_payload_duplicate", op: "admit/payload_duplicate", base: "admit/duplicate", base_1t: false, goal: Goal::Info, goal_at: BOTH },
     Row { metric: Metric::Median, name: "admit_payload_at_limit", op: "admit/payload_fresh_complete_at_limit", base: "admit/fresh_complete_at_limit", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "claim_duplicate", op: "claim/duplicate", base: "baseline/dashmap_get_claim", base_1t: false, goal: Goal::Info, goal_at: BOTH },
+    Row { metric: Metric::Median, name: "claim_duplicate_room_on", op: "claim/duplicate_room_on", base: "claim/duplicate", base_1t: false, goal: Goal::Info, goal_at: BOTH },
     Row { metric: Metric::Median, name: "admit_sticky", op: "admit/sticky", base: "baseline/dashmap_insert_remove", base_1t: false, goal: Goal::Info, goal_at: BOTH },
     Row { metric: Metric::Median, name: "admit_sticky_vs_mutex", op: "admit/sticky", base: "admit/mutex_sticky", base_1t: false, goal: Goal::Info, goal_at: BOTH },
     Row { metric: Metric::Median, name: "status_10", op: "status/arc_10", base: "baseline/arcswap_load", base_1t: false, goal: Goal::Ratio(2.0), goal_at: BOTH },

@@ -18,28 +18,41 @@
 //!   the capacity, and no target has two live workers;
 //! * `slot-given-once`: one death frees one slot, given once: the oldest waiting delivery is
 //!   promoted exactly once, the other stays waiting (promoted, waiting or expired: exactly once
-//!   each, over the racing calls and a final sweep).
+//!   each, over the racing calls and a final sweep);
+//! * `parked-or-claimed`: a bare claim racing the parking of the same pair (an admission refused
+//!   for capacity): the pair ends either claimed (the admission a duplicate in flight) or parked
+//!   (the claim a duplicate `Waiting`), never both and never neither;
+//! * `waiting-count-settles`: the count of deliveries parked or being parked (the `waiting`
+//!   gauge, which the bare claim reads to skip the room's mutex) ends equal to the room's own
+//!   count.
 //!
 //! Guards: parking re-checks the claims under the room's mutex (a promotion in between placed the
 //! pair); the winner of a death's CAS moves the targets behind that worker to the front of the
 //! line and promotes under the room's mutex (the sweep, as a safety net, unblocks those behind any
 //! worker dead by now); a new worker is not created while targets wait for capacity
 //! (`contenders`, lowered only once a waiting target is placed); only the winner of the CAS that
-//! kills a worker frees its slot (`on_death`), and every promotion runs under the room's mutex.
+//! kills a worker frees its slot (`on_death`), and every promotion runs under the room's mutex;
+//! parking counts the pair before it probes the claims, and a bare claim reads that count under
+//! the same claims-shard lock, taking the room's mutex only while it is not zero.
 //! Twins: `twins/park-without-recheck.patch` (`promoted-redelivery-is-a-duplicate`),
 //! `twins/unblock-only-sweep-deaths.patch` (`promoted-once`: an exit outside the sweep never
 //! unblocks its target) and `twins/arrivals-overtake-the-waiting.patch`
 //! (`arrival-does-not-overtake`) and `twins/stale-kill-of-the-dead.patch` (`live-within-cap`: the
-//! sweep books a worker that exited under it as its own kill, so the one death frees two slots).
+//! sweep books a worker that exited under it as its own kill, so the one death frees two slots)
+//! and `twins/park-counts-after-its-probe.patch` and
+//! `twins/claim-reads-the-count-before-its-lock.patch` (`parked-or-claimed`: the count raised
+//! after the probe, or read outside the shard lock).
 #![cfg(worker_registry_loom)]
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use loom_tests::{
     check, event, invariant, registry_with, spawn, target, BOUNDED, EXHAUSTIVE, INTERVAL, MISSED,
 };
 use worker_registry::{
-    Admission, ClaimState, DeliveryId, ReleaseReason, Status, SweepReport, Target, WorkerId,
+    Admission, ClaimOutcome, ClaimState, DeliveryId, ReleaseReason, Status, SweepReport, Target,
+    WorkerId,
 };
 
 /// The promoted (target, delivery, worker) of a report.
@@ -211,6 +224,63 @@ fn arrival_against_promotion() {
                 == vec![target(2)],
         "the freed slot goes to the waiting target 2, not the arrival: {arrival:?} / {:?}",
         promoted(&report)
+    );
+}
+
+/// Which of the two answers `bare_claim_against_parking` has reached, over all its executions
+/// (std atomics: outside the model, so loom does not explore them).
+static SEEN_CLAIMED: AtomicBool = AtomicBool::new(false);
+static SEEN_PARKED: AtomicBool = AtomicBool::new(false);
+
+fn bare_claim_against_parking() {
+    let (reg, _clock) = registry_with(1, |c| c.max_waiting(4));
+    let (t, d) = (target(2), event(1));
+    let _holder = reg.register().expect("the one slot");
+
+    // The admission is refused for capacity and parks the pair; the bare claim races it, from
+    // before the refusal to after the parking.
+    let claimer = {
+        let (reg, t, d) = (reg.clone(), t.clone(), d.clone());
+        spawn(move || reg.claim(&t, &d))
+    };
+    let admitted = reg.admit(&t, &d);
+    let claimed = claimer.join().unwrap();
+
+    let is_claimed = matches!(claimed, ClaimOutcome::Claimed)
+        && matches!(&admitted, Admission::Duplicate(a) if a.state == ClaimState::InFlight);
+    let is_parked = matches!(admitted, Admission::Waiting(_))
+        && matches!(&claimed, ClaimOutcome::AlreadyClaimed(a) if a.state == ClaimState::Waiting);
+    invariant!(
+        "parked-or-claimed",
+        is_claimed != is_parked,
+        "claimed in flight or parked, exactly one: claim {claimed:?}, admission {admitted:?}"
+    );
+    let gauge = reg.stats().waiting;
+    let room = reg.sweep().waiting;
+    invariant!(
+        "waiting-count-settles",
+        gauge == room && room == usize::from(is_parked),
+        "the count of parked pairs {gauge} is the room's {room} (parked: {is_parked})"
+    );
+    if is_claimed {
+        SEEN_CLAIMED.store(true, Relaxed);
+    } else {
+        SEEN_PARKED.store(true, Relaxed);
+    }
+}
+
+#[test]
+fn bare_claim_against_parking_concurrently() {
+    check(
+        "bare_claim_against_parking_concurrently",
+        EXHAUSTIVE,
+        bare_claim_against_parking,
+    );
+    assert!(
+        SEEN_CLAIMED.load(Relaxed) && SEEN_PARKED.load(Relaxed),
+        "both orders are reached: claimed first {}, parked first {}",
+        SEEN_CLAIMED.load(Relaxed),
+        SEEN_PARKED.load(Relaxed)
     );
 }
 

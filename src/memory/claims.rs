@@ -82,9 +82,14 @@ impl<C: Clock> Direct<C> {
     /// gives ([`ClaimState::Waiting`], no holder), and it stays parked.
     ///
     /// **Locking behaviour:** one claims-shard lock: the probe and the insert are one critical
-    /// section, so there is no window between the check and the insert. With the waiting room on,
-    /// the room's mutex first, held over that section (parking probes the claims under it too,
-    /// so a pair is never both parked and bare-claimed). No allocation once the shard has room.
+    /// section, so there is no window between the check and the insert. With the waiting room
+    /// on, that section also reads the count of deliveries parked or being parked (an atomic);
+    /// only while it is not zero does the claim leave the section, take the room's mutex and
+    /// then the shard's lock again, deciding under both. A pair is never both parked and
+    /// bare-claimed: parking counts the pair before it probes the claims (the same shard lock)
+    /// under the room's mutex, so a claim that locks the shard after that probe sees the count
+    /// and waits for the room, and one that locked it before is found by the probe. No
+    /// allocation once the shard has room.
     ///
     /// # Examples
     ///
@@ -97,36 +102,21 @@ impl<C: Clock> Direct<C> {
     /// assert!(matches!(registry.claim(&t, &e), ClaimOutcome::AlreadyClaimed(_)));
     /// ```
     pub fn claim(&self, target: &Target, event: &DeliveryId) -> ClaimOutcome {
-        let room = self.inner.room.as_ref().map(sync::lock);
-        if let Some(at) = room.as_ref().and_then(|r| r.waits_since(target, event)) {
-            drop(room);
-            self.inner.counters.duplicates.inc();
-            return ClaimOutcome::AlreadyClaimed(AlreadyClaimed::new(
-                None,
-                self.wall_at(at),
-                ClaimState::Waiting,
-            ));
-        }
         let now = self.now_ms();
         let hash = pair_hash(target, event.key_hash());
-        let outcome = self.inner.claims.with(hash, |shard| {
-            let loc = shard.find(hash, target, event);
-            if let Some(dup) = loc.and_then(|l| self.duplicate_at(shard, l, &mut || now)) {
-                return ClaimOutcome::AlreadyClaimed(dup);
+        let room_on = self.inner.room.is_some();
+        let decided = self.inner.claims.with(hash, |shard| {
+            // Relaxed: the shard's mutex orders it. A park of this pair counts it before its
+            // probe takes this lock: if that probe came first, this read sees the count.
+            if room_on && self.inner.waiting.load(Ordering::Relaxed) > 0 {
+                return None;
             }
-            let claim = InFlight {
-                payload: None,
-                hash,
-                target: target.clone(),
-                delivery: DeliveryKey::of(event),
-                holder: None,
-                claimed_at: now,
-                stuck: false,
-            };
-            self.put_claim(shard, hash, loc, claim);
-            ClaimOutcome::Claimed
+            Some(self.claim_locked(shard, hash, target, event, now))
         });
-        drop(room);
+        let outcome = match decided {
+            Some(outcome) => outcome,
+            None => self.claim_beside_the_room(hash, target, event, now),
+        };
         match outcome {
             ClaimOutcome::AlreadyClaimed(_) => self.inner.counters.duplicates.inc(),
             _ => {
@@ -139,6 +129,62 @@ impl<C: Clock> Direct<C> {
             }
         }
         outcome
+    }
+
+    /// `claim` while deliveries are parked or being parked: the room's mutex first, so a parked
+    /// pair answers a duplicate (`Waiting`) and no park of the pair runs meanwhile, then the
+    /// claims shard's lock over the decision.
+    #[cold]
+    #[inline(never)]
+    fn claim_beside_the_room(
+        &self,
+        hash: u64,
+        target: &Target,
+        event: &DeliveryId,
+        now: u64,
+    ) -> ClaimOutcome {
+        let room = self.inner.room.as_ref().map(sync::lock);
+        if let Some(at) = room.as_ref().and_then(|r| r.waits_since(target, event)) {
+            drop(room);
+            return ClaimOutcome::AlreadyClaimed(AlreadyClaimed::new(
+                None,
+                self.wall_at(at),
+                ClaimState::Waiting,
+            ));
+        }
+        let outcome = self.inner.claims.with(hash, |shard| {
+            self.claim_locked(shard, hash, target, event, now)
+        });
+        drop(room);
+        outcome
+    }
+
+    /// The bare claim's decision, under the pair's claims-shard lock: a duplicate, or a new
+    /// unbound claim recorded.
+    #[inline]
+    fn claim_locked(
+        &self,
+        shard: &mut Shard,
+        hash: u64,
+        target: &Target,
+        event: &DeliveryId,
+        now: u64,
+    ) -> ClaimOutcome {
+        let loc = shard.find(hash, target, event);
+        if let Some(dup) = loc.and_then(|l| self.duplicate_at(shard, l, &mut || now)) {
+            return ClaimOutcome::AlreadyClaimed(dup);
+        }
+        let claim = InFlight {
+            payload: None,
+            hash,
+            target: target.clone(),
+            delivery: DeliveryKey::of(event),
+            holder: None,
+            claimed_at: now,
+            stuck: false,
+        };
+        self.put_claim(shard, hash, loc, claim);
+        ClaimOutcome::Claimed
     }
 
     /// Removes an in-flight claim (for example when the router could not dispatch the event), so a

@@ -275,7 +275,10 @@ pub(crate) struct Inner<C> {
     pub(crate) room: Option<Mutex<Room>>,
     /// Targets waiting for capacity, as the room last counted them (a hint for `assign_at`).
     pub(crate) contenders: AtomicUsize,
-    /// Deliveries waiting, as the room last counted them (a gauge).
+    /// Deliveries parked in the room or being parked: counted by `park` under the room's mutex
+    /// before it probes the claims, given back when the pair does not park or leaves the room.
+    /// A bare `claim` that reads 0 under a claims-shard lock skips the room's mutex (see
+    /// `claims.rs`); also the `waiting` gauge (exact once callers are quiet).
     pub(crate) waiting: AtomicUsize,
     /// Live spawned workers per repository owner (only with `max_workers_per_owner`).
     pub(crate) owner_live: ShardMap<String, usize>,

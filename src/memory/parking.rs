@@ -15,7 +15,7 @@ use crate::api::payload::Payload;
 use crate::api::report::{ReleasedEvent, SweepReport};
 use crate::api::waiting::{ExpireReason, ExpiredWaiting};
 use crate::clock::Clock;
-use crate::sync::{self, Op, Ordering};
+use crate::sync::{self, AtomicUsize, Op, Ordering};
 
 impl<C: Clock> Direct<C> {
     /// Parks a refused admission, or answers the refusal if the room (or the owner's share) is
@@ -24,7 +24,9 @@ impl<C: Clock> Direct<C> {
     ///
     /// **Locking behaviour:** the room's mutex, and under it one claims-shard lock (the pair may
     /// have been promoted since it was refused) and, for a draining target, one workers-shard
-    /// read lock.
+    /// read lock. The pair counts in `Inner::waiting` from before that claims-shard lock until it
+    /// is found not to park, or leaves the room: a bare [`claim`](Self::claim) reads the count
+    /// under the same shard lock and takes the room's mutex only while it is not zero.
     #[cold]
     #[inline(never)]
     pub(super) fn park(
@@ -40,6 +42,10 @@ impl<C: Clock> Direct<C> {
         let cfg = &self.inner.config;
         let now = self.now_ms();
         let mut room = sync::lock(room);
+        // Counted before the probe below, so that a bare claim of the pair that locks its shard
+        // after the probe finds the count above zero and waits for this room's mutex; given back
+        // on every way out unless the pair is parked.
+        let counted = Counted::new(&self.inner.waiting);
         // Promoted (or admitted by a redelivery) between the refusal and this lock.
         if let Some(dup) = self.probe(target, event) {
             drop(room);
@@ -77,7 +83,13 @@ impl<C: Clock> Direct<C> {
             now,
             (cfg.max_waiting(), cfg.max_waiting_per_owner()),
         );
-        self.publish_room(&room);
+        if matches!(parked, Parked::At(_)) {
+            // It waits: the room's departures give the count back (`publish_room`).
+            counted.keep();
+        } else {
+            drop(counted);
+        }
+        self.publish_room(&mut room);
         drop(room);
         if let (Some(size), false) = (size, matches!(parked, Parked::At(_))) {
             self.inner.payloads.release(size);
@@ -115,13 +127,21 @@ impl<C: Clock> Direct<C> {
         ))
     }
 
-    /// Copies the room's counts to the atomics the hot paths and `stats()` read.
-    fn publish_room(&self, room: &Room) {
-        // Relaxed: hints and a gauge (see `assign_at`); the room's mutex orders the room itself.
+    /// Copies the room's count of contenders to the atomic `assign_at` reads, and takes the
+    /// deliveries that left the room since the last call out of `Inner::waiting`. Called under
+    /// the room's mutex after every change to the room.
+    fn publish_room(&self, room: &mut Room) {
+        // Relaxed: a hint (see `assign_at`); the room's mutex orders the room itself.
         self.inner
             .contenders
             .store(room.contenders, Ordering::Relaxed);
-        self.inner.waiting.store(room.len, Ordering::Relaxed);
+        let left = std::mem::take(&mut room.left);
+        if left > 0 {
+            // Relaxed: lowered only once these deliveries are out of the room; a bare claim that
+            // still sees them counted takes the room's mutex and finds them gone (late is safe,
+            // early would not be).
+            self.inner.waiting.fetch_sub(left, Ordering::Relaxed);
+        }
     }
 
     /// Takes one of the owner's live-worker slots (`max_workers_per_owner`), if it is capped.
@@ -214,7 +234,7 @@ impl<C: Clock> Direct<C> {
         room.unblock_dead();
         self.fill(&mut room, &mut report.released);
         report.waiting = room.len;
-        self.publish_room(&room);
+        self.publish_room(&mut room);
         drop(room);
         for p in freed {
             self.drop_payload(Some(p));
@@ -254,7 +274,7 @@ impl<C: Clock> Direct<C> {
         self.fill(&mut room, &mut handed);
         let promoted = handed.len() > before;
         room.handover = handed;
-        self.publish_room(&room);
+        self.publish_room(&mut room);
         drop(room);
         if promoted {
             self.inner.wake.notify();
@@ -352,6 +372,34 @@ impl<C: Clock> Direct<C> {
             .targets
             .get_with(target, |rec| !rec.state.load().is_dead())
             .unwrap_or(false)
+    }
+}
+
+/// A park in progress, counted in `Inner::waiting` (deliveries parked or being parked) from
+/// before its probe of the claims. Dropped, it gives the count back (the pair did not park, on
+/// whichever way out); [`keep`](Self::keep) leaves it counted while the pair waits.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    /// Counts one park; call with the room's mutex held, before the probe.
+    fn new(count: &'a AtomicUsize) -> Self {
+        // Relaxed: ordered before any later bare claim of the pair by the claims-shard mutex
+        // that the probe after this takes (the claim reads the count under that lock).
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+
+    /// The pair is parked: it stays counted until it leaves the room.
+    fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        // Relaxed: the pair is not in the room (it never went in); a claim that still sees it
+        // counted only takes the room's mutex for nothing.
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

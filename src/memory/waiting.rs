@@ -4,11 +4,14 @@
 //!
 //! Everything here is the slow path. The room is one mutex, taken only by an admission that was
 //! already refused (to park it), by a worker's death while deliveries wait (to promote into its
-//! slot) and by the sweep (to hand over, promote and expire); a duplicate, a sticky admit and a
-//! heartbeat never touch it. The one thing the hot paths read is
-//! [`Inner::contenders`](super::Inner), an atomic count of targets waiting for capacity: while it
-//! is not zero, an admission that would create a worker parks instead, so arrivals do not
-//! overtake the deliveries already waiting for the slot that just freed.
+//! slot), by the sweep (to hand over, promote and expire) and by a bare claim only while
+//! deliveries are parked or being parked; a duplicate, a sticky admit and a heartbeat never
+//! touch it. The hot paths read two atomic counts of it:
+//! [`Inner::contenders`](super::Inner), targets waiting for capacity (while it is not zero, an
+//! admission that would create a worker parks instead, so arrivals do not overtake the
+//! deliveries already waiting for the slot that just freed), and `Inner::waiting`, deliveries
+//! parked or being parked (while it is zero, a bare claim decides under its claims-shard lock
+//! alone; see `claims.rs`).
 //!
 //! Layout, so that no call walks every waiting entry:
 //!
@@ -90,6 +93,9 @@ pub(crate) struct Room {
     order: VecDeque<(u64, u64, Target)>,
     /// Deliveries waiting.
     pub(crate) len: usize,
+    /// Deliveries that left since the registry last took this tally (to lower
+    /// [`Inner::waiting`](super::Inner) by, see `publish_room`).
+    pub(crate) left: usize,
     /// Targets waiting for capacity (queued or ready).
     pub(crate) contenders: usize,
     seq: u64,
@@ -360,6 +366,7 @@ impl Room {
 
     fn forget_one(&mut self, target: &Target) {
         self.len -= 1;
+        self.left += 1;
         let owner = owner_of(target);
         if let Some(n) = self.per_owner.get_mut(owner) {
             *n -= 1;
