@@ -94,6 +94,18 @@ impl<C: Clock> Direct<C> {
         if let (Some(size), false) = (size, matches!(parked, Parked::At(_))) {
             self.inner.payloads.release(size);
         }
+        self.park_answer(parked, reason, target, event, payload)
+    }
+
+    /// What [`park`](Self::park) answers once the room has said where the pair stands.
+    fn park_answer(
+        &self,
+        parked: Parked,
+        reason: Rejection,
+        target: &Target,
+        event: &DeliveryId,
+        payload: Option<&Payload>,
+    ) -> Admission {
         match parked {
             Parked::At(position) => {
                 self.inner.counters.parked.inc();
