@@ -3,6 +3,10 @@
 //! for a duration: every wait is on a condition (a log line, a probe's answer, the exit), with a
 //! generous bound that only turns a hang into a failure.
 
+mod common;
+
+use common::worker_binary;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -512,20 +516,6 @@ async fn a_changed_secret_file_is_picked_up_by_the_poll() {
     );
     r.signal(libc::SIGTERM);
     assert_eq!(r.exit().code(), Some(0));
-}
-
-/// `webhook-worker` next to this test binary's directory, or `None` after the skip line (a
-/// failure under `CI`).
-fn worker_binary() -> Option<std::path::PathBuf> {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent()?.parent()?.join("webhook-worker");
-    if bin.is_file() {
-        return Some(bin);
-    }
-    let why = format!("{} not built: cargo build -p webhook-worker", bin.display());
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
 }
 
 /// The `WORKER_CREDENTIAL` in the environment of the worker whose command wrote its parent's pid

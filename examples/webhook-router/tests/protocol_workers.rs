@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::eventually;
+use common::{eventually, worker_binary};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -86,17 +86,6 @@ fn missing(what: &str, how: &str) -> Option<()> {
         "{what} is missing (CI): {how}"
     );
     eprintln!("skipped: {what} is missing ({how} to run this test)");
-    None
-}
-
-/// `target/debug/webhook-worker`, beside this test's own directory.
-fn worker_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent()?.parent()?.join("webhook-worker");
-    if bin.exists() {
-        return Some(bin);
-    }
-    missing("the webhook-worker binary", "cargo build -p webhook-worker")?;
     None
 }
 

@@ -4,6 +4,8 @@
 //! phase waits for (`settle`), and the reconciler's lease, positions and chase, and an outage
 //! recovered by three replicas with the reconciling one killed (`reconcile`).
 
+#[path = "../common/mod.rs"]
+mod common;
 #[path = "../fake_github/mod.rs"]
 mod fake_github;
 mod harness;

@@ -11,28 +11,14 @@
 //!   process, and only after the old command's last sign of life (the commands' own clock ticks):
 //!   never two commands at once for one pull request.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use webhook_router::backend::RegistryChoice;
 
+use crate::common::worker_binary;
 use crate::harness::*;
 use crate::processes::{choice_url, Replica};
-
-/// `webhook-worker` next to this test binary's directory, or `None` after the skip line (a
-/// failure under `CI`).
-fn worker_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent()?.parent()?.join("webhook-worker");
-    if bin.is_file() {
-        return Some(bin);
-    }
-    let why = format!("{} not built: cargo build -p webhook-worker", bin.display());
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
-}
 
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {

@@ -305,3 +305,20 @@ pub fn protocol_options(secret: Option<&'static str>, token: Option<&'static str
         },
     }
 }
+
+/// `webhook-worker`, built beside this test binary's directory (`target/<profile>`), or `None`
+/// after a one-line skip saying how to build it; under `CI` a missing binary fails the test.
+pub fn worker_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent()?.parent()?.join("webhook-worker");
+    if bin.is_file() {
+        return Some(bin);
+    }
+    let why = format!(
+        "{} not built: run `cargo build -p webhook-worker` first",
+        bin.display()
+    );
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("skipped: {why}");
+    None
+}

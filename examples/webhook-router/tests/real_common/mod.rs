@@ -34,21 +34,7 @@ pub const MARGIN: Duration = Duration::from_millis(50);
 /// Only a hang reaches it.
 pub const HANG: Duration = Duration::from_secs(120);
 
-/// The `webhook-worker` binary next to this test's (target/<profile>), or why the test skips.
-pub fn worker_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent()?.parent()?.join("webhook-worker");
-    if bin.is_file() {
-        return Some(bin);
-    }
-    let why = format!(
-        "{} not built: run `cargo build -p webhook-worker` first",
-        bin.display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipped: {why}");
-    None
-}
+pub use crate::common::worker_binary;
 
 /// A fresh directory for one test's records, writable by anyone (a container's user is
 /// `nobody`).
